@@ -1,0 +1,76 @@
+"""Everything that depends on the jax version lives here.
+
+CI runs jax 0.10.2 and the GPU machine jax 0.11.x.  Every import of a private
+``jax._src`` module, and every upstream name that moved or changed shape between
+those versions, goes through a function in this file so that the rest of the
+project imports only from here.  Imports are lazy: the planner must work (and
+give clear errors) before anything heavy is loaded.
+"""
+
+from __future__ import annotations
+
+import functools
+
+__all__ = [
+    "jax_version", "fragmented_array", "mosaic_gpu", "mosaic_utils",
+    "make_ir_context",
+]
+
+
+def jax_version() -> tuple[int, ...]:
+  import jax
+  return tuple(int(p) for p in jax.__version__.split(".")[:3] if p.isdigit())
+
+
+@functools.cache
+def mosaic_gpu():
+  """The public Mosaic GPU package (``jax.experimental.mosaic.gpu``)."""
+  from jax.experimental.mosaic import gpu
+  return gpu
+
+
+@functools.cache
+def fragmented_array():
+  """Upstream's module with FragmentedArray and the layout classes."""
+  from jax.experimental.mosaic.gpu import fragmented_array as fa
+  return fa
+
+
+@functools.cache
+def mosaic_utils():
+  """Upstream's Mosaic GPU utils (memref_ptr, BarrierRef, ...)."""
+  from jax.experimental.mosaic.gpu import utils
+  return utils
+
+
+def make_ir_context():
+  """An MLIR context with every dialect jax registers.
+
+  A bare ``ir.Context()`` segfaults as soon as NVVM/LLVM types are built,
+  because the dialects are not loaded; this is the context jax itself uses.
+  """
+  from jax._src.interpreters import mlir as jax_mlir  # private: jax 0.10 and 0.11
+  return jax_mlir.make_ir_context()
+
+
+def mosaic_gpu_core():
+  """Upstream's ``jax.experimental.mosaic.gpu.core``.
+
+  It holds ``_mosaic_gpu_lowering_rule`` (private; Pallas calls it as a
+  module attribute, which is what lets pallas_capture wrap it) and
+  ``_kernel_to_module``.
+  """
+  from jax.experimental.mosaic.gpu import core  # private names: jax 0.10.2
+  return core
+
+
+def kernel_to_module(body, grid, block, in_shape, out_shape,
+                     smem_scratch_shape, **kwargs):
+  """Builds a Mosaic GPU module without compiling it (upstream's private
+  ``_kernel_to_module``); needs an active MLIR context and location.
+
+  Returns upstream's tuple: (module, in_shape, inout_shape, out_shape,
+  unwrap_output_tuple, is_device_collective) in jax 0.10.2.
+  """
+  return mosaic_gpu_core()._kernel_to_module(
+      body, grid, block, in_shape, out_shape, smem_scratch_shape, **kwargs)

@@ -1,0 +1,42 @@
+"""The project's exception type and the one helper that formats every refusal.
+
+Every refusal names four things: the parameter, the value given, what is allowed,
+and how to fix it.  Keeping the format in one function keeps the messages
+uniform, which docs/errors.md and the tests rely on.
+"""
+
+from __future__ import annotations
+
+__all__ = ["AsyncStoreError", "refuse", "refuse_type"]
+
+
+class AsyncStoreError(ValueError):
+  """An input that the asynchronous store cannot accept.
+
+  Attributes:
+    param: the name of the offending parameter (e.g. ``"swizzle"``).
+    value: the value given, as text.
+  """
+
+  def __init__(self, message: str, *, param: str = "", value: str = ""):
+    super().__init__(message)
+    self.param = param
+    self.value = value
+
+
+def _message(param: str, value: object, allowed: str, fix: str) -> str:
+  shown = value if isinstance(value, str) else repr(value)
+  return f"{param}={shown} is not supported: allowed {allowed}. Fix: {fix}"
+
+
+def refuse(param: str, value: object, allowed: str, fix: str) -> AsyncStoreError:
+  """Builds (does not raise) an AsyncStoreError in the project's format."""
+  return AsyncStoreError(
+      _message(param, value, allowed, fix), param=param, value=str(value)
+  )
+
+
+def refuse_type(param: str, value: object, allowed: str, fix: str) -> TypeError:
+  """Builds a TypeError in the same format, for values of the wrong kind."""
+  shown = type(value).__name__
+  return TypeError(_message(param, f"<{shown}> {value!r}"[:200], allowed, fix))

@@ -1,0 +1,63 @@
+"""Rewrites of generic MLIR text that bridge jaxlib's MLIR and mlir-opt 22.
+
+jaxlib is built from a different LLVM revision than the pip ``mlir-opt``, so
+the printed IR can use syntax the other side does not parse yet (or any more).
+Each difference is one entry of ``RULES``; nothing else in the project may
+patch MLIR text, so that every skew is visible, explained, and removable in
+one place when the two revisions meet again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+__all__ = ["Rule", "RULES", "normalize_generic_mlir"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+  """One textual rewrite.
+
+  Attributes:
+    name: a short identifier, used in tests and reports.
+    pattern: a regular expression matched against the generic MLIR text.
+    replacement: the ``re.sub`` replacement.
+    why: which side is newer and what the rewrite loses (if anything).
+  """
+
+  name: str
+  pattern: re.Pattern[str]
+  replacement: str
+  why: str
+
+
+def _rule(name: str, pattern: str, replacement: str, why: str) -> Rule:
+  return Rule(name, re.compile(pattern), replacement, why)
+
+
+RULES: tuple[Rule, ...] = (
+    _rule(
+        "gpu-barrier-scope",
+        r'"gpu\.barrier"\(\) <\{scope = #gpu\.barrier_scope<workgroup>\}>',
+        '"gpu.barrier"()',
+        "jaxlib's gpu.barrier carries a scope attribute that MLIR 22 does not"
+        " know; workgroup is the only scope MLIR 22 lowers (bar.sync), so"
+        " dropping it keeps the meaning.",
+    ),
+)
+
+
+def normalize_generic_mlir(text: str, rules: tuple[Rule, ...] = RULES) -> str:
+  """Applies every rule of ``rules`` in order to generic-form MLIR ``text``.
+
+  Args:
+    text: MLIR printed with ``print_generic_op_form=True``.
+    rules: the table to apply (tests pass a custom one).
+
+  Returns:
+    The rewritten text; text that no rule matches is returned unchanged.
+  """
+  for rule in rules:
+    text = rule.pattern.sub(rule.replacement, text)
+  return text

@@ -1,0 +1,128 @@
+"""Turning register slices into uniform, contiguous values, and values into chains.
+
+Registers narrower than a 32-bit word (8-bit data in the WGMMA layout, 4-bit
+data) cannot feed st.async, whose narrowest form is b32.  Neighbouring bytes of
+one destination word then live in different lanes, so lanes swap halves with
+``shfl.sync.bfly`` until each holds whole, aligned words (see
+:class:`plan_types.Exchange`).  Everything is decided on NumPy arrays over all
+128 threads, so a rule is applied only when it holds for every writer thread.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mosaic_async_store.errors import refuse
+from mosaic_async_store.geometry import RegisterMap, WARP_SIZE, WARPGROUP_SIZE
+from mosaic_async_store.plan_types import Exchange, Value
+
+__all__ = ["register_values", "exchange_small_values", "chain_values"]
+
+_LANES = np.arange(WARPGROUP_SIZE) % WARP_SIZE
+
+
+def register_values(regs: RegisterMap, bit_addr: np.ndarray, bits: int,
+                    *, split_elements: bool, context: str) -> list[Value]:
+  """Cuts each register into runs of vector lanes that are contiguous in SMEM.
+
+  Run boundaries are the union over writer threads, so the cut is the same for
+  every thread (SIMT).  ``bit_addr[t, r, j]`` is the destination bit address
+  of vector lane ``j`` of register ``r`` of thread ``t``.
+  """
+  w = regs.writer
+  values: list[Value] = []
+  vec = regs.vector_length
+  for r in range(regs.num_registers):
+    addr = bit_addr[w, r, :]
+    breaks = [0]
+    for j in range(1, vec):
+      if split_elements or np.any(addr[:, j] != addr[:, j - 1] + bits):
+        breaks.append(j)
+    breaks.append(vec)
+    for j0, j1 in zip(breaks[:-1], breaks[1:]):
+      if (j0 * bits) % 8 or ((j1 - j0) * bits) % 8 or np.any(addr[:, j0] % 8):
+        raise refuse(
+            "value", context,
+            "pieces that are whole bytes: each thread must hold every element "
+            "that shares a destination byte with its own",
+            "use a layout whose vector length covers whole bytes (e.g. "
+            "WGMMA_LAYOUT for 4-bit data), pack pairs of 4-bit values into "
+            "int8, or transfer as int8 and unpack")
+      values.append(Value(id=len(values), size=(j1 - j0) * bits // 8,
+                          dst=bit_addr[:, r, j0] // 8, reg=r, byte=j0 * bits // 8))
+  return values
+
+
+def chain_values(values: list[Value], writer: np.ndarray) -> list[list[Value]]:
+  """Groups values that follow each other in SMEM in every writer thread."""
+  by_start = {tuple(v.dst[writer]): v for v in values}
+  followers = {}
+  for v in values:
+    nxt = by_start.get(tuple(v.dst[writer] + v.size))
+    if nxt is not None and nxt is not v:
+      followers[v.id] = nxt
+  has_pred = {n.id for n in followers.values()}
+  chains = []
+  for v in sorted(values, key=lambda v: (int(v.dst[writer][0]) if writer.any() else 0, v.id)):
+    if v.id in has_pred:
+      continue
+    chain = [v]
+    while chain[-1].id in followers and len(chain) <= len(values):
+      chain.append(followers[chain[-1].id])
+    chains.append(chain)
+  return chains
+
+
+def _word_aligned(chain: list[Value], writer: np.ndarray) -> bool:
+  total = sum(v.size for v in chain)
+  return total % 4 == 0 and not np.any(chain[0].dst[writer] % 4)
+
+
+def _pairs_for_mask(cands: list[Value], writer: np.ndarray, mask: int):
+  """Values whose copies in lanes t and t^mask are adjacent, with their order."""
+  t0 = np.flatnonzero((_LANES & mask) == 0)
+  t1 = t0 ^ mask
+  if np.any(writer[t0] != writer[t1]):
+    return []
+  t0, t1 = t0[writer[t0]], t1[writer[t0]]
+  ok = []
+  for v in cands:
+    d0, d1 = v.dst[t0], v.dst[t1]
+    if np.all(np.abs(d0 - d1) == v.size) and not np.any(np.minimum(d0, d1) % (2 * v.size)):
+      low0 = d0 < d1
+      if low0.all() or (~low0).all():
+        ok.append((v, bool(low0[0])))
+  return ok
+
+
+def exchange_small_values(values: list[Value], writer: np.ndarray,
+                          next_id: int) -> tuple[list[Value], list[Exchange]]:
+  """Merges 1- and 2-byte values across lanes until words can be formed."""
+  exchanges: list[Exchange] = []
+  while True:
+    chains = chain_values(values, writer)
+    cands = [c[0] for c in chains
+             if len(c) == 1 and c[0].size in (1, 2) and not _word_aligned(c, writer)]
+    best = []
+    for size in (1, 2):
+      same = [v for v in cands if v.size == size]
+      for mask in (1, 2, 4, 8, 16):
+        ok = _pairs_for_mask(same, writer, mask)
+        if len(ok) >= 2 and len(ok) > len(best):
+          best = [(mask, v, low) for v, low in ok]
+    if not best:
+      return values, exchanges
+    used = set()
+    for (mask, a, low_a), (_, b, low_b) in zip(best[0::2], best[1::2]):
+      bit = (_LANES & mask) != 0
+      partner = np.arange(WARPGROUP_SIZE) ^ mask
+      dst = np.where(bit, np.minimum(b.dst, b.dst[partner]),
+                     np.minimum(a.dst, a.dst[partner]))
+      ex = Exchange(a=a, b=b, lane_mask=mask, keep_low=(low_a, not low_b))
+      # keep_low[1]: lanes with the bit set keep b; b's low copy is in the
+      # bit-0 partner exactly when low_b (measured from bit-0 lanes) is True.
+      exchanges.append(ex)
+      values.append(Value(id=next_id, size=2 * a.size, dst=dst, exchange=ex))
+      next_id += 1
+      used.update((a.id, b.id))
+    values = [v for v in values if v.id not in used]

@@ -1,0 +1,125 @@
+"""The Mosaic GPU modules that Pallas builds, captured on a CPU machine.
+
+``jax.jit(f).trace(*args).lower(lowering_platforms=("cuda",))`` runs the real
+Pallas MGPU lowering without a GPU.  Pallas hands each kernel's module to
+``jax.experimental.mosaic.gpu.core._mosaic_gpu_lowering_rule``, which
+serializes it into a custom call; wrapping that function for the duration of
+one lowering keeps a copy of the module for ``toolchain.compile_module``.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from typing import Any, Callable
+
+from mosaic_async_store import compat
+from mosaic_async_store.toolchain import CompileError
+
+__all__ = ["lower_pallas_to_mosaic_modules", "lower_warpgroup_dialect"]
+
+_MOSAIC_OPS = re.compile(r'"mosaic_gpu\.[\w.]+"\(')
+
+
+def _clone(module: Any) -> Any:
+  """A copy of ``module`` in its own context, independent of later passes."""
+  from jaxlib.mlir import ir
+  buffer = io.BytesIO()
+  module.operation.write_bytecode(buffer)
+  return ir.Module.parse(buffer.getvalue(), context=module.context)
+
+
+def lower_pallas_to_mosaic_modules(fn: Callable[..., Any], *args: Any) -> list:
+  """Lowers ``fn`` for CUDA and returns the Mosaic GPU module of each kernel.
+
+  Args:
+    fn: a function that calls Pallas MGPU kernels (``plgpu.kernel``,
+      ``pl.pallas_call`` with the Mosaic GPU backend).
+    *args: arguments, or ``jax.ShapeDtypeStruct``s, to trace ``fn`` with.
+
+  Returns:
+    One ``jaxlib.mlir.ir.Module`` per kernel, in lowering order, as Pallas
+    built them: Mosaic GPU dialect ops already lowered (Pallas runs layout
+    inference and ``lower_mgpu_dialect`` itself); Warpgroup-semantics modules
+    still need ``lower_warpgroup_dialect`` before ``compile_module``.
+
+  Raises:
+    CompileError: when ``fn`` lowers no Mosaic GPU kernel.
+  """
+  import jax
+  core = compat.mosaic_gpu_core()
+  original = core._mosaic_gpu_lowering_rule
+  captured: list = []
+
+  def capture(ctx, *operands, module, **kwargs):
+    captured.append(_clone(module))
+    return original(ctx, *operands, module=module, **kwargs)
+
+  def lower() -> None:
+    jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
+
+  core._mosaic_gpu_lowering_rule = capture
+  try:
+    lower()
+    if not captured:
+      # jit caches lowerings: a function lowered before never reaches the
+      # rule again, so forget the caches and lower once more.
+      jax.clear_caches()
+      lower()
+  finally:
+    core._mosaic_gpu_lowering_rule = original
+  if not captured:
+    raise CompileError(
+        "no Mosaic GPU kernel was lowered: fn must call a Pallas MGPU kernel"
+        " (plgpu.kernel or pallas_call with plgpu.CompilerParams)")
+  return captured
+
+
+def _run_passes(module: Any, passes: str) -> None:
+  from jaxlib.mlir import passmanager
+  passmanager.PassManager.parse(
+      f"builtin.module({passes})", module.context).run(module.operation)
+
+
+def lower_warpgroup_dialect(module: Any, *, arch: tuple[int, int] = (9, 0)):
+  """Does what upstream does to a Warpgroup module before its C++ pipeline.
+
+  Upstream (Pallas and ``_kernel_to_module``) runs canonicalize, layout
+  inference and ``lower_mgpu_dialect`` while it builds the kernel; what is
+  left are ``builtin.unrealized_conversion_cast`` ops carrying
+  ``#mosaic_gpu`` layout attributes, which the first ``canonicalize`` of
+  Mosaic's C++ pipeline folds away.  mlir-opt cannot parse those attributes,
+  so that fold happens here, in jaxlib's context where the dialect exists.
+  Dialect ops still present are lowered without a LaunchContext (upstream's
+  test-only path): enough for loads, stores and arithmetic, not for ops that
+  need the launch (TMA, barriers, predicates).
+
+  Args:
+    module: a Mosaic GPU ``ir.Module``; it is not modified.
+    arch: (major, minor) for layout inference.
+
+  Returns:
+    A new module that ``toolchain.compile_module`` accepts.
+
+  Raises:
+    CompileError: when a dialect op cannot be lowered outside its launch.
+  """
+  from jaxlib.mlir import ir
+  mgpu = compat.mosaic_gpu()
+  clone = _clone(module)
+  with clone.context, ir.Location.unknown():
+    text = clone.operation.get_asm(print_generic_op_form=True)
+    if (op := _MOSAIC_OPS.search(text)) is not None:
+      try:
+        _run_passes(clone, "canonicalize,cse")
+        mgpu.infer_layout(clone, arch=arch)
+        mgpu.lower_mgpu_dialect(clone, None)
+      except Exception as e:  # upstream raises many kinds here
+        raise CompileError(
+            f"could not lower the Mosaic GPU dialect outside its kernel launch"
+            f" (first op {op.group(0)[:-1]}): {type(e).__name__}: {e}. Build"
+            " the module through Pallas or _kernel_to_module, which lower the"
+            " dialect with the LaunchContext.") from e
+    _run_passes(clone, "canonicalize,cse")
+    clone.operation.verify()
+  return clone

@@ -1,0 +1,111 @@
+"""The data a store plan is made of: values, instructions, exchanges.
+
+A plan is a program that is the same for all 128 threads of a warpgroup (SIMT):
+every object here describes one operation executed by every thread, with the
+per-thread differences (destination offsets, which half to keep) held as NumPy
+arrays indexed by thread.  Nothing here touches MLIR.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+__all__ = ["Value", "Exchange", "Part", "Instruction", "ASYNC_KINDS"]
+
+# Instruction kinds that complete on the barrier's tx count.
+ASYNC_KINDS = ("st.async", "red.async")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Value:
+  """A byte string every thread holds: a slice of a register or an exchange result.
+
+  ``dst[t]`` is the unswizzled byte offset (from the ref base) where thread
+  ``t``'s copy of this value belongs.
+  """
+
+  id: int
+  size: int
+  dst: np.ndarray
+  reg: int = -1           # source register (flat index), for register slices
+  byte: int = 0           # first byte within that register
+  exchange: "Exchange | None" = None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Exchange:
+  """Pairs value ``a`` and ``b`` across lanes ``t`` and ``t ^ lane_mask``.
+
+  Lanes whose ``lane_mask`` bit is 0 end with both lanes' ``a``; the others end
+  with both lanes' ``b``.  Each thread sends ``b`` (bit 0) or ``a`` (bit 1)
+  with one ``shfl.sync.bfly``.  ``keep_low[bit]`` says whether the thread's
+  own half goes to the low bytes of the merged value.
+  """
+
+  a: Value
+  b: Value
+  lane_mask: int
+  keep_low: tuple[bool, bool]
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+  """Bytes [byte, byte + size) of a value, as a piece of an instruction's data."""
+
+  value: int
+  byte: int
+  size: int
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Instruction:
+  """One store executed by every writer thread.
+
+  Attributes:
+    kind: "st.async" | "red.async" (complete on the barrier's tx count) or
+      "st" | "red" (plain weak ``.shared::cluster`` forms, ordered
+      before the destination barrier by the thread's release arrive).
+    width: bytes stored per thread.
+    ptx_type: the PTX type suffix, e.g. "v4.b32", "b32", "u16", "s32",
+      "f16x2", "noftz.bf16x2".
+    op: the reduction operation for "red"/"red.async", else "".
+    parts: where the data comes from, low bytes first.
+    dst: int array [thread]: unswizzled byte offset in the ref.
+  """
+
+  kind: str
+  width: int
+  ptx_type: str
+  op: str
+  parts: tuple[Part, ...]
+  dst: np.ndarray
+  # Staggering (bank-conflict avoidance): thread t takes its data from
+  # ``choices[choice[t]]`` instead of ``parts``; ``choice`` is a function of
+  # the lane bits in ``choice_bits`` (bit i of choice = lane bit choice_bits[i]).
+  choices: tuple[tuple[Part, ...], ...] = ()
+  choice_bits: tuple[int, ...] = ()
+
+  def parts_for(self, thread: int) -> tuple[Part, ...]:
+    if not self.choices:
+      return self.parts
+    lane = thread % 32
+    k = sum(((lane >> b) & 1) << i for i, b in enumerate(self.choice_bits))
+    return self.choices[k]
+
+  @property
+  def is_async(self) -> bool:
+    return self.kind in ASYNC_KINDS
+
+  @property
+  def opcode(self) -> str:
+    """The PTX opcode the emitter writes for this instruction."""
+    if self.kind == "st.async":
+      return f"st.async.shared::cluster.mbarrier::complete_tx::bytes.{self.ptx_type}"
+    if self.kind == "red.async":
+      return ("red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes."
+              f"{self.op}.{self.ptx_type}")
+    if self.kind == "red":
+      return f"red.relaxed.cluster.shared::cluster.{self.op}.{self.ptx_type}"
+    return f"st.shared::cluster.{self.ptx_type}"

@@ -1,0 +1,192 @@
+"""The store planner: which bytes each thread stores, in which instructions.
+
+``plan_store`` is pure data: it needs no MLIR context and no GPU.  Its result,
+a :class:`StorePlan`, is what the emitter in ``mosaic_async_store.lowering``
+turns into IR, and what :mod:`verify` checks byte by byte beforehand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from mosaic_async_store import packing, ptx_forms, validate
+from mosaic_async_store.dtypes import DType
+from mosaic_async_store.errors import refuse
+from mosaic_async_store.geometry import RefGeometry, RegisterMap, register_map
+from mosaic_async_store.plan_types import Exchange, Instruction, Part, Value
+
+__all__ = ["StorePlan", "plan_store"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class StorePlan:
+  """A verified-able schedule of stores for one warpgroup.
+
+  Attributes:
+    dtype, geometry, registers: what is stored, where, and from which registers.
+    values: every value the instructions read (register slices, exchanges).
+    exchanges: the lane exchanges to perform first, in order.
+    instructions: the stores, in emission order.
+    atomic: the reduction op or None.
+    peer: whether the target is another CTA of the cluster.
+  """
+
+  dtype: DType
+  geometry: RefGeometry
+  registers: RegisterMap
+  values: tuple[Value, ...]
+  exchanges: tuple[Exchange, ...]
+  instructions: tuple[Instruction, ...]
+  atomic: str | None
+  peer: bool
+  optimized: bool
+
+  @functools.cached_property
+  def _per_thread_async(self) -> np.ndarray:
+    w = self.registers.writer
+    return sum((i.width * w.astype(np.int64) for i in self.instructions if i.is_async),
+               np.zeros(w.shape, dtype=np.int64))
+
+  @property
+  def total_bytes(self) -> int:
+    """Bytes the warpgroup writes into the destination (every kind of store)."""
+    w = int(self.registers.writer.sum())
+    return sum(i.width for i in self.instructions) * w
+
+  @property
+  def async_bytes(self) -> int:
+    """Bytes that complete on the barrier's tx count (st.async / red.async)."""
+    return int(self._per_thread_async.sum())
+
+  def bytes_for_thread(self, thread: int) -> int:
+    """Bytes thread ``thread`` announces with its arrive.expect_tx."""
+    if not 0 <= thread < 128:
+      raise refuse("thread", thread, "0 <= thread < 128", "pass a warpgroup thread index")
+    return int(self._per_thread_async[thread])
+
+  @property
+  def needs_release_arrive(self) -> bool:
+    """True when plain st/red pieces must be ordered by a release arrive."""
+    return any(not i.is_async for i in self.instructions)
+
+  @property
+  def instruction_counts(self) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for i in self.instructions:
+      counts[i.opcode] = counts.get(i.opcode, 0) + 1
+    return counts
+
+  def verify(self):
+    """Simulates the plan for all 128 threads; raises AsyncStoreError on a defect.
+
+    Returns a :class:`verify.Report` (bank conflicts, bytes) when it holds.
+    """
+    from mosaic_async_store import verify  # verify imports this module's types
+    return verify.verify_plan(self)
+
+  def summary(self) -> str:
+    lines = [f"dtype={self.dtype} shape={self.geometry.shape} "
+             f"ref_shape={self.geometry.ref_shape} swizzle={self.geometry.swizzle} "
+             f"target={'peer' if self.peer else 'local'} atomic={self.atomic}",
+             f"total bytes {self.total_bytes}, async (tx) bytes {self.async_bytes}, "
+             f"writer threads {int(self.registers.writer.sum())}, "
+             f"lane exchanges {len(self.exchanges)}"]
+    for opcode, n in sorted(self.instruction_counts.items()):
+      lines.append(f"  {n:4d} x {opcode}")
+    return "\n".join(lines)
+
+
+def _split_chain(chain: list[Value], writer: np.ndarray, widths, make) -> list[Instruction]:
+  """Cuts a chain into the widest aligned pieces; ``make(width, parts, dst)``."""
+  total = sum(v.size for v in chain)
+  starts = np.cumsum([0] + [v.size for v in chain])
+  base = chain[0].dst
+  out, p = [], 0
+  while p < total:
+    for w in widths:
+      if p + w <= total and not np.any((base[writer] + p) % w):
+        break
+    else:
+      raise AssertionError("width 1 always fits")
+    parts = []
+    for v, s in zip(chain, starts):
+      lo, hi = max(p, s), min(p + w, s + v.size)
+      if lo < hi:
+        parts.append(Part(v.id, int(lo - s), int(hi - lo)))
+    out.append(make(w, tuple(parts), base + p))
+    p += w
+  return out
+
+
+def _store_instructions(chains, writer, plain_only: bool) -> list[Instruction]:
+  out = []
+  for chain in chains:
+    def make(w, parts, dst):
+      if not plain_only and w in ptx_forms.ST_ASYNC_TYPES:
+        return Instruction("st.async", w, ptx_forms.ST_ASYNC_TYPES[w], "", parts, dst)
+      return Instruction("st", w, ptx_forms.PLAIN_ST_TYPES[w], "", parts, dst)
+    out += _split_chain(chain, writer, (16, 8, 4, 2, 1), make)
+  return out
+
+
+def _atomic_instructions(chains, writer, dtype, op, peer) -> list[Instruction]:
+  kind, elem_type, pair_type = ptx_forms.atomic_forms(op, dtype, peer)
+  esize = dtype.bits // 8
+  widths = (2 * esize, esize) if pair_type else (esize,)
+  def make(w, parts, dst):
+    return Instruction(kind, w, pair_type if w != esize else elem_type, op, parts, dst)
+  return [i for c in chains for i in _split_chain(c, writer, widths, make)]
+
+
+def plan_store(layout, shape, dtype, *, swizzle=None, tiling_rank=None,
+               optimized=True, atomic=None, ref_shape=None, ref_strides=None,
+               peer=True, plain_stores=False) -> StorePlan:
+  """Plans the asynchronous store of a fragmented array; no MLIR context needed.
+
+  Args:
+    layout: the array's Mosaic GPU layout (TiledLayout, WGStridedFragLayout,
+      WGSplatFragLayout).
+    shape: the array's logical shape.
+    dtype: element type (dtype-like or name).
+    swizzle: 16, 32, 64, 128 or None (plain ref).
+    tiling_rank: number of trailing ref dims that form the tile (default:
+      ``len(ref_shape) - len(shape)``).
+    optimized: refuse plans with shared-memory bank conflicts.
+    atomic: None or one of ``ptx_forms.ATOMIC_OPS``.
+    ref_shape, ref_strides: the destination memref's shape and strides in
+      elements (default: the canonical tiled ref for ``swizzle``, row-major).
+    peer: whether the target is another CTA (red.async needs one).
+    plain_stores: carry everything with plain st.shared::cluster (used when
+      st.async is not allowed, e.g. a cluster of one CTA).
+
+  Returns:
+    A :class:`StorePlan`; call ``plan.verify()`` to check it.
+  """
+  dt, geom, atomic = validate.plan_inputs(
+      layout, shape, dtype, swizzle, tiling_rank, atomic, ref_shape, ref_strides, peer)
+  regs = register_map(layout, geom.shape)
+  bit_addr = geom.element_bit_address(regs.elements)
+  context = f"{dt} array of shape {geom.shape} in layout {layout}"
+  values = packing.register_values(regs, bit_addr, dt.bits, split_elements=False,
+                                   context=context)
+  all_values = {v.id: v for v in values}
+  exchanges: list[Exchange] = []
+  if atomic is None and not plain_stores:
+    values, exchanges = packing.exchange_small_values(values, regs.writer, len(values))
+    all_values.update((v.id, v) for v in values)
+    for ex in exchanges:
+      all_values.update(((ex.a.id, ex.a), (ex.b.id, ex.b)))
+  chains = packing.chain_values(values, regs.writer)
+  if atomic is None:
+    instrs = _store_instructions(chains, regs.writer, plain_stores)
+  else:
+    instrs = _atomic_instructions(chains, regs.writer, dt, atomic, peer)
+  plan = StorePlan(dt, geom, regs, tuple(sorted(all_values.values(), key=lambda v: v.id)), tuple(exchanges), tuple(instrs),
+                   atomic, peer, optimized)
+  if optimized:
+    from mosaic_async_store import banks
+    plan = banks.remove_bank_conflicts(plan)
+  return plan

@@ -1,0 +1,56 @@
+"""Which PTX store and reduction forms exist, as data (checked with ptxas, sm_90a).
+
+The planner consults these tables; the emitters only spell what they say.
+"""
+
+from __future__ import annotations
+
+from mosaic_async_store.dtypes import DType
+
+__all__ = ["ATOMIC_OPS", "ST_ASYNC_TYPES", "PLAIN_ST_TYPES", "atomic_forms"]
+
+ATOMIC_OPS = ("add", "min", "max", "and", "or", "xor", "inc", "dec")
+
+# Bytes per thread -> st.async type suffix.  .b128 needs PTX 9.2; .v4.b64 is
+# rejected ("exceeds 128 bit limit"), so 16 bytes is the widest form.
+ST_ASYNC_TYPES = {4: "b32", 8: "v2.b32", 16: "v4.b32"}
+
+# Plain st.shared::cluster for leftovers that no st.async can carry.
+PLAIN_ST_TYPES = {1: "u8", 2: "u16", 4: "b32", 8: "v2.b32", 16: "v4.b32"}
+
+
+def _int_type(op: str, dtype: DType) -> str:
+  letter = "s" if dtype.is_signed_int else "u"
+  if op in ("and", "or", "xor"):
+    return f"b{dtype.bits}"
+  if op in ("min", "max"):
+    return f"{letter}{dtype.bits}"  # signedness matters for min/max
+  if op == "add":
+    # Two's complement add is the same for both; red.async documents u32, s32, u64.
+    return f"u{dtype.bits}" if dtype.bits == 64 else f"{letter}{dtype.bits}"
+  return f"u{dtype.bits}"  # inc/dec exist for u32 only
+
+
+def atomic_forms(op: str, dtype: DType, peer: bool):
+  """Returns (kind, element_ptx_type, pair_ptx_type | None) or None if impossible.
+
+  kind is "red.async" (completes on the tx count; peer CTA only, 32-bit
+  integers and 64-bit add) or "red" (plain red.shared::cluster, ordered by the
+  release arrive).  pair_ptx_type is the packed two-element form used for
+  16-bit floats when a pair is 4-byte aligned.
+  """
+  if dtype.kind in ("int", "uint"):
+    if dtype.bits == 32:
+      return ("red.async" if peer else "red", _int_type(op, dtype), None)
+    if dtype.bits == 64 and op not in ("inc", "dec"):
+      kind = "red.async" if (peer and op == "add") else "red"
+      return (kind, _int_type(op, dtype), None)
+    return None
+  if op != "add":
+    return None
+  if dtype.name in ("float32", "float64"):
+    return ("red", f"f{dtype.bits}", None)
+  if dtype.name in ("float16", "bfloat16"):
+    short = "f16" if dtype.name == "float16" else "bf16"
+    return ("red", f"noftz.{short}", f"noftz.{short}x2")
+  return None
