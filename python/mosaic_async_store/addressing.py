@@ -1,0 +1,114 @@
+"""How each store's address is computed at run time, decided on NumPy arrays.
+
+Every address is a function of the thread index (0..127).  Computing the
+swizzle for every store costs about five integer instructions; most stores can
+instead reuse an earlier address plus an immediate offset (folded into the
+``[addr+imm]`` operand for free) or XOR it with a constant (one instruction).
+Each rule is accepted only if it holds for every writer thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from mosaic_async_store.errors import AsyncStoreError
+from mosaic_async_store.geometry import WARPGROUP_SIZE
+
+__all__ = ["Affine", "AddressStep", "plan_addresses", "affine_in_thread"]
+
+_THREAD_BITS = 7  # 128 threads
+
+
+@dataclasses.dataclass(frozen=True)
+class Affine:
+  """``offset + sum(((tid >> shift) & mask) * scale for shift, mask, scale in terms)``."""
+
+  offset: int
+  terms: tuple[tuple[int, int, int], ...]
+
+  def evaluate(self, tid: np.ndarray) -> np.ndarray:
+    out = np.full(tid.shape, self.offset, dtype=np.int64)
+    for shift, mask, scale in self.terms:
+      out += ((tid >> shift) & mask) * scale
+    return out
+
+
+def affine_in_thread(values: np.ndarray, writer: np.ndarray) -> Affine:
+  """Expresses a per-thread table as an affine function of the thread bits.
+
+  Consecutive bits whose coefficients double are merged into one digit term,
+  so a lane digit of 4 values costs one shift, one and, one multiply.
+  """
+  tid = np.arange(WARPGROUP_SIZE)
+  ref = np.flatnonzero(writer)[0]
+  coeffs = []
+  for b in range(_THREAD_BITS):
+    other = ref ^ (1 << b)
+    if writer[other]:
+      sign = -1 if (ref >> b) & 1 else 1
+      coeffs.append(sign * int(values[other] - values[ref]))
+    else:
+      coeffs.append(0)  # this bit never varies among writers
+  base = int(values[ref]) - sum(((ref >> b) & 1) * c for b, c in enumerate(coeffs))
+  terms, b = [], 0
+  while b < _THREAD_BITS:
+    if coeffs[b] == 0:
+      b += 1
+      continue
+    n = 1
+    while b + n < _THREAD_BITS and coeffs[b + n] == coeffs[b] << n:
+      n += 1
+    terms.append((b, (1 << n) - 1, coeffs[b]))
+    b += n
+  affine = Affine(int(base), tuple((int(s), int(m), int(c)) for s, m, c in terms))
+  if np.any(affine.evaluate(tid)[writer] != values[writer]):
+    raise AsyncStoreError(
+        "internal planner defect (store address is not affine in the thread "
+        "index). Fix: report this configuration; optimized=False may avoid it",
+        param="plan", value="address")
+  return affine
+
+
+@dataclasses.dataclass(frozen=True)
+class AddressStep:
+  """How to get one store's address.
+
+  kind "compute": evaluate ``linear`` (an Affine of the unswizzled offset) and
+  swizzle it; the result becomes a new base.  kind "offset": base ``base``
+  plus the immediate ``constant``.  kind "xor": base ``base`` XOR ``constant``
+  (also becomes a new base).
+  """
+
+  kind: str
+  base: int = -1
+  constant: int = 0
+  linear: Affine | None = None
+
+
+def plan_addresses(linear: list[np.ndarray], swizzle_fn, writer: np.ndarray,
+                   max_imm: int = 1 << 23) -> list[AddressStep]:
+  """Chooses, for each store, the cheapest way to form its address."""
+  bases: list[np.ndarray] = []
+  steps: list[AddressStep] = []
+  for lin in linear:
+    addr = swizzle_fn(lin)
+    step = None
+    for i, b in enumerate(bases):
+      d = (addr - b)[writer]
+      if np.all(d == d[0]) and abs(int(d[0])) < max_imm:
+        step = AddressStep("offset", base=i, constant=int(d[0]))
+        break
+    if step is None:
+      for i, b in enumerate(bases):
+        x = (addr ^ b)[writer]
+        if np.all(x == x[0]):
+          step = AddressStep("xor", base=i, constant=int(x[0]))
+          bases.append(addr)
+          break
+    if step is None:
+      step = AddressStep("compute", linear=affine_in_thread(lin, writer))
+      bases.append(addr)
+    steps.append(step)
+  return steps

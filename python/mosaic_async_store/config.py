@@ -1,0 +1,101 @@
+"""A store configuration as plain data: what the CLI, tests and benchmarks build.
+
+``StoreConfig`` names everything that distinguishes one store kernel from
+another; ``resolve_layout`` turns a layout name into upstream's layout object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from mosaic_async_store import compat
+from mosaic_async_store.dtypes import as_dtype
+from mosaic_async_store.errors import refuse
+from mosaic_async_store.validate import check_shape, check_swizzle
+
+__all__ = ["StoreConfig", "LAYOUT_NAMES", "resolve_layout"]
+
+# CLI name -> upstream attribute (or a factory for parametrised layouts).
+_LAYOUTS = {
+    "WGMMA": "WGMMA_LAYOUT", "WGMMA_8BIT": "WGMMA_LAYOUT_8BIT",
+    "WGMMA_ACC_32BIT": "WGMMA_LAYOUT_ACC_32BIT",
+    "WGMMA_UPCAST_2X": "WGMMA_LAYOUT_UPCAST_2X",
+    "WGMMA_UPCAST_4X": "WGMMA_LAYOUT_UPCAST_4X",
+    "WGMMA_TRANSPOSED": "WGMMA_TRANSPOSED_LAYOUT", "WGMMA_ROW": "WGMMA_ROW_LAYOUT",
+    "WGMMA_COL": "WGMMA_COL_LAYOUT", "TCGEN05": "TCGEN05_LAYOUT",
+    "TCGEN05_TRANSPOSED": "TCGEN05_TRANSPOSED_LAYOUT", "TCGEN05_ROW": "TCGEN05_ROW_LAYOUT",
+    "TCGEN05_COL": "TCGEN05_COL_LAYOUT", "TMEM_NATIVE": "TMEM_NATIVE_LAYOUT",
+    "TMEM_NATIVE_V1": 1, "TMEM_NATIVE_V2": 2, "TMEM_NATIVE_V4": 4, "TMEM_NATIVE_V8": 8,
+    "STRIDED": "strided", "SPLAT": "splat",
+}
+LAYOUT_NAMES = tuple(_LAYOUTS)
+
+
+def resolve_layout(name: str, shape: tuple[int, ...], dtype):
+  """Upstream's layout object for a CLI layout name and an array."""
+  fa = compat.fragmented_array()
+  key = name.upper()
+  if key not in _LAYOUTS:
+    raise refuse("layout", name, "one of " + ", ".join(LAYOUT_NAMES),
+                 "pick a layout Mosaic GPU ships")
+  what = _LAYOUTS[key]
+  if isinstance(what, int):
+    return fa.tmem_native_layout(what)
+  if what == "splat":
+    return fa.WGSplatFragLayout(shape=tuple(shape))
+  if what == "strided":
+    dt = as_dtype(dtype)
+    size = math.prod(shape)
+    vec = max(1, min(16 * 8 // dt.bits, size // 128))
+    while vec > 1 and size % (vec * 128):
+      vec //= 2
+    if size % (vec * 128):
+      raise refuse("shape", tuple(shape), "a multiple of 128 elements for STRIDED",
+                   "pad the array")
+    return fa.WGStridedFragLayout(shape=tuple(shape), vec_size=vec)
+  return getattr(fa, what)
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreConfig:
+  """One store kernel: the demo's default is a 64x128 bf16 WGMMA tile into a peer."""
+
+  dtype: str = "bfloat16"
+  shape: tuple[int, ...] = (64, 128)
+  layout: str = "WGMMA"
+  swizzle: int | None = 128
+  target: str = "peer"          # "peer" | "local"
+  cluster: int = 2              # CTAs along x
+  atomic: str | None = None
+  transposed: bool = False      # store through a transposed (column-major) view
+  optimized: bool = True
+  impl: str = "mas"             # "mas" (this project) | "upstream"
+
+  def __post_init__(self):
+    as_dtype(self.dtype)
+    check_shape(self.shape)
+    check_swizzle(self.swizzle)
+    if self.target not in ("peer", "local"):
+      raise refuse("target", self.target, "peer or local", "pass --target peer|local")
+    if self.impl not in ("mas", "upstream"):
+      raise refuse("impl", self.impl, "mas or upstream", "pass --impl mas|upstream")
+    if not (isinstance(self.cluster, int) and 1 <= self.cluster <= 16):
+      raise refuse("cluster", self.cluster, "1..16 CTAs", "pass --cluster 2")
+    if self.target == "peer" and self.cluster < 2:
+      raise refuse("cluster", self.cluster, ">= 2 for a peer target",
+                   "pass --cluster 2 or --target local")
+    if self.transposed and len(self.shape) != 2:
+      raise refuse("transposed", True, "2-D arrays only", "drop --transposed")
+
+  @property
+  def ref_alloc_shape(self) -> tuple[int, ...]:
+    """Logical shape of the SMEM allocation (transposed views swap the dims)."""
+    return tuple(self.shape[::-1]) if self.transposed else tuple(self.shape)
+
+  def describe(self) -> str:
+    return (f"{self.dtype}{list(self.shape)} {self.layout} swizzle={self.swizzle} "
+            f"{self.target}{'' if self.target == 'local' else f' cluster={self.cluster}'}"
+            f"{' atomic=' + self.atomic if self.atomic else ''}"
+            f"{' transposed' if self.transposed else ''}"
+            f"{'' if self.optimized else ' unoptimized'} impl={self.impl}")
