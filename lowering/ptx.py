@@ -80,13 +80,17 @@ def emit_red_plain(addr: ir.Value, imm: int, value: ir.Value, op: str, ptx_type:
                   has_side_effects=True)
 
 
-def emit_arrive_expect_tx(barrier: ir.Value, tx: ir.Value) -> None:
-  """``mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64 _, [$0], $1;``
+def emit_arrive_expect_tx(barrier: ir.Value, tx: ir.Value, *, release_cluster: bool) -> None:
+  """``mbarrier.arrive.expect_tx{.release.cluster}.shared::cluster.b64 _, [$0], $1;``
 
-  One arrival that also announces ``tx`` bytes; ``.release`` orders this
-  thread's earlier plain stores and reductions before the arrival.
+  One arrival that also announces ``tx`` bytes.  ``release_cluster`` orders
+  this thread's earlier plain stores and reductions (which no tx count tracks)
+  before the arrival, at cluster scope; plans made only of st.async/red.async
+  omit it, since each of those completes with its own release (and the
+  cluster-scope fence costs a MEMBAR).
   """
-  asm = "mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64 _, [$0], $1;"
+  sem = ".release.cluster" if release_cluster else ""
+  asm = f"mbarrier.arrive.expect_tx{sem}.shared::cluster.b64 _, [$0], $1;"
   llvm.inline_asm(_void(), [barrier, tx], asm, "r,r", has_side_effects=True)
 
 

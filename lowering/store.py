@@ -176,7 +176,7 @@ def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
   Emits ``mapa.shared::cluster.u32`` (peer only), ``st.async ... v4.b32 / v2.b32
   / b32`` or ``red.async``, plain ``st/red .shared::cluster`` for pieces no async
   form can carry, ``shfl.sync.bfly`` for sub-word packing, and
-  ``mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64``.
+  ``mbarrier.arrive.expect_tx{.release.cluster}.shared::cluster.b64``.
   """
   _check_context()
   ref_ty = _check_ref(ref, value)
@@ -226,5 +226,5 @@ def emit_plan(plan, registers, ref, barrier, cluster_dim, cluster_idx, cluster, 
     tx = arith.constant(i32, nbytes)
     if writer is not None:
       tx = arith.select(writer, tx, arith.constant(i32, 0))
-    ptx.emit_arrive_expect_tx(bar, tx)
+    ptx.emit_arrive_expect_tx(bar, tx, release_cluster=plan.needs_release_arrive)
   return plan.total_bytes
