@@ -20,13 +20,13 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import arith, gpu, llvm, nvvm, scf, vector
 
 from mosaic_async_store import compat
-from mosaic_async_store.config import StoreConfig, resolve_layout
+from mosaic_async_store.config import StoreConfig, resolve_layout, transpose_permutation
 from mosaic_async_store.dtypes import as_dtype
 from mosaic_async_store.geometry import register_map
 from mosaic_async_store.lowering.store import async_store
 from mosaic_async_store.validate import default_ref_shape
 
-__all__ = ["KernelIO", "kernel_io", "build_store_module"]
+__all__ = ["KernelIO", "KernelParts", "kernel_io", "kernel_parts", "build_store_module"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +41,7 @@ class KernelIO:
 
   @property
   def src_bytes(self) -> int:
+    """Register bytes of one CTA's warpgroup (each CTA reads its own slice)."""
     return 128 * self.num_registers * self.register_bytes
 
 
@@ -84,7 +85,7 @@ def _copy_words(src_ptr, dst_ptr, nbytes: int, src_off, dst_off):
     scf.yield_([])
 
 
-def _load_value(cfg, src_ptr, layout, io: KernelIO):
+def _load_value(cfg, src_ptr, layout, io: KernelIO, cta_offset):
   """The FragmentedArray whose registers are read from ``src`` in register order."""
   fa, utils = compat.fragmented_array(), compat.mosaic_utils()
   dt = as_dtype(cfg.dtype)
@@ -95,7 +96,7 @@ def _load_value(cfg, src_ptr, layout, io: KernelIO):
   tid = arith.andi(_tid(), _i32(127))
   bytes_ty = ir.VectorType.get((io.register_bytes,), i8)
   if isinstance(layout, fa.WGSplatFragLayout):
-    raw = llvm.load(bytes_ty, src_ptr)
+    raw = llvm.load(bytes_ty, utils.getelementptr(src_ptr, [cta_offset], i8))
     scalar_ty = ir.VectorType.get((1,), el) if dt.bits >= 8 else None
     if scalar_ty is None:
       raise NotImplementedError("sub-byte splat kernels")
@@ -106,8 +107,8 @@ def _load_value(cfg, src_ptr, layout, io: KernelIO):
   shape = layout.registers_shape(cfg.shape)
   regs = np.empty(shape, dtype=object)
   for r, idx in enumerate(np.ndindex(*shape)):
-    off = arith.muli(arith.addi(arith.muli(tid, _i32(io.num_registers)), _i32(r)),
-                     _i32(io.register_bytes))
+    off = arith.addi(cta_offset, arith.muli(
+        arith.addi(arith.muli(tid, _i32(io.num_registers)), _i32(r)), _i32(io.register_bytes)))
     raw = llvm.load(bytes_ty, utils.getelementptr(src_ptr, [off], i8))
     regs[idx] = vector.bitcast(reg_ty, raw)
   return fa.FragmentedArray(_registers=regs, _layout=layout, _is_signed=signed)
@@ -124,6 +125,20 @@ def _upstream_store(value, view, bar, peer_idx, cfg):
                           optimized=cfg.optimized, atomic=cfg.atomic)
 
 
+@dataclasses.dataclass(frozen=True)
+class KernelParts:
+  """Arguments of upstream's kernel builders (``_kernel_to_module`` / ``as_gpu_kernel``)."""
+
+  body: object
+  grid: tuple[int, int, int]
+  block: tuple[int, int, int]
+  in_shape: tuple
+  out_shape: object
+  scratch: tuple
+  cluster: tuple[int, int, int]
+  io: KernelIO
+
+
 def build_store_module(cfg: StoreConfig, *, bare: bool = False):
   """Builds the Mosaic GPU module of ``cfg``'s store kernel (needs no GPU).
 
@@ -132,11 +147,26 @@ def build_store_module(cfg: StoreConfig, *, bare: bool = False):
   measure the store's code size).  Returns (module, KernelIO).  Must be called
   inside an MLIR context from ``compat.make_ir_context()`` with a location.
   """
+  parts = kernel_parts(cfg, bare=bare)
+  module, *_ = compat.kernel_to_module(
+      parts.body, parts.grid, parts.block, parts.in_shape, parts.out_shape,
+      parts.scratch, cluster=parts.cluster)
+  return module, parts.io
+
+
+def kernel_parts(cfg: StoreConfig, *, bare: bool = False) -> KernelParts:
+  """The body, launch shape and buffers of ``cfg``'s store kernel.
+
+  Inputs: ``src`` (each CTA's registers in register order, CTA-major) and
+  ``init`` (each CTA's initial SMEM bytes); output: each CTA's SMEM bytes
+  after the store has landed.  CTA ``c`` stores into CTA ``(c + 1) % cluster``
+  (or into itself for a local target).
+  """
   mgpu, utils = compat.mosaic_gpu(), compat.mosaic_utils()
   dt = as_dtype(cfg.dtype)
   layout = resolve_layout(cfg.layout, cfg.shape, cfg.dtype)
   io = kernel_io(cfg)
-  src = jax.ShapeDtypeStruct((io.src_bytes,), jnp.uint8)
+  src = jax.ShapeDtypeStruct((cfg.cluster * io.src_bytes,), jnp.uint8)
   init = jax.ShapeDtypeStruct((cfg.cluster * io.smem_bytes,), jnp.uint8)
   out = jax.ShapeDtypeStruct((cfg.cluster * io.smem_bytes,), jnp.uint8)
   smem = jax.ShapeDtypeStruct(io.smem_shape, dt.numpy)
@@ -155,14 +185,9 @@ def build_store_module(cfg: StoreConfig, *, bare: bool = False):
       nvvm.cluster_wait(aligned=True)
     view = smem_ref
     if cfg.transposed:
-      rank = len(io.smem_shape)
-      perm = list(range(rank))
-      half = rank // 2 if cfg.swizzle else rank
-      if cfg.swizzle:
-        perm[half - 2], perm[half - 1] = perm[half - 1], perm[half - 2]
-      perm[-2], perm[-1] = perm[-1], perm[-2]
-      view = utils.memref_transpose(smem_ref, perm)
-    value = _load_value(cfg, utils.memref_ptr(src_ref), layout, io)
+      view = utils.memref_transpose(smem_ref, transpose_permutation(len(io.smem_shape), cfg.swizzle))
+    value = _load_value(cfg, utils.memref_ptr(src_ref), layout, io,
+                        arith.muli(cta, _i32(io.src_bytes)))
     index = ir.IndexType.get()
     peer = arith.remui(arith.addi(gpu.cluster_block_id(gpu.Dimension.x),
                                   arith.constant(index, 1)),
@@ -179,7 +204,5 @@ def build_store_module(cfg: StoreConfig, *, bare: bool = False):
     bar[0].wait()
     _copy_words(smem_ptr, utils.memref_ptr(out_ref), io.smem_bytes, _i32(0), base)
 
-  module, *_ = compat.kernel_to_module(
-      body, (cfg.cluster, 1, 1), (128, 1, 1), (src, init), out, scratch,
-      cluster=(cfg.cluster, 1, 1))
-  return module, io
+  return KernelParts(body, (cfg.cluster, 1, 1), (128, 1, 1), (src, init), out, scratch,
+                     (cfg.cluster, 1, 1), io)

@@ -14,7 +14,7 @@ from mosaic_async_store.dtypes import as_dtype
 from mosaic_async_store.errors import refuse
 from mosaic_async_store.validate import check_shape, check_swizzle
 
-__all__ = ["StoreConfig", "LAYOUT_NAMES", "resolve_layout"]
+__all__ = ["StoreConfig", "LAYOUT_NAMES", "resolve_layout", "transpose_permutation"]
 
 # CLI name -> upstream attribute (or a factory for parametrised layouts).
 _LAYOUTS = {
@@ -55,6 +55,19 @@ def resolve_layout(name: str, shape: tuple[int, ...], dtype):
                    "pad the array")
     return fa.WGStridedFragLayout(shape=tuple(shape), vec_size=vec)
   return getattr(fa, what)
+
+
+def transpose_permutation(rank: int, swizzle) -> list[int]:
+  """Dim permutation of the transposed (column-major) view of a 2-D ref.
+
+  A tiled ref (outer_m, outer_n, tile_m, tile_n) swaps both pairs; a plain
+  ref (m, n) swaps its two dims.
+  """
+  perm = list(range(rank))
+  if swizzle and rank == 4:
+    perm[0], perm[1] = perm[1], perm[0]
+  perm[-2], perm[-1] = perm[-1], perm[-2]
+  return perm
 
 
 @dataclasses.dataclass(frozen=True)

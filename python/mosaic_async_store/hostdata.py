@@ -1,0 +1,137 @@
+"""Host-side data for runtime checks: random inputs, packing, and the expected SMEM.
+
+Pure NumPy.  Element values are handled as integer *codes* (the element's bit
+pattern, ``bits`` wide), so every dtype down to 4 bits is compared bit-exactly;
+the expected destination is built from the ref geometry, independently of the
+planner's instruction choice.  Bytes outside the array keep their initial
+(poisoned) value, so a stray write shows.
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes  # noqa: F401  (registers bfloat16 & co. with NumPy)
+import numpy as np
+
+from mosaic_async_store.config import StoreConfig, resolve_layout, transpose_permutation
+from mosaic_async_store.dtypes import as_dtype
+from mosaic_async_store.geometry import RefGeometry, register_map
+from mosaic_async_store.validate import default_ref_shape
+
+__all__ = ["view_geometry", "random_codes", "pack_registers", "expected_smem",
+           "codes_to_values", "values_to_codes", "ATOMIC_REFERENCE"]
+
+
+def view_geometry(cfg: StoreConfig) -> RefGeometry:
+  """The destination ref exactly as the test kernel passes it to the store."""
+  dt = as_dtype(cfg.dtype)
+  alloc, rank = default_ref_shape(cfg.ref_alloc_shape, dt, cfg.swizzle)
+  strides = [math.prod(alloc[i + 1:]) for i in range(len(alloc))]
+  if cfg.transposed:
+    perm = transpose_permutation(len(alloc), cfg.swizzle)
+    alloc, strides = [alloc[p] for p in perm], [strides[p] for p in perm]
+  return RefGeometry(tuple(cfg.shape), tuple(alloc), tuple(strides), rank, cfg.swizzle,
+                     dt.bits)
+
+
+def _bits_of(codes: np.ndarray, bits: int) -> np.ndarray:
+  """[..., n] codes -> [..., n * bits] little-endian bits."""
+  shifts = np.arange(bits, dtype=np.uint64)
+  return ((codes[..., None].astype(np.uint64) >> shifts) & 1).astype(np.uint8).reshape(
+      *codes.shape[:-1], codes.shape[-1] * bits)
+
+
+def codes_to_values(codes: np.ndarray, dtype) -> np.ndarray:
+  """Bit patterns -> values of ``dtype`` (bytes-wide dtypes only)."""
+  dt = as_dtype(dtype)
+  width = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}[dt.bits]
+  return codes.astype(width).view(dt.numpy)
+
+
+def values_to_codes(values: np.ndarray, dtype) -> np.ndarray:
+  dt = as_dtype(dtype)
+  width = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}[dt.bits]
+  return np.asarray(values, dtype=dt.numpy).view(width).astype(np.uint64)
+
+
+def random_codes(cfg: StoreConfig, rng: np.random.Generator) -> np.ndarray:
+  """Per-element bit patterns; never all zero, exact under the chosen atomic."""
+  dt = as_dtype(cfg.dtype)
+  size = math.prod(cfg.shape)
+  if cfg.atomic is None:
+    return rng.integers(1, 1 << dt.bits, size=size, dtype=np.uint64)
+  if dt.is_float:  # small multiples of 1/4: sums are exact in every float type
+    vals = rng.integers(-64, 65, size=size) / 4
+  elif cfg.atomic in ("inc", "dec"):
+    vals = rng.integers(1, 200, size=size)
+  else:
+    low = -1000 if dt.is_signed_int else 1
+    vals = rng.integers(low, 1000, size=size)
+  return values_to_codes(vals.astype(dt.numpy), dt)
+
+
+def pack_registers(cfg: StoreConfig, codes_per_cta: list[np.ndarray]) -> np.ndarray:
+  """The kernel's ``src`` buffer: each CTA's registers in register order."""
+  dt = as_dtype(cfg.dtype)
+  layout = resolve_layout(cfg.layout, cfg.shape, cfg.dtype)
+  regs = register_map(layout, cfg.shape)
+  out = []
+  for codes in codes_per_cta:
+    if regs.splat:  # the kernel reads one scalar from the first bytes
+      reg_bytes = max(1, regs.vector_length * dt.bits // 8)
+      first = np.packbits(_bits_of(codes[:1], dt.bits), bitorder="little")
+      buf = np.zeros(128 * reg_bytes, np.uint8)
+      buf[:first.size] = first
+      out.append(buf)
+      continue
+    bits = _bits_of(codes[regs.elements], dt.bits)   # [t, r, V*bits]
+    out.append(np.packbits(bits, axis=-1, bitorder="little").reshape(-1))
+  return np.concatenate(out)
+
+
+def _element_bit_positions(geom: RefGeometry) -> np.ndarray:
+  """[element, bit] -> swizzled bit index in the ref."""
+  lin_bits = geom.element_bit_address(np.arange(math.prod(geom.shape)))
+  byte = geom.byte_address(lin_bits // 8)
+  first = byte * 8 + lin_bits % 8
+  return first[:, None] + np.arange(geom.bits)[None, :]
+
+
+def _reduce(op: str, old: np.ndarray, new: np.ndarray, dtype) -> np.ndarray:
+  dt = as_dtype(dtype)
+  a, b = codes_to_values(old, dt), codes_to_values(new, dt)
+  if op in ("inc", "dec"):
+    a, b = a.astype(np.uint32), b.astype(np.uint32)
+    res = np.where(a >= b, 0, a + 1) if op == "inc" else np.where((a == 0) | (a > b), b, a - 1)
+  else:
+    res = ATOMIC_REFERENCE[op](a, b)
+  return values_to_codes(np.asarray(res).astype(dt.numpy), dt)
+
+
+ATOMIC_REFERENCE = {
+    "add": lambda a, b: a + b, "min": np.minimum, "max": np.maximum,
+    "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
+}
+
+
+def expected_smem(cfg: StoreConfig, codes_per_cta: list[np.ndarray],
+                  init: np.ndarray) -> np.ndarray:
+  """Every CTA's SMEM bytes after the store (``init`` is CTA-major bytes)."""
+  geom = view_geometry(cfg)
+  pos = _element_bit_positions(geom)
+  n = cfg.cluster
+  per_cta = init.reshape(n, -1)
+  out = []
+  for c in range(n):
+    sender = c if cfg.target == "local" else (c - 1) % n
+    codes = codes_per_cta[sender]
+    if cfg.layout.upper() == "SPLAT":
+      codes = np.full_like(codes, codes[0])
+    bits = np.unpackbits(per_cta[c], bitorder="little")
+    if cfg.atomic is not None:
+      old = (bits[pos].astype(np.uint64) << np.arange(geom.bits, dtype=np.uint64)).sum(-1)
+      codes = _reduce(cfg.atomic, old, codes, cfg.dtype)
+    bits[pos] = _bits_of(codes[:, None], geom.bits).reshape(pos.shape)
+    out.append(np.packbits(bits, bitorder="little"))
+  return np.concatenate(out)
