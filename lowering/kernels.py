@@ -6,7 +6,8 @@ built without upstream's loaders and their limits; the host packs and unpacks
 with the planner's NumPy maps (``mosaic_async_store.hostdata``).  Then:
 
   init own SMEM from ``init`` -> cluster sync -> store into the target CTA ->
-  wait on the own barrier -> copy own SMEM bytes to ``out``.
+  bounded wait on the own barrier (flag per thread) -> copy own SMEM bytes to
+  ``out``.
 """
 
 from __future__ import annotations
@@ -23,10 +24,18 @@ from mosaic_async_store import compat
 from mosaic_async_store.config import StoreConfig, resolve_layout, transpose_permutation
 from mosaic_async_store.dtypes import as_dtype
 from mosaic_async_store.geometry import register_map
+from mosaic_async_store.lowering import ptx
 from mosaic_async_store.lowering.store import async_store
+from mosaic_async_store.lowering.target import smem_address
 from mosaic_async_store.validate import default_ref_shape
 
-__all__ = ["KernelIO", "KernelParts", "kernel_io", "kernel_parts", "build_store_module"]
+__all__ = ["KernelIO", "KernelParts", "kernel_io", "kernel_parts", "build_store_module",
+           "WAIT_POLLS"]
+
+# try_wait polls before a kernel gives up on its barrier (each poll may
+# suspend the thread for a hardware-chosen time; this bounds the run to well
+# under a second on an H100/H200).
+WAIT_POLLS = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,8 +124,10 @@ def _load_value(cfg, src_ptr, layout, io: KernelIO, cta_offset):
 
 
 def _mlir_type(dt) -> ir.Type:
-  from jax._src.interpreters import mlir as jax_mlir  # dtype -> MLIR type, jax 0.10/0.11
-  return jax_mlir.dtype_to_ir_type(np.dtype(dt.numpy))
+  """Mosaic's element type: integers are signless (signedness rides on the array)."""
+  if not dt.is_float:
+    return ir.IntegerType.get_signless(dt.bits)
+  return compat.dtype_to_ir_type(np.dtype(dt.numpy))
 
 
 def _upstream_store(value, view, bar, peer_idx, cfg):
@@ -147,10 +158,11 @@ def build_store_module(cfg: StoreConfig, *, bare: bool = False):
   measure the store's code size).  Returns (module, KernelIO).  Must be called
   inside an MLIR context from ``compat.make_ir_context()`` with a location.
   """
-  parts = kernel_parts(cfg, bare=bare)
-  module, *_ = compat.kernel_to_module(
-      parts.body, parts.grid, parts.block, parts.in_shape, parts.out_shape,
-      parts.scratch, cluster=parts.cluster)
+  with compat.enable_x64():
+    parts = kernel_parts(cfg, bare=bare)
+    module, *_ = compat.kernel_to_module(
+        parts.body, parts.grid, parts.block, parts.in_shape, parts.out_shape,
+        parts.scratch, cluster=parts.cluster)
   return module, parts.io
 
 
@@ -168,12 +180,13 @@ def kernel_parts(cfg: StoreConfig, *, bare: bool = False) -> KernelParts:
   io = kernel_io(cfg)
   src = jax.ShapeDtypeStruct((cfg.cluster * io.src_bytes,), jnp.uint8)
   init = jax.ShapeDtypeStruct((cfg.cluster * io.smem_bytes,), jnp.uint8)
-  out = jax.ShapeDtypeStruct((cfg.cluster * io.smem_bytes,), jnp.uint8)
+  out = (jax.ShapeDtypeStruct((cfg.cluster * io.smem_bytes,), jnp.uint8),
+         jax.ShapeDtypeStruct((cfg.cluster * 128,), jnp.int32))  # SMEM bytes, wait flags
   smem = jax.ShapeDtypeStruct(io.smem_shape, dt.numpy)
   # Each CTA receives one warpgroup's stores: 128 arrivals (one per thread).
   scratch = (smem, mgpu.Barrier(arrival_count=128, num_barriers=1))
 
-  def body(ctx, src_ref, init_ref, out_ref, scratch_refs):
+  def body(ctx, src_ref, init_ref, out_ref, flags_ref, scratch_refs):
     del ctx
     smem_ref, bar = scratch_refs
     cta = arith.index_cast(ir.IntegerType.get_signless(32), gpu.cluster_block_id(gpu.Dimension.x))
@@ -201,7 +214,13 @@ def kernel_parts(cfg: StoreConfig, *, bare: bool = False) -> KernelParts:
                   atomic=cfg.atomic, **kwargs)
     if bare:
       return
-    bar[0].wait()
+    # A bounded wait: a tx count that never reaches zero sets flag 0 instead
+    # of hanging the GPU (the host reports it as a lost byte count).
+    done = ptx.emit_bounded_wait(smem_address(bar[0].get_ptr()), 0, WAIT_POLLS)
+    flag_off = arith.muli(arith.addi(arith.muli(cta, _i32(128)), arith.andi(_tid(), _i32(127))),
+                          _i32(4))
+    llvm.store(done, utils.getelementptr(utils.memref_ptr(flags_ref), [flag_off],
+                                         ir.IntegerType.get_signless(8)))
     _copy_words(smem_ptr, utils.memref_ptr(out_ref), io.smem_bytes, _i32(0), base)
 
   return KernelParts(body, (cfg.cluster, 1, 1), (128, 1, 1), (src, init), out, scratch,

@@ -13,6 +13,7 @@ from jaxlib.mlir.dialects import llvm
 __all__ = [
     "emit_mapa", "emit_st_async", "emit_red_async", "emit_st_plain",
     "emit_red_plain", "emit_arrive_expect_tx", "emit_shfl_bfly", "emit_lane_id",
+    "emit_bounded_wait",
 ]
 
 
@@ -104,3 +105,29 @@ def emit_shfl_bfly(value: ir.Value, lane_mask: int) -> ir.Value:
 def emit_lane_id() -> ir.Value:
   """``mov.u32 $0, %laneid;``"""
   return llvm.inline_asm(_i32(), [], "mov.u32 $0, %laneid;", "=r", has_side_effects=False)
+
+
+def emit_bounded_wait(barrier: ir.Value, parity: int, max_polls: int) -> ir.Value:
+  """Polls ``mbarrier.try_wait.parity.shared::cta.b64`` at most ``max_polls`` times.
+
+  Returns i32 1 if the phase completed, 0 if it gave up: a barrier whose
+  transaction count never reaches zero then ends the kernel with a flag
+  instead of hanging it.  ``${:uid}`` keeps the labels unique per use.
+  """
+  asm = (
+      "{\n"
+      ".reg .pred %p<2>;\n"
+      ".reg .b32 %n;\n"
+      "mov.b32 %n, 0;\n"
+      "mov.b32 $0, 1;\n"
+      "WAIT${:uid}:\n"
+      f"mbarrier.try_wait.parity.shared::cta.b64 %p0, [$1], {parity};\n"
+      "@%p0 bra DONE${:uid};\n"
+      "add.u32 %n, %n, 1;\n"
+      f"setp.lt.u32 %p1, %n, {max_polls};\n"
+      "@%p1 bra WAIT${:uid};\n"
+      "mov.b32 $0, 0;\n"
+      "DONE${:uid}:\n"
+      "}"
+  )
+  return llvm.inline_asm(_i32(), [barrier], asm, "=r,r", has_side_effects=True)

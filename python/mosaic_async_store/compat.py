@@ -74,3 +74,19 @@ def kernel_to_module(body, grid, block, in_shape, out_shape,
   """
   return mosaic_gpu_core()._kernel_to_module(
       body, grid, block, in_shape, out_shape, smem_scratch_shape, **kwargs)
+
+
+def enable_x64():
+  """Context manager enabling 64-bit dtypes while a kernel is built.
+
+  Without it jax silently truncates float64/int64 buffers to 32 bits.
+  ``jax.enable_x64`` is the public spelling in jax 0.10 and 0.11.
+  """
+  import jax
+  return jax.enable_x64(True)
+
+
+def dtype_to_ir_type(dtype):
+  """jax's NumPy dtype -> MLIR element type (private ``jax._src``; jax 0.10 and 0.11)."""
+  from jax._src.interpreters import mlir as jax_mlir
+  return jax_mlir.dtype_to_ir_type(dtype)

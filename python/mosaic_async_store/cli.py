@@ -1,0 +1,366 @@
+"""The ``mosaic-async-store`` command line: ``demo`` and ``compile``.
+
+    $ mosaic-async-store demo
+    $ mosaic-async-store compile --dtype f32 --layout WGMMA --swizzle 64 --emit stats
+
+Exit status: 0 on success; 1 when ``demo``'s GPU run receives wrong data; 2 on
+misuse or on a configuration the hardware (or the chosen implementation)
+cannot do, always with exactly one line on stderr; 3 when a tool of the
+deviceless toolchain is missing.  Anything else is a bug and raises with its
+traceback.
+
+Heavy imports (jax, jaxlib.mlir, lowering/) happen inside the commands so that
+``--help`` and argument errors are instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import json
+import os
+import re
+import sys
+from typing import Sequence
+
+import mosaic_async_store
+from mosaic_async_store.config import LAYOUT_NAMES, StoreConfig
+from mosaic_async_store.dtypes import SUPPORTED_DTYPE_NAMES, as_dtype
+from mosaic_async_store.errors import AsyncStoreError
+from mosaic_async_store.ptx_forms import ATOMIC_OPS
+from mosaic_async_store.validate import SWIZZLES
+
+__all__ = ["main", "build_parser"]
+
+PROG = "mosaic-async-store"
+EMIT_KINDS = ("mlir", "ptx", "sass", "stats", "plan")
+EXIT_MISUSE, EXIT_TOOLCHAIN = 2, 3
+_GPU_RUN = "mosaic_async_store.lowering.gpu_run"  # the GPU half; may be absent
+_DEFAULT = StoreConfig()
+
+# SASS stores/reductions into shared memory (mirrors ptx_stats' store span).
+_SASS_STORE = re.compile(r"^(?:STAS|REDAS|STS|ATOMS)|^(?:ST|RED)(?:\.|$)")
+
+
+class _Refusal(Exception):
+  """A one-line message and an exit status, raised anywhere below main()."""
+
+  def __init__(self, message: str, status: int = EXIT_MISUSE):
+    super().__init__(message)
+    self.status = status
+
+
+def _one_line(text: str) -> str:
+  return " ".join(str(text).split())
+
+
+class _Parser(argparse.ArgumentParser):
+  """argparse with one-line errors: usage text would hide the message."""
+
+  def error(self, message):  # noqa: D102  (argparse's hook)
+    raise _Refusal(message)
+
+
+# --- argument types: each turns a bad value into one readable line -----------
+
+
+def _shape(text: str) -> tuple[int, ...]:
+  parts = re.split(r"[x,]", text.strip().lower())
+  if not all(p.strip().isdigit() for p in parts):
+    raise argparse.ArgumentTypeError(
+        f"malformed shape {text!r}: expected positive ints joined by 'x' or ','"
+        " (e.g. 64x128)")
+  return tuple(int(p) for p in parts)
+
+
+def _swizzle(text: str) -> int | None:
+  if text.lower() == "none":
+    return None
+  if text.isdigit() and int(text) in SWIZZLES:
+    return int(text)
+  allowed = ", ".join(str(s) for s in SWIZZLES)
+  raise argparse.ArgumentTypeError(
+      f"invalid swizzle {text!r}: choose from {allowed}, none (bytes)")
+
+
+def _dtype(text: str) -> str:
+  try:
+    as_dtype(text)
+  except (AsyncStoreError, TypeError) as e:
+    raise argparse.ArgumentTypeError(str(e)) from None
+  return text
+
+
+def _layout(text: str) -> str:
+  return text.upper()
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+  d = _DEFAULT
+  shape = "x".join(map(str, d.shape))
+  p.add_argument("--dtype", type=_dtype, default=d.dtype,
+                 help=f"element type: {', '.join(SUPPORTED_DTYPE_NAMES)} or a short "
+                 f"name (f32, bf16, i8, ...); default {d.dtype}")
+  p.add_argument("--shape", type=_shape, default=d.shape,
+                 help=f"array shape as 64x128 or 64,128 (default {shape})")
+  p.add_argument("--layout", type=_layout, choices=LAYOUT_NAMES, default=d.layout,
+                 metavar="LAYOUT", help=f"register layout, case-insensitive: "
+                 f"{', '.join(LAYOUT_NAMES)} (default {d.layout})")
+  p.add_argument("--swizzle", type=_swizzle, default=d.swizzle,
+                 help=f"SMEM swizzle in bytes: 16, 32, 64, 128 or none (default {d.swizzle})")
+  p.add_argument("--target", choices=("peer", "local"), default=d.target,
+                 help="store into a peer CTA of the cluster or into the own CTA "
+                 f"(default {d.target})")
+  p.add_argument("--cluster", type=int, default=d.cluster,
+                 help=f"CTAs in the cluster along x, 1..16 (default {d.cluster})")
+  p.add_argument("--atomic", choices=ATOMIC_OPS, default=d.atomic,
+                 help="reduce into the destination with this op (red.async) "
+                 "instead of storing")
+  p.add_argument("--transposed", action="store_true",
+                 help="store through a transposed (column-major) view of the ref")
+  p.add_argument("--unoptimized", action="store_true",
+                 help="allow a plan with shared-memory bank conflicts (optimized=False)")
+  p.add_argument("--impl", choices=("mas", "upstream"), default=d.impl,
+                 help="this project's store (mas) or upstream's store_tiled_async")
+  p.add_argument("--full", action="store_true",
+                 help="compile the whole test kernel (init, store, wait, copy-out); "
+                 "default: only register loads + the store, for code-size stats")
+
+
+def build_parser() -> argparse.ArgumentParser:
+  """The parser of ``mosaic-async-store`` and its subcommands."""
+  parser = _Parser(prog=PROG, description=(
+      "Plan, emit and check asynchronous register -> (cluster) shared-memory "
+      "stores for JAX Mosaic GPU, without a GPU (mlir-opt, ptxas, cuobjdump)."))
+  parser.add_argument("--version", action="version",
+                      version=f"{PROG} {mosaic_async_store.__version__}")
+  sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+  sub.add_parser("demo", help="the main job on the embedded default configuration",
+                 description=(
+                     "Plans, verifies, compiles (PTX, SASS) and, where a GPU is "
+                     "present, runs a 64x128 bf16 WGMMA tile stored with a "
+                     "128-byte swizzle into the peer CTA of a 2-CTA cluster."))
+  comp = sub.add_parser("compile", help="compile any configuration to mlir|ptx|sass|stats|plan",
+                        description="Builds one store kernel and prints what is asked.")
+  _add_config_args(comp)
+  comp.add_argument("--emit", choices=EMIT_KINDS, default="ptx",
+                    help="mlir (Mosaic GPU IR as built), ptx, sass, stats (table) "
+                    "or plan (store plan + verification; no compiler) (default ptx)")
+  comp.add_argument("--json", action="store_true", help="with --emit stats: JSON")
+  comp.add_argument("--output", "-o", metavar="FILE", help="write here instead of stdout")
+  return parser
+
+
+def _config(args: argparse.Namespace) -> StoreConfig:
+  try:
+    return StoreConfig(
+        dtype=args.dtype, shape=args.shape, layout=args.layout, swizzle=args.swizzle,
+        target=args.target, cluster=args.cluster, atomic=args.atomic,
+        transposed=args.transposed, optimized=not args.unoptimized, impl=args.impl)
+  except (AsyncStoreError, TypeError) as e:
+    raise _Refusal(str(e)) from None
+
+
+# --- the work: plan, build, compile -------------------------------------------
+
+
+def _plan(cfg: StoreConfig):
+  """This project's plan for ``cfg`` and its verification report."""
+  from mosaic_async_store.config import resolve_layout
+  from mosaic_async_store.hostdata import view_geometry
+  from mosaic_async_store.planner import plan_store
+  view = view_geometry(cfg)  # the ref exactly as the test kernel passes it
+  peer = cfg.target == "peer"
+  # As lowering/store.async_store decides: a cluster of one has no st.async.
+  plain = not peer and cfg.cluster == 1 and cfg.atomic is None
+  plan = plan_store(resolve_layout(cfg.layout, cfg.shape, cfg.dtype), cfg.shape,
+                    cfg.dtype, swizzle=cfg.swizzle, optimized=cfg.optimized,
+                    atomic=cfg.atomic, ref_shape=view.ref_shape, ref_strides=view.strides,
+                    peer=peer, plain_stores=plain)
+  return plan, plan.verify()
+
+
+def _build(cfg: StoreConfig, *, bare: bool, compile_it: bool):
+  """(module asm, Compiled or None) for ``cfg``'s kernel."""
+  from jaxlib.mlir import ir
+  from mosaic_async_store import compat, toolchain
+  from mosaic_async_store.lowering.kernels import build_store_module
+  upstream_refusals = (ValueError, NotImplementedError,
+                       compat.fragmented_array().TransferPlanDerivationError)
+  with compat.make_ir_context(), ir.Location.unknown():
+    try:
+      module, _ = build_store_module(cfg, bare=bare)
+    except upstream_refusals as e:
+      if cfg.impl != "upstream" or isinstance(e, AsyncStoreError):
+        raise
+      # Upstream's own refusals (e.g. "Unsupported register bitwidth") are
+      # the baseline's limits, not bugs of this tool.
+      raise _Refusal(f"upstream store_tiled_async refused {cfg.describe()}: "
+                     f"{_one_line(e)}") from None
+    asm = module.operation.get_asm(enable_debug_info=False)
+    return asm, toolchain.compile_module(module) if compile_it else None
+
+
+# --- presentation -------------------------------------------------------------
+
+
+def _plan_text(plan, report) -> str:
+  return (f"{plan.summary()}\nverified: every destination byte written exactly once; "
+          f"{report.total_bytes} bytes, {report.async_bytes} tx bytes, "
+          f"bank conflicts {report.bank_conflicts} (wavefronts {report.wavefronts})")
+
+
+def _sass_stores(stats) -> dict[str, int]:
+  return {op: n for op, n in stats.sass_opcodes.items() if _SASS_STORE.match(op)}
+
+
+def stats_dict(cfg: StoreConfig, stats, *, bare: bool) -> dict:
+  """Stats as plain JSON-able data, with the configuration they belong to."""
+  out = dataclasses.asdict(stats)
+  out["st_async_by_width"] = {str(k): v for k, v in stats.st_async_by_width.items()}
+  out["red_async"] = stats.red_async
+  out["sass_stores"] = _sass_stores(stats)
+  out["config"] = dict(dataclasses.asdict(cfg), shape=list(cfg.shape))
+  out["kernel"] = "store-only" if bare else "full"
+  return out
+
+
+def stats_table(stats) -> str:
+  """A readable table of a kernel's static costs."""
+  rows = [("registers", stats.registers),
+          ("spill stores (bytes)", stats.spill_stores),
+          ("spill loads (bytes)", stats.spill_loads),
+          ("static shared memory (bytes)", stats.shared_memory),
+          ("PTX instructions", stats.ptx_instructions),
+          ("SASS instructions", stats.sass_instructions),
+          ("SASS store span", stats.sass_store_span),
+          ("red.async", stats.red_async)]
+  rows += [(f"st.async {w} bytes", n) for w, n in stats.st_async_by_width.items()]
+  rows += [(f"PTX {op}", n) for op, n in stats.stores.items()]
+  rows += [(f"SASS {op}", n) for op, n in _sass_stores(stats).items()]
+  width = max(len(name) for name, _ in rows)
+  return "\n".join(f"{name:<{width}}  {value:>6}" for name, value in rows)
+
+
+def store_lines(ptx: str, stores: dict[str, int], examples: int = 6) -> str:
+  """The PTX's store/barrier/mapa/shfl opcodes with counts, then a few lines."""
+  out = [f"  {n:4d} x {op}" for op, n in stores.items()]
+  seen, shown = set(), []
+  for line in ptx.splitlines():
+    text = line.strip()
+    op = text.split(" ", 1)[0].split("\t", 1)[0]
+    if op in stores and op not in seen and len(shown) < examples:
+      seen.add(op)
+      shown.append(f"    {' '.join(text.split())}")
+  return "\n".join(out + ["  for example:"] + shown)
+
+
+# --- commands -----------------------------------------------------------------
+
+
+def _runtime_check(cfg: StoreConfig) -> tuple[bool, str]:
+  """Runs the kernel where jax sees an sm_90 GPU; (passed, what happened)."""
+  import jax
+  try:
+    gpus = jax.devices("gpu")
+  except RuntimeError:
+    return True, "no GPU here: runtime check skipped (see docs/gpu.md)"
+  kind = getattr(gpus[0], "device_kind", "GPU")
+  try:  # import_module, not `from ... import`: that hides the module's name
+    gpu_run = importlib.import_module(_GPU_RUN)
+  except ModuleNotFoundError as e:
+    if e.name != _GPU_RUN:  # gpu_run exists but one of its imports does not
+      raise
+    return True, (f"{kind} present, but {_GPU_RUN} is missing from this "
+                  "installation: runtime check skipped")
+  if not gpu_run.has_sm90_gpu():
+    return True, f"{kind} is not an sm_90 GPU: runtime check skipped (see docs/gpu.md)"
+  r = gpu_run.run_and_check(cfg)
+  verdict = "OK, received data matches" if r.ok else "FAILED"
+  detail = f"; {r.detail}" if r.detail else ""
+  return r.ok, (f"{kind}: {verdict} ({r.mismatched_bytes} mismatched bytes, "
+                f"{r.barrier_timeouts} barrier timeouts, {r.seconds:.2f} s){detail}")
+
+
+def _demo(out) -> int:
+  cfg = _DEFAULT
+  print(f"{PROG} {mosaic_async_store.__version__} demo", file=out)
+  print(f"configuration: {cfg.describe()}\n  a {'x'.join(map(str, cfg.shape))} "
+        f"{cfg.dtype} tile in the {cfg.layout} layout, {cfg.swizzle}-byte swizzle, "
+        f"stored into the peer CTA of a {cfg.cluster}-CTA cluster", file=out)
+  plan, report = _plan(cfg)
+  print(f"\n== store plan ==\n{_plan_text(plan, report)}", file=out)
+  _, compiled = _build(cfg, bare=True, compile_it=True)
+  stats = compiled.stats
+  print("\n== emitted store instructions (PTX; kernel = register loads + store) ==",
+        file=out)
+  print(store_lines(compiled.ptx, stats.stores), file=out)
+  print(f"\n== ptxas (sm_90a) ==\nregisters {stats.registers}, spill stores "
+        f"{stats.spill_stores} bytes, spill loads {stats.spill_loads} bytes, "
+        f"static shared memory {stats.shared_memory} bytes", file=out)
+  sass = ", ".join(f"{op} x{n}" for op, n in _sass_stores(stats).items()) or "none"
+  print(f"\n== SASS ==\nstores: {sass}\nstore span {stats.sass_store_span} of "
+        f"{stats.sass_instructions} instructions", file=out)
+  passed, what = _runtime_check(cfg)
+  print(f"\n== runtime check ==\n{what}", file=out)
+  return 0 if passed else 1  # wrong data on a GPU must not look like success
+
+
+def _compile_text(args: argparse.Namespace) -> str:
+  if args.json and args.emit != "stats":
+    raise _Refusal(f"--json goes with --emit stats, not --emit {args.emit}")
+  cfg = _config(args)
+  if args.emit == "plan":
+    return _plan_text(*_plan(cfg)) + "\n"
+  bare = not args.full
+  asm, compiled = _build(cfg, bare=bare, compile_it=args.emit != "mlir")
+  if args.emit == "mlir":
+    return asm
+  if args.emit == "stats":
+    if args.json:
+      return json.dumps(stats_dict(cfg, compiled.stats, bare=bare), indent=2) + "\n"
+    kernel = "store-only kernel" if bare else "full kernel"
+    return f"# {cfg.describe()} ({kernel})\n{stats_table(compiled.stats)}\n"
+  return {"ptx": compiled.ptx, "sass": compiled.sass}[args.emit]
+
+
+def _compile(args: argparse.Namespace, out) -> int:
+  text = _compile_text(args)
+  if args.output is None:
+    out.write(text)
+    return 0
+  try:
+    with open(args.output, "w") as f:
+      f.write(text)
+  except OSError as e:
+    raise _Refusal(f"cannot write --output {args.output}: {e.strerror}") from None
+  return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  """Runs the CLI; returns the exit status (the console script exits with it)."""
+  # XLA's C++ INFO lines (PjRt device counts) would break the one-line
+  # error contract on stderr; must be set before jax initialises a backend.
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  from mosaic_async_store import toolchain
+  try:
+    try:
+      args = build_parser().parse_args(argv)
+    except SystemExit as e:  # --help / --version: printed, status 0
+      return int(e.code or 0)
+    if args.command == "demo":
+      return _demo(sys.stdout)
+    return _compile(args, sys.stdout)
+  except _Refusal as e:
+    status, message = e.status, str(e)
+  except AsyncStoreError as e:  # the hardware (or the planner) cannot do it
+    status, message = EXIT_MISUSE, str(e)
+  except toolchain.ToolchainError as e:
+    status, message = EXIT_TOOLCHAIN, str(e)
+  print(f"{PROG}: error: {_one_line(message)}", file=sys.stderr)
+  return status
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,42 @@
+"""The runtime check matrix: each dtype family x layout family x swizzle x target x atomic.
+
+Kept small enough to run in about two minutes on an H200 (each configuration
+compiles one kernel); totals that are not multiples of 128 bytes and a cluster
+of 4 are included on purpose.
+"""
+
+from mosaic_async_store.config import StoreConfig
+
+S = StoreConfig
+
+RUNTIME_CONFIGS = [
+    S(),                                                       # the demo default
+    S(impl="upstream"),                                        # upstream, same kernel
+    S(dtype="float32"), S(dtype="float32", optimized=False),
+    S(dtype="float16", swizzle=64), S(dtype="bfloat16", swizzle=32),
+    S(dtype="bfloat16", swizzle=16, optimized=False),
+    S(dtype="float64", layout="STRIDED", swizzle=None, shape=(64, 64)),
+    S(dtype="int64", layout="STRIDED", swizzle=None, shape=(32, 64)),
+    S(dtype="int8"), S(dtype="uint8", swizzle=64), S(dtype="float8_e4m3fn", layout="WGMMA_8BIT"),
+    S(dtype="float8_e5m2", swizzle=32),
+    S(dtype="int4", shape=(64, 256)), S(dtype="uint4", shape=(64, 256), swizzle=64),
+    S(dtype="float4_e2m1fn", shape=(64, 256), swizzle=32),
+    S(dtype="int16", layout="WGMMA_TRANSPOSED", shape=(64, 64), swizzle=64),
+    S(transposed=True), S(dtype="float32", transposed=True, optimized=False),
+    S(dtype="float32", layout="TMEM_NATIVE_V4", shape=(128, 64)),
+    S(dtype="float32", layout="TCGEN05", shape=(128, 64)),
+    S(layout="WGMMA_ROW", shape=(64,), swizzle=None),          # replicated: 128 bytes
+    S(dtype="int8", layout="WGMMA_ROW", shape=(64,), swizzle=None),   # 64 bytes in all
+    S(dtype="float32", layout="WGMMA_COL", shape=(24,), swizzle=None),  # 96 bytes
+    S(layout="SPLAT", shape=(32, 64), swizzle=None),
+    S(layout="STRIDED", shape=(64, 64), swizzle=None),
+    S(target="local"), S(dtype="int8", target="local", swizzle=64),
+    S(cluster=4), S(dtype="float32", cluster=4, swizzle=64),
+    S(dtype="int32", atomic="add"), S(dtype="int32", atomic="min"),
+    S(dtype="int32", atomic="max", target="local"), S(dtype="uint32", atomic="max"),
+    S(dtype="int32", atomic="xor"), S(dtype="uint32", atomic="inc"),
+    S(dtype="uint32", atomic="dec"), S(dtype="int64", atomic="add", layout="STRIDED",
+                                        swizzle=None, shape=(32, 64)),
+    S(dtype="float32", atomic="add"), S(dtype="float16", atomic="add"),
+    S(dtype="bfloat16", atomic="add", swizzle=64),
+]

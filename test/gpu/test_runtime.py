@@ -1,0 +1,49 @@
+"""Runtime checks on Hopper: random data, poisoned SMEM, exact comparison with NumPy.
+
+All configurations run in one subprocess (kernels compile once each) that
+writes a JSON line per finished configuration; a barrier that never completes
+makes the kernel's bounded wait give up (flag), and a hang or crash is caught
+by the subprocess timeout, failing the configurations that have no line.
+"""
+
+import dataclasses
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from configs import RUNTIME_CONFIGS  # noqa: E402
+
+TIMEOUT_S = int(os.environ.get("MAS_GPU_TIMEOUT", "360"))
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+  tmp = tmp_path_factory.mktemp("gpu")
+  batch, out = tmp / "configs.json", tmp / "results.jsonl"
+  batch.write_text(json.dumps([dataclasses.asdict(c) for c in RUNTIME_CONFIGS]))
+  try:
+    subprocess.run([sys.executable, "-m", "mosaic_async_store.lowering.gpu_run",
+                    "--batch", str(batch), "--out", str(out)], timeout=TIMEOUT_S,
+                   check=False)
+  except subprocess.TimeoutExpired:
+    pass  # configurations without a result line fail below
+  lines = out.read_text().splitlines() if out.exists() else []
+  by_name = {json.loads(l)["config"]: json.loads(l) for l in lines}
+  if os.environ.get("MAS_GPU_RESULTS"):
+    pathlib.Path(os.environ["MAS_GPU_RESULTS"]).write_text("\n".join(lines) + "\n")
+  return by_name
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", RUNTIME_CONFIGS, ids=lambda c: c.describe())
+def test_store_lands_exactly(cfg, results):
+  res = results.get(cfg.describe())
+  assert res is not None, "no result: the batch hung or crashed at or before this config"
+  assert res["barrier_timeouts"] == 0, f"barrier never completed: {res}"
+  assert res["mismatched_bytes"] == 0, res["detail"]
+  assert res["ok"], res
