@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The one-call GPU check (issue 5): install without network, run the GPU tests
+# and the benchmark, write logs and JSON under $OUT, print a short table last.
+# Meant for the lent H200 (jax 0.11.x there, so it is also the jax 0.11 test):
+#   device run:  bash scripts/gpu_check.sh          (timeout_s ~420)
+# On a CPU machine it still runs: the GPU tests show as skipped.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+start=$(date +%s)
+
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
+} | tee "$OUT/env.txt"
+
+# Install without touching the network; fall back to a path shim if the
+# machine's setuptools cannot build an editable wheel offline.
+if ! $PY -m pip install --no-deps --no-build-isolation --no-index -e . >"$OUT/install.log" 2>&1; then
+  echo "pip install failed (see install.log); using PYTHONPATH + a lowering/ symlink"
+  ln -sfn ../../lowering python/mosaic_async_store/lowering
+  export PYTHONPATH="$PWD/python:${PYTHONPATH:-}"
+fi
+$PY -c "import jax, jaxlib, mosaic_async_store.lowering as l; print('jax', jax.__version__, 'jaxlib', jaxlib.__version__, jax.devices())" 2>&1 | tail -1 | tee -a "$OUT/env.txt"
+
+# 1. Runtime tests: every config in test/gpu/configs.py, bounded in time.
+MAS_GPU_RESULTS="$OUT/runtime.jsonl" MAS_GPU_TIMEOUT=${MAS_GPU_TIMEOUT:-240} \
+  timeout 300 $PY -m pytest -q -p no:cacheprovider test/gpu --junitxml="$OUT/gpu-tests.xml" \
+  2>&1 | tee "$OUT/gpu-tests.log" | tail -25
+
+# 2. Bandwidth benchmark (if present in this checkout).
+if [ -f bench/dsmem_bandwidth.py ]; then
+  timeout ${MAS_BENCH_TIMEOUT:-150} $PY bench/dsmem_bandwidth.py --out "$OUT/bench.json" \
+    2>&1 | tee "$OUT/bench.log" | tail -40
+fi
+
+echo "elapsed: $(( $(date +%s) - start )) s" | tee -a "$OUT/env.txt"
+$PY scripts/gpu_summary.py "$OUT"
