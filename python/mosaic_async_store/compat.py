@@ -90,3 +90,44 @@ def dtype_to_ir_type(dtype):
   """jax's NumPy dtype -> MLIR element type (private ``jax._src``; jax 0.10 and 0.11)."""
   from jax._src.interpreters import mlir as jax_mlir
   return jax_mlir.dtype_to_ir_type(dtype)
+
+
+@functools.cache
+def pallas_internals():
+  """The private Pallas MGPU and Mosaic modules the Pallas integration touches.
+
+  Returned as one namespace so that a rename between jax versions is fixed
+  here only.  (jax 0.10.2; see docs/jax-versions.md for 0.11.x notes.)
+  """
+  import types
+
+  from jax._src import core as jax_core
+  from jax._src import state
+  from jax._src import tree_util
+  from jax._src import util
+  from jax._src.pallas import core as pallas_core
+  from jax._src.pallas.mosaic_gpu import core as gpu_core
+  from jax._src.pallas.mosaic_gpu import lowering as gpu_lowering
+  from jax._src.pallas.mosaic_gpu import primitives as gpu_primitives
+  from jax._src.state import primitives as state_primitives
+  from jax._src.state import types as state_types
+  from jax.experimental.mosaic.gpu import dialect_lowering, inference_utils
+  from jax.experimental.mosaic.gpu import layout_inference, layouts
+  return types.SimpleNamespace(
+      jax_core=jax_core, state=state, tree_util=tree_util, util=util,
+      pallas_core=pallas_core, gpu_core=gpu_core, lowering=gpu_lowering,
+      primitives=gpu_primitives, state_primitives=state_primitives,
+      state_types=state_types, dialect_lowering=dialect_lowering,
+      inference_utils=inference_utils, layout_inference=layout_inference,
+      layouts=layouts)
+
+
+def lowering_rule_table(semantics):
+  """Pallas MGPU's rule table for (lowering semantics, Warpgroup primitives)."""
+  p = pallas_internals()
+  return p.lowering.mosaic_lowering_rules[(semantics, p.gpu_core.PrimitiveSemantics.Warpgroup)]
+
+
+def dialect_lowering_table() -> dict:
+  """Mosaic's dialect-op lowering rules, keyed by operation name."""
+  return pallas_internals().dialect_lowering._lowerings

@@ -121,5 +121,36 @@ def lower_warpgroup_dialect(module: Any, *, arch: tuple[int, int] = (9, 0)):
             " the module through Pallas or _kernel_to_module, which lower the"
             " dialect with the LaunchContext.") from e
     _run_passes(clone, "canonicalize,cse")
+    _bypass_barrier_casts(clone)
+    _run_passes(clone, "canonicalize,cse")
     clone.operation.verify()
   return clone
+
+
+def _bypass_barrier_casts(module: Any) -> None:
+  """Folds ``x -> memref<!mosaic_gpu.barrier> -> y`` cast chains into ``x -> y``.
+
+  Pallas passes barriers as ``memref<Nxi64>`` re-typed to the dialect's
+  barrier memref; Mosaic's C++ pipeline removes the middle type, mlir-opt
+  cannot parse it, and canonicalize only folds ``A -> B -> A`` round trips.
+  """
+  from jaxlib.mlir import ir
+  from jaxlib.mlir.dialects import builtin
+  chains = []
+
+  def visit(op):
+    op = op.operation
+    if op.name == "builtin.unrealized_conversion_cast" and len(op.operands) == 1:
+      src = op.operands[0].owner
+      src_op = getattr(src, "operation", None)
+      if (src_op is not None and src_op.name == "builtin.unrealized_conversion_cast"
+          and len(src_op.operands) == 1 and "!mosaic_gpu.barrier" in str(src_op.results[0].type)):
+        chains.append((src_op, op))
+    return ir.WalkResult.ADVANCE
+
+  module.operation.walk(visit)
+  for first, second in chains:
+    with ir.InsertionPoint(second), second.location:
+      direct = builtin.unrealized_conversion_cast([second.results[0].type], [first.operands[0]])
+    second.results[0].replace_all_uses_with(direct)
+    second.erase()

@@ -49,3 +49,58 @@ def print_stats(name: str, **cfg) -> None:
     stats = toolchain.compile_module(module).stats
   for opcode, n in sorted(stats.stores.items()):
     print(f"store {opcode} x{n}")
+
+
+def pallas_store_kernel(*, dtype="bfloat16", shape=(64, 128), swizzle=128, semantics="lane",
+                        atomic=None, api="mas", transposed=False, optimized=True):
+  """A 2-CTA Pallas MGPU kernel in which each CTA stores into the other's SMEM.
+
+  ``api`` picks ``mas_pallas.async_store_smem`` ("mas") or upstream's
+  ``plgpu.async_store_smem`` ("upstream").  Returns (kernel, input spec).
+  """
+  import jax
+  import jax.numpy as jnp
+  from jax.experimental.pallas import mosaic_gpu as plgpu
+
+  from mosaic_async_store import pallas as mas_pallas
+  from mosaic_async_store.dtypes import as_dtype
+  sem = {"lane": plgpu.LoweringSemantics.Lane,
+         "warpgroup": plgpu.LoweringSemantics.Warpgroup}[semantics]
+  dt = as_dtype(dtype)
+  store = plgpu.async_store_smem if api == "upstream" else mas_pallas.async_store_smem
+  transforms = ()
+  if swizzle:
+    transforms = (plgpu.TilingTransform((8, swizzle * 8 // dt.bits)),
+                  plgpu.SwizzleTransform(swizzle))
+  alloc = shape[::-1] if transposed else shape
+
+  def body(x_ref, o_ref, smem, bar):
+    del o_ref
+    peer = 1 - jax.lax.axis_index("cluster")
+    if sem == plgpu.LoweringSemantics.Lane:
+      x = plgpu.load(x_ref, (), layout=plgpu.Layout.WGMMA, optimized=False)
+    else:
+      x = plgpu.load(x_ref, (), optimized=False)
+    dst = plgpu.transpose_ref(smem, (1, 0)) if transposed else smem
+    store(x, dst, bar.at[0], cluster_idx=peer, cluster_dim="cluster", atomic=atomic,
+          optimized=optimized)
+    plgpu.barrier_wait(bar.at[0])
+
+  kernel = plgpu.kernel(
+      body, out_type=jax.ShapeDtypeStruct(shape, dt.numpy), grid=(2,), grid_names=("g",),
+      cluster=(2,), cluster_names=("cluster",),
+      scratch_types=[plgpu.SMEM(alloc, dt.numpy, transforms=transforms),
+                     plgpu.Barrier(num_arrivals=1, num_barriers=1)],
+      compiler_params=plgpu.CompilerParams(lowering_semantics=sem))
+  return kernel, jax.ShapeDtypeStruct(shape, jnp.dtype(dt.numpy))
+
+
+def pallas_module(**kwargs):
+  """The Mosaic module of ``pallas_store_kernel(**kwargs)``, ready for compile_module."""
+  from mosaic_async_store.pallas_capture import (lower_pallas_to_mosaic_modules,
+                                                 lower_warpgroup_dialect)
+  kernel, spec = pallas_store_kernel(**kwargs)
+  [module] = lower_pallas_to_mosaic_modules(kernel, spec)
+  if kwargs.get("semantics") == "warpgroup":
+    module = lower_warpgroup_dialect(module)
+  return module
