@@ -104,3 +104,17 @@ def pallas_module(**kwargs):
   if kwargs.get("semantics") == "warpgroup":
     module = lower_warpgroup_dialect(module)
   return module
+
+
+def emit(name: str, **cfg) -> None:
+  """Prints IR or PTX for a lit test, by the first command-line argument.
+
+  One lit file then carries two RUN lines (IREE's habit)::
+
+      # RUN: %PYTHON %s ir  | FileCheck %s
+      # RUN: %PYTHON %s ptx | FileCheck %s --check-prefix=PTX
+  """
+  import sys
+  what = sys.argv[1] if len(sys.argv) > 1 else "ir"
+  print(f"TEST: {name}")
+  print(kernel_text(StoreConfig(**cfg), "mlir" if what == "ir" else what))
