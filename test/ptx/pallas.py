@@ -1,0 +1,31 @@
+# RUN: %PYTHON %s | FileCheck %s
+# Pallas MGPU kernels, both lowering semantics, compiled on the CPU to PTX.
+
+from mosaic_async_store import toolchain
+from mosaic_async_store.testing import pallas_module
+
+
+def show(name, **kwargs):
+  print(f"TEST: {name}")
+  print(toolchain.compile_module(pallas_module(**kwargs)).ptx)
+
+
+# CHECK-LABEL: TEST: lane_i8
+# CHECK: shfl.sync.bfly.b32
+# CHECK: st.async.shared::cluster.mbarrier::complete_tx::bytes.b32
+# CHECK: mbarrier.arrive.expect_tx.shared::cluster.b64 _, [%r{{[0-9]+}}], %r{{[0-9]+}};
+show("lane_i8", dtype="int8", semantics="lane")
+
+# Warpgroup semantics: one arrival per warpgroup store, from an elected thread,
+# carrying the whole 16 KiB (the Pallas barrier counts one arrival).
+# CHECK-LABEL: TEST: warpgroup_bf16
+# CHECK: st.async.shared::cluster.mbarrier::complete_tx::bytes.b32
+# CHECK: mov.b32 %r[[TX:[0-9]+]], 16384;
+# CHECK: mbarrier.arrive.expect_tx.shared::cluster.b64 _, [%r{{[0-9]+}}], %r[[TX]];
+show("warpgroup_bf16", dtype="bfloat16", semantics="warpgroup")
+
+# Signed int32 min under Warpgroup semantics uses min.s32 (upstream: min.u32).
+# CHECK-LABEL: TEST: warpgroup_i32_min
+# CHECK: red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.min.s32
+# CHECK-NOT: min.u32
+show("warpgroup_i32_min", dtype="int32", atomic="min", semantics="warpgroup")
