@@ -13,7 +13,7 @@ from jaxlib.mlir.dialects import llvm
 __all__ = [
     "emit_mapa", "emit_st_async", "emit_red_async", "emit_st_plain",
     "emit_red_plain", "emit_arrive_expect_tx", "emit_shfl_bfly", "emit_lane_id",
-    "emit_bounded_wait",
+    "emit_bounded_wait", "emit_fence_proxy_async_shared", "emit_cp_async_bulk_to_cluster",
 ]
 
 
@@ -67,10 +67,15 @@ def emit_red_async(addr: ir.Value, imm: int, value: ir.Value, op: str,
                   f"r,{_constraint(value)},r", has_side_effects=True)
 
 
-def emit_st_plain(addr: ir.Value, imm: int, words: list[ir.Value], ptx_type: str) -> None:
-  """``st.shared::cluster.<type> [$0+imm], $1;`` (u8/u16 take the low bits of an i32)."""
+def emit_st_plain(addr: ir.Value, imm: int, words: list[ir.Value], ptx_type: str,
+                  *, space: str = "shared::cluster") -> None:
+  """``st.shared::cluster.<type> [$0+imm], $1;`` (u8/u16 take the low bits of an i32).
+
+  ``space="shared::cta"`` spells the executing CTA's own window (``st.shared``),
+  which takes the ordinary local STS path.
+  """
   n = len(words)
-  asm = f"st.shared::cluster.{ptx_type} {_addr(imm)}, {_data(1, n)};"
+  asm = f"st.{space}.{ptx_type} {_addr(imm)}, {_data(1, n)};"
   llvm.inline_asm(_void(), [addr, *words], asm, "r" + ",r" * n, has_side_effects=True)
 
 
@@ -131,3 +136,21 @@ def emit_bounded_wait(barrier: ir.Value, parity: int, max_polls: int) -> ir.Valu
       "}"
   )
   return llvm.inline_asm(_i32(), [barrier], asm, "=r,r", has_side_effects=True)
+
+
+def emit_fence_proxy_async_shared() -> None:
+  """``fence.proxy.async.shared::cta;``: generic-proxy SMEM writes become visible to
+  the async proxy (needed before cp.async.bulk reads what st.shared wrote)."""
+  llvm.inline_asm(_void(), [], "fence.proxy.async.shared::cta;", "", has_side_effects=True)
+
+
+def emit_cp_async_bulk_to_cluster(dst: ir.Value, src: ir.Value, size: int,
+                                  barrier: ir.Value) -> None:
+  """``cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [$0], [$1], size, [$2];``
+
+  The copy engine moves ``size`` bytes (multiple of 16, 16-byte aligned) from
+  this CTA's SMEM to a peer's, completing on the peer's barrier.
+  """
+  asm = ("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes "
+         f"[$0], [$1], {size}, [$2];")
+  llvm.inline_asm(_void(), [dst, src, barrier], asm, "r,r,r", has_side_effects=True)

@@ -137,12 +137,13 @@ def _emit_addresses(plan, base_addr, tid):
 
 
 def _emit_stores(plan, builder, addresses, barrier_addr):
+  space = "shared::cluster" if plan.peer else "shared::cta"
   for ins, (addr, imm) in zip(plan.instructions, addresses):
     data = builder.instruction_data(ins)
     if ins.kind == "st.async":
       ptx.emit_st_async(addr, imm, builder.words(data, ins.width), ins.ptx_type, barrier_addr)
     elif ins.kind == "st":
-      ptx.emit_st_plain(addr, imm, builder.words(data, ins.width), ins.ptx_type)
+      ptx.emit_st_plain(addr, imm, builder.words(data, ins.width), ins.ptx_type, space=space)
     elif ins.kind == "red.async":
       ptx.emit_red_async(addr, imm, builder.scalar(data, ins.width), ins.op,
                          ins.ptx_type, barrier_addr)
@@ -152,7 +153,7 @@ def _emit_stores(plan, builder, addresses, barrier_addr):
 
 def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
                 swizzle=None, tiling_rank=None, optimized=True, atomic=None,
-                expect_tx=True, arrivals="thread") -> int:
+                expect_tx=True, arrivals="thread", strategy="st.async") -> int:
   """Stores ``value`` asynchronously into ``ref`` (this CTA's or a peer's SMEM).
 
   Args:
@@ -173,6 +174,11 @@ def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
       store, Pallas' Lane convention) or "warpgroup" (the warpgroup syncs and
       one thread arrives with the warpgroup's total: Pallas' Warpgroup
       convention, one arrival per store).
+    strategy: "st.async" (default: every piece an async store can carry
+      completes on the tx count) or "plain" (every piece as a plain
+      ``st.shared::cluster`` ordered by the release arrive; the benchmark's
+      comparison point, and what a one-CTA cluster gets automatically).
+      With ``expect_tx=False`` the caller orders the plain stores itself.
 
   Returns:
     The bytes the warpgroup writes (a Python int).
@@ -183,6 +189,9 @@ def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
   ``mbarrier.arrive.expect_tx{.release.cluster}.shared::cluster.b64``.
   """
   _check_context()
+  if strategy not in ("st.async", "plain"):
+    raise refuse("strategy", strategy, '"st.async" or "plain"',
+                 'omit strategy (the default "st.async" is the fast path)')
   if arrivals not in ("thread", "warpgroup"):
     raise refuse("arrivals", arrivals, '"thread" or "warpgroup"',
                  'use "thread" under Lane semantics, "warpgroup" under Warpgroup')
@@ -192,13 +201,17 @@ def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
   target.check_cluster_args(cluster_dim, cluster_idx, cluster)
   peer = cluster_dim is not None
   strides, _ = ref_ty.get_strides_and_offset()
-  plain = not peer and cluster is not None and np.prod(cluster) == 1 and atomic is None
+  # st.async into a cluster of one CTA is undefined: plain stores there.
+  one_cta = not peer and cluster is not None and np.prod(cluster) == 1
+  plain = atomic is None and (strategy == "plain" or one_cta)
   plan = plan_store(value.layout, value.shape, dtype_name(value.mlir_dtype, value.is_signed),
                     swizzle=swizzle, tiling_rank=tiling_rank, optimized=optimized,
                     atomic=atomic, ref_shape=tuple(ref_ty.shape), ref_strides=tuple(strides),
                     peer=peer, plain_stores=plain)
   plan.verify()
-  if not expect_tx and plan.needs_release_arrive:
+  # An explicit strategy="plain" caller orders its own stores (a fence, a
+  # barrier); otherwise plain pieces need the release arrive to be seen.
+  if not expect_tx and plan.needs_release_arrive and strategy != "plain":
     raise refuse("expect_tx", False,
                  "True for this store: part of it uses plain st/red .shared::cluster "
                  "that only the release arrive orders before the barrier",

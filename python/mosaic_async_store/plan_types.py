@@ -108,4 +108,4 @@ class Instruction:
               f"{self.op}.{self.ptx_type}")
     if self.kind == "red":
       return f"red.relaxed.cluster.shared::cluster.{self.op}.{self.ptx_type}"
-    return f"st.shared::cluster.{self.ptx_type}"
+    return f"st.shared::cluster.{self.ptx_type}"  # st.shared::cta into the own CTA

@@ -76,7 +76,10 @@ class StorePlan:
   def instruction_counts(self) -> dict[str, int]:
     counts: dict[str, int] = {}
     for i in self.instructions:
-      counts[i.opcode] = counts.get(i.opcode, 0) + 1
+      opcode = i.opcode
+      if i.kind == "st" and not self.peer:  # the emitter uses the CTA window
+        opcode = opcode.replace("shared::cluster", "shared::cta")
+      counts[opcode] = counts.get(opcode, 0) + 1
     return counts
 
   def verify(self):

@@ -1,0 +1,134 @@
+"""Bandwidth benchmark kernels: a warpgroup per CTA stores a register tile into its
+peer's SMEM ``iters`` times, one barrier phase per iteration.
+
+Strategies (same data, same barrier protocol, same grid):
+
+* ``mas``: this project's st.async store.
+* ``plain``: this project's plan with plain ``st.shared::cluster`` + release arrive.
+* ``upstream``: ``FragmentedArray.store_tiled_async`` + upstream Pallas' arrive.
+* ``bulk``: the copy engine: local st.shared (this project's plan into its own
+  SMEM) + ``fence.proxy.async`` + one ``cp.async.bulk`` to the peer.
+* ``local``: local SMEM stores only (no peer, no barrier): the ceiling.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import arith, gpu, nvvm, scf
+
+from mosaic_async_store import compat
+from mosaic_async_store.config import StoreConfig, resolve_layout
+from mosaic_async_store.dtypes import as_dtype
+from mosaic_async_store.lowering import ptx
+from mosaic_async_store.lowering.kernels import _i32, _load_value, _tid, kernel_io
+from mosaic_async_store.lowering.store import async_store
+from mosaic_async_store.lowering.target import smem_address, target_rank
+
+__all__ = ["STRATEGIES", "BenchKernel", "bench_kernel_parts"]
+
+STRATEGIES = ("mas", "plain", "upstream", "bulk", "local")
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchKernel:
+  body: object
+  grid: tuple[int, int, int]
+  block: tuple[int, int, int]
+  in_shape: tuple
+  out_shape: object
+  scratch: tuple
+  cluster: tuple[int, int, int]
+  bytes_per_launch: int
+
+
+def _store_once(strategy, cfg, value, smem, stage, bar, peer, tile_bytes):
+  if strategy in ("mas", "plain"):
+    async_store(value, smem, bar, cluster_dim=gpu.Dimension.x, cluster_idx=peer,
+                swizzle=cfg.swizzle, optimized=cfg.optimized,
+                strategy="st.async" if strategy == "mas" else "plain")
+  elif strategy == "upstream":
+    utils = compat.mosaic_utils()
+    peer_bar = bar.remap_to_cluster(gpu.Dimension.x, peer)
+    peer_bar.arrive_expect_tx(tile_bytes // 128)
+    value.store_tiled_async(smem, bar, gpu.Dimension.x, peer, swizzle=cfg.swizzle,
+                            optimized=cfg.optimized)
+    del utils
+  elif strategy == "bulk":
+    async_store(value, stage, bar, swizzle=cfg.swizzle, optimized=cfg.optimized,
+                expect_tx=True, strategy="plain")  # local plain stores; see below
+  else:  # local
+    async_store(value, smem, bar, swizzle=cfg.swizzle, optimized=cfg.optimized,
+                strategy="plain", expect_tx=False)
+
+
+def bench_kernel_parts(cfg: StoreConfig, strategy: str, *, ctas: int, iters: int) -> BenchKernel:
+  """A benchmark kernel of ``ctas`` CTAs in clusters of ``cfg.cluster``."""
+  if strategy not in STRATEGIES:
+    raise ValueError(f"strategy={strategy!r}: allowed {STRATEGIES}")
+  mgpu, utils = compat.mosaic_gpu(), compat.mosaic_utils()
+  dt = as_dtype(cfg.dtype)
+  layout = resolve_layout(cfg.layout, cfg.shape, cfg.dtype)
+  io = kernel_io(cfg)
+  tile_bytes = int(jnp.prod(jnp.array(cfg.shape))) * dt.bits // 8
+  src = jax.ShapeDtypeStruct((io.src_bytes,), jnp.uint8)
+  out = jax.ShapeDtypeStruct((ctas * 128,), jnp.int32)
+  smem = jax.ShapeDtypeStruct(io.smem_shape, dt.numpy)
+  # "bulk" stages locally and copies; "local" needs no arrivals at all, but a
+  # barrier of 128 arrivals keeps every strategy's phase logic identical.
+  scratch = (smem, smem, mgpu.Barrier(arrival_count=128 if strategy != "bulk" else 1,
+                                      num_barriers=1))
+
+  def body(ctx, src_ref, out_ref, scratch_refs):
+    del ctx
+    smem_ref, stage_ref, bar = scratch_refs
+    value = _load_value(cfg, utils.memref_ptr(src_ref), layout, io, _i32(0))
+    index = ir.IndexType.get()
+    peer = arith.remui(arith.addi(gpu.cluster_block_id(gpu.Dimension.x),
+                                  arith.constant(index, 1)),
+                       arith.constant(index, cfg.cluster))
+    nvvm.cluster_arrive(aligned=True)
+    nvvm.cluster_wait(aligned=True)
+    loop = scf.ForOp(arith.constant(index, 0), arith.constant(index, iters),
+                     arith.constant(index, 1))
+    with ir.InsertionPoint(loop.body):
+      if strategy == "bulk":
+        _bulk_iteration(cfg, value, smem_ref, stage_ref, bar[0], peer, tile_bytes)
+      else:
+        _store_once(strategy, cfg, value, smem_ref, stage_ref, bar[0], peer, tile_bytes)
+      if strategy != "local":
+        bar[0].wait()
+      scf.yield_([])
+    nvvm.cluster_arrive(aligned=True)
+    nvvm.cluster_wait(aligned=True)
+    cta = arith.index_cast(ir.IntegerType.get_signless(32), gpu.block_id(gpu.Dimension.x))
+    off = arith.muli(arith.addi(arith.muli(cta, _i32(128)), arith.andi(_tid(), _i32(127))),
+                     _i32(4))
+    from jaxlib.mlir.dialects import llvm
+    llvm.store(_i32(1), utils.getelementptr(utils.memref_ptr(out_ref), [off],
+                                             ir.IntegerType.get_signless(8)))
+
+  return BenchKernel(body, (ctas, 1, 1), (128, 1, 1), (src,), out, scratch,
+                     (cfg.cluster, 1, 1), ctas * iters * tile_bytes)
+
+
+def _bulk_iteration(cfg, value, smem_ref, stage_ref, bar, peer, tile_bytes):
+  """Local plain stores into ``stage``, then one thread copies it to the peer."""
+  utils = compat.mosaic_utils()
+  async_store(value, stage_ref, bar, swizzle=cfg.swizzle, optimized=cfg.optimized,
+              strategy="plain", expect_tx=False)
+  ptx.emit_fence_proxy_async_shared()
+  utils.warpgroup_barrier()
+  rank = target_rank(gpu.Dimension.x, peer, (cfg.cluster, 1, 1))
+  dst = ptx.emit_mapa(smem_address(utils.memref_ptr(smem_ref)), rank)
+  peer_bar = ptx.emit_mapa(smem_address(bar.get_ptr()), rank)
+  elected = utils.single_thread_predicate(utils.ThreadSubset.WARPGROUP)
+  if_op = scf.IfOp(elected)
+  with ir.InsertionPoint(if_op.then_block):
+    ptx.emit_arrive_expect_tx(peer_bar, _i32(tile_bytes), release_cluster=False)
+    ptx.emit_cp_async_bulk_to_cluster(dst, smem_address(utils.memref_ptr(stage_ref)),
+                                      tile_bytes, peer_bar)
+    scf.yield_([])
