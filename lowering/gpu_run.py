@@ -60,22 +60,26 @@ def make_inputs(cfg: StoreConfig, seed: int):
   return codes, src, init
 
 
-def build_kernel(cfg: StoreConfig):
+def build_kernel(cfg: StoreConfig, tx_error: int = 0):
   from jaxlib.mlir import ir
   from mosaic_async_store.lowering.kernels import kernel_parts
   mgpu = compat.mosaic_gpu()
   with compat.enable_x64(), compat.make_ir_context(), ir.Location.unknown():
-    p = kernel_parts(cfg)
+    p = kernel_parts(cfg, tx_error=tx_error)
     return mgpu.as_gpu_kernel(p.body, p.grid, p.block, p.in_shape, p.out_shape, p.scratch,
                               cluster=p.cluster)
 
 
-def run_and_check(cfg: StoreConfig, seed: int = 0) -> CheckResult:
-  """Builds, runs and checks one configuration (needs an sm_90 GPU)."""
+def run_and_check(cfg: StoreConfig, seed: int = 0, tx_error: int = 0) -> CheckResult:
+  """Builds, runs and checks one configuration (needs an sm_90 GPU).
+
+  ``tx_error`` announces extra bytes that never arrive: the result then must
+  show barrier timeouts (the debug-mode wait gave up) rather than hang.
+  """
   import jax.numpy as jnp
   start = time.perf_counter()
   codes, src, init = make_inputs(cfg, seed)
-  kernel = build_kernel(cfg)
+  kernel = build_kernel(cfg, tx_error)
   out, flags = kernel(jnp.asarray(src), jnp.asarray(init))
   out, flags = np.asarray(out), np.asarray(flags)
   want = hostdata.expected_smem(cfg, codes, init)
@@ -98,13 +102,15 @@ def main(argv=None) -> int:
   parser.add_argument("--batch", required=True, help="JSON list of StoreConfig dicts")
   parser.add_argument("--out", required=True, help="JSON-lines results file (appended)")
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--tx-error", type=int, default=0,
+                      help="announce this many extra bytes (debug-mode test)")
   args = parser.parse_args(argv)
   with open(args.batch) as f:
     configs = [_config_from_json(d) for d in json.load(f)]
   failures = 0
   for cfg in configs:
     try:
-      res = run_and_check(cfg, args.seed)
+      res = run_and_check(cfg, args.seed, args.tx_error)
     except Exception as e:  # noqa: BLE001  (record and go on with the batch)
       res = CheckResult(cfg.describe(), False, -1, -1, 0.0, f"{type(e).__name__}: {e}"[:500])
     failures += not res.ok

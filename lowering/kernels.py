@@ -24,7 +24,8 @@ from mosaic_async_store import compat
 from mosaic_async_store.config import StoreConfig, resolve_layout, transpose_permutation
 from mosaic_async_store.dtypes import as_dtype
 from mosaic_async_store.geometry import register_map
-from mosaic_async_store.lowering import ptx
+from mosaic_async_store.lowering import debug, ptx
+from mosaic_async_store.lowering.target import target_rank
 from mosaic_async_store.lowering.store import async_store
 from mosaic_async_store.lowering.target import smem_address
 from mosaic_async_store.validate import default_ref_shape
@@ -166,13 +167,15 @@ def build_store_module(cfg: StoreConfig, *, bare: bool = False):
   return module, parts.io
 
 
-def kernel_parts(cfg: StoreConfig, *, bare: bool = False) -> KernelParts:
+def kernel_parts(cfg: StoreConfig, *, bare: bool = False, tx_error: int = 0) -> KernelParts:
   """The body, launch shape and buffers of ``cfg``'s store kernel.
 
   Inputs: ``src`` (each CTA's registers in register order, CTA-major) and
   ``init`` (each CTA's initial SMEM bytes); output: each CTA's SMEM bytes
   after the store has landed.  CTA ``c`` stores into CTA ``(c + 1) % cluster``
-  (or into itself for a local target).
+  (or into itself for a local target).  ``tx_error`` makes thread 0 announce
+  that many extra bytes on the target barrier: a deliberately wrong count that
+  the debug-mode wait must report instead of hanging.
   """
   mgpu, utils = compat.mosaic_gpu(), compat.mosaic_utils()
   dt = as_dtype(cfg.dtype)
@@ -214,9 +217,11 @@ def kernel_parts(cfg: StoreConfig, *, bare: bool = False) -> KernelParts:
                   atomic=cfg.atomic, **kwargs)
     if bare:
       return
-    # A bounded wait: a tx count that never reaches zero sets flag 0 instead
-    # of hanging the GPU (the host reports it as a lost byte count).
-    done = ptx.emit_bounded_wait(smem_address(bar[0].get_ptr()), 0, WAIT_POLLS)
+    if tx_error:
+      _announce_extra_bytes(bar[0], cfg, peer, tx_error)
+    # A bounded wait: a tx count that never reaches zero sets flag 0 (and
+    # prints a report) instead of hanging the GPU.
+    done = debug.wait(bar[0], debug=True, expected_bytes=io.smem_bytes, max_polls=WAIT_POLLS)
     flag_off = arith.muli(arith.addi(arith.muli(cta, _i32(128)), arith.andi(_tid(), _i32(127))),
                           _i32(4))
     llvm.store(done, utils.getelementptr(utils.memref_ptr(flags_ref), [flag_off],
@@ -225,3 +230,14 @@ def kernel_parts(cfg: StoreConfig, *, bare: bool = False) -> KernelParts:
 
   return KernelParts(body, (cfg.cluster, 1, 1), (128, 1, 1), (src, init), out, scratch,
                      (cfg.cluster, 1, 1), io)
+
+
+def _announce_extra_bytes(bar, cfg, peer, nbytes: int) -> None:
+  utils = compat.mosaic_utils()
+  addr = smem_address(bar.get_ptr())
+  if cfg.target == "peer":
+    addr = ptx.emit_mapa(addr, target_rank(gpu.Dimension.x, peer, (cfg.cluster, 1, 1)))
+  if_op = scf.IfOp(utils.single_thread_predicate(utils.ThreadSubset.WARPGROUP))
+  with ir.InsertionPoint(if_op.then_block):
+    ptx.emit_expect_tx(addr, _i32(nbytes))
+    scf.yield_([])

@@ -13,7 +13,7 @@ from jaxlib.mlir.dialects import llvm
 __all__ = [
     "emit_mapa", "emit_st_async", "emit_red_async", "emit_st_plain",
     "emit_red_plain", "emit_arrive_expect_tx", "emit_shfl_bfly", "emit_lane_id",
-    "emit_bounded_wait", "emit_fence_proxy_async_shared", "emit_cp_async_bulk_to_cluster",
+    "emit_bounded_wait", "emit_expect_tx", "emit_fence_proxy_async_shared", "emit_cp_async_bulk_to_cluster",
 ]
 
 
@@ -100,6 +100,14 @@ def emit_arrive_expect_tx(barrier: ir.Value, tx: ir.Value, *, release_cluster: b
   llvm.inline_asm(_void(), [barrier, tx], asm, "r,r", has_side_effects=True)
 
 
+def emit_expect_tx(barrier: ir.Value, tx: ir.Value) -> None:
+  """``mbarrier.expect_tx.relaxed.cluster.shared::cluster.b64 [$0], $1;``: adds
+  ``tx`` expected bytes without an arrival (the debug tests use it to announce
+  a deliberately wrong byte count)."""
+  asm = "mbarrier.expect_tx.relaxed.cluster.shared::cluster.b64 [$0], $1;"
+  llvm.inline_asm(_void(), [barrier, tx], asm, "r,r", has_side_effects=True)
+
+
 def emit_shfl_bfly(value: ir.Value, lane_mask: int) -> ir.Value:
   """``shfl.sync.bfly.b32 $0, $1, <mask>, 31, -1;``: the value of lane ``lane ^ mask``."""
   return llvm.inline_asm(_i32(), [value],
@@ -112,13 +120,16 @@ def emit_lane_id() -> ir.Value:
   return llvm.inline_asm(_i32(), [], "mov.u32 $0, %laneid;", "=r", has_side_effects=False)
 
 
-def emit_bounded_wait(barrier: ir.Value, parity: int, max_polls: int) -> ir.Value:
+def emit_bounded_wait(barrier: ir.Value, parity, max_polls: int) -> ir.Value:
   """Polls ``mbarrier.try_wait.parity.shared::cta.b64`` at most ``max_polls`` times.
 
-  Returns i32 1 if the phase completed, 0 if it gave up: a barrier whose
-  transaction count never reaches zero then ends the kernel with a flag
-  instead of hanging it.  ``${:uid}`` keeps the labels unique per use.
+  ``parity`` is a Python int or an i32 value.  Returns i32 1 if the phase
+  completed, 0 if it gave up: a barrier whose transaction count never
+  reaches zero then ends with a flag instead of hanging the kernel.
+  ``${:uid}`` keeps the labels unique per use.
   """
+  operands = [barrier] + ([] if isinstance(parity, int) else [parity])
+  par = str(parity) if isinstance(parity, int) else "$2"
   asm = (
       "{\n"
       ".reg .pred %p<2>;\n"
@@ -126,7 +137,7 @@ def emit_bounded_wait(barrier: ir.Value, parity: int, max_polls: int) -> ir.Valu
       "mov.b32 %n, 0;\n"
       "mov.b32 $0, 1;\n"
       "WAIT${:uid}:\n"
-      f"mbarrier.try_wait.parity.shared::cta.b64 %p0, [$1], {parity};\n"
+      f"mbarrier.try_wait.parity.shared::cta.b64 %p0, [$1], {par};\n"
       "@%p0 bra DONE${:uid};\n"
       "add.u32 %n, %n, 1;\n"
       f"setp.lt.u32 %p1, %n, {max_polls};\n"
@@ -135,7 +146,8 @@ def emit_bounded_wait(barrier: ir.Value, parity: int, max_polls: int) -> ir.Valu
       "DONE${:uid}:\n"
       "}"
   )
-  return llvm.inline_asm(_i32(), [barrier], asm, "=r,r", has_side_effects=True)
+  constraints = "=r,r" + ("" if isinstance(parity, int) else ",r")
+  return llvm.inline_asm(_i32(), operands, asm, constraints, has_side_effects=True)
 
 
 def emit_fence_proxy_async_shared() -> None:

@@ -131,3 +131,12 @@ def lowering_rule_table(semantics):
 def dialect_lowering_table() -> dict:
   """Mosaic's dialect-op lowering rules, keyed by operation name."""
   return pallas_internals().dialect_lowering._lowerings
+
+
+def gpu_printf(fmt: str, *args) -> None:
+  """``gpu.printf``; jaxlib's Python wrapper takes the values as varargs."""
+  from jaxlib.mlir.dialects import gpu
+  try:
+    gpu.printf(fmt, *args)
+  except TypeError:  # an ODS-style signature: printf(format, args)
+    gpu.printf(fmt, list(args))

@@ -1,0 +1,24 @@
+"""Debug mode on the GPU: a deliberately wrong byte count is reported, not hung on."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+
+from mosaic_async_store.config import StoreConfig
+
+
+@pytest.mark.gpu
+def test_wrong_byte_count_is_reported(tmp_path):
+  cfg = StoreConfig()
+  batch, out = tmp_path / "c.json", tmp_path / "r.jsonl"
+  batch.write_text(json.dumps([dataclasses.asdict(cfg)]))
+  proc = subprocess.run([sys.executable, "-m", "mosaic_async_store.lowering.gpu_run",
+                         "--batch", str(batch), "--out", str(out), "--tx-error", "16"],
+                        capture_output=True, text=True, timeout=180)
+  [res] = [json.loads(l) for l in out.read_text().splitlines()]
+  assert res["barrier_timeouts"] == 128  # the receiving CTA's threads all gave up
+  assert not res["ok"]
+  assert "did not complete phase" in proc.stdout + proc.stderr

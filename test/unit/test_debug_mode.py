@@ -1,0 +1,44 @@
+"""Debug mode: bounded, reporting waits (the GPU half is test/gpu/test_debug.py)."""
+
+import pytest
+from jaxlib.mlir import ir
+
+from mosaic_async_store import compat, toolchain
+from mosaic_async_store.config import StoreConfig
+from mosaic_async_store.lowering import debug
+from mosaic_async_store.lowering.kernels import kernel_parts
+
+
+def _ptx(**kwargs):
+  with compat.enable_x64(), compat.make_ir_context(), ir.Location.unknown():
+    p = kernel_parts(StoreConfig(), **kwargs)
+    module, *_ = compat.kernel_to_module(p.body, p.grid, p.block, p.in_shape, p.out_shape,
+                                         p.scratch, cluster=p.cluster)
+    return toolchain.compile_module(module).ptx
+
+
+def test_wrong_byte_count_kernel_has_bounded_reporting_wait():
+  ptx = _ptx(tx_error=16)
+  assert "mbarrier.expect_tx.relaxed.cluster.shared::cluster.b64" in ptx
+  assert "mbarrier.try_wait.parity.shared::cta.b64" in ptx
+  assert "vprintf" in ptx  # the report
+  assert "did not complete phase" in bytes.fromhex(
+      "".join(f"{int(x):02x}" for x in _global_bytes(ptx))).decode(errors="ignore")
+
+
+def _global_bytes(ptx):
+  """The initialiser bytes of the PTX's global string constants."""
+  import re
+  out = []
+  for m in re.finditer(r"\.global \.align \d+ \.b8 \S+\[\d+\] = \{([^}]*)\}", ptx):
+    out += [v.strip() for v in m.group(1).split(",")]
+  return out
+
+
+@pytest.mark.parametrize("env,arg,want", [
+    ("", None, False), ("1", None, True), ("0", None, False), ("", True, True),
+    ("1", False, False),
+])
+def test_debug_switch(monkeypatch, env, arg, want):
+  monkeypatch.setenv("MAS_DEBUG", env)
+  assert debug.debug_enabled(arg) is want
