@@ -145,8 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Builds one store kernel and prints what is asked.")
   _add_config_args(comp)
   comp.add_argument("--emit", choices=EMIT_KINDS, default="ptx",
-                    help="mlir (Mosaic GPU IR as built), ptx, sass, stats (table) "
-                    "or plan (store plan + verification; no compiler) (default ptx)")
+                    help="mlir (Mosaic GPU IR as built), ptx, sass, stats (table), "
+                    "or plan (this project's store plan + verification, no compiler; "
+                    "ignores --impl) (default ptx)")
   comp.add_argument("--json", action="store_true", help="with --emit stats: JSON")
   comp.add_argument("--output", "-o", metavar="FILE", help="write here instead of stdout")
   return parser
@@ -197,7 +198,7 @@ def _build(cfg: StoreConfig, *, bare: bool, compile_it: bool):
       # Upstream's own refusals (e.g. "Unsupported register bitwidth") are
       # the baseline's limits, not bugs of this tool.
       raise _Refusal(f"upstream store_tiled_async refused {cfg.describe()}: "
-                     f"{_one_line(e)}") from None
+                     f"{type(e).__name__}: {_one_line(e)}") from None
     asm = module.operation.get_asm(enable_debug_info=False)
     return asm, toolchain.compile_module(module) if compile_it else None
 
