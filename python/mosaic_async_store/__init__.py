@@ -11,8 +11,10 @@ The planner (``plan_store``) needs no MLIR; ``async_store`` lives in
 
 from mosaic_async_store.errors import AsyncStoreError
 from mosaic_async_store.planner import StorePlan, plan_store
+from mosaic_async_store.simulate import simulate_store
 
-__all__ = ["AsyncStoreError", "StorePlan", "plan_store", "async_store"]
+__all__ = ["AsyncStoreError", "StorePlan", "plan_store", "async_store", "simulate_store",
+           "wait"]
 __version__ = "0.1.0"
 
 
@@ -20,3 +22,9 @@ def async_store(value, ref, barrier, **kwargs) -> int:
   """See :func:`mosaic_async_store.lowering.store.async_store`."""
   from mosaic_async_store.lowering.store import async_store as _impl
   return _impl(value, ref, barrier, **kwargs)
+
+
+def wait(barrier, **kwargs):
+  """See :func:`mosaic_async_store.lowering.debug.wait` (bounded in debug mode)."""
+  from mosaic_async_store.lowering.debug import wait as _impl
+  return _impl(barrier, **kwargs)

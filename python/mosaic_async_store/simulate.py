@@ -14,7 +14,7 @@ import numpy as np
 from mosaic_async_store import hostdata
 from mosaic_async_store.verify import _contents
 
-__all__ = ["execute_plan"]
+__all__ = ["execute_plan", "simulate_store"]
 
 
 def _apply_reduction(ins, old: bytes, new: bytes, dtype) -> bytes:
@@ -53,3 +53,46 @@ def execute_plan(plan, register_bytes: np.ndarray, smem: np.ndarray) -> np.ndarr
                                                data.tobytes(), plan.dtype), np.uint8)
       out[a:a + ins.width] = data
   return out
+
+
+def _codes(array: np.ndarray, bits: int) -> np.ndarray:
+  """Element bit patterns of ``array`` (any dtype down to 4 bits)."""
+  raw = np.ascontiguousarray(array).reshape(-1)
+  width = {4: np.uint8, 8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}[bits]
+  codes = raw.view(width).astype(np.uint64)
+  return codes & 0xF if bits == 4 else codes
+
+
+def simulate_store(array, layout, *, swizzle=None, tiling_rank=None, atomic=None,
+                   initial=None, ref_shape=None, ref_strides=None, peer=True,
+                   optimized=True) -> np.ndarray:
+  """What the destination ref holds after ``async_store`` of ``array`` (CPU only).
+
+  The same plan the GPU code is emitted from, executed on bytes: a
+  substitute for Pallas interpret mode, which cannot run cluster stores (see
+  docs/pallas.md).  ``initial`` is the destination's logical contents before
+  the store (zeros if None); the result has the array's shape and dtype.
+  """
+  from mosaic_async_store.geometry import register_map
+  from mosaic_async_store.planner import plan_store
+  array = np.asarray(array)
+  plan = plan_store(layout, array.shape, array.dtype, swizzle=swizzle, tiling_rank=tiling_rank,
+                    atomic=atomic, ref_shape=ref_shape, ref_strides=ref_strides, peer=peer,
+                    optimized=optimized)
+  bits, geom = plan.dtype.bits, plan.geometry
+  regs = register_map(layout, array.shape)
+  codes = _codes(array, bits)
+  if regs.splat:
+    codes = np.full_like(codes, codes[0])
+  reg_bits = hostdata._bits_of(codes[regs.elements], bits)
+  register_bytes = np.packbits(reg_bits, axis=-1, bitorder="little")
+  pos = hostdata._element_bit_positions(geom)
+  smem_bits = np.zeros(max(geom.footprint_bytes, int(pos.max()) // 8 + 1) * 8, np.uint8)
+  if initial is not None:
+    init_codes = _codes(np.asarray(initial, dtype=array.dtype), bits)
+    smem_bits[pos] = hostdata._bits_of(init_codes[:, None], bits).reshape(pos.shape)
+  smem = execute_plan(plan, register_bytes, np.packbits(smem_bits, bitorder="little"))
+  out_bits = np.unpackbits(smem, bitorder="little")[pos]
+  out_codes = (out_bits.astype(np.uint64) << np.arange(bits, dtype=np.uint64)).sum(-1)
+  width = {4: np.uint8, 8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}[bits]
+  return out_codes.astype(width).view(array.dtype).reshape(array.shape)

@@ -89,3 +89,28 @@ def test_a_wrong_plan_is_caught():
                                            dtype=np.uint8)
   smem = np.zeros(16384, np.uint8)
   assert not np.array_equal(execute_plan(broken, regs, smem), execute_plan(plan, regs, smem))
+
+
+def test_simulate_store_plain_bf16_roundtrip():
+  import ml_dtypes
+  from mosaic_async_store import compat, simulate_store
+  fa = compat.fragmented_array()
+  x = (np.arange(64 * 128) % 251).astype(np.float32).reshape(64, 128).astype(ml_dtypes.bfloat16)
+  y = simulate_store(x, fa.WGMMA_LAYOUT, swizzle=128)
+  assert y.dtype == x.dtype and np.array_equal(x.view(np.uint16), y.view(np.uint16))
+
+
+def test_simulate_store_int4_and_reductions():
+  import ml_dtypes
+  from mosaic_async_store import compat, simulate_store
+  fa = compat.fragmented_array()
+  q = (np.arange(64 * 256) % 16 - 8).astype(ml_dtypes.int4).reshape(64, 256)
+  assert np.array_equal(simulate_store(q, fa.WGMMA_LAYOUT, swizzle=128).astype(np.int8),
+                        q.astype(np.int8))
+  i = (np.arange(64 * 128) - 4000).astype(np.int32).reshape(64, 128)
+  init = np.full((64, 128), 5, np.int32)
+  got = simulate_store(i, fa.WGMMA_LAYOUT, swizzle=128, atomic="min", initial=init)
+  assert np.array_equal(got, np.minimum(i, init))  # signed: negatives win
+  f = np.random.default_rng(0).standard_normal((64, 128)).astype(np.float32)
+  got = simulate_store(f, fa.WGMMA_LAYOUT, swizzle=64, atomic="add", initial=f)
+  assert np.array_equal(got, f + f)
