@@ -170,11 +170,10 @@ def _plan(cfg: StoreConfig):
   """This project's plan for ``cfg`` and its verification report."""
   from mosaic_async_store.config import resolve_layout
   from mosaic_async_store.hostdata import view_geometry
-  from mosaic_async_store.planner import plan_store
+  from mosaic_async_store.planner import plan_store, uses_plain_stores
   view = view_geometry(cfg)  # the ref exactly as the test kernel passes it
   peer = cfg.target == "peer"
-  # As lowering/store.async_store decides: a cluster of one has no st.async.
-  plain = not peer and cfg.cluster == 1 and cfg.atomic is None
+  plain = uses_plain_stores(peer=peer, cluster_size=cfg.cluster, atomic=cfg.atomic)
   plan = plan_store(resolve_layout(cfg.layout, cfg.shape, cfg.dtype), cfg.shape,
                     cfg.dtype, swizzle=cfg.swizzle, optimized=cfg.optimized,
                     atomic=cfg.atomic, ref_shape=view.ref_shape, ref_strides=view.strides,
@@ -187,8 +186,7 @@ def _build(cfg: StoreConfig, *, bare: bool, compile_it: bool):
   from jaxlib.mlir import ir
   from mosaic_async_store import compat, toolchain
   from mosaic_async_store.lowering.kernels import build_store_module
-  upstream_refusals = (ValueError, NotImplementedError,
-                       compat.fragmented_array().TransferPlanDerivationError)
+  upstream_refusals = compat.upstream_store_errors()
   with compat.make_ir_context(), ir.Location.unknown():
     try:
       module, _ = build_store_module(cfg, bare=bare)

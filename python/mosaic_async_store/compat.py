@@ -140,3 +140,15 @@ def gpu_printf(fmt: str, *args) -> None:
     gpu.printf(fmt, *args)
   except TypeError:  # an ODS-style signature: printf(format, args)
     gpu.printf(fmt, list(args))
+
+
+def upstream_store_errors() -> tuple[type[BaseException], ...]:
+  """Exception types upstream's store_tiled_async refuses a configuration with.
+
+  jax 0.11 (main) raises ``UnsupportedTransferError``, a plain Exception, where
+  0.10.2 raised ValueError; both are listed when they exist.
+  """
+  fa = fragmented_array()
+  names = ("TransferPlanDerivationError", "UnsupportedTransferError")
+  return (ValueError, NotImplementedError) + tuple(
+      getattr(fa, n) for n in names if hasattr(fa, n))

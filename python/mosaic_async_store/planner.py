@@ -14,11 +14,21 @@ import numpy as np
 
 from mosaic_async_store import packing, ptx_forms, validate
 from mosaic_async_store.dtypes import DType
-from mosaic_async_store.errors import refuse
+from mosaic_async_store.errors import refuse, refuse_type
 from mosaic_async_store.geometry import RefGeometry, RegisterMap, register_map
 from mosaic_async_store.plan_types import Exchange, Instruction, Part, Value
 
-__all__ = ["StorePlan", "plan_store"]
+__all__ = ["StorePlan", "plan_store", "uses_plain_stores"]
+
+
+def uses_plain_stores(*, peer: bool, cluster_size: int | None, atomic, strategy="st.async") -> bool:
+  """Whether a store goes out as plain st.shared::cluster instead of st.async.
+
+  Asked for explicitly (``strategy="plain"``), or forced: st.async into a
+  cluster of one CTA is undefined behaviour.  Reductions keep their own forms.
+  """
+  one_cta = not peer and cluster_size == 1
+  return atomic is None and (strategy == "plain" or one_cta)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -63,6 +73,9 @@ class StorePlan:
 
   def bytes_for_thread(self, thread: int) -> int:
     """Bytes thread ``thread`` announces with its arrive.expect_tx."""
+    if not validate.is_int(thread):
+      raise refuse_type("thread", thread, "an int, 0 <= thread < 128",
+                        "pass a warpgroup thread index")
     if not 0 <= thread < 128:
       raise refuse("thread", thread, "0 <= thread < 128", "pass a warpgroup thread index")
     return int(self._per_thread_async[thread])
@@ -168,6 +181,8 @@ def plan_store(layout, shape, dtype, *, swizzle=None, tiling_rank=None,
   Returns:
     A :class:`StorePlan`; call ``plan.verify()`` to check it.
   """
+  optimized = validate.check_flag("optimized", optimized)
+  plain_stores = validate.check_flag("plain_stores", plain_stores)
   dt, geom, atomic = validate.plan_inputs(
       layout, shape, dtype, swizzle, tiling_rank, atomic, ref_shape, ref_strides, peer)
   regs = register_map(layout, geom.shape)

@@ -1,0 +1,238 @@
+"""Tests of the ``mosaic-async-store`` command line.
+
+Most run ``cli.main([...])`` in-process (fast, capsys); two go through the
+installed console script to prove the entry point and the real process's
+stderr.  Each compile costs about a second, so the compiled outputs are shared
+by module-scoped fixtures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import types
+
+import pytest
+
+from mosaic_async_store import cli, toolchain
+from mosaic_async_store.config import StoreConfig, resolve_layout
+from mosaic_async_store.planner import plan_store
+
+ST_ASYNC = "st.async.shared::cluster.mbarrier::complete_tx::bytes"
+ERROR_PREFIX = "mosaic-async-store: error: "
+
+
+def _run(argv) -> tuple[int, str]:
+  """main(argv) with stdout captured (usable from module-scoped fixtures)."""
+  out = io.StringIO()
+  with contextlib.redirect_stdout(out):
+    status = cli.main(argv)
+  return status, out.getvalue()
+
+
+def _script() -> pathlib.Path:
+  script = pathlib.Path(sys.executable).with_name("mosaic-async-store")
+  assert script.exists(), f"console script not installed next to {sys.executable}"
+  return script
+
+
+def _env() -> dict[str, str]:
+  # No JAX_PLATFORMS: the CLI must find out by itself that there is no GPU.
+  return {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+
+
+@pytest.fixture(scope="module")
+def demo_output() -> str:
+  status, out = _run(["demo"])
+  assert status == 0
+  return out
+
+
+@pytest.fixture(scope="module")
+def stats_json() -> dict:
+  status, out = _run(["compile", "--emit", "stats", "--json"])
+  assert status == 0
+  return json.loads(out)
+
+
+@pytest.fixture(scope="module")
+def ptx() -> str:
+  status, out = _run(["compile", "--dtype", "bfloat16", "--emit", "ptx"])
+  assert status == 0
+  return out
+
+
+# --- demo ---------------------------------------------------------------------
+
+
+def test_demo_prints_plan_summary_and_verification(demo_output):
+  cfg = StoreConfig()
+  plan = plan_store(resolve_layout(cfg.layout, cfg.shape, cfg.dtype), cfg.shape,
+                    cfg.dtype, swizzle=cfg.swizzle)
+  assert plan.summary() in demo_output
+  report = plan.verify()
+  assert f"bank conflicts {report.bank_conflicts}" in demo_output
+  assert f"{plan.total_bytes} bytes" in demo_output
+
+
+def test_demo_prints_store_instructions(demo_output, stats_json):
+  n = stats_json["stores"][f"{ST_ASYNC}.b32"]
+  assert re.search(rf"^\s+{n} x {re.escape(ST_ASYNC)}\.b32$", demo_output, re.M)
+  # At least one verbatim st.async line with its operands.
+  assert re.search(rf"^\s+{re.escape(ST_ASYNC)}\S* \[%r\d+.*\], .*\[%r\d+\];$",
+                   demo_output, re.M)
+  assert "mapa.shared::cluster.u32" in demo_output
+  assert "mbarrier.arrive.expect_tx" in demo_output
+
+
+def test_demo_ptxas_report_matches_compile_stats(demo_output, stats_json):
+  # The demo and `compile` (defaults) compile the same store-only kernel.
+  assert f"registers {stats_json['registers']}," in demo_output
+  assert f"spill stores {stats_json['spill_stores']} bytes" in demo_output
+  assert f"STAS x{stats_json['sass_opcodes']['STAS']}" in demo_output
+  assert f"store span {stats_json['sass_store_span']} of" in demo_output
+
+
+def test_demo_through_console_script_skips_runtime_check_without_gpu():
+  proc = subprocess.run([str(_script()), "demo"], capture_output=True, text=True,
+                        env=_env(), timeout=300)
+  assert proc.returncode == 0, proc.stderr
+  assert ST_ASYNC in proc.stdout and "registers " in proc.stdout
+  assert "no GPU here: runtime check skipped (see docs/gpu.md)" in proc.stdout
+  assert "Traceback" not in proc.stderr
+
+
+def _fake_gpu_run(ok: bool, sm90: bool = True) -> types.ModuleType:
+  fake = types.ModuleType(cli._GPU_RUN)
+  fake.has_sm90_gpu = lambda: sm90
+  fake.run_and_check = lambda cfg: types.SimpleNamespace(
+      ok=ok, mismatched_bytes=0 if ok else 3, barrier_timeouts=0, seconds=0.5,
+      detail="" if ok else "first mismatches at bytes [0]")
+  return fake
+
+
+def test_runtime_check_uses_gpu_run_when_a_gpu_is_visible(monkeypatch):
+  import jax
+  gpu = types.SimpleNamespace(device_kind="NVIDIA H100")
+  monkeypatch.setattr(jax, "devices", lambda backend=None: [gpu])
+  monkeypatch.setitem(sys.modules, cli._GPU_RUN, _fake_gpu_run(ok=True))
+  passed, what = cli._runtime_check(StoreConfig())
+  assert passed and what.startswith("NVIDIA H100: OK")
+  monkeypatch.setitem(sys.modules, cli._GPU_RUN, _fake_gpu_run(ok=False))
+  passed, what = cli._runtime_check(StoreConfig())
+  assert not passed and "FAILED (3 mismatched bytes" in what
+  monkeypatch.setitem(sys.modules, cli._GPU_RUN, _fake_gpu_run(True, sm90=False))
+  assert "not an sm_90 GPU" in cli._runtime_check(StoreConfig())[1]
+  monkeypatch.setitem(sys.modules, cli._GPU_RUN, None)  # as if not installed
+  passed, what = cli._runtime_check(StoreConfig())
+  assert passed and "gpu_run is missing" in what
+
+
+# --- compile ------------------------------------------------------------------
+
+
+def test_compile_ptx_is_sm90a_with_st_async_and_ptxas_accepts_it(ptx):
+  assert ".target sm_90a" in ptx
+  assert re.search(rf"^\s*{re.escape(ST_ASYNC)}\.b32 \[%r\d+", ptx, re.M)
+  cubin, report = toolchain.ptx_to_cubin(ptx, "sm_90a")
+  assert cubin and "Used" in report
+
+
+def test_compile_stats_json(stats_json):
+  assert stats_json["registers"] > 0
+  assert stats_json["config"]["dtype"] == "bfloat16"
+  assert stats_json["config"]["shape"] == [64, 128]
+  assert stats_json["kernel"] == "store-only"
+  assert sum(stats_json["st_async_by_width"].values()) == sum(
+      n for op, n in stats_json["stores"].items() if op.startswith("st.async"))
+
+
+def test_compile_stats_table_and_output_file(tmp_path, capsys):
+  target = tmp_path / "stats.txt"
+  assert cli.main(["compile", "--shape", "64,128", "--emit", "stats",
+                   "--output", str(target)]) == 0
+  assert capsys.readouterr().out == ""
+  table = target.read_text()
+  assert re.search(r"^registers\s+\d+$", table, re.M)
+  assert re.search(r"^SASS STAS\s+\d+$", table, re.M)
+
+
+def test_compile_mlir_and_plan_need_no_compiler(capsys, monkeypatch):
+  monkeypatch.setenv("MAS_MLIR_OPT", "/nonexistent/mlir-opt")
+  toolchain.find_tool.cache_clear()
+  try:
+    assert cli.main(["compile", "--layout", "wgmma", "--emit", "mlir"]) == 0
+    assert "st.async" in capsys.readouterr().out
+    assert cli.main(["compile", "--swizzle", "none", "--emit", "plan"]) == 0
+    assert "bank conflicts 0" in capsys.readouterr().out
+  finally:
+    toolchain.find_tool.cache_clear()
+
+
+def test_missing_tool_exits_3_with_one_line(capsys, monkeypatch):
+  monkeypatch.setenv("MAS_PTXAS", "/nonexistent/ptxas")
+  toolchain.find_tool.cache_clear()
+  try:
+    assert cli.main(["compile", "--emit", "sass"]) == 3
+  finally:
+    toolchain.find_tool.cache_clear()
+  err = capsys.readouterr().err
+  assert err.startswith(ERROR_PREFIX) and "MAS_PTXAS" in err
+  assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["demo", "--help"],
+                                  ["compile", "--help"], ["--version"]])
+def test_help_and_version(argv, capsys):
+  assert cli.main(argv) == 0
+  out = capsys.readouterr().out
+  assert out.startswith("usage: mosaic-async-store") or out.startswith(
+      "mosaic-async-store 0.")
+
+
+# --- misuse: status 2, one line on stderr, no traceback -----------------------
+
+MISUSE = {
+    "unknown dtype": ["compile", "--dtype", "float128"],
+    "malformed shape": ["compile", "--shape", "64by128"],
+    "zero dim": ["compile", "--shape", "64x0"],
+    "bad swizzle": ["compile", "--swizzle", "48"],
+    "unknown emit kind": ["compile", "--emit", "cubin"],
+    "unknown subcommand": ["frobnicate"],
+    "no subcommand": [],
+    "unknown layout": ["compile", "--layout", "WGMMA_9BIT"],
+    "unknown atomic": ["compile", "--atomic", "mul"],
+    "bad cluster": ["compile", "--cluster", "two"],
+    "peer needs a cluster": ["compile", "--cluster", "1"],
+    "float atomic min": ["compile", "--dtype", "f32", "--atomic", "min"],
+    "tile does not divide": ["compile", "--shape", "64x100"],
+    "json without stats": ["compile", "--emit", "ptx", "--json"],
+    "unknown flag": ["demo", "--fast"],
+    "upstream refusal": ["compile", "--dtype", "int8", "--impl", "upstream",
+                         "--emit", "mlir"],
+}
+
+
+@pytest.mark.parametrize("argv", MISUSE.values(), ids=MISUSE.keys())
+def test_misuse_exits_2_with_one_line(argv, capsys):
+  assert cli.main(argv) == 2
+  captured = capsys.readouterr()
+  assert captured.out == ""
+  lines = captured.err.splitlines()
+  assert len(lines) == 1, captured.err
+  assert lines[0].startswith(ERROR_PREFIX) and "Traceback" not in captured.err
+
+
+def test_misuse_through_console_script_prints_one_line():
+  # A refusal found after jax has started: its logging must not reach stderr.
+  proc = subprocess.run([str(_script()), "compile", "--dtype", "f32", "--atomic", "inc"],
+                        capture_output=True, text=True, env=_env(), timeout=300)
+  assert proc.returncode == 2
+  assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(ERROR_PREFIX)
+  assert "atomic=inc" in proc.stderr
