@@ -204,6 +204,8 @@ def kernel_parts(cfg: StoreConfig, *, bare: bool = False, tx_error: int = 0) -> 
       view = utils.memref_transpose(smem_ref, transpose_permutation(len(io.smem_shape), cfg.swizzle))
     value = _load_value(cfg, utils.memref_ptr(src_ref), layout, io,
                         arith.muli(cta, _i32(io.src_bytes)))
+    if bare:  # keep ptxas from sinking the register loads into the store code,
+      ptx.emit_fence_cta()  # which would blur the measured store span
     index = ir.IndexType.get()
     peer = arith.remui(arith.addi(gpu.cluster_block_id(gpu.Dimension.x),
                                   arith.constant(index, 1)),

@@ -13,7 +13,7 @@ from jaxlib.mlir.dialects import llvm
 __all__ = [
     "emit_mapa", "emit_st_async", "emit_red_async", "emit_st_plain",
     "emit_red_plain", "emit_arrive_expect_tx", "emit_shfl_bfly", "emit_lane_id",
-    "emit_bounded_wait", "emit_expect_tx", "emit_fence_proxy_async_shared", "emit_cp_async_bulk_to_cluster",
+    "emit_bounded_wait", "emit_expect_tx", "emit_fence_cta", "emit_fence_proxy_async_shared", "emit_cp_async_bulk_to_cluster",
 ]
 
 
@@ -148,6 +148,11 @@ def emit_bounded_wait(barrier: ir.Value, parity, max_polls: int) -> ir.Value:
   )
   constraints = "=r,r" + ("" if isinstance(parity, int) else ",r")
   return llvm.inline_asm(_i32(), operands, asm, constraints, has_side_effects=True)
+
+
+def emit_fence_cta() -> None:
+  """``fence.acq_rel.cta;``: memory operations do not move across it."""
+  llvm.inline_asm(_void(), [], "fence.acq_rel.cta;", "", has_side_effects=True)
 
 
 def emit_fence_proxy_async_shared() -> None:
