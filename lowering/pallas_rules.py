@@ -36,7 +36,6 @@ def _abstract_eval(src, ref, barrier, cluster_idx, *flat_transforms_avals,
                    ref_transforms_treedef, barrier_transforms_treedef, **params):
   """Shape/dtype/barrier checks with messages that say what to change."""
   p = _p()
-  del cluster_idx
   ref_avals, bar_avals = p.util.split_list(flat_transforms_avals,
                                            [ref_transforms_treedef.num_leaves])
   target = p.pallas_core.TransformedRef(ref, ref_transforms_treedef.unflatten(ref_avals))
@@ -62,8 +61,23 @@ def _abstract_eval(src, ref, barrier, cluster_idx, *flat_transforms_avals,
   if not src.shape:
     raise TypeError("async_store_smem: src is a scalar; allowed: arrays of rank >= 1. "
                     "Fix: broadcast it, e.g. jnp.full((128,), x)")
+  from mosaic_async_store import validate
+  from mosaic_async_store.dtypes import as_dtype
+  dt = as_dtype(src.dtype, "src")
+  validate.check_flag("optimized", params["optimized"])
+  validate.check_atomic(params["atomic"], dt, peer=True)
+  idx = getattr(cluster_idx, "dtype", None)
+  if idx is not None and (not _is_integer_dtype(idx) or getattr(cluster_idx, "shape", ())):
+    raise TypeError(str(refuse(
+        "cluster_idx", f"<array> of dtype {idx} and shape {tuple(cluster_idx.shape)}",
+        "an integer scalar", "pass a scalar index, e.g. idx.astype(jnp.int32)")))
   del params
   return (), {p.gpu_core._memory_effect, p.state.WriteEffect(1)}
+
+
+def _is_integer_dtype(dtype) -> bool:
+  import numpy as np
+  return bool(np.issubdtype(dtype, np.integer))
 
 
 def _make_primitive():

@@ -17,7 +17,8 @@ from mosaic_async_store.errors import AsyncStoreError, refuse, refuse_type
 from mosaic_async_store.geometry import WARPGROUP_SIZE
 from mosaic_async_store.lowering import ptx, target
 from mosaic_async_store.lowering.values_ir import ValueBuilder
-from mosaic_async_store.planner import plan_store
+from mosaic_async_store.planner import plan_store, uses_plain_stores
+from mosaic_async_store.validate import check_flag
 
 __all__ = ["async_store", "dtype_name"]
 
@@ -31,14 +32,49 @@ def dtype_name(mlir_type: ir.Type, is_signed: bool | None) -> str:
   return text.lower()
 
 
+# One op of each dialect the emitter builds: a context without them (a bare
+# ``ir.Context()``) fails or crashes deep inside IR construction.
+_REQUIRED_OPS = ("arith.constant", "gpu.thread_id", "llvm.inline_asm", "scf.if",
+                 "vector.extract", "memref.extract_aligned_pointer_as_index", "nvvm.mapa")
+_WHERE = ("calls while a kernel body is built: an MLIR context with jax's dialects, "
+          "a location and an insertion point")
+_IN_KERNEL = ("call it inside the body passed to mgpu.as_gpu_kernel / a Pallas kernel "
+              "(or under compat.make_ir_context(), ir.Location and ir.InsertionPoint)")
+
+
 def _check_context():
+  """Refuses calls outside a kernel body, before any IR is built."""
   try:
-    ir.InsertionPoint.current  # noqa: B018  (raises outside an insertion point)
+    ctx = ir.Context.current
   except ValueError:
-    raise AsyncStoreError(
-        "async_store called outside an MLIR insertion point: allowed only while "
-        "building a kernel body. Fix: call it inside the body passed to "
-        "mgpu.as_gpu_kernel / a Pallas kernel", param="context", value="none") from None
+    ctx = None
+  if ctx is None:
+    raise refuse("context", "none (called outside any MLIR context)", _WHERE, _IN_KERNEL)
+  missing = [op for op in _REQUIRED_OPS if not ctx.is_registered_operation(op)]
+  if missing:
+    raise refuse("context", f"an ir.Context without the dialects of {', '.join(missing)}",
+                 _WHERE + " (a bare jaxlib ir.Context() loads none)",
+                 "build under compat.make_ir_context() (jax's context) or inside a kernel")
+  for what, current in (("location", lambda: ir.Location.current),
+                        ("insertion point", lambda: ir.InsertionPoint.current)):
+    try:
+      current()
+    except ValueError:
+      raise refuse("context", f"an MLIR context with no {what}", _WHERE, _IN_KERNEL) from None
+
+
+def _check_options(optimized, expect_tx):
+  """The plain-Python options that the planner does not see."""
+  check_flag("optimized", optimized)
+  check_flag("expect_tx", expect_tx)
+
+
+def _check_same_context(param, v):
+  if v.type.context != ir.Context.current:
+    raise refuse(param, f"a value of type {v.type} built in another MLIR context",
+                 "values of the context the kernel is being built in",
+                 "build the value, ref and barrier inside the same kernel body "
+                 "as the store")
 
 
 def _check_ref(ref, value):
@@ -49,9 +85,15 @@ def _check_ref(ref, value):
   if not isinstance(ref, ir.Value) or not isinstance(ref.type, ir.MemRefType):
     raise refuse_type("ref", ref, "an SMEM memref ir.Value",
                       "pass a shared-memory scratch ref of the kernel")
+  registers = [r for r in np.asarray(value.registers).flat if isinstance(r, ir.Value)]
+  if registers:
+    _check_same_context("value", registers[0])
+  _check_same_context("ref", ref)
   ref_ty = ir.MemRefType(ref.type)
   if not compat.mosaic_utils().is_smem_ref(ref_ty):
-    raise refuse("ref", f"memref in memory space {ref_ty.memory_space}",
+    space = ref_ty.memory_space
+    where = space if space is not None else "none: global memory"
+    raise refuse("ref", f"{ref_ty} (memory space {where})",
                  "a ref in shared memory (#gpu.address_space<workgroup>)",
                  "store into an SMEM scratch buffer; use TMA for global memory")
   if ref_ty.element_type != value.mlir_dtype:
@@ -71,6 +113,8 @@ def _check_barrier(barrier):
   if barrier.num_barriers != 1:
     raise refuse("barrier", f"BarrierRef of {barrier.num_barriers} barriers",
                   "a single barrier", "index the barrier group, e.g. barrier[0]")
+  if isinstance(barrier.base_address, ir.Value):
+    _check_same_context("barrier", barrier.base_address)
   return barrier
 
 
@@ -189,6 +233,7 @@ def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
   ``mbarrier.arrive.expect_tx{.release.cluster}.shared::cluster.b64``.
   """
   _check_context()
+  _check_options(optimized, expect_tx)
   if strategy not in ("st.async", "plain"):
     raise refuse("strategy", strategy, '"st.async" or "plain"',
                  'omit strategy (the default "st.async" is the fast path)')
@@ -201,9 +246,8 @@ def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
   target.check_cluster_args(cluster_dim, cluster_idx, cluster)
   peer = cluster_dim is not None
   strides, _ = ref_ty.get_strides_and_offset()
-  # st.async into a cluster of one CTA is undefined: plain stores there.
-  one_cta = not peer and cluster is not None and np.prod(cluster) == 1
-  plain = atomic is None and (strategy == "plain" or one_cta)
+  plain = uses_plain_stores(peer=peer, atomic=atomic, strategy=strategy,
+                            cluster_size=None if cluster is None else int(np.prod(cluster)))
   plan = plan_store(value.layout, value.shape, dtype_name(value.mlir_dtype, value.is_signed),
                     swizzle=swizzle, tiling_rank=tiling_rank, optimized=optimized,
                     atomic=atomic, ref_shape=tuple(ref_ty.shape), ref_strides=tuple(strides),

@@ -12,7 +12,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import arith, gpu, llvm
 
 from mosaic_async_store.lowering import ptx
-from mosaic_async_store.errors import refuse
+from mosaic_async_store.errors import refuse, refuse_type
 
 __all__ = ["static_cluster_shape", "target_rank", "smem_address"]
 
@@ -100,8 +100,13 @@ def smem_address(ptr: ir.Value) -> ir.Value:
   return llvm.ptrtoint(ir.IntegerType.get_signless(32), ptr)
 
 
+def _is_int(x) -> bool:
+  import numpy as np
+  return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
 def check_cluster_args(cluster_dim, cluster_idx, cluster_shape):
-  """Refuses a half-given target and a peer store in a one-CTA cluster."""
+  """Refuses a half-given target, ill-typed ones, and a peer store in a one-CTA cluster."""
   if (cluster_dim is None) != (cluster_idx is None):
     given = "cluster_dim" if cluster_idx is None else "cluster_idx"
     missing = "cluster_idx" if cluster_idx is None else "cluster_dim"
@@ -109,20 +114,37 @@ def check_cluster_args(cluster_dim, cluster_idx, cluster_shape):
                  "pass both (a peer CTA) or neither (this CTA's own SMEM)")
   if cluster_dim is None:
     return
-  try:
+  if isinstance(cluster_dim, gpu.Dimension) or _is_int(cluster_dim):
     dim = int(cluster_dim)
-  except (TypeError, ValueError):
-    dim = -1
+  else:
+    raise refuse_type("cluster_dim", cluster_dim, "gpu.Dimension.x, .y or .z (or 0, 1, 2)",
+                      "pass a gpu.Dimension, e.g. cluster_dim=gpu.Dimension.x")
   if dim not in (0, 1, 2):
-    raise refuse("cluster_dim", cluster_dim, "gpu.Dimension.x, .y or .z",
+    raise refuse("cluster_dim", cluster_dim, "gpu.Dimension.x, .y or .z (or 0, 1, 2)",
                  "pass a gpu.Dimension")
+  _check_cluster_idx(cluster_idx)
   if cluster_shape is not None and cluster_shape[dim] == 1:
     raise refuse("cluster_dim", cluster_dim,
                  f"a dimension along which the cluster {cluster_shape} has more "
                  "than one CTA (st.async into a cluster of one CTA is undefined)",
                  "launch with cluster > 1 along that dimension, or store into "
                  "this CTA's own memory (omit cluster_dim and cluster_idx)")
-  if isinstance(cluster_idx, int) and cluster_shape is not None and not (
+  if _is_int(cluster_idx) and cluster_shape is not None and not (
       0 <= cluster_idx < cluster_shape[dim]):
     raise refuse("cluster_idx", cluster_idx, f"0 <= cluster_idx < {cluster_shape[dim]}",
                  "pass the index of a CTA inside the cluster")
+
+
+def _check_cluster_idx(cluster_idx):
+  allowed = "a Python int or a scalar ir.Value of integer or index type"
+  if isinstance(cluster_idx, ir.Value):
+    ty = cluster_idx.type
+    if not isinstance(ty, (ir.IntegerType, ir.IndexType)):
+      raise TypeError(str(refuse(
+          "cluster_idx", f"<ir.Value> of type {ty}", allowed,
+          "pass an index or integer value (arith.fptosi or arith.index_cast it first)")))
+    return
+  if not isinstance(cluster_idx, int) or isinstance(cluster_idx, bool):
+    fix = (f"pass int(cluster_idx) = {int(cluster_idx)}" if _is_int(cluster_idx)
+           else "pass the target CTA's index as an int or an index ir.Value")
+    raise refuse_type("cluster_idx", cluster_idx, allowed, fix)

@@ -11,8 +11,9 @@ import math
 
 from mosaic_async_store import compat
 from mosaic_async_store.dtypes import as_dtype
-from mosaic_async_store.errors import refuse
-from mosaic_async_store.validate import check_shape, check_swizzle
+from mosaic_async_store.errors import refuse, refuse_type
+from mosaic_async_store.validate import (check_atomic_name, check_flag, check_shape,
+                                        check_smem_bytes, check_swizzle, is_int)
 
 __all__ = ["StoreConfig", "LAYOUT_NAMES", "resolve_layout", "transpose_permutation"]
 
@@ -86,14 +87,22 @@ class StoreConfig:
   impl: str = "mas"             # "mas" (this project) | "upstream"
 
   def __post_init__(self):
-    as_dtype(self.dtype)
-    check_shape(self.shape)
+    check_smem_bytes(check_shape(self.shape), as_dtype(self.dtype))
     check_swizzle(self.swizzle)
+    if not isinstance(self.layout, str):
+      raise refuse_type("layout", self.layout, "a layout name: " + ", ".join(LAYOUT_NAMES),
+                        'pass the name, e.g. layout="WGMMA"')
+    if self.layout.upper() not in LAYOUT_NAMES:
+      raise refuse("layout", self.layout, "one of " + ", ".join(LAYOUT_NAMES),
+                   "pick a layout Mosaic GPU ships")
+    check_atomic_name(self.atomic)
+    check_flag("transposed", self.transposed)
+    check_flag("optimized", self.optimized)
     if self.target not in ("peer", "local"):
       raise refuse("target", self.target, "peer or local", "pass --target peer|local")
     if self.impl not in ("mas", "upstream"):
       raise refuse("impl", self.impl, "mas or upstream", "pass --impl mas|upstream")
-    if not (isinstance(self.cluster, int) and 1 <= self.cluster <= 16):
+    if not (is_int(self.cluster) and 1 <= self.cluster <= 16):
       raise refuse("cluster", self.cluster, "1..16 CTAs", "pass --cluster 2")
     if self.target == "peer" and self.cluster < 2:
       raise refuse("cluster", self.cluster, ">= 2 for a peer target",

@@ -73,6 +73,8 @@ def as_dtype(dtype, param: str = "dtype") -> DType:
   """Normalises a dtype-like value, refusing anything the store cannot carry."""
   if isinstance(dtype, DType):
     return dtype
+  if dtype is None or isinstance(dtype, bool):  # np.dtype(None) is float64
+    raise refuse_type(param, dtype, _ALLOWED, "pass a NumPy/JAX dtype or its name")
   if isinstance(dtype, str):
     name = _ALIASES.get(dtype.lower(), dtype.lower())
   else:

@@ -8,43 +8,106 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from mosaic_async_store import ptx_forms
 from mosaic_async_store.dtypes import DType, as_dtype
 from mosaic_async_store.errors import refuse, refuse_type
 from mosaic_async_store.geometry import RefGeometry
 
 __all__ = ["plan_inputs", "check_shape", "check_swizzle", "check_atomic",
-           "default_ref_shape", "SWIZZLES"]
+           "check_atomic_name", "check_flag", "check_smem_bytes", "check_tiling_rank",
+           "check_strides", "is_int",
+           "default_ref_shape", "SWIZZLES", "MAX_SMEM_BYTES"]
 
 SWIZZLES = (16, 32, 64, 128)
 
+# The most shared memory one CTA can have (227 KiB on sm_90 and sm_100): a
+# destination larger than this cannot exist, in this CTA or in a peer.
+MAX_SMEM_BYTES = 227 * 1024
+
+
+def is_int(x) -> bool:
+  """A Python or NumPy integer, not a bool."""
+  return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def check_flag(param: str, value) -> bool:
+  """A bool parameter (``optimized``, ``expect_tx``, ...): True or False only."""
+  if not isinstance(value, (bool, np.bool_)):
+    raise refuse_type(param, value, "True or False",
+                      f"pass {param}=True or {param}=False (a bool)")
+  return bool(value)
+
 
 def check_shape(shape, param: str = "shape") -> tuple[int, ...]:
-  if isinstance(shape, int) or not hasattr(shape, "__iter__"):
+  if isinstance(shape, (int, str, bytes)) or not hasattr(shape, "__iter__"):
     raise refuse_type(param, shape, "a tuple of positive ints", "pass e.g. (64, 128)")
   out = tuple(shape)
-  if not out or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0
-                        for d in out):
+  if out and not all(is_int(d) for d in out):
+    raise refuse_type(param, out, "a tuple of positive ints (not floats, bools or str)",
+                      "pass e.g. (64, 128)")
+  if not out or not all(d > 0 for d in out):
     raise refuse(param, out, "a non-empty tuple of positive ints",
                  "pass e.g. (64, 128)")
-  return out
+  return tuple(int(d) for d in out)
 
 
 def check_swizzle(swizzle) -> int | None:
   if swizzle is None:
     return None
-  if isinstance(swizzle, bool) or swizzle not in SWIZZLES:
+  if not is_int(swizzle):
+    raise refuse_type("swizzle", swizzle, "None or the int 16, 32, 64 or 128 (bytes)",
+                      "pass the swizzle as an int, e.g. swizzle=128")
+  if swizzle not in SWIZZLES:
     raise refuse("swizzle", swizzle, "None, 16, 32, 64 or 128 (bytes)",
                  "pass the swizzle the ref was allocated with (plgpu.SwizzleTransform)")
   return int(swizzle)
 
 
-def check_atomic(atomic, dtype: DType, peer: bool):
+def check_tiling_rank(tiling_rank) -> int | None:
+  if tiling_rank is None:
+    return None
+  if not is_int(tiling_rank):
+    raise refuse_type("tiling_rank", tiling_rank, "None or an int >= 0",
+                      "omit tiling_rank (it is inferred from the ref's rank)")
+  if tiling_rank < 0:
+    raise refuse("tiling_rank", tiling_rank,
+                 "None or an int >= 0 (the number of trailing ref dims that form the tile)",
+                 "omit tiling_rank (it is inferred from the ref's rank)")
+  return int(tiling_rank)
+
+
+def check_smem_bytes(shape: tuple[int, ...], dt: DType) -> None:
+  """Refuses arrays larger than any CTA's shared memory (before anything is allocated)."""
+  nbytes = math.prod(shape) * dt.bits // 8
+  if nbytes > MAX_SMEM_BYTES:
+    raise refuse(
+        "shape", shape,
+        f"at most {MAX_SMEM_BYTES} bytes (227 KiB, the most shared memory a CTA "
+        f"can have); {math.prod(shape)} elements of {dt} are {nbytes} bytes",
+        "store the array in pieces (slice the value and the ref) that fit in "
+        "shared memory")
+
+
+def check_atomic_name(atomic) -> str | None:
+  """The reduction's name, whatever the dtype (see check_atomic for the dtype)."""
   if atomic is None:
     return None
+  ops = ", ".join(ptx_forms.ATOMIC_OPS)
+  if not isinstance(atomic, str):
+    raise refuse_type("atomic", atomic, f"None or one of the str {ops}",
+                      'pass the reduction\'s name, e.g. atomic="add"')
   if atomic not in ptx_forms.ATOMIC_OPS:
-    raise refuse("atomic", atomic, "None or one of " + ", ".join(ptx_forms.ATOMIC_OPS),
-                 "pick a reduction PTX supports")
+    fix = (f'spell it in lower case: atomic="{atomic.lower()}"'
+           if atomic.lower() in ptx_forms.ATOMIC_OPS else "pick a reduction PTX supports")
+    raise refuse("atomic", repr(atomic), f"None or one of {ops}", fix)
+  return atomic
+
+
+def check_atomic(atomic, dtype: DType, peer: bool):
+  if check_atomic_name(atomic) is None:
+    return None
   if ptx_forms.atomic_forms(atomic, dtype, peer) is None:
     ok = [op for op in ptx_forms.ATOMIC_OPS if ptx_forms.atomic_forms(op, dtype, peer)]
     allowed = ", ".join(ok) if ok else "no reduction at all"
@@ -82,20 +145,72 @@ def _contiguous(shape):
 def _check_swizzle_tiling(geom: RefGeometry):
   if not geom.swizzle:
     return
-  sw, tile = geom.swizzle, geom.tile
-  tile_strides = geom.strides[len(geom.strides) - geom.tiling_rank:] if geom.tiling_rank else ()
+  sw, tile, bits = geom.swizzle, geom.tile, geom.bits
+  canonical = f"({8}, {sw * 8 // bits})" if sw * 8 % bits == 0 else "(8, ...)"
+  if not tile:
+    raise refuse(
+        "swizzle", sw,
+        f"None for a plain (untiled) ref of shape {geom.ref_shape}: a {sw}-byte "
+        f"swizzle needs a tiled ref whose tile rows are {sw} bytes",
+        f"pass swizzle=None, or allocate the ref tiled with a {canonical} tile "
+        f"(plgpu.TilingTransform + plgpu.SwizzleTransform({sw}))")
+  tile_strides = geom.strides[len(geom.strides) - geom.tiling_rank:]
   minor = [d for d, s in zip(tile, tile_strides) if s == 1]
-  row_bytes = minor[0] * geom.bits // 8 if minor else None
-  tile_bytes = math.prod(tile) * geom.bits // 8 if tile else 0
+  row_bytes = minor[0] * bits // 8 if minor else None
+  tile_bytes = math.prod(tile) * bits // 8
   if row_bytes != sw or tile_bytes % (8 * sw):
+    rows = (f"{row_bytes} contiguous bytes" if row_bytes is not None
+            else "no contiguous dim")
+    fits = row_bytes in SWIZZLES and tile_bytes % (8 * row_bytes) == 0
+    fix = (f"pass swizzle={row_bytes} if the ref was written that way, or "
+           if fits else "") + f"allocate the ref with a {canonical} tile"
     raise refuse(
         "swizzle", sw,
         f"a swizzle equal to the bytes of the tile's contiguous dim (this ref's "
-        f"tile {tile} of {geom.bits}-bit elements has {row_bytes} contiguous "
-        f"bytes and {tile_bytes} bytes in all; a {sw}-byte swizzle needs "
-        f"{sw} contiguous bytes and a multiple of {8 * sw} bytes)",
-        f"pass swizzle={row_bytes} if the ref was written that way, or allocate "
-        f"the ref with a ({8}, {sw * 8 // geom.bits}) tile")
+        f"tile {tile} of {bits}-bit elements has {rows} and {tile_bytes} bytes "
+        f"in all; a {sw}-byte swizzle needs {sw} contiguous bytes and a "
+        f"multiple of {8 * sw} bytes)", fix)
+
+
+def check_strides(strides, ref_shape) -> tuple[int, ...]:
+  """A destination's element strides: one int per dim, positive, no two elements aliased."""
+  if isinstance(strides, (int, str, bytes)) or not hasattr(strides, "__iter__"):
+    raise refuse_type("ref_strides", strides, "a tuple of ints, one per ref dim",
+                      "pass the memref's strides in elements, e.g. (128, 1)")
+  strides = tuple(strides)
+  if not all(is_int(s) for s in strides):
+    raise refuse_type("ref_strides", strides, "a tuple of ints, one per ref dim",
+                      "pass the memref's strides in elements, e.g. (128, 1)")
+  strides = tuple(int(s) for s in strides)
+  if len(strides) != len(ref_shape):
+    raise refuse("ref_strides", strides, f"{len(ref_shape)} strides (ref shape {ref_shape})",
+                 "pass one per dim")
+  if any(s <= 0 for s, d in zip(strides, ref_shape) if d > 1):
+    raise refuse("ref_strides", strides,
+                 "positive strides (a zero or negative stride writes two elements "
+                 "to one address or below the ref's base)",
+                 "pass the memref's strides in elements, e.g. (128, 1)")
+  if _aliases(strides, ref_shape):
+    raise refuse("ref_strides", strides,
+                 f"strides under which no two elements of a ref of shape {ref_shape} "
+                 "share an address", "pass the strides of a real (non-overlapping) memref")
+  return strides
+
+
+def _aliases(strides, ref_shape) -> bool:
+  dims = sorted((s, d) for s, d in zip(strides, ref_shape) if d > 1)
+  reach = 0  # the largest offset the smaller-stride dims reach
+  for s, d in dims:
+    if s <= reach:
+      break
+    reach += (d - 1) * s
+  else:
+    return False
+  # Interleaved but possibly still one-to-one: count distinct offsets.
+  offsets = np.zeros(1, dtype=np.int64)
+  for s, d in dims:
+    offsets = (offsets[:, None] + np.arange(d, dtype=np.int64)[None, :] * s).ravel()
+  return len(np.unique(offsets)) != offsets.size
 
 
 def _geometry(shape, dt, swizzle, tiling_rank, ref_shape, ref_strides) -> RefGeometry:
@@ -123,10 +238,15 @@ def _geometry(shape, dt, swizzle, tiling_rank, ref_shape, ref_strides) -> RefGeo
                  f"(this one untiles to {untiled})",
                  "store into a ref of the same logical shape (slice the ref or "
                  "reshape the value)")
-  strides = tuple(ref_strides) if ref_strides is not None else _contiguous(ref_shape)
-  if len(strides) != len(ref_shape):
-    raise refuse("ref_strides", strides, f"{len(ref_shape)} strides", "pass one per dim")
+  strides = (check_strides(ref_strides, ref_shape) if ref_strides is not None
+             else _contiguous(ref_shape))
   geom = RefGeometry(tuple(shape), tuple(ref_shape), strides, rank, swizzle, dt.bits)
+  if ref_strides is not None and geom.footprint_bytes > MAX_SMEM_BYTES:
+    raise refuse("ref_strides", strides,
+                 f"a ref that spans at most {MAX_SMEM_BYTES} bytes (227 KiB, the most "
+                 f"shared memory a CTA can have); these strides span "
+                 f"{geom.footprint_bytes} bytes",
+                 "store into a smaller (or less padded) SMEM ref")
   _check_swizzle_tiling(geom)
   return geom
 
@@ -137,6 +257,8 @@ def plan_inputs(layout, shape, dtype, swizzle, tiling_rank, atomic, ref_shape,
   dt = as_dtype(dtype)
   shape = check_shape(shape)
   swizzle = check_swizzle(swizzle)
+  tiling_rank = check_tiling_rank(tiling_rank)
+  peer = check_flag("peer", peer)
   total_bits = math.prod(shape) * dt.bits
   if total_bits % 8:
     raise refuse(
@@ -145,6 +267,7 @@ def plan_inputs(layout, shape, dtype, swizzle, tiling_rank, atomic, ref_shape,
         f"{total_bits} bits (Can only transfer integer bytes)",
         "pack pairs of 4-bit values, pad to an even element count, or "
         "transfer as int8 and unpack")
-  atomic = check_atomic(atomic, dt, bool(peer))
+  check_smem_bytes(shape, dt)
+  atomic = check_atomic(atomic, dt, peer)
   geom = _geometry(shape, dt, swizzle, tiling_rank, ref_shape, ref_strides)
   return dt, geom, atomic
