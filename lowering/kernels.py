@@ -107,11 +107,12 @@ def _load_value(cfg, src_ptr, layout, io: KernelIO, cta_offset):
   bytes_ty = ir.VectorType.get((io.register_bytes,), i8)
   if isinstance(layout, fa.WGSplatFragLayout):
     raw = llvm.load(bytes_ty, utils.getelementptr(src_ptr, [cta_offset], i8))
-    scalar_ty = ir.VectorType.get((1,), el) if dt.bits >= 8 else None
-    if scalar_ty is None:
-      raise NotImplementedError("sub-byte splat kernels")
-    head = vector.shuffle(raw, raw, list(range(dt.bits // 8)))
-    scalar = vector.extract(vector.bitcast(scalar_ty, head), [], [0])
+    # The scalar is the first element of the first byte(s); a 4-bit one is the
+    # low nibble of byte 0 (element 0 of a 2-element vector).
+    nbytes = max(1, dt.bits // 8)
+    head = vector.shuffle(raw, raw, list(range(nbytes)))
+    as_elems = vector.bitcast(ir.VectorType.get((nbytes * 8 // dt.bits,), el), head)
+    scalar = vector.extract(as_elems, [], [0])
     return fa.FragmentedArray.splat(scalar, cfg.shape, layout, is_signed=signed)
   reg_ty = layout.registers_element_type(el)
   shape = layout.registers_shape(cfg.shape)

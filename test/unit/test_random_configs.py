@@ -24,7 +24,7 @@ import os
 import re
 
 import pytest
-from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from mosaic_async_store import ptx_forms
@@ -158,9 +158,6 @@ def test_random_kernels_compile_to_ptxas_accepted_ptx_or_refuse(kwargs):
   if isinstance(cfg, AsyncStoreError):
     refused_cleanly(None, cfg)
     return
-  # lowering/kernels.py builds no sub-byte SPLAT test kernel (NotImplementedError,
-  # a limit of the test kernel's loader, not of the store): test_matrix xfails it.
-  assume(not (cfg.layout == "SPLAT" and as_dtype(cfg.dtype).bits < 8))
   try:
     compiled = _compile(cfg)
   except AsyncStoreError as e:
