@@ -167,7 +167,11 @@ class RefGeometry:
 
   def element_bit_address(self, flat: np.ndarray) -> np.ndarray:
     """Unswizzled bit address (from the ref base) of each flat logical index."""
-    idx = np.unravel_index(np.asarray(flat), self.shape)
+    flat = np.asarray(flat)
+    # Unravel a 1-D view and restore the shape: numpy 2.4's unravel_index
+    # returns wrong indices for some multi-dimensional inputs past 8192
+    # elements (seen with (128, R, 1) register maps; numpy#31980).
+    idx = tuple(i.reshape(flat.shape) for i in np.unravel_index(flat.reshape(-1), self.shape))
     n, k = len(self.shape), self.tiling_rank
     ref_idx = list(idx[:n - k])
     outer, inner = [], []

