@@ -24,7 +24,7 @@ from mosaic_async_store import compat
 from mosaic_async_store.config import StoreConfig, resolve_layout
 from mosaic_async_store.dtypes import as_dtype
 from mosaic_async_store.lowering import ptx
-from mosaic_async_store.lowering.kernels import _i32, _load_value, _tid, kernel_io
+from mosaic_async_store.lowering.kernels import KernelParts, _i32, _load_value, _tid, kernel_io
 from mosaic_async_store.lowering.store import async_store
 from mosaic_async_store.lowering.target import smem_address, target_rank
 
@@ -34,15 +34,10 @@ STRATEGIES = ("mas", "plain", "upstream", "bulk", "local")
 
 
 @dataclasses.dataclass(frozen=True)
-class BenchKernel:
-  body: object
-  grid: tuple[int, int, int]
-  block: tuple[int, int, int]
-  in_shape: tuple
-  out_shape: object
-  scratch: tuple
-  cluster: tuple[int, int, int]
-  bytes_per_launch: int
+class BenchKernel(KernelParts):
+  """A benchmark kernel: KernelParts plus the bytes one launch moves."""
+
+  bytes_per_launch: int = 0
 
 
 def _store_once(strategy, cfg, value, smem, stage, bar, peer, tile_bytes):
@@ -112,7 +107,7 @@ def bench_kernel_parts(cfg: StoreConfig, strategy: str, *, ctas: int, iters: int
                                              ir.IntegerType.get_signless(8)))
 
   return BenchKernel(body, (ctas, 1, 1), (128, 1, 1), (src,), out, scratch,
-                     (cfg.cluster, 1, 1), ctas * iters * tile_bytes)
+                     (cfg.cluster, 1, 1), io, bytes_per_launch=ctas * iters * tile_bytes)
 
 
 def _bulk_iteration(cfg, value, smem_ref, stage_ref, bar, peer, tile_bytes):
