@@ -40,22 +40,17 @@ class BenchKernel(KernelParts):
   bytes_per_launch: int = 0
 
 
-def _store_once(strategy, cfg, value, smem, stage, bar, peer, tile_bytes):
+def _store_once(strategy, cfg, value, smem, bar, peer, tile_bytes):
   if strategy in ("mas", "plain"):
     async_store(value, smem, bar, cluster_dim=gpu.Dimension.x, cluster_idx=peer,
                 swizzle=cfg.swizzle, optimized=cfg.optimized,
                 strategy="st.async" if strategy == "mas" else "plain")
-  elif strategy == "upstream":
-    utils = compat.mosaic_utils()
+  elif strategy == "upstream":  # as upstream's Pallas Lane rule drives it
     peer_bar = bar.remap_to_cluster(gpu.Dimension.x, peer)
     peer_bar.arrive_expect_tx(tile_bytes // 128)
     value.store_tiled_async(smem, bar, gpu.Dimension.x, peer, swizzle=cfg.swizzle,
                             optimized=cfg.optimized)
-    del utils
-  elif strategy == "bulk":
-    async_store(value, stage, bar, swizzle=cfg.swizzle, optimized=cfg.optimized,
-                expect_tx=True, strategy="plain")  # local plain stores; see below
-  else:  # local
+  else:  # local: the SMEM store ceiling
     async_store(value, smem, bar, swizzle=cfg.swizzle, optimized=cfg.optimized,
                 strategy="plain", expect_tx=False)
 
@@ -93,7 +88,7 @@ def bench_kernel_parts(cfg: StoreConfig, strategy: str, *, ctas: int, iters: int
       if strategy == "bulk":
         _bulk_iteration(cfg, value, smem_ref, stage_ref, bar[0], peer, tile_bytes)
       else:
-        _store_once(strategy, cfg, value, smem_ref, stage_ref, bar[0], peer, tile_bytes)
+        _store_once(strategy, cfg, value, smem_ref, bar[0], peer, tile_bytes)
       if strategy != "local":
         bar[0].wait()
       scf.yield_([])
