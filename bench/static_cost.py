@@ -158,6 +158,7 @@ def verdicts(row) -> dict | None:
           _sign(ours["span"], up["span"])],
       "span_no_loads": {"fewer": "shorter", "equal": "equal", "more": "longer"}[
           _sign(ours["span_no_loads"], up["span_no_loads"])],
+      "total": _sign(ours["sass_instructions"], up["sass_instructions"]),
       "worse": ours["span"] > up["span"] or ours["bytes_per_store"] < up["bytes_per_store"]
                or ours["bytes_per_async"] < up["bytes_per_async"],
   }
@@ -177,6 +178,7 @@ def summarize(rows) -> dict:
       "instructions": {k: count("instructions", k) for k in ("fewer", "equal", "more")},
       "span": {k: count("span", k) for k in ("shorter", "equal", "longer")},
       "span_no_loads": {k: count("span_no_loads", k) for k in ("shorter", "equal", "longer")},
+      "total": {k: count("total", k) for k in ("fewer", "equal", "more")},
       "worse": [r["config"] for r, v in compared if v["worse"]],
   }
 
@@ -204,7 +206,8 @@ def markdown(rows, summary, command: str, meta: dict) -> str:
       "Per configuration: asynchronous stores per thread (count x bytes; `plain`: "
       "st/red .shared::cluster pieces), bytes per store instruction, SASS store span "
       "(first to last store, both included; `span-LDG`: the same without the register "
-      "loads from global memory that ptxas interleaves) and registers per thread.",
+      "loads from global memory that ptxas interleaves), SASS instructions of the "
+      "whole bare kernel, and registers per thread.",
       "", "## Summary", "",
       f"- configurations: {s['configs']}; upstream refuses {s['upstream_refuses']} "
       f"(not compared); compared: {s['compared']}",
@@ -214,14 +217,19 @@ def markdown(rows, summary, command: str, meta: dict) -> str:
       f"{s['span']['equal']}, longer on {s['span']['longer']}; without the "
       f"interleaved register loads (LDG): shorter on {s['span_no_loads']['shorter']}, "
       f"equal on {s['span_no_loads']['equal']}, longer on {s['span_no_loads']['longer']}",
+      f"- SASS instructions of the whole kernel (prologue and register loads are the "
+      f"same code for both, so the difference is the store's own code, wherever "
+      f"ptxas scheduled it): ours fewer on {s['total']['fewer']}, equal on "
+      f"{s['total']['equal']}, more on {s['total']['more']}",
       f"- ours worse (longer span or fewer bytes per instruction): {len(s['worse'])}"
       + "".join(f"\n  - {c}" for c in s["worse"]),
       f"- upstream compiles but ours refuses: {len(s['ours_refuses_upstream_accepts'])}"
       + "".join(f"\n  - {c}" for c in s["ours_refuses_upstream_accepts"]),
       "", "## Table", "",
       "| config | stores ours | stores upstream | B/store ours | B/store up | span ours "
-      "| span up | span-LDG ours | span-LDG up | regs ours | regs up |",
-      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+      "| span up | span-LDG ours | span-LDG up | SASS total ours | SASS total up "
+      "| regs ours | regs up |",
+      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
   ]
   for r in rows:
     if "error" in r["upstream"]:
@@ -232,6 +240,7 @@ def markdown(rows, summary, command: str, meta: dict) -> str:
         f"{_cell(ours, 'bytes_per_store')} | {_cell(up, 'bytes_per_store')} | "
         f"{_cell(ours, 'span')} | {_cell(up, 'span')} | "
         f"{_cell(ours, 'span_no_loads')} | {_cell(up, 'span_no_loads')} | "
+        f"{_cell(ours, 'sass_instructions')} | {_cell(up, 'sass_instructions')} | "
         f"{_cell(ours, 'registers')} | {_cell(up, 'registers')} |")
   refused = [r for r in rows if "error" in r["upstream"]]
   if refused:
