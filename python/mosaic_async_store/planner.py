@@ -115,6 +115,16 @@ class StorePlan:
     return "\n".join(lines)
 
 
+def _splat_in_address_order(regs: RegisterMap, geom: RefGeometry) -> RegisterMap:
+  """A splat's elements are all equal, so any element may go anywhere: hand them
+  out in destination-address order, which makes each thread's bytes contiguous
+  and neighbouring threads' chunks adjacent (wide, conflict-free stores) even
+  into transposed or strided refs."""
+  flat = np.arange(int(np.prod(geom.shape)))
+  order = np.argsort(geom.element_bit_address(flat), kind="stable")
+  return RegisterMap(order[regs.elements], regs.writer, splat=True)
+
+
 def _split_chain(chain: list[Value], writer: np.ndarray, widths, make) -> list[Instruction]:
   """Cuts a chain into the widest aligned pieces; ``make(width, parts, dst)``."""
   total = sum(v.size for v in chain)
@@ -186,6 +196,8 @@ def plan_store(layout, shape, dtype, *, swizzle=None, tiling_rank=None,
   dt, geom, atomic = validate.plan_inputs(
       layout, shape, dtype, swizzle, tiling_rank, atomic, ref_shape, ref_strides, peer)
   regs = register_map(layout, geom.shape)
+  if regs.splat:
+    regs = _splat_in_address_order(regs, geom)
   bit_addr = geom.element_bit_address(regs.elements)
   context = f"{dt} array of shape {geom.shape} in layout {layout}"
   values = packing.register_values(regs, bit_addr, dt.bits, split_elements=False,

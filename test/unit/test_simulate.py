@@ -114,3 +114,17 @@ def test_simulate_store_int4_and_reductions():
   f = np.random.default_rng(0).standard_normal((64, 128)).astype(np.float32)
   got = simulate_store(f, fa.WGMMA_LAYOUT, swizzle=64, atomic="add", initial=f)
   assert np.array_equal(got, f + f)
+
+
+def test_splat_goes_in_address_order_even_transposed():
+  """A splat may put any element anywhere: 16-byte, conflict-free stores into a
+  transposed plain ref (the logical order would be 4-byte, conflicting)."""
+  cfg = StoreConfig(dtype="float32", shape=(64, 32), layout="SPLAT", swizzle=None,
+                    transposed=True)
+  geom = hostdata.view_geometry(cfg)
+  plan = plan_store(resolve_layout("SPLAT", cfg.shape, cfg.dtype), cfg.shape, cfg.dtype,
+                    ref_shape=geom.ref_shape, ref_strides=geom.strides, optimized=True)
+  assert plan.verify().bank_conflicts == 0
+  assert {(i.kind, i.width) for i in plan.instructions} == {("st.async", 16)}
+  got, want, _ = _run(cfg)
+  assert np.array_equal(got, want)
