@@ -188,11 +188,15 @@ def kernel_parts(cfg: StoreConfig, *, bare: bool = False, tx_error: int = 0) -> 
          jax.ShapeDtypeStruct((cfg.cluster * 128,), jnp.int32))  # SMEM bytes, wait flags
   smem = jax.ShapeDtypeStruct(io.smem_shape, dt.numpy)
   # Each CTA receives one warpgroup's stores: 128 arrivals (one per thread).
-  scratch = (smem, mgpu.Barrier(arrival_count=128, num_barriers=1))
+  # Mosaic places the barrier right after the buffer and needs it 8-byte
+  # aligned, so a tiny buffer gets a pad.
+  alloc = int(np.prod(io.smem_shape)) * dt.bits // 8
+  pad = (jax.ShapeDtypeStruct((-alloc % 8,), jnp.uint8),) if alloc % 8 else ()
+  scratch = (smem, *pad, mgpu.Barrier(arrival_count=128, num_barriers=1))
 
   def body(ctx, src_ref, init_ref, out_ref, flags_ref, scratch_refs):
     del ctx
-    smem_ref, bar = scratch_refs
+    smem_ref, bar = scratch_refs[0], scratch_refs[-1]
     cta = arith.index_cast(ir.IntegerType.get_signless(32), gpu.cluster_block_id(gpu.Dimension.x))
     base = arith.muli(cta, _i32(io.smem_bytes))
     smem_ptr = utils.memref_ptr(smem_ref)

@@ -121,7 +121,9 @@ def emit_lane_id() -> ir.Value:
 
 
 def emit_bounded_wait(barrier: ir.Value, parity, max_polls: int) -> ir.Value:
-  """Polls ``mbarrier.try_wait.parity.shared::cta.b64`` at most ``max_polls`` times.
+  """Polls ``mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64`` at most
+  ``max_polls`` times.  Cluster-scope acquire: the data it waits for was
+  released at cluster scope by another CTA (st.async completions, release arrives).
 
   ``parity`` is a Python int or an i32 value.  Returns i32 1 if the phase
   completed, 0 if it gave up: a barrier whose transaction count never
@@ -137,7 +139,7 @@ def emit_bounded_wait(barrier: ir.Value, parity, max_polls: int) -> ir.Value:
       "mov.b32 %n, 0;\n"
       "mov.b32 $0, 1;\n"
       "WAIT${:uid}:\n"
-      f"mbarrier.try_wait.parity.shared::cta.b64 %p0, [$1], {par};\n"
+      f"mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 %p0, [$1], {par};\n"
       "@%p0 bra DONE${:uid};\n"
       "add.u32 %n, %n, 1;\n"
       f"setp.lt.u32 %p1, %n, {max_polls};\n"

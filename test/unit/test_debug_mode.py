@@ -20,7 +20,7 @@ def _ptx(**kwargs):
 def test_wrong_byte_count_kernel_has_bounded_reporting_wait():
   ptx = _ptx(tx_error=16)
   assert "mbarrier.expect_tx.relaxed.cluster.shared::cluster.b64" in ptx
-  assert "mbarrier.try_wait.parity.shared::cta.b64" in ptx
+  assert "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64" in ptx
   assert "vprintf" in ptx  # the report
   assert "did not complete phase" in bytes.fromhex(
       "".join(f"{int(x):02x}" for x in _global_bytes(ptx))).decode(errors="ignore")
