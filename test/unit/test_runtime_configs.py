@@ -50,3 +50,12 @@ def test_runtime_config_ready(cfg):
     stats = toolchain.compile_module(module).stats
   assert any(k.startswith(("st.async", "red.async", "st.shared::cluster", "red.relaxed"))
              for k in stats.stores), stats.stores
+
+
+def test_tiny_buffer_kernel_builds():
+  """A 4-byte SMEM buffer: the barrier after it must stay 8-byte aligned (padded)."""
+  from mosaic_async_store.config import StoreConfig
+  from mosaic_async_store.testing import kernel_text
+  ptx = kernel_text(StoreConfig(dtype="uint4", shape=(8,), layout="TCGEN05_COL", swizzle=None),
+                    "ptx", bare=False)
+  assert "mbarrier.arrive.expect_tx" in ptx
