@@ -12,7 +12,7 @@ import functools
 
 import numpy as np
 
-from mosaic_async_store import packing, ptx_forms, validate
+from mosaic_async_store import banks, packing, ptx_forms, validate
 from mosaic_async_store.dtypes import DType
 from mosaic_async_store.errors import refuse, refuse_type
 from mosaic_async_store.geometry import RefGeometry, RegisterMap, register_map
@@ -214,9 +214,7 @@ def plan_store(layout, shape, dtype, *, swizzle=None, tiling_rank=None,
     instrs = _store_instructions(chains, regs.writer, plain_stores)
   else:
     instrs = _atomic_instructions(chains, regs.writer, dt, atomic, peer)
-  plan = StorePlan(dt, geom, regs, tuple(sorted(all_values.values(), key=lambda v: v.id)), tuple(exchanges), tuple(instrs),
-                   atomic, peer, optimized)
-  if optimized:
-    from mosaic_async_store import banks
-    plan = banks.remove_bank_conflicts(plan)
-  return plan
+  ordered = tuple(sorted(all_values.values(), key=lambda v: v.id))
+  plan = StorePlan(dt, geom, regs, ordered, tuple(exchanges), tuple(instrs), atomic, peer,
+                   optimized)
+  return banks.remove_bank_conflicts(plan) if optimized else plan
