@@ -167,17 +167,9 @@ def _config(args: argparse.Namespace) -> StoreConfig:
 
 
 def _plan(cfg: StoreConfig):
-  """This project's plan for ``cfg`` and its verification report."""
-  from mosaic_async_store.config import resolve_layout
-  from mosaic_async_store.hostdata import view_geometry
-  from mosaic_async_store.planner import plan_store, uses_plain_stores
-  view = view_geometry(cfg)  # the ref exactly as the test kernel passes it
-  peer = cfg.target == "peer"
-  plain = uses_plain_stores(peer=peer, cluster_size=cfg.cluster, atomic=cfg.atomic)
-  plan = plan_store(resolve_layout(cfg.layout, cfg.shape, cfg.dtype), cfg.shape,
-                    cfg.dtype, swizzle=cfg.swizzle, optimized=cfg.optimized,
-                    atomic=cfg.atomic, ref_shape=view.ref_shape, ref_strides=view.strides,
-                    peer=peer, plain_stores=plain)
+  """This project's plan for ``cfg`` (as its test kernel makes it) and its report."""
+  from mosaic_async_store.simulate import config_plan
+  plan = config_plan(cfg)
   return plan, plan.verify()
 
 

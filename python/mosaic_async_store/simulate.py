@@ -14,7 +14,7 @@ import numpy as np
 from mosaic_async_store import hostdata
 from mosaic_async_store.verify import _contents
 
-__all__ = ["execute_plan", "simulate_store"]
+__all__ = ["execute_plan", "simulate_store", "config_plan", "execute_config"]
 
 
 def _apply_reduction(ins, old: bytes, new: bytes, dtype) -> bytes:
@@ -73,14 +73,12 @@ def simulate_store(array, layout, *, swizzle=None, tiling_rank=None, atomic=None
   docs/pallas.md).  ``initial`` is the destination's logical contents before
   the store (zeros if None); the result has the array's shape and dtype.
   """
-  from mosaic_async_store.geometry import register_map
   from mosaic_async_store.planner import plan_store
   array = np.asarray(array)
   plan = plan_store(layout, array.shape, array.dtype, swizzle=swizzle, tiling_rank=tiling_rank,
                     atomic=atomic, ref_shape=ref_shape, ref_strides=ref_strides, peer=peer,
                     optimized=optimized)
-  bits, geom = plan.dtype.bits, plan.geometry
-  regs = register_map(layout, array.shape)
+  bits, geom, regs = plan.dtype.bits, plan.geometry, plan.registers
   codes = _codes(array, bits)
   if regs.splat:
     codes = np.full_like(codes, codes[0])
@@ -96,3 +94,42 @@ def simulate_store(array, layout, *, swizzle=None, tiling_rank=None, atomic=None
   out_codes = (out_bits.astype(np.uint64) << np.arange(bits, dtype=np.uint64)).sum(-1)
   width = {4: np.uint8, 8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}[bits]
   return out_codes.astype(width).view(array.dtype).reshape(array.shape)
+
+
+def config_plan(cfg):
+  """The plan ``async_store`` makes in ``cfg``'s test kernel (same ref view, same
+  plain-store rule), for the CLI and the CPU reference of the runtime checks."""
+  from mosaic_async_store.config import resolve_layout
+  from mosaic_async_store.planner import plan_store, uses_plain_stores
+  view = hostdata.view_geometry(cfg)
+  peer = cfg.target == "peer"
+  return plan_store(resolve_layout(cfg.layout, cfg.shape, cfg.dtype), cfg.shape, cfg.dtype,
+                    swizzle=cfg.swizzle, optimized=cfg.optimized, atomic=cfg.atomic,
+                    ref_shape=view.ref_shape, ref_strides=view.strides, peer=peer,
+                    plain_stores=uses_plain_stores(peer=peer, cluster_size=cfg.cluster,
+                                                   atomic=cfg.atomic))
+
+
+def execute_config(cfg, src: np.ndarray, init: np.ndarray) -> np.ndarray:
+  """Every CTA's SMEM bytes after ``cfg``'s test kernel ran, executed on the CPU.
+
+  ``src`` and ``init`` are the kernel's inputs (``hostdata.pack_registers`` and
+  the initial SMEM, CTA-major); CTA ``c`` stores into ``(c + 1) % cluster``
+  (or itself for a local target), as the kernel does.
+  """
+  plan = config_plan(cfg)
+  regs = plan.registers
+  src = src.reshape(cfg.cluster, -1)
+  out = np.array(init, dtype=np.uint8).reshape(cfg.cluster, -1)
+  for c in range(cfg.cluster):
+    if regs.splat:  # the kernel broadcasts the first element into every register
+      nbits = plan.dtype.bits
+      first = np.unpackbits(src[c][:max(1, nbits // 8)], bitorder="little")[:nbits]
+      code = (first.astype(np.uint64) << np.arange(nbits, dtype=np.uint64)).sum()
+      bits = hostdata._bits_of(np.full(regs.elements.shape, code, np.uint64), nbits)
+      register_bytes = np.packbits(bits, axis=-1, bitorder="little")
+    else:
+      register_bytes = src[c].reshape(128, regs.num_registers, -1)
+    dest = c if cfg.target == "local" else (c + 1) % cfg.cluster
+    out[dest] = execute_plan(plan, register_bytes, out[dest])
+  return out.reshape(-1)

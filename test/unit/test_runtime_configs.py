@@ -10,11 +10,9 @@ import pytest
 from jaxlib.mlir import ir
 
 from mosaic_async_store import compat, hostdata, toolchain
-from mosaic_async_store.config import resolve_layout
 from mosaic_async_store.lowering.gpu_run import make_inputs
 from mosaic_async_store.lowering.kernels import build_store_module
-from mosaic_async_store.planner import plan_store
-from mosaic_async_store.simulate import execute_plan
+from mosaic_async_store.simulate import execute_config
 
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "gpu"))
 from configs import RUNTIME_CONFIGS  # noqa: E402
@@ -22,22 +20,7 @@ from configs import RUNTIME_CONFIGS  # noqa: E402
 
 def _cpu_result(cfg):
   codes, src, init = make_inputs(cfg, seed=0)
-  geom = hostdata.view_geometry(cfg)
-  layout = resolve_layout(cfg.layout, cfg.shape, cfg.dtype)
-  plan = plan_store(layout, cfg.shape, cfg.dtype, swizzle=cfg.swizzle, optimized=cfg.optimized,
-                    atomic=cfg.atomic, ref_shape=geom.ref_shape, ref_strides=geom.strides,
-                    peer=cfg.target == "peer")
-  src = src.reshape(cfg.cluster, -1)
-  got = init.reshape(cfg.cluster, -1).copy()
-  esize = max(1, plan.dtype.bits // 8)
-  for c in range(cfg.cluster):
-    dest = c if cfg.target == "local" else (c + 1) % cfg.cluster
-    regs = src[c]
-    if plan.registers.splat:  # the kernel broadcasts the first element
-      reg_bytes = plan.registers.vector_length * plan.dtype.bits // 8
-      regs = np.tile(src[c][:esize], (128 * plan.registers.num_registers, reg_bytes // esize))
-    got[dest] = execute_plan(plan, regs.reshape(128, plan.registers.num_registers, -1), got[dest])
-  return got.reshape(-1), hostdata.expected_smem(cfg, codes, init)
+  return execute_config(cfg, src, init), hostdata.expected_smem(cfg, codes, init)
 
 
 @pytest.mark.parametrize("cfg", [c for c in RUNTIME_CONFIGS if c.impl == "mas"],

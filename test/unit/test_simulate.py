@@ -10,9 +10,9 @@ import pytest
 
 from mosaic_async_store import hostdata
 from mosaic_async_store.config import StoreConfig, resolve_layout
-from mosaic_async_store.lowering.kernels import kernel_io
 from mosaic_async_store.planner import plan_store
-from mosaic_async_store.simulate import execute_plan
+from mosaic_async_store.lowering.gpu_run import make_inputs
+from mosaic_async_store.simulate import execute_config, execute_plan
 
 CONFIGS = [
     StoreConfig(),
@@ -39,31 +39,8 @@ CONFIGS = [
 
 
 def _run(cfg, seed=0):
-  rng = np.random.default_rng(seed)
-  io = kernel_io(cfg)
-  codes = [hostdata.random_codes(cfg, rng) for _ in range(cfg.cluster)]
-  src = hostdata.pack_registers(cfg, codes).reshape(cfg.cluster, -1)
-  init = rng.integers(0, 256, cfg.cluster * io.smem_bytes, dtype=np.uint8)
-  if cfg.atomic:  # reductions start from valid values, poison elsewhere
-    init = hostdata.expected_smem(
-        StoreConfig(**{**cfg.__dict__, "atomic": None}),
-        [hostdata.random_codes(cfg, rng)] * cfg.cluster, init)
-  geom = hostdata.view_geometry(cfg)
-  layout = resolve_layout(cfg.layout, cfg.shape, cfg.dtype)
-  plan = plan_store(layout, cfg.shape, cfg.dtype, swizzle=cfg.swizzle, optimized=cfg.optimized,
-                    atomic=cfg.atomic, ref_shape=geom.ref_shape, ref_strides=geom.strides,
-                    peer=cfg.target == "peer")
-  got = init.reshape(cfg.cluster, -1).copy()
-  for c in range(cfg.cluster):
-    dest = c if cfg.target == "local" else (c + 1) % cfg.cluster
-    regs = src[c]
-    if plan.registers.splat:
-      rb = plan.registers.vector_length * plan.dtype.bits // 8
-      regs = np.tile(np.tile(src[c][:plan.dtype.bits // 8], rb // (plan.dtype.bits // 8)),
-                     (128, plan.registers.num_registers, 1))
-    regs = regs.reshape(128, plan.registers.num_registers, -1)
-    got[dest] = execute_plan(plan, regs, got[dest])
-  return got.reshape(-1), hostdata.expected_smem(cfg, codes, init), init
+  codes, src, init = make_inputs(cfg, seed)
+  return execute_config(cfg, src, init), hostdata.expected_smem(cfg, codes, init), init
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.describe())
