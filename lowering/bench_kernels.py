@@ -24,7 +24,8 @@ from mosaic_async_store import compat
 from mosaic_async_store.config import StoreConfig, resolve_layout
 from mosaic_async_store.dtypes import as_dtype
 from mosaic_async_store.lowering import ptx
-from mosaic_async_store.lowering.kernels import KernelParts, _i32, _load_value, _tid, kernel_io
+from mosaic_async_store.lowering.kernels import (KernelParts, _i32, _load_value, _tid,
+                                                 kernel_io, upstream_store)
 from mosaic_async_store.lowering.store import async_store
 from mosaic_async_store.lowering.target import smem_address, target_rank
 
@@ -40,16 +41,13 @@ class BenchKernel(KernelParts):
   bytes_per_launch: int = 0
 
 
-def _store_once(strategy, cfg, value, smem, bar, peer, tile_bytes):
+def _store_once(strategy, cfg, value, smem, bar, peer):
   if strategy in ("mas", "plain"):
     async_store(value, smem, bar, cluster_dim=gpu.Dimension.x, cluster_idx=peer,
                 swizzle=cfg.swizzle, optimized=cfg.optimized,
                 strategy="st.async" if strategy == "mas" else "plain")
-  elif strategy == "upstream":  # as upstream's Pallas Lane rule drives it
-    peer_bar = bar.remap_to_cluster(gpu.Dimension.x, peer)
-    peer_bar.arrive_expect_tx(tile_bytes // 128)
-    value.store_tiled_async(smem, bar, gpu.Dimension.x, peer, swizzle=cfg.swizzle,
-                            optimized=cfg.optimized)
+  elif strategy == "upstream":
+    upstream_store(value, smem, bar, peer, cfg)
   else:  # local: the SMEM store ceiling
     async_store(value, smem, bar, swizzle=cfg.swizzle, optimized=cfg.optimized,
                 strategy="plain", expect_tx=False)
@@ -88,7 +86,7 @@ def bench_kernel_parts(cfg: StoreConfig, strategy: str, *, ctas: int, iters: int
       if strategy == "bulk":
         _bulk_iteration(cfg, value, smem_ref, stage_ref, bar[0], peer, tile_bytes)
       else:
-        _store_once(strategy, cfg, value, smem_ref, bar[0], peer, tile_bytes)
+        _store_once(strategy, cfg, value, smem_ref, bar[0], peer)
       if strategy != "local":
         bar[0].wait()
       scf.yield_([])

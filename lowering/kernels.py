@@ -99,7 +99,6 @@ def _load_value(cfg, src_ptr, layout, io: KernelIO, cta_offset):
   """The FragmentedArray whose registers are read from ``src`` in register order."""
   fa, utils = compat.fragmented_array(), compat.mosaic_utils()
   dt = as_dtype(cfg.dtype)
-  from mosaic_async_store.lowering.store import dtype_name  # noqa: F401
   el = _mlir_type(dt)
   signed = None if dt.is_float else dt.is_signed_int
   i8 = ir.IntegerType.get_signless(8)
@@ -132,8 +131,11 @@ def _mlir_type(dt) -> ir.Type:
   return compat.dtype_to_ir_type(np.dtype(dt.numpy))
 
 
-def _upstream_store(value, view, bar, peer_idx, cfg):
-  """Upstream's Lane path, as its Pallas rule drives it."""
+def upstream_store(value, view, bar, peer_idx, cfg):
+  """Upstream's Lane path as its Pallas rule drives it: every thread arrives on
+  the peer's barrier announcing total/128 bytes, then store_tiled_async."""
+  nbytes = int(np.prod(cfg.shape)) * as_dtype(cfg.dtype).bits // 8
+  bar.remap_to_cluster(gpu.Dimension.x, peer_idx).arrive_expect_tx(nbytes // 128)
   value.store_tiled_async(view, bar, gpu.Dimension.x, peer_idx, swizzle=cfg.swizzle,
                           optimized=cfg.optimized, atomic=cfg.atomic)
 
@@ -216,7 +218,7 @@ def kernel_parts(cfg: StoreConfig, *, bare: bool = False, tx_error: int = 0) -> 
                                   arith.constant(index, 1)),
                        arith.constant(index, cfg.cluster))
     if cfg.impl == "upstream":
-      _upstream_store(value, view, bar[0], peer, cfg)
+      upstream_store(value, view, bar[0], peer, cfg)
     else:
       kwargs = dict(cluster_dim=gpu.Dimension.x, cluster_idx=peer) \
           if cfg.target == "peer" else {}
