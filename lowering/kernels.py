@@ -120,6 +120,10 @@ def _load_value(cfg, src_ptr, layout, io: KernelIO, cta_offset):
     off = arith.addi(cta_offset, arith.muli(
         arith.addi(arith.muli(tid, _i32(io.num_registers)), _i32(r)), _i32(io.register_bytes)))
     raw = llvm.load(bytes_ty, utils.getelementptr(src_ptr, [off], i8))
+    reg_bits = ir.VectorType(reg_ty).shape[0] * dt.bits
+    if reg_bits < 8:  # a sub-byte register sits in the low bits of its byte
+      low = arith.trunci(ir.IntegerType.get_signless(reg_bits), vector.extract(raw, [], [0]))
+      raw = vector.broadcast(ir.VectorType.get((1,), low.type), low)
     regs[idx] = vector.bitcast(reg_ty, raw)
   return fa.FragmentedArray(_registers=regs, _layout=layout, _is_signed=signed)
 

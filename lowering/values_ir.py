@@ -67,8 +67,30 @@ class ValueBuilder:
       self._bits[bit] = arith.cmpi(arith.CmpIPredicate.ne, masked, arith.constant(i32, 0))
     return self._bits[bit]
 
+  def _source_element(self, r: int, j: int) -> ir.Value:
+    """Lane ``j`` of the array's register ``r`` as an i8 (a sub-byte element, zero-extended)."""
+    reg = self.registers.flat[r]
+    el = vector.extract(reg, [], [j])
+    bits = self.plan.dtype.bits
+    if not isinstance(el.type, ir.IntegerType):
+      el = arith.bitcast(_int(bits), el)
+    return arith.extui(_int(8), el)
+
+  def _gathered_register(self, r: int) -> ir.Value:
+    """Virtual register ``r`` of a regrouped plan: one byte assembled from its elements."""
+    bits = self.plan.dtype.bits
+    byte = None
+    for k, (src_reg, lane) in enumerate(self.plan.register_sources[r]):
+      el = self._source_element(int(src_reg), int(lane))
+      if k:
+        el = arith.shli(el, arith.constant(_int(8), k * bits))
+      byte = el if byte is None else arith.ori(byte, el)
+    return vector.broadcast(_bytes_ty(1), byte)
+
   def _register(self, r: int) -> ir.Value:
     regs = self.plan.registers
+    if self.plan.register_sources is not None:
+      return self._gathered_register(r)
     reg = self.registers.flat[r] if self.registers.ndim else self.registers.item()
     if regs.splat:  # a scalar: broadcast it to the synthetic vector length
       reg = vector.broadcast(ir.VectorType.get((regs.vector_length,), reg.type), reg)

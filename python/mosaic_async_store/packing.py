@@ -16,41 +16,96 @@ from mosaic_async_store.errors import refuse
 from mosaic_async_store.geometry import RegisterMap, WARP_SIZE, WARPGROUP_SIZE
 from mosaic_async_store.plan_types import Exchange, Value
 
-__all__ = ["register_values", "exchange_small_values", "chain_values"]
+__all__ = ["register_values", "register_runs", "byte_registers", "gather_register_bytes",
+           "exchange_small_values", "chain_values"]
 
 _LANES = np.arange(WARPGROUP_SIZE) % WARP_SIZE
 
 
-def register_values(regs: RegisterMap, bit_addr: np.ndarray, bits: int,
-                    *, split_elements: bool, context: str) -> list[Value]:
-  """Cuts each register into runs of vector lanes that are contiguous in SMEM.
+def register_runs(regs: RegisterMap, bit_addr: np.ndarray, bits: int):
+  """(register, first lane, end lane) of every run of vector lanes contiguous in
+  SMEM, or None if some run is not made of whole, byte-aligned bytes.
 
   Run boundaries are the union over writer threads, so the cut is the same for
-  every thread (SIMT).  ``bit_addr[t, r, j]`` is the destination bit address
-  of vector lane ``j`` of register ``r`` of thread ``t``.
+  every thread (SIMT).
   """
   w = regs.writer
-  values: list[Value] = []
-  vec = regs.vector_length
+  runs = []
   for r in range(regs.num_registers):
     addr = bit_addr[w, r, :]
-    breaks = [0]
-    for j in range(1, vec):
-      if split_elements or np.any(addr[:, j] != addr[:, j - 1] + bits):
-        breaks.append(j)
-    breaks.append(vec)
+    breaks = [0] + [j for j in range(1, regs.vector_length)
+                    if np.any(addr[:, j] != addr[:, j - 1] + bits)] + [regs.vector_length]
     for j0, j1 in zip(breaks[:-1], breaks[1:]):
       if (j0 * bits) % 8 or ((j1 - j0) * bits) % 8 or np.any(addr[:, j0] % 8):
-        raise refuse(
-            "value", context,
-            "pieces that are whole bytes: each thread must hold every element "
-            "that shares a destination byte with its own",
-            "use a layout whose vector length covers whole bytes (e.g. "
-            "WGMMA_LAYOUT for 4-bit data), pack pairs of 4-bit values into "
-            "int8, or transfer as int8 and unpack")
-      values.append(Value(id=len(values), size=(j1 - j0) * bits // 8,
-                          dst=bit_addr[:, r, j0] // 8, reg=r, byte=j0 * bits // 8))
-  return values
+        return None
+      runs.append((r, j0, j1))
+  return runs
+
+
+def byte_registers(regs: RegisterMap, bit_addr: np.ndarray, bits: int):
+  """Regroups sub-byte elements into one-byte virtual registers, within threads.
+
+  For 4-bit data whose byte partners sit in other registers (or other vector
+  lanes) of the same thread, e.g. TMEM-native layouts with vector length 1 or
+  the transposed WGMMA layout: every destination byte becomes one virtual
+  register gathered from its elements, which the emitter assembles with
+  shifts and ORs before any store.  Returns ``(virtual RegisterMap, sources)``
+  with ``sources[R, k] = (register, lane)`` of the element at bit ``k * bits``
+  of virtual register ``R``, or None when some byte is shared between threads
+  or the grouping differs between threads.
+  """
+  if regs.splat or 8 % bits:
+    return None
+  w = regs.writer
+  per_byte = 8 // bits
+  groups: dict[bytes, list[tuple[int, int]]] = {}
+  for r in range(regs.num_registers):
+    for j in range(regs.vector_length):
+      groups.setdefault((bit_addr[w, r, j] // 8).tobytes(), []).append((r, j))
+  sources = []
+  for members in groups.values():
+    offsets = [bit_addr[w, r, j] % 8 for r, j in members]
+    if len(members) != per_byte or any(np.any(o != o[0]) for o in offsets):
+      return None
+    order = np.argsort([int(o[0]) for o in offsets])
+    if sorted(int(o[0]) for o in offsets) != list(range(0, 8, bits)):
+      return None
+    sources.append([members[k] for k in order])
+  first = np.flatnonzero(w)[0]
+  sources.sort(key=lambda s: int(bit_addr[first, s[0][0], s[0][1]]))
+  src = np.array(sources, dtype=np.int64).reshape(len(sources), per_byte, 2)
+  elements = regs.elements[:, src[:, :, 0], src[:, :, 1]]
+  return RegisterMap(elements, regs.writer), src
+
+
+def gather_register_bytes(register_bytes: np.ndarray, sources: np.ndarray,
+                          vector_length: int, bits: int) -> np.ndarray:
+  """Real register bytes [t, r, n] -> the virtual registers of byte_registers()."""
+  raw = np.unpackbits(register_bytes, axis=-1, bitorder="little")
+  lanes = raw[:, :, :vector_length * bits].reshape(raw.shape[0], raw.shape[1], vector_length, bits)
+  picked = lanes[:, sources[:, :, 0], sources[:, :, 1], :]   # [t, R, per_byte, bits]
+  return np.packbits(picked.reshape(raw.shape[0], sources.shape[0], 8), axis=-1,
+                     bitorder="little")
+
+
+def register_values(regs: RegisterMap, bit_addr: np.ndarray, bits: int,
+                    *, context: str) -> list[Value]:
+  """Cuts each register into runs of vector lanes that are contiguous in SMEM.
+
+  ``bit_addr[t, r, j]`` is the destination bit address of vector lane ``j``
+  of register ``r`` of thread ``t``.
+  """
+  runs = register_runs(regs, bit_addr, bits)
+  if runs is None:
+    raise refuse(
+        "value", context,
+        "pieces that are whole bytes: each thread must hold every element "
+        "that shares a destination byte with its own",
+        "use a layout in which each thread holds both 4-bit halves of its bytes "
+        "(e.g. WGMMA_LAYOUT or a TMEM-native layout), pack pairs of 4-bit values "
+        "into int8, or transfer as int8 and unpack")
+  return [Value(id=i, size=(j1 - j0) * bits // 8, dst=bit_addr[:, r, j0] // 8, reg=r,
+                byte=j0 * bits // 8) for i, (r, j0, j1) in enumerate(runs)]
 
 
 def chain_values(values: list[Value], writer: np.ndarray) -> list[list[Value]]:

@@ -53,6 +53,16 @@ class StorePlan:
   atomic: str | None
   peer: bool
   optimized: bool
+  # The registers as the FragmentedArray holds them; ``registers`` differs
+  # only for sub-byte data regrouped into one-byte virtual registers, whose
+  # elements ``register_sources[R, k] = (register, lane)`` name (see
+  # ``packing.byte_registers``).
+  source_registers: RegisterMap | None = None
+  register_sources: np.ndarray | None = None
+
+  def __post_init__(self):
+    if self.source_registers is None:
+      object.__setattr__(self, "source_registers", self.registers)
 
   @functools.cached_property
   def _per_thread_async(self) -> np.ndarray:
@@ -199,9 +209,14 @@ def plan_store(layout, shape, dtype, *, swizzle=None, tiling_rank=None,
   if regs.splat:
     regs = _splat_in_address_order(regs, geom)
   bit_addr = geom.element_bit_address(regs.elements)
+  source_regs, sources = regs, None
+  if packing.register_runs(regs, bit_addr, dt.bits) is None:
+    regrouped = packing.byte_registers(regs, bit_addr, dt.bits)
+    if regrouped is not None:
+      regs, sources = regrouped
+      bit_addr = geom.element_bit_address(regs.elements)
   context = f"{dt} array of shape {geom.shape} in layout {layout}"
-  values = packing.register_values(regs, bit_addr, dt.bits, split_elements=False,
-                                   context=context)
+  values = packing.register_values(regs, bit_addr, dt.bits, context=context)
   all_values = {v.id: v for v in values}
   exchanges: list[Exchange] = []
   if atomic is None and not plain_stores:
@@ -216,5 +231,5 @@ def plan_store(layout, shape, dtype, *, swizzle=None, tiling_rank=None,
     instrs = _atomic_instructions(chains, regs.writer, dt, atomic, peer)
   ordered = tuple(sorted(all_values.values(), key=lambda v: v.id))
   plan = StorePlan(dt, geom, regs, ordered, tuple(exchanges), tuple(instrs), atomic, peer,
-                   optimized)
+                   optimized, source_regs, sources)
   return banks.remove_bank_conflicts(plan) if optimized else plan

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mosaic_async_store import hostdata
+from mosaic_async_store import hostdata, packing
 from mosaic_async_store.verify import _contents
 
 __all__ = ["execute_plan", "simulate_store", "config_plan", "execute_config"]
@@ -34,10 +34,14 @@ def _apply_reduction(ins, old: bytes, new: bytes, dtype) -> bytes:
 def execute_plan(plan, register_bytes: np.ndarray, smem: np.ndarray) -> np.ndarray:
   """Returns ``smem`` (uint8, the destination ref's bytes) after the plan ran.
 
-  ``register_bytes[t, r, :]`` are the bytes of register ``r`` of thread ``t``
-  (the layout the test kernels read from global memory).
+  ``register_bytes[t, r, :]`` are the bytes of the array's register ``r`` of
+  thread ``t`` (the layout the test kernels read from global memory).
   """
   out = np.array(smem, dtype=np.uint8, copy=True)
+  if plan.register_sources is not None:  # sub-byte elements regrouped into bytes
+    register_bytes = packing.gather_register_bytes(
+        register_bytes, plan.register_sources, plan.source_registers.vector_length,
+        plan.dtype.bits)
   flat_src = register_bytes.reshape(-1)
   contents = _contents(plan)
   writers = np.flatnonzero(plan.registers.writer)
@@ -78,7 +82,7 @@ def simulate_store(array, layout, *, swizzle=None, tiling_rank=None, atomic=None
   plan = plan_store(layout, array.shape, array.dtype, swizzle=swizzle, tiling_rank=tiling_rank,
                     atomic=atomic, ref_shape=ref_shape, ref_strides=ref_strides, peer=peer,
                     optimized=optimized)
-  bits, geom, regs = plan.dtype.bits, plan.geometry, plan.registers
+  bits, geom, regs = plan.dtype.bits, plan.geometry, plan.source_registers
   codes = _codes(array, bits)
   if regs.splat:
     codes = np.full_like(codes, codes[0])
@@ -118,7 +122,7 @@ def execute_config(cfg, src: np.ndarray, init: np.ndarray) -> np.ndarray:
   (or itself for a local target), as the kernel does.
   """
   plan = config_plan(cfg)
-  regs = plan.registers
+  regs = plan.source_registers
   src = src.reshape(cfg.cluster, -1)
   out = np.array(init, dtype=np.uint8).reshape(cfg.cluster, -1)
   for c in range(cfg.cluster):

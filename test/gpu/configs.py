@@ -21,6 +21,9 @@ RUNTIME_CONFIGS = [
     S(dtype="float8_e5m2", swizzle=32),
     S(dtype="int4", shape=(64, 256)), S(dtype="uint4", shape=(64, 256), swizzle=64),
     S(dtype="float4_e2m1fn", shape=(64, 256), swizzle=32),
+    # 4-bit data whose byte halves sit in different registers of one thread
+    S(dtype="int4", layout="TMEM_NATIVE_V1", shape=(128, 256)),
+    S(dtype="float4_e2m1fn", layout="TMEM_NATIVE_V1", shape=(128, 64), swizzle=32),
     S(dtype="int16", layout="WGMMA_TRANSPOSED", shape=(64, 64), swizzle=64),
     S(transposed=True), S(dtype="float32", transposed=True, optimized=False),
     S(dtype="float32", layout="TMEM_NATIVE_V4", shape=(128, 64)),
