@@ -76,12 +76,52 @@ class ValueBuilder:
       el = arith.bitcast(_int(bits), el)
     return arith.extui(_int(8), el)
 
+  def run_nibble_exchange(self) -> None:
+    """Sends the halves of the bytes each lane's partner assembles (``ByteRegroup``).
+
+    Eight 4-bit halves share one 32-bit ``shfl.sync.bfly``; every lane takes
+    part, so this runs before any store, like the byte exchanges.
+    """
+    rg = self.plan.register_regroup
+    self._received = []
+    if rg is None or not rg.mask:
+      return
+    i32, bits = _int(32), self.plan.dtype.bits
+    bit = self.lane_bit(rg.mask.bit_length() - 1)
+    per_word = 32 // bits
+    for first in range(0, rg.send.shape[1], per_word):
+      word = None
+      for i in range(first, min(first + per_word, rg.send.shape[1])):
+        options = [arith.extui(i32, self._source_element(*map(int, rg.send[b, i])))
+                   for b in (0, 1)]
+        nib = arith.select(bit, options[1], options[0])
+        if i > first:
+          nib = arith.shli(nib, arith.constant(i32, (i - first) * bits))
+        word = nib if word is None else arith.ori(word, nib)
+      got = ptx.emit_shfl_bfly(word, rg.mask)
+      for i in range(first, min(first + per_word, rg.send.shape[1])):
+        shifted = arith.shrui(got, arith.constant(i32, (i - first) * bits)) if i > first else got
+        self._received.append(arith.trunci(_int(8), arith.andi(
+            shifted, arith.constant(i32, (1 << bits) - 1))))
+
+  def _piece(self, b: int, r: int, k: int) -> ir.Value:
+    """Piece ``k`` of virtual register ``r`` for lanes whose mask bit is ``b`` (an i8)."""
+    rg = self.plan.register_regroup
+    src_reg, lane = map(int, rg.own[b, r, k])
+    if src_reg < 0:
+      return self._received[int(rg.slot[b, r, k])]
+    return self._source_element(src_reg, lane)
+
   def _gathered_register(self, r: int) -> ir.Value:
-    """Virtual register ``r`` of a regrouped plan: one byte assembled from its elements."""
-    bits = self.plan.dtype.bits
+    """Virtual register ``r`` of a regrouped plan: one byte assembled from its pieces."""
+    rg, bits = self.plan.register_regroup, self.plan.dtype.bits
     byte = None
-    for k, (src_reg, lane) in enumerate(self.plan.register_sources[r]):
-      el = self._source_element(int(src_reg), int(lane))
+    for k in range(rg.own.shape[2]):
+      same = (np.array_equal(rg.own[0, r, k], rg.own[1, r, k])
+              and rg.slot[0, r, k] == rg.slot[1, r, k])
+      el = self._piece(0, r, k)
+      if not same:  # lanes with the mask bit set assemble a different byte
+        el = arith.select(self.lane_bit(rg.mask.bit_length() - 1), self._piece(1, r, k), el)
       if k:
         el = arith.shli(el, arith.constant(_int(8), k * bits))
       byte = el if byte is None else arith.ori(byte, el)
@@ -89,7 +129,7 @@ class ValueBuilder:
 
   def _register(self, r: int) -> ir.Value:
     regs = self.plan.registers
-    if self.plan.register_sources is not None:
+    if self.plan.register_regroup is not None:
       return self._gathered_register(r)
     reg = self.registers.flat[r] if self.registers.ndim else self.registers.item()
     if regs.splat:  # a scalar: broadcast it to the synthetic vector length
@@ -107,6 +147,7 @@ class ValueBuilder:
 
   def run_exchanges(self) -> None:
     """Emits the lane exchanges, packing several into each 32-bit shuffle."""
+    self.run_nibble_exchange()
     made = {v.exchange: v for v in self.plan.values if v.exchange is not None}
     pending = list(self.plan.exchanges)
     while pending:

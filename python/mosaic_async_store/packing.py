@@ -16,8 +16,7 @@ from mosaic_async_store.errors import refuse
 from mosaic_async_store.geometry import RegisterMap, WARP_SIZE, WARPGROUP_SIZE
 from mosaic_async_store.plan_types import Exchange, Value
 
-__all__ = ["register_values", "register_runs", "byte_registers", "gather_register_bytes",
-           "exchange_small_values", "chain_values"]
+__all__ = ["register_values", "register_runs", "exchange_small_values", "chain_values"]
 
 _LANES = np.arange(WARPGROUP_SIZE) % WARP_SIZE
 
@@ -42,52 +41,6 @@ def register_runs(regs: RegisterMap, bit_addr: np.ndarray, bits: int):
   return runs
 
 
-def byte_registers(regs: RegisterMap, bit_addr: np.ndarray, bits: int):
-  """Regroups sub-byte elements into one-byte virtual registers, within threads.
-
-  For 4-bit data whose byte partners sit in other registers (or other vector
-  lanes) of the same thread, e.g. TMEM-native layouts with vector length 1 or
-  the transposed WGMMA layout: every destination byte becomes one virtual
-  register gathered from its elements, which the emitter assembles with
-  shifts and ORs before any store.  Returns ``(virtual RegisterMap, sources)``
-  with ``sources[R, k] = (register, lane)`` of the element at bit ``k * bits``
-  of virtual register ``R``, or None when some byte is shared between threads
-  or the grouping differs between threads.
-  """
-  if regs.splat or 8 % bits:
-    return None
-  w = regs.writer
-  per_byte = 8 // bits
-  groups: dict[bytes, list[tuple[int, int]]] = {}
-  for r in range(regs.num_registers):
-    for j in range(regs.vector_length):
-      groups.setdefault((bit_addr[w, r, j] // 8).tobytes(), []).append((r, j))
-  sources = []
-  for members in groups.values():
-    offsets = [bit_addr[w, r, j] % 8 for r, j in members]
-    if len(members) != per_byte or any(np.any(o != o[0]) for o in offsets):
-      return None
-    order = np.argsort([int(o[0]) for o in offsets])
-    if sorted(int(o[0]) for o in offsets) != list(range(0, 8, bits)):
-      return None
-    sources.append([members[k] for k in order])
-  first = np.flatnonzero(w)[0]
-  sources.sort(key=lambda s: int(bit_addr[first, s[0][0], s[0][1]]))
-  src = np.array(sources, dtype=np.int64).reshape(len(sources), per_byte, 2)
-  elements = regs.elements[:, src[:, :, 0], src[:, :, 1]]
-  return RegisterMap(elements, regs.writer), src
-
-
-def gather_register_bytes(register_bytes: np.ndarray, sources: np.ndarray,
-                          vector_length: int, bits: int) -> np.ndarray:
-  """Real register bytes [t, r, n] -> the virtual registers of byte_registers()."""
-  raw = np.unpackbits(register_bytes, axis=-1, bitorder="little")
-  lanes = raw[:, :, :vector_length * bits].reshape(raw.shape[0], raw.shape[1], vector_length, bits)
-  picked = lanes[:, sources[:, :, 0], sources[:, :, 1], :]   # [t, R, per_byte, bits]
-  return np.packbits(picked.reshape(raw.shape[0], sources.shape[0], 8), axis=-1,
-                     bitorder="little")
-
-
 def register_values(regs: RegisterMap, bit_addr: np.ndarray, bits: int,
                     *, context: str) -> list[Value]:
   """Cuts each register into runs of vector lanes that are contiguous in SMEM.
@@ -100,7 +53,8 @@ def register_values(regs: RegisterMap, bit_addr: np.ndarray, bits: int,
     raise refuse(
         "value", context,
         "pieces that are whole bytes: each thread must hold every element "
-        "that shares a destination byte with its own",
+        "that shares a destination byte with its own, or trade halves evenly "
+        "with one lane of its warp",
         "use a layout in which each thread holds both 4-bit halves of its bytes "
         "(e.g. WGMMA_LAYOUT or a TMEM-native layout), pack pairs of 4-bit values "
         "into int8, or transfer as int8 and unpack")

@@ -12,7 +12,7 @@ import functools
 
 import numpy as np
 
-from mosaic_async_store import banks, packing, ptx_forms, validate
+from mosaic_async_store import banks, packing, ptx_forms, subbyte, validate
 from mosaic_async_store.dtypes import DType
 from mosaic_async_store.errors import refuse, refuse_type
 from mosaic_async_store.geometry import RefGeometry, RegisterMap, register_map
@@ -54,11 +54,10 @@ class StorePlan:
   peer: bool
   optimized: bool
   # The registers as the FragmentedArray holds them; ``registers`` differs
-  # only for sub-byte data regrouped into one-byte virtual registers, whose
-  # elements ``register_sources[R, k] = (register, lane)`` name (see
-  # ``packing.byte_registers``).
+  # only for sub-byte data regrouped into one-byte virtual registers, built
+  # as ``register_regroup`` says (``subbyte.byte_registers``).
   source_registers: RegisterMap | None = None
-  register_sources: np.ndarray | None = None
+  register_regroup: "subbyte.ByteRegroup | None" = None
 
   def __post_init__(self):
     if self.source_registers is None:
@@ -209,11 +208,11 @@ def plan_store(layout, shape, dtype, *, swizzle=None, tiling_rank=None,
   if regs.splat:
     regs = _splat_in_address_order(regs, geom)
   bit_addr = geom.element_bit_address(regs.elements)
-  source_regs, sources = regs, None
+  source_regs, regroup = regs, None
   if packing.register_runs(regs, bit_addr, dt.bits) is None:
-    regrouped = packing.byte_registers(regs, bit_addr, dt.bits)
+    regrouped = subbyte.byte_registers(regs, bit_addr, dt.bits)
     if regrouped is not None:
-      regs, sources = regrouped
+      regs, regroup = regrouped
       bit_addr = geom.element_bit_address(regs.elements)
   context = f"{dt} array of shape {geom.shape} in layout {layout}"
   values = packing.register_values(regs, bit_addr, dt.bits, context=context)
@@ -231,5 +230,5 @@ def plan_store(layout, shape, dtype, *, swizzle=None, tiling_rank=None,
     instrs = _atomic_instructions(chains, regs.writer, dt, atomic, peer)
   ordered = tuple(sorted(all_values.values(), key=lambda v: v.id))
   plan = StorePlan(dt, geom, regs, ordered, tuple(exchanges), tuple(instrs), atomic, peer,
-                   optimized, source_regs, sources)
+                   optimized, source_regs, regroup)
   return banks.remove_bank_conflicts(plan) if optimized else plan

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mosaic_async_store import hostdata, packing
+from mosaic_async_store import hostdata, subbyte
 from mosaic_async_store.verify import _contents
 
 __all__ = ["execute_plan", "simulate_store", "config_plan", "execute_config"]
@@ -38,9 +38,9 @@ def execute_plan(plan, register_bytes: np.ndarray, smem: np.ndarray) -> np.ndarr
   thread ``t`` (the layout the test kernels read from global memory).
   """
   out = np.array(smem, dtype=np.uint8, copy=True)
-  if plan.register_sources is not None:  # sub-byte elements regrouped into bytes
-    register_bytes = packing.gather_register_bytes(
-        register_bytes, plan.register_sources, plan.source_registers.vector_length,
+  if plan.register_regroup is not None:  # sub-byte elements regrouped into bytes
+    register_bytes = subbyte.gather_register_bytes(
+        register_bytes, plan.register_regroup, plan.source_registers.vector_length,
         plan.dtype.bits)
   flat_src = register_bytes.reshape(-1)
   contents = _contents(plan)

@@ -24,6 +24,12 @@ RUNTIME_CONFIGS = [
     # 4-bit data whose byte halves sit in different registers of one thread
     S(dtype="int4", layout="TMEM_NATIVE_V1", shape=(128, 256)),
     S(dtype="float4_e2m1fn", layout="TMEM_NATIVE_V1", shape=(128, 64), swizzle=32),
+    # ... and in two lanes (halves exchanged with shfl.sync.bfly before the store)
+    S(dtype="int4", layout="WGMMA_TRANSPOSED", shape=(64, 256)),
+    S(dtype="uint4", shape=(64, 64), transposed=True, swizzle=32, optimized=False),
+    S(dtype="float4_e2m1fn", layout="TCGEN05", shape=(128, 64), transposed=True, swizzle=32,
+      optimized=False),
+    S(dtype="int4", layout="WGMMA_ROW", shape=(64,), swizzle=None),  # + replicas, plain u8
     S(dtype="int16", layout="WGMMA_TRANSPOSED", shape=(64, 64), swizzle=64),
     S(transposed=True), S(dtype="float32", transposed=True, optimized=False),
     S(dtype="float32", layout="TMEM_NATIVE_V4", shape=(128, 64)),

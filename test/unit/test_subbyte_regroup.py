@@ -1,15 +1,15 @@
 """4-bit data whose byte halves sit in different registers of one thread.
 
 The planner regroups such elements into one-byte virtual registers
-(``packing.byte_registers``); the emitter assembles each byte with a shift and
-an OR.  Bytes split between threads still need a lane exchange at nibble
-granularity, which is not implemented: those stay refused, with the fixes.
+(``subbyte.byte_registers``), within a thread or between two lanes of a warp;
+the emitter assembles each byte with a shift and an OR.  Bytes that no such
+regrouping can put together stay refused, with the fixes.
 """
 
 import numpy as np
 import pytest
 
-from mosaic_async_store import packing
+from mosaic_async_store import subbyte
 from mosaic_async_store.config import resolve_layout
 from mosaic_async_store.errors import AsyncStoreError
 from mosaic_async_store.geometry import RegisterMap
@@ -27,7 +27,8 @@ def test_tmem_native_v1_is_planned_with_16_byte_stores(dtype, swizzle):
                     swizzle=swizzle, optimized=swizzle is not None)
   report = plan.verify()
   assert report.total_bytes == report.async_bytes == 128 * 256 // 2
-  assert plan.register_sources is not None and not plan.exchanges
+  assert plan.register_regroup is not None and plan.register_regroup.mask == 0
+  assert not plan.exchanges
   assert plan.registers.num_registers == 128          # one byte per virtual register
   assert plan.source_registers.num_registers == 256   # one nibble per real register
   assert {(i.kind, i.width) for i in plan.instructions} == {("st.async", 16)}
@@ -47,11 +48,13 @@ def test_regrouped_store_lands_every_element(dtype):
 
 def test_gather_register_bytes_orders_low_then_high():
   # Two threads, two one-nibble registers each: virtual byte = reg1 | reg0 << 4.
-  real = np.array([[[0x3], [0xA]], [[0xF], [0x1]]], dtype=np.uint8)
-  sources = np.array([[[1, 0], [0, 0]]])
-  got = packing.gather_register_bytes(real, sources, vector_length=1, bits=4)
-  assert got.shape == (2, 1, 1)
-  assert got[:, 0, 0].tolist() == [0x3A, 0xF1]
+  real = np.zeros((128, 2, 1), np.uint8)
+  real[:2] = [[[0x3], [0xA]], [[0xF], [0x1]]]
+  own = np.array([[[1, 0], [0, 0]]] * 2).reshape(2, 1, 2, 2)
+  rg = subbyte.ByteRegroup(0, own, np.full((2, 1, 2), -1), np.zeros((2, 0, 2), np.int64))
+  got = subbyte.gather_register_bytes(real, rg, vector_length=1, bits=4)
+  assert got.shape == (128, 1, 1)
+  assert got[:2, 0, 0].tolist() == [0x3A, 0xF1]
 
 
 def test_bytes_shared_between_threads_are_not_regrouped():
@@ -59,12 +62,45 @@ def test_bytes_shared_between_threads_are_not_regrouped():
   elements = np.arange(128).reshape(128, 1, 1)
   regs = RegisterMap(elements, np.ones(128, bool))
   bit_addr = elements * 4
-  assert packing.byte_registers(regs, bit_addr, 4) is None
+  assert subbyte.byte_registers(regs, bit_addr, 4) is None
 
 
-def test_nibbles_split_across_lanes_stay_refused_with_fixes():
+@pytest.mark.parametrize("layout,shape,transposed,swizzle", [
+    ("WGMMA_TRANSPOSED", (64, 256), False, 128),
+    ("TCGEN05_TRANSPOSED", (128, 256), False, 128),
+    ("WGMMA", (64, 64), True, 32),
+    ("TCGEN05", (128, 64), True, 32),
+])
+def test_halves_in_two_lanes_are_exchanged(layout, shape, transposed, swizzle):
+  from mosaic_async_store.config import StoreConfig
+  from mosaic_async_store.simulate import config_plan
+  cfg = StoreConfig(dtype="int4", layout=layout, shape=shape, transposed=transposed,
+                    swizzle=swizzle, optimized=not transposed)
+  plan = config_plan(cfg)
+  report = plan.verify()
+  rg = plan.register_regroup
+  assert rg is not None and rg.mask == 4   # rows r and r+1 sit in lanes 4 apart
+  # each lane sends half of its elements, so the slots carry half the data
+  assert rg.send.shape[1] * 2 == plan.source_registers.num_registers * \
+      plan.source_registers.vector_length
+  assert report.total_bytes == report.async_bytes == shape[0] * shape[1] // 2
+  assert {i.kind for i in plan.instructions} == {"st.async"}
+
+
+def test_lane_exchanged_store_lands_every_element():
+  rng = np.random.default_rng(5)
   shape = (64, 256)
+  dtype = np.dtype(ml_dtypes.int4)
+  array = rng.integers(-8, 8, size=shape).astype(dtype)
+  got = simulate_store(array, resolve_layout("WGMMA_TRANSPOSED", shape, dtype), swizzle=128)
+  assert np.array_equal(got.astype(np.int8), array.astype(np.int8))
+
+
+def test_bytes_no_lane_pair_can_assemble_stay_refused_with_fixes():
+  # One column: lane t holds row t, so each byte's halves are rows t and t+1, and a
+  # lane pair (t, t^1) shares only one byte: nothing to exchange in return.
+  shape = (128, 1)
   with pytest.raises(AsyncStoreError) as e:
-    plan_store(resolve_layout("WGMMA_TRANSPOSED", shape, "int4"), shape, "int4", swizzle=128)
+    plan_store(resolve_layout("TMEM_NATIVE_V1", shape, "int4"), shape, "int4", swizzle=None)
   assert e.value.param == "value"
   assert "pack pairs of 4-bit values into int8" in str(e.value)
