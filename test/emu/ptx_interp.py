@@ -1,0 +1,555 @@
+"""A small PTX interpreter for the store test kernels: runs one cluster on the CPU.
+
+Scope: the PTX subset of the project's full (non-bare) store kernels on sm_90a:
+integer ALU, predicates, global/shared/local loads and stores, ``mapa``,
+``st.async`` / ``red.async`` with ``complete_tx``, plain ``st`` / ``red`` into
+``.shared::cluster``, mbarriers, ``shfl.sync``, ``elect.sync`` and CTA / cluster
+barriers.  Any other opcode raises NotImplementedError (naming it) when the
+kernel is parsed: nothing is skipped silently.
+
+Model:
+  * each thread of each CTA is interpreted on its own and runs until it reaches
+    a synchronising instruction (warp collective, ``bar.sync``,
+    ``barrier.cluster.wait``, an unfinished ``mbarrier.try_wait``); the
+    scheduler releases the participants once the synchronisation can complete;
+  * asynchronous stores land, and complete their tx bytes, at once: one legal
+    ordering among many, not an exhaustive check of every interleaving;
+  * ``mbarrier.try_wait`` on an unfinished phase blocks; it returns false (the
+    hardware time limit expiring) only when no thread can make progress any
+    more, i.e. when the barrier can never complete;
+  * addresses: a CTA's shared window starts at SHARED_BASE; ``mapa`` puts
+    (rank + 1) << 24 into a ``.shared::cluster`` address, so an unmapped
+    (shared::cta) address used as a cluster address means "own CTA", as on
+    hardware; global buffer i lives at (i + 1) << 40; accesses are checked for
+    bounds and natural alignment.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+
+import numpy as np
+
+SHARED_BASE = 0x400            # sm_90 reserves the first 1 KiB of the shared window
+LOCAL_BASE, GLOBAL_SHIFT = 0x100000, 40
+BLOCK, EXIT = object(), object()  # returned by an instruction: this thread stops
+_TYPE = re.compile(r"^[busf](8|16|32|64)$|^(f16x2|bf16x2|pred)$")
+_ALU = ("add", "sub", "and", "or", "xor", "not", "neg", "shl", "shr", "min", "max", "mul",
+        "mad", "selp", "bfe", "prmt")
+_RED = ("add", "min", "max", "and", "or", "xor", "inc", "dec")
+
+
+def _bits(t):
+  return 1 if t == "pred" else 32 if t.endswith("x2") else int(t[1:])
+
+
+def _sx(v, bits):
+  """The signed value of the low ``bits`` bits of v."""
+  v &= (1 << bits) - 1
+  return v - (1 << bits) if v >> (bits - 1) else v
+
+
+def _imm(tok):  # 12, -4, 0x3340U, 0f3F800000 (float bits)
+  return int(tok[2:], 16) if tok[:2] in ("0f", "0d") else int(tok.rstrip("U"), 0)
+
+
+def _split(s):
+  """Splits on commas outside (), [] and {}."""
+  out, depth, cur = [], 0, ""
+  for ch in s:
+    depth += (ch in "([{") - (ch in ")]}")
+    if ch == "," and depth == 0:
+      out, cur = out + [cur.strip()], ""
+    else:
+      cur += ch
+  return out + [cur.strip()] if cur.strip() else out
+
+
+def reduce_op(op, t, old, new):
+  """The bit pattern ``red.<op>.<t>`` leaves in memory."""
+  bits = _bits(t)
+  if t == "f32":  # float sums: exact in float64, then one rounding to the type
+    fa, fb = struct.unpack("<2f", struct.pack("<2I", old, new))
+    return struct.unpack("<I", struct.pack("<f", fa + fb))[0]
+  if t in ("f16x2", "bf16x2") and op == "add":
+    import ml_dtypes  # noqa: F401  (registers bfloat16 with NumPy)
+    dt = np.dtype(np.float16 if t == "f16x2" else "bfloat16")
+    x, y = (np.array([v], np.uint32).view(np.uint16).view(dt).astype(np.float64)
+            for v in (old, new))
+    return int((x + y).astype(dt).view(np.uint32)[0])
+  a, b = (_sx(old, bits), _sx(new, bits)) if t[0] == "s" else (old, new)
+  res = {"add": a + b, "min": min(a, b), "max": max(a, b), "and": a & b, "or": a | b,
+         "xor": a ^ b, "inc": 0 if a >= b else a + 1,
+         "dec": b if a == 0 or a > b else a - 1}
+  return res[op] & ((1 << bits) - 1)
+
+
+def _bfe(bits, signed):
+  def bfe(a, pos, ln):  # bits pos..pos+ln-1 of a; beyond them the sign (or 0)
+    pos, ln = pos & 0xFF, ln & 0xFF
+    sbit = (a >> min(pos + ln - 1, bits - 1)) & 1 if signed and ln else 0
+    return sum(((a >> (pos + i)) & 1 if i < ln and pos + i < bits else sbit) << i
+               for i in range(bits))
+  return bfe
+
+
+def _prmt(a, b, c):
+  """prmt.b32, default mode: 4 of the 8 bytes {b, a}; selector bit 3 = sign fill."""
+  both, r = a | b << 32, 0
+  for i in range(4):
+    sel = (c >> (4 * i)) & 15
+    byte = (both >> (8 * (sel & 7))) & 0xFF
+    r |= ((0xFF if byte & 0x80 else 0) if sel & 8 else byte) << (8 * i)
+  return r
+
+
+def _guarded(fn, guard):
+  """``@%p`` / ``@!%p``: the instruction does nothing unless the predicate matches."""
+  if guard is None:
+    return fn
+  pname, want = guard
+  return lambda th: fn(th) if th.regs[pname] == want else None
+
+
+class Thread:
+  __slots__ = ("regs", "pc", "cta", "tid", "state", "wait", "cluster_arrived", "local")
+
+  def __init__(self, cta, tid, special, local_bytes):
+    self.regs, self.pc, self.cta, self.tid = dict(special), 0, cta, tid
+    self.state, self.wait, self.cluster_arrived = "run", None, 0
+    self.local = bytearray(local_bytes)
+
+
+class PtxKernel:
+  """``PtxKernel(ptx_text).launch(buffers, cluster=..., smem_bytes=...)``."""
+
+  def __init__(self, text: str):
+    text = re.sub(r"//[^\n]*", "", text)
+    m = re.search(r"\.entry\s+\w+\s*\((.*?)\)", text, re.S)
+    self.params = re.findall(r"(\w+)\s*(?:,|$)", m.group(1).strip())
+    self.symbols = {p: ("param", 8 * i) for i, p in enumerate(self.params)}
+    for name in re.findall(r"\.global\s[^;]*?(\w+)\[\d+\]", text[:m.start()]):
+      self.symbols[name] = ("global", 0)   # printf formats: never read (address unmapped)
+    self.code, self.texts, self.labels, self.collectives, self.local_bytes = [], [], {}, {}, 0
+    self._parse(text[text.index("{", m.end()):])
+
+  # -- parsing -----------------------------------------------------------------
+
+  def _parse(self, body):
+    """Splits the body into statements, tracking ``{}`` scopes: registers and
+    labels declared in an inner (inline asm) block shadow the outer ones."""
+    scopes, nblock, fixups, i = [], 0, [], 0  # scope: (id, {reg: renamed}, {label: pc})
+    while i < len(body):
+      if body[i].isspace():
+        i += 1
+      elif body[i] in "{}":
+        nblock += 1
+        scopes = scopes + [(nblock, {}, {})] if body[i] == "{" else scopes[:-1]
+        i += 1
+      elif lab := re.match(r"([$\w]+):", body[i:i + 100]):
+        (scopes[-1][2] if len(scopes) > 1 else self.labels)[lab.group(1)] = len(self.code)
+        i += lab.end()
+      else:
+        j = body.index(";", i)
+        stmt, i = " ".join(body[i:j].split()), j + 1
+        if stmt.startswith("."):
+          self._declare(stmt, scopes)
+        elif stmt:
+          self.texts.append(stmt)
+          self.code.append(self._compile(stmt, scopes, fixups))
+    for k, label, chain, guard in fixups:  # branches, once every label is known
+      target = next((sc[2][label] for sc in reversed(chain) if label in sc[2]),
+                    None)
+      target = self.labels[label] if target is None else target
+      self.code[k] = _guarded(lambda th, t=target: t, guard)
+
+  def _declare(self, stmt, scopes):
+    kind, words = stmt.split()[0], stmt.split()
+    if kind == ".reg" and len(scopes) > 1:  # an inner block: rename its registers
+      for decl in _split(" ".join(words[2:])):
+        m = re.fullmatch(r"(%\w+)<(\d+)>", decl)
+        for n in [m.group(1) + str(k) for k in range(int(m.group(2)))] if m else [decl]:
+          scopes[-1][1][n] = f"{n}@{scopes[-1][0]}"
+    elif kind == ".local":  # the stack depot (used by the printf report)
+      m = re.search(r"(\w+)\[(\d+)\]", stmt)
+      self.symbols[m.group(1)] = ("local", self.local_bytes)
+      self.local_bytes += int(m.group(2))
+    elif kind == ".shared" and "[" not in stmt:   # the dynamic SMEM
+      self.symbols[words[-1]] = ("shared", 0)
+    elif kind == ".param":  # argument of a call sequence (the callee is not run)
+      self.symbols[words[-1]] = ("param", 0)
+    elif kind != ".reg":
+      raise NotImplementedError(f"directive: {stmt}")
+
+  def _operand(self, tok, scopes):
+    """-> (reg, name) | (imm, v) | (sym, name) | (vec, [ops]) | (addr, op, off) |
+    (pair, op, op) | (sink,)"""
+    if tok == "_":
+      return ("sink",)
+    if tok.startswith("{"):
+      return ("vec", [self._operand(t, scopes) for t in _split(tok[1:-1])])
+    if tok.startswith("["):
+      m = re.fullmatch(r"\[\s*([^+\]]+?)\s*(?:\+\s*(-?\w+))?\s*\]", tok)
+      return ("addr", self._operand(m.group(1), scopes), _imm(m.group(2) or "0"))
+    if "|" in tok:
+      return ("pair", *(self._operand(t, scopes) for t in tok.split("|")))
+    if tok.startswith("%"):  # special registers (%tid.x, ...) are preset registers
+      return ("reg", next((sc[1][tok] for sc in reversed(scopes) if tok in sc[1]), tok))
+    return ("sym", tok) if tok in self.symbols else ("imm", _imm(tok))
+
+  def _get(self, op):
+    """A getter th -> int for a source operand."""
+    if op[0] == "reg":
+      return lambda th, n=op[1]: th.regs[n]
+    if op[0] in ("imm", "sym"):
+      v = op[1]
+      if op[0] == "sym":
+        kind, off = self.symbols[v]
+        v = off + {"local": LOCAL_BASE, "shared": SHARED_BASE}.get(kind, 0)
+      return lambda th: v
+    if op[0] == "addr":
+      base, off = self._get(op[1]), op[2]
+      return lambda th: base(th) + off
+    raise NotImplementedError(f"source operand {op}")
+
+  @staticmethod
+  def _set(op, bits):
+    """A setter (th, value) for a destination register (``_`` discards)."""
+    if op[0] == "sink":
+      return lambda th, v: None
+    def put(th, v, n=op[1], mask=(1 << bits) - 1):
+      th.regs[n] = v & mask
+    return put
+
+  def _compile(self, stmt, scopes, fixups):
+    guard = re.match(r"@(!?)(%\w+)\s+", stmt)
+    if guard:
+      stmt = stmt[guard.end():]
+      guard = (self._operand(guard.group(2), scopes)[1], 0 if guard.group(1) else 1)
+    opcode, _, rest = stmt.partition(" ")
+    if opcode in ("bra", "bra.uni"):
+      fixups.append((len(self.code), rest.strip(), list(scopes), guard))
+      return None
+    ops = [] if opcode.startswith("call") else [self._operand(t, scopes) for t in _split(rest)]
+    return _guarded(self._semantics(opcode, ops), guard)
+
+  # -- instruction semantics ----------------------------------------------------
+
+  def _semantics(self, opcode, ops):  # noqa: C901  (one dispatch on the opcode)
+    """The function th -> None (next), int (jump), BLOCK or EXIT of one instruction."""
+    base, *mods = opcode.split(".")
+    types = [p for p in mods if _TYPE.match(p)]
+    t = types[-1] if types else "b0"
+    bits, signed = _bits(t), t[0] == "s"
+    space = next((p for p in mods if p.split("::")[0] in ("global", "shared", "local",
+                                                           "param")), None)
+    src = [self._get(o) if o[0] in ("reg", "imm", "sym", "addr") else None for o in ops]
+    vals = [self._get(o) for o in ops[1][1]] if len(ops) > 1 and ops[1][0] == "vec" else src[1:2]
+    if base in ("fence", "membar"):  # threads run one at a time: memory is coherent
+      return lambda th: None
+    if base in ("ret", "exit"):
+      return lambda th: EXIT
+    if base == "call":   # only the kernel's failure report (vprintf) calls: log it
+      return lambda th: self.calls.append((th.cta, th.tid, opcode))
+    if base in ("mov", "cvta"):  # (cvta: generic and specific addresses coincide here)
+      d, s = ops
+      if s[0] == "vec":   # pack {lo, ..., hi} into one register
+        w, parts, put = bits // len(s[1]), [self._get(o) for o in s[1]], self._set(d, bits)
+        return lambda th: put(th, sum((g(th) & ((1 << w) - 1)) << (w * i)
+                                      for i, g in enumerate(parts)))
+      if d[0] == "vec":   # unpack one register into pieces
+        w, g = bits // len(d[1]), src[1]
+        puts = [self._set(o, w) for o in d[1]]
+        return lambda th: [p(th, g(th) >> (w * i)) for i, p in enumerate(puts)] and None
+      put, g = self._set(d, bits), src[1]
+      return lambda th: put(th, g(th))
+    if base in _ALU:
+      sv = (lambda v: _sx(v, bits)) if signed else (lambda v: v)
+      fn = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "and": lambda a, b: a & b,
+            "or": lambda a, b: a | b, "xor": lambda a, b: a ^ b, "not": lambda a: ~a,
+            "neg": lambda a: -a, "shl": lambda a, b: a << b if b < bits else 0,
+            "shr": lambda a, b: sv(a) >> min(b, bits - 1) if signed or b < bits else 0,
+            "min": lambda a, b: min(sv(a), sv(b)), "max": lambda a, b: max(sv(a), sv(b)),
+            "selp": lambda a, b, p: a if p else b, "bfe": _bfe(bits, signed),
+            "prmt": _prmt, "mul": lambda a, b: sv(a) * sv(b),
+            "mad": lambda a, b, c: sv(a) * sv(b) + c}[base]
+      if (base in ("mul", "mad") and not {"lo", "wide"} & set(mods)) or \
+         (base == "prmt" and mods != ["b32"]):
+        raise NotImplementedError(f"opcode {opcode}")
+      put, args = self._set(ops[0], 2 * bits if "wide" in mods else bits), src[1:]
+      if len(args) == 2:
+        a0, a1 = args
+        return lambda th: put(th, fn(a0(th), a1(th)))
+      return lambda th: put(th, fn(*(a(th) for a in args)))
+    if base == "setp" and len(ops) == 3 and ops[0][0] == "reg" and t[0] != "f":
+      cmp = {"eq": "__eq__", "ne": "__ne__", "lt": "__lt__", "le": "__le__", "gt": "__gt__",
+             "ge": "__ge__", "lo": "__lt__", "ls": "__le__", "hi": "__gt__", "hs": "__ge__"}
+      cmp = cmp[mods[0]]
+      put, a, b = self._set(ops[0], 1), src[1], src[2]
+      sv = (lambda v: _sx(v, bits)) if signed else (lambda v: v)
+      return lambda th: put(th, getattr(sv(a(th)), cmp)(sv(b(th))))
+    if base == "cvt" and len(types) == 2 and "f" not in types[0][0] + types[1][0]:
+      sbits, put, g = _bits(types[1]), self._set(ops[0], _bits(types[0])), src[1]
+      if types[1][0] == "s":   # sign-extend, then wrap to the destination
+        return lambda th: put(th, _sx(g(th), sbits))
+      return lambda th: put(th, g(th) & ((1 << sbits) - 1))
+    if base == "mapa":
+      put, a, rank = self._set(ops[0], bits), src[1], src[2]
+      def mapa(th):
+        addr, r = a(th), rank(th)
+        if addr >> 24 or not 0 <= r < len(self.smem):
+          raise RuntimeError(f"mapa of {addr:#x} to rank {r}")
+        put(th, (r + 1) << 24 | addr)
+      return mapa
+    if base == "ld" and space and (t[0] != "s" or bits >= 32):
+      dests = ops[0][1] if ops[0][0] == "vec" else [ops[0]]
+      puts, addr, size = [self._set(o, bits) for o in dests], src[1], bits // 8
+      def load(th):
+        buf, off = self._mem(th, space, addr(th), size * len(puts))
+        for i, p in enumerate(puts):
+          p(th, int.from_bytes(buf[off + i * size:off + (i + 1) * size], "little"))
+      return load
+    if base == "st" and space == "param":  # argument of a call (the callee is not run)
+      return lambda th: None
+    if base == "st" and space and "async" not in mods:
+      return self._store_fn(space, src[0], vals, bits // 8, None, None)
+    if base == "st" and mods[0] == "async" and "complete_tx::bytes" in opcode:
+      return self._store_fn("shared::cluster", src[0], vals, bits // 8, None, src[2])
+    if base == "red" and space and ("add" in mods or t[0] in "us" or t[:2] == "b3"):
+      op = next(p for p in mods if p in _RED)
+      return self._store_fn(space, src[0], vals, bits // 8, (op, t),
+                            src[2] if "async" in mods else None)
+    if base == "mbarrier":
+      return self._mbarrier(mods, ops, src, space)
+    if base in ("shfl", "elect") and mods[0] == "sync" and (base == "elect" or
+                                                            mods[1] in ("idx", "bfly")):
+      return self._warp_collective(base, mods, ops, src)
+    if base in ("bar", "barrier") and mods[0] in ("sync", "aligned") and len(ops) == 1:
+      def bar(th, bar_id=src[0]):
+        th.wait = ("bar", bar_id(th))
+        return BLOCK
+      return bar
+    if base == "barrier" and mods[:2] == ["cluster", "arrive"]:
+      def arrive(th):
+        th.cluster_arrived += 1
+      return arrive
+    if base == "barrier" and mods[:2] == ["cluster", "wait"]:
+      def wait(th):
+        th.wait = ("cluster", th.cluster_arrived)
+        return BLOCK
+      return wait
+    raise NotImplementedError(f"opcode {opcode} (operands {ops})")
+
+  def _store_fn(self, space, addr, vals, size, red, mbar):
+    """st / st.async / red / red.async: write (or reduce), then maybe complete_tx."""
+    mask = (1 << (8 * size)) - 1
+    def store(th):
+      buf, off = self._mem(th, space, addr(th), size * len(vals))
+      for i, g in enumerate(vals):
+        new, at = g(th) & mask, slice(off + i * size, off + (i + 1) * size)
+        buf[at] = (reduce_op(*red, int.from_bytes(buf[at], "little"), new) if red else
+                   new).to_bytes(size, "little")
+      if mbar is not None:  # the barrier must sit in the CTA that received the bytes
+        key = self._bar_key(th, "shared::cluster", mbar(th))
+        if self.smem[key[0]] is not buf:
+          raise RuntimeError(f"complete_tx on CTA {key[0]}'s barrier for a store elsewhere")
+        self._bar(key)[2] -= size * len(vals)
+        self._advance(key)
+    return store
+
+  def _mbarrier(self, mods, ops, src, space):
+    """State of a barrier: [phase, pending arrivals, tx-count, arrival count]."""
+    if mods[0] == "init":
+      def init(th, addr=src[0], count=src[1]):
+        self.mbar[self._bar_key(th, space, addr(th))] = [0, count(th), 0, count(th)]
+      return init
+    if mods[0] == "arrive" and len(ops) == 2 + ("expect_tx" in mods):
+      addr, tx, put = src[1], src[2] if len(ops) == 3 else (lambda th: 0), self._set(ops[0], 64)
+      def arrive(th):  # the expect-tx operation first, then the arrive-on operation
+        key = self._bar_key(th, space, addr(th))
+        st = self._bar(key)
+        st[2], st[1] = st[2] + tx(th), st[1] - 1
+        if st[1] < 0:
+          raise RuntimeError(f"more arrivals than the count on barrier {key}")
+        put(th, st[0])
+        self._advance(key)
+      return arrive
+    if mods[0] == "expect_tx":
+      def expect(th, addr=src[0], tx=src[1]):
+        self._bar(self._bar_key(th, space, addr(th)))[2] += tx(th)
+      return expect
+    if mods[:2] == ["try_wait", "parity"]:
+      pred, addr, parity = ops[0][1], src[1], src[2]
+      def try_wait(th):
+        key, par = self._bar_key(th, space, addr(th)), parity(th) & 1
+        if self._bar(key)[0] & 1 != par:   # the phase of that parity has completed
+          th.regs[pred] = 1
+          return None
+        th.wait = ("mbar", key, par, pred)
+        return BLOCK
+      return try_wait
+    raise NotImplementedError(f"opcode mbarrier.{'.'.join(mods)}")
+
+  def _warp_collective(self, base, mods, ops, src):
+    """The lane blocks; ``resolve`` runs once all 32 lanes wait at this instruction."""
+    dest = ops[0][1:] if ops[0][0] == "pair" else (ops[0],)
+    puts = [self._set(dest[0], 32)] + [self._set(o, 1) for o in dest[1:]]
+    k = len(self.code)
+
+    def resolve(lanes):
+      if any(src[-1](th) & 0xFFFFFFFF != 0xFFFFFFFF for th in lanes):
+        raise NotImplementedError(f"{base} with a partial member mask")
+      vals = [src[1](th) for th in lanes] if base == "shfl" else None
+      for lane, th in enumerate(lanes):
+        if base == "elect":   # full mask: lane 0 leads; every lane learns its id
+          j, ok = 0, lane == 0
+        else:                 # c = segment mask << 8 | clamp
+          b, c = src[2](th), src[3](th)
+          lo = lane & (c >> 8) & 31
+          hi = lo | (c & 31 & ~(c >> 8))
+          j = lane ^ b if mods[1] == "bfly" else lo | (b & ~(c >> 8) & 31)
+          ok = j <= hi
+          j = vals[j if ok else lane]
+        puts[0](th, j)
+        if len(puts) > 1:
+          puts[1](th, ok)
+    self.collectives[k] = resolve
+
+    def block(th):
+      th.wait = ("warp", k)
+      return BLOCK
+    return block
+
+  # -- memory --------------------------------------------------------------------
+
+  def _mem(self, th, space, addr, n):
+    """(buffer, offset) of an n-byte access, checked for bounds and alignment."""
+    if addr % n:
+      raise RuntimeError(f"misaligned {n}-byte {space} access at {addr:#x}")
+    if space == "global":
+      idx, off = (addr >> GLOBAL_SHIFT) - 1, addr & ((1 << GLOBAL_SHIFT) - 1)
+      buf = self.gbufs[idx] if 0 <= idx < len(self.gbufs) else b""
+    elif space.startswith("shared"):
+      if addr >> 24 and space != "shared::cluster":
+        raise RuntimeError(f"cluster address {addr:#x} used as a shared::cta address")
+      rank = (addr >> 24) - 1 if addr >> 24 else th.cta
+      if rank >= len(self.smem):
+        raise RuntimeError(f"shared::cluster address {addr:#x}: no such CTA")
+      buf, off = self.smem[rank], (addr & 0xFFFFFF) - SHARED_BASE
+    elif space == "local":
+      buf, off = th.local, addr - LOCAL_BASE
+    elif space == "param":
+      buf, off = self.param_buf, addr
+    else:
+      raise NotImplementedError(f"state space {space}")
+    if off < 0 or off + n > len(buf):
+      raise RuntimeError(f"{n}-byte {space} access at {addr:#x} is out of bounds")
+    return buf, off
+
+  def _bar_key(self, th, space, addr):
+    buf, off = self._mem(th, space, addr, 8)
+    return next(i for i, b in enumerate(self.smem) if b is buf), off
+
+  def _bar(self, key):
+    if key not in self.mbar:
+      raise RuntimeError(f"mbarrier {key} used before mbarrier.init")
+    return self.mbar[key]
+
+  def _advance(self, key):
+    """A phase completes when no arrival is pending and the tx-count is zero."""
+    st = self.mbar[key]
+    if st[1] == 0 and st[2] == 0:
+      st[0], st[1] = st[0] + 1, st[3]
+
+  # -- running -------------------------------------------------------------------
+
+  def launch(self, buffers, *, cluster, smem_bytes, block=128, max_timeouts=64):
+    """Runs one cluster of ``cluster`` CTAs of ``block`` threads.  ``buffers``
+    (NumPy arrays, one per kernel parameter, in parameter order) are copied in;
+    returns their contents afterwards as uint8 arrays."""
+    if len(buffers) != len(self.params):
+      raise ValueError(f"the kernel takes {len(self.params)} buffers, not {len(buffers)}")
+    self.gbufs = [bytearray(np.ascontiguousarray(b).tobytes()) for b in buffers]
+    self.param_buf = b"".join(((i + 1) << GLOBAL_SHIFT).to_bytes(8, "little")
+                              for i in range(len(buffers)))
+    self.smem = [bytearray(b"\xcd" * smem_bytes) for _ in range(cluster)]  # uninitialised
+    self.mbar, self.calls, self.timeouts, self.threads = {}, [], 0, []
+    for c in range(cluster):
+      for t in range(block):
+        special = {"%tid.x": t, "%ntid.x": block, "%ctaid.x": c, "%nctaid.x": cluster,
+                   "%cluster_ctaid.x": c, "%cluster_nctaid.x": cluster,
+                   "%cluster_ctarank": c, "%cluster_nctarank": cluster,
+                   "%laneid": t % 32, "%warpid": t // 32}
+        for ax in "yz":
+          special.update({f"%{r}.{ax}": n for r, n in (
+              ("tid", 0), ("ntid", 1), ("ctaid", 0), ("nctaid", 1), ("cluster_ctaid", 0),
+              ("cluster_nctaid", 1))})
+        self.threads.append(Thread(c, t, special, self.local_bytes))
+    while True:
+      for th in self.threads:
+        if th.state == "run":
+          self._exec(th)
+      if self._resolve():
+        continue
+      if all(th.state == "done" for th in self.threads):
+        return [np.frombuffer(bytes(b), np.uint8) for b in self.gbufs]
+      pollers = [th for th in self.threads if th.state == "block" and th.wait[0] == "mbar"]
+      if not pollers or self.timeouts >= max_timeouts:
+        waits = sorted({str(th.wait) for th in self.threads if th.state == "block"})
+        raise RuntimeError(f"deadlock after {self.timeouts} timed-out polls; waits: {waits}")
+      self.timeouts += 1   # nothing can change any more: these polls time out
+      for th in pollers:
+        th.regs[th.wait[3]] = 0
+        self._resume(th)
+
+  def _exec(self, th, max_back_jumps=1 << 20):
+    """Runs ``th`` until it blocks or exits."""
+    code, pc, jumps = self.code, th.pc, 0
+    try:
+      while True:
+        r = code[pc](th)
+        if r is None:
+          pc += 1
+        elif r is BLOCK or r is EXIT:
+          th.pc, th.state = pc, "block" if r is BLOCK else "done"
+          return
+        else:
+          jumps += r <= pc
+          if jumps > max_back_jumps:
+            raise RuntimeError("runaway loop")
+          pc = r
+    except Exception as e:  # say where, then re-raise
+      raise RuntimeError(f"CTA {th.cta} thread {th.tid} at `{self.texts[pc]}`: "
+                         f"{type(e).__name__}: {e}") from e
+
+  @staticmethod
+  def _resume(th):
+    th.pc, th.state, th.wait = th.pc + 1, "run", None
+
+  def _resolve(self):
+    """Releases every thread whose synchronisation can complete now."""
+    woke, groups = False, {}
+    min_arrived = min(th.cluster_arrived for th in self.threads)
+    for th in self.threads:
+      if th.state != "block":
+        continue
+      kind = th.wait[0]
+      if (kind == "mbar" and self.mbar[th.wait[1]][0] & 1 != th.wait[2]) or \
+         (kind == "cluster" and min_arrived >= th.wait[1]):
+        if kind == "mbar":
+          th.regs[th.wait[3]] = 1
+        self._resume(th)
+        woke = True
+      elif kind in ("warp", "bar"):
+        groups.setdefault((kind, th.cta, th.tid // 32 if kind == "warp" else 0), []).append(th)
+    for (kind, cta, _), ths in groups.items():
+      size = 32 if kind == "warp" else sum(th.cta == cta and th.state != "done"
+                                           for th in self.threads)
+      if len(ths) == size and len({th.wait for th in ths}) == 1:
+        if kind == "warp":
+          self.collectives[ths[0].wait[1]](sorted(ths, key=lambda x: x.tid))
+        for th in ths:
+          self._resume(th)
+        woke = True
+    return woke
