@@ -27,83 +27,15 @@ Model:
 from __future__ import annotations
 
 import re
-import struct
 
 import numpy as np
+
+from ptx_ops import (ALU, RED, TYPE, bfe, bits_of, immediate, prmt, reduce_op, sign_extend,
+                     split_operands)
 
 SHARED_BASE = 0x400            # sm_90 reserves the first 1 KiB of the shared window
 LOCAL_BASE, GLOBAL_SHIFT = 0x100000, 40
 BLOCK, EXIT = object(), object()  # returned by an instruction: this thread stops
-_TYPE = re.compile(r"^[busf](8|16|32|64)$|^(f16x2|bf16x2|pred)$")
-_ALU = ("add", "sub", "and", "or", "xor", "not", "neg", "shl", "shr", "min", "max", "mul",
-        "mad", "selp", "bfe", "prmt")
-_RED = ("add", "min", "max", "and", "or", "xor", "inc", "dec")
-
-
-def _bits(t):
-  return 1 if t == "pred" else 32 if t.endswith("x2") else int(t[1:])
-
-
-def _sx(v, bits):
-  """The signed value of the low ``bits`` bits of v."""
-  v &= (1 << bits) - 1
-  return v - (1 << bits) if v >> (bits - 1) else v
-
-
-def _imm(tok):  # 12, -4, 0x3340U, 0f3F800000 (float bits)
-  return int(tok[2:], 16) if tok[:2] in ("0f", "0d") else int(tok.rstrip("U"), 0)
-
-
-def _split(s):
-  """Splits on commas outside (), [] and {}."""
-  out, depth, cur = [], 0, ""
-  for ch in s:
-    depth += (ch in "([{") - (ch in ")]}")
-    if ch == "," and depth == 0:
-      out, cur = out + [cur.strip()], ""
-    else:
-      cur += ch
-  return out + [cur.strip()] if cur.strip() else out
-
-
-def reduce_op(op, t, old, new):
-  """The bit pattern ``red.<op>.<t>`` leaves in memory."""
-  bits = _bits(t)
-  if t == "f32":  # float sums: exact in float64, then one rounding to the type
-    fa, fb = struct.unpack("<2f", struct.pack("<2I", old, new))
-    return struct.unpack("<I", struct.pack("<f", fa + fb))[0]
-  if t in ("f16x2", "bf16x2") and op == "add":
-    import ml_dtypes  # noqa: F401  (registers bfloat16 with NumPy)
-    dt = np.dtype(np.float16 if t == "f16x2" else "bfloat16")
-    x, y = (np.array([v], np.uint32).view(np.uint16).view(dt).astype(np.float64)
-            for v in (old, new))
-    return int((x + y).astype(dt).view(np.uint32)[0])
-  a, b = (_sx(old, bits), _sx(new, bits)) if t[0] == "s" else (old, new)
-  res = {"add": a + b, "min": min(a, b), "max": max(a, b), "and": a & b, "or": a | b,
-         "xor": a ^ b, "inc": 0 if a >= b else a + 1,
-         "dec": b if a == 0 or a > b else a - 1}
-  return res[op] & ((1 << bits) - 1)
-
-
-def _bfe(bits, signed):
-  def bfe(a, pos, ln):  # bits pos..pos+ln-1 of a; beyond them the sign (or 0)
-    pos, ln = pos & 0xFF, ln & 0xFF
-    sbit = (a >> min(pos + ln - 1, bits - 1)) & 1 if signed and ln else 0
-    return sum(((a >> (pos + i)) & 1 if i < ln and pos + i < bits else sbit) << i
-               for i in range(bits))
-  return bfe
-
-
-def _prmt(a, b, c):
-  """prmt.b32, default mode: 4 of the 8 bytes {b, a}; selector bit 3 = sign fill."""
-  both, r = a | b << 32, 0
-  for i in range(4):
-    sel = (c >> (4 * i)) & 15
-    byte = (both >> (8 * (sel & 7))) & 0xFF
-    r |= ((0xFF if byte & 0x80 else 0) if sel & 8 else byte) << (8 * i)
-  return r
-
-
 def _guarded(fn, guard):
   """``@%p`` / ``@!%p``: the instruction does nothing unless the predicate matches."""
   if guard is None:
@@ -167,7 +99,7 @@ class PtxKernel:
   def _declare(self, stmt, scopes):
     kind, words = stmt.split()[0], stmt.split()
     if kind == ".reg" and len(scopes) > 1:  # an inner block: rename its registers
-      for decl in _split(" ".join(words[2:])):
+      for decl in split_operands(" ".join(words[2:])):
         m = re.fullmatch(r"(%\w+)<(\d+)>", decl)
         for n in [m.group(1) + str(k) for k in range(int(m.group(2)))] if m else [decl]:
           scopes[-1][1][n] = f"{n}@{scopes[-1][0]}"
@@ -188,15 +120,15 @@ class PtxKernel:
     if tok == "_":
       return ("sink",)
     if tok.startswith("{"):
-      return ("vec", [self._operand(t, scopes) for t in _split(tok[1:-1])])
+      return ("vec", [self._operand(t, scopes) for t in split_operands(tok[1:-1])])
     if tok.startswith("["):
       m = re.fullmatch(r"\[\s*([^+\]]+?)\s*(?:\+\s*(-?\w+))?\s*\]", tok)
-      return ("addr", self._operand(m.group(1), scopes), _imm(m.group(2) or "0"))
+      return ("addr", self._operand(m.group(1), scopes), immediate(m.group(2) or "0"))
     if "|" in tok:
       return ("pair", *(self._operand(t, scopes) for t in tok.split("|")))
     if tok.startswith("%"):  # special registers (%tid.x, ...) are preset registers
       return ("reg", next((sc[1][tok] for sc in reversed(scopes) if tok in sc[1]), tok))
-    return ("sym", tok) if tok in self.symbols else ("imm", _imm(tok))
+    return ("sym", tok) if tok in self.symbols else ("imm", immediate(tok))
 
   def _get(self, op):
     """A getter th -> int for a source operand."""
@@ -231,7 +163,7 @@ class PtxKernel:
     if opcode in ("bra", "bra.uni"):
       fixups.append((len(self.code), rest.strip(), list(scopes), guard))
       return None
-    ops = [] if opcode.startswith("call") else [self._operand(t, scopes) for t in _split(rest)]
+    ops = [] if opcode.startswith("call") else [self._operand(t, scopes) for t in split_operands(rest)]
     return _guarded(self._semantics(opcode, ops), guard)
 
   # -- instruction semantics ----------------------------------------------------
@@ -239,9 +171,9 @@ class PtxKernel:
   def _semantics(self, opcode, ops):  # noqa: C901  (one dispatch on the opcode)
     """The function th -> None (next), int (jump), BLOCK or EXIT of one instruction."""
     base, *mods = opcode.split(".")
-    types = [p for p in mods if _TYPE.match(p)]
+    types = [p for p in mods if TYPE.match(p)]
     t = types[-1] if types else "b0"
-    bits, signed = _bits(t), t[0] == "s"
+    bits, signed = bits_of(t), t[0] == "s"
     space = next((p for p in mods if p.split("::")[0] in ("global", "shared", "local",
                                                            "param")), None)
     src = [self._get(o) if o[0] in ("reg", "imm", "sym", "addr") else None for o in ops]
@@ -264,15 +196,15 @@ class PtxKernel:
         return lambda th: [p(th, g(th) >> (w * i)) for i, p in enumerate(puts)] and None
       put, g = self._set(d, bits), src[1]
       return lambda th: put(th, g(th))
-    if base in _ALU:
-      sv = (lambda v: _sx(v, bits)) if signed else (lambda v: v)
+    if base in ALU:
+      sv = (lambda v: sign_extend(v, bits)) if signed else (lambda v: v)
       fn = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "and": lambda a, b: a & b,
             "or": lambda a, b: a | b, "xor": lambda a, b: a ^ b, "not": lambda a: ~a,
             "neg": lambda a: -a, "shl": lambda a, b: a << b if b < bits else 0,
             "shr": lambda a, b: sv(a) >> min(b, bits - 1) if signed or b < bits else 0,
             "min": lambda a, b: min(sv(a), sv(b)), "max": lambda a, b: max(sv(a), sv(b)),
-            "selp": lambda a, b, p: a if p else b, "bfe": _bfe(bits, signed),
-            "prmt": _prmt, "mul": lambda a, b: sv(a) * sv(b),
+            "selp": lambda a, b, p: a if p else b, "bfe": bfe(bits, signed),
+            "prmt": prmt, "mul": lambda a, b: sv(a) * sv(b),
             "mad": lambda a, b, c: sv(a) * sv(b) + c}[base]
       if (base in ("mul", "mad") and not {"lo", "wide"} & set(mods)) or \
          (base == "prmt" and mods != ["b32"]):
@@ -287,12 +219,12 @@ class PtxKernel:
              "ge": "__ge__", "lo": "__lt__", "ls": "__le__", "hi": "__gt__", "hs": "__ge__"}
       cmp = cmp[mods[0]]
       put, a, b = self._set(ops[0], 1), src[1], src[2]
-      sv = (lambda v: _sx(v, bits)) if signed else (lambda v: v)
+      sv = (lambda v: sign_extend(v, bits)) if signed else (lambda v: v)
       return lambda th: put(th, getattr(sv(a(th)), cmp)(sv(b(th))))
     if base == "cvt" and len(types) == 2 and "f" not in types[0][0] + types[1][0]:
-      sbits, put, g = _bits(types[1]), self._set(ops[0], _bits(types[0])), src[1]
+      sbits, put, g = bits_of(types[1]), self._set(ops[0], bits_of(types[0])), src[1]
       if types[1][0] == "s":   # sign-extend, then wrap to the destination
-        return lambda th: put(th, _sx(g(th), sbits))
+        return lambda th: put(th, sign_extend(g(th), sbits))
       return lambda th: put(th, g(th) & ((1 << sbits) - 1))
     if base == "mapa":
       put, a, rank = self._set(ops[0], bits), src[1], src[2]
@@ -317,7 +249,7 @@ class PtxKernel:
     if base == "st" and mods[0] == "async" and "complete_tx::bytes" in opcode:
       return self._store_fn("shared::cluster", src[0], vals, bits // 8, None, src[2])
     if base == "red" and space and ("add" in mods or t[0] in "us" or t[:2] == "b3"):
-      op = next(p for p in mods if p in _RED)
+      op = next(p for p in mods if p in RED)
       return self._store_fn(space, src[0], vals, bits // 8, (op, t),
                             src[2] if "async" in mods else None)
     if base == "mbarrier":

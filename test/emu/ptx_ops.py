@@ -1,0 +1,81 @@
+"""Value-level PTX semantics for ``ptx_interp``: operand parsing helpers and the
+arithmetic of the instructions the store kernels use (no state, no memory)."""
+
+from __future__ import annotations
+
+import re
+import struct
+
+import numpy as np
+
+__all__ = ["TYPE", "ALU", "RED", "bits_of", "sign_extend", "immediate", "split_operands",
+           "reduce_op", "bfe", "prmt"]
+
+TYPE = re.compile(r"^[busf](8|16|32|64)$|^(f16x2|bf16x2|pred)$")
+ALU = ("add", "sub", "and", "or", "xor", "not", "neg", "shl", "shr", "min", "max", "mul",
+        "mad", "selp", "bfe", "prmt")
+RED = ("add", "min", "max", "and", "or", "xor", "inc", "dec")
+
+
+def bits_of(t):
+  return 1 if t == "pred" else 32 if t.endswith("x2") else int(t[1:])
+
+
+def sign_extend(v, bits):
+  """The signed value of the low ``bits`` bits of v."""
+  v &= (1 << bits) - 1
+  return v - (1 << bits) if v >> (bits - 1) else v
+
+
+def immediate(tok):  # 12, -4, 0x3340U, 0f3F800000 (float bits)
+  return int(tok[2:], 16) if tok[:2] in ("0f", "0d") else int(tok.rstrip("U"), 0)
+
+
+def split_operands(s):
+  """Splits on commas outside (), [] and {}."""
+  out, depth, cur = [], 0, ""
+  for ch in s:
+    depth += (ch in "([{") - (ch in ")]}")
+    if ch == "," and depth == 0:
+      out, cur = out + [cur.strip()], ""
+    else:
+      cur += ch
+  return out + [cur.strip()] if cur.strip() else out
+
+
+def reduce_op(op, t, old, new):
+  """The bit pattern ``red.<op>.<t>`` leaves in memory."""
+  bits = bits_of(t)
+  if t == "f32":  # float sums: exact in float64, then one rounding to the type
+    fa, fb = struct.unpack("<2f", struct.pack("<2I", old, new))
+    return struct.unpack("<I", struct.pack("<f", fa + fb))[0]
+  if t in ("f16x2", "bf16x2") and op == "add":
+    import ml_dtypes  # noqa: F401  (registers bfloat16 with NumPy)
+    dt = np.dtype(np.float16 if t == "f16x2" else "bfloat16")
+    x, y = (np.array([v], np.uint32).view(np.uint16).view(dt).astype(np.float64)
+            for v in (old, new))
+    return int((x + y).astype(dt).view(np.uint32)[0])
+  a, b = (sign_extend(old, bits), sign_extend(new, bits)) if t[0] == "s" else (old, new)
+  res = {"add": a + b, "min": min(a, b), "max": max(a, b), "and": a & b, "or": a | b,
+         "xor": a ^ b, "inc": 0 if a >= b else a + 1,
+         "dec": b if a == 0 or a > b else a - 1}
+  return res[op] & ((1 << bits) - 1)
+
+
+def bfe(bits, signed):
+  def bfe(a, pos, ln):  # bits pos..pos+ln-1 of a; beyond them the sign (or 0)
+    pos, ln = pos & 0xFF, ln & 0xFF
+    sbit = (a >> min(pos + ln - 1, bits - 1)) & 1 if signed and ln else 0
+    return sum(((a >> (pos + i)) & 1 if i < ln and pos + i < bits else sbit) << i
+               for i in range(bits))
+  return bfe
+
+
+def prmt(a, b, c):
+  """prmt.b32, default mode: 4 of the 8 bytes {b, a}; selector bit 3 = sign fill."""
+  both, r = a | b << 32, 0
+  for i in range(4):
+    sel = (c >> (4 * i)) & 15
+    byte = (both >> (8 * (sel & 7))) & 0xFF
+    r |= ((0xFF if byte & 0x80 else 0) if sel & 8 else byte) << (8 * i)
+  return r
