@@ -134,11 +134,19 @@ def ptx_store_bytes(opcodes: dict[str, int], writers: int) -> int:
 
 
 def _expected(cfg) -> tuple[int, int]:
-  """(destination bytes, writer threads) of cfg, from the layout alone."""
+  """(destination bytes, writer threads) of cfg.
+
+  The bytes come from the shape alone.  The writers are the layout's
+  non-replica threads, except where the plan gathers partner lanes' registers
+  (threads holding under a word): then only the gathering lanes write.
+  """
   from mosaic_async_store.config import resolve_layout
   from mosaic_async_store.geometry import register_map
+  from mosaic_async_store.simulate import config_plan
   bits = as_dtype(cfg.dtype).bits
   regs = register_map(resolve_layout(cfg.layout, cfg.shape, cfg.dtype), cfg.shape)
+  if cfg.impl == "mas":
+    regs = config_plan(cfg).registers
   return math.prod(cfg.shape) * bits // 8, int(regs.writer.sum())
 
 

@@ -48,6 +48,22 @@ def int_to_bytes(x: ir.Value, nbytes: int) -> ir.Value:
   return vector.bitcast(_bytes_ty(nbytes), as_vec)
 
 
+def _shuffle_bytes(v: ir.Value, lane_mask: int) -> ir.Value:
+  """Lane ``lane ^ lane_mask``'s copy of ``vector<N x i8>`` (N padded to words)."""
+  n = ir.VectorType(v.type).shape[0]
+  padded = -(-n // 4) * 4
+  if padded != n:
+    v = _concat(v, arith.constant(_bytes_ty(padded - n), ir.DenseElementsAttr.get_splat(
+        _bytes_ty(padded - n), ir.IntegerAttr.get(_int(8), 0))))
+  words = vector.bitcast(ir.VectorType.get((padded // 4,), _int(32)), v)
+  out = None
+  for w in range(padded // 4):
+    got = ptx.emit_shfl_bfly(vector.extract(words, [], [w]), lane_mask)
+    piece = int_to_bytes(got, 4)
+    out = piece if out is None else _concat(out, piece)
+  return _slice(out, 0, n)
+
+
 class ValueBuilder:
   """Builds (once) the IR value of every plan value and store operand."""
 
@@ -58,6 +74,7 @@ class ValueBuilder:
     self._values: dict[int, ir.Value] = {}
     self._bits: dict[int, ir.Value] = {}
     self._by_id = {v.id: v for v in plan.values}
+    self._partner_regs: dict[int, ir.Value] = {}
 
   def lane_bit(self, bit: int) -> ir.Value:
     """i1: whether lane bit ``bit`` is set."""
@@ -127,7 +144,24 @@ class ValueBuilder:
       byte = el if byte is None else arith.ori(byte, el)
     return vector.broadcast(_bytes_ty(1), byte)
 
+  def run_gathers(self) -> None:
+    """Receives the partner lanes' registers of a plan with gathers.
+
+    After gather ``i`` the registers ``[n, 2n)`` are lane ``t ^ mask``'s
+    registers ``[0, n)``; every lane shuffles (only the gathering ones use
+    the result), 32 bits per ``shfl.sync.bfly``.
+    """
+    self._partner_regs = {}
+    n = self.plan.registers.num_registers >> len(self.plan.gathers)
+    for mask in self.plan.gathers:
+      for r in range(n):
+        self._partner_regs[n + r] = _shuffle_bytes(self._register(r), mask)
+      n *= 2
+
   def _register(self, r: int) -> ir.Value:
+    """Register ``r`` of the plan's register map, as ``vector<N x i8>``."""
+    if r in self._partner_regs:
+      return self._partner_regs[r]
     regs = self.plan.registers
     if self.plan.register_regroup is not None:
       return self._gathered_register(r)
@@ -148,6 +182,7 @@ class ValueBuilder:
   def run_exchanges(self) -> None:
     """Emits the lane exchanges, packing several into each 32-bit shuffle."""
     self.run_nibble_exchange()
+    self.run_gathers()
     made = {v.exchange: v for v in self.plan.values if v.exchange is not None}
     pending = list(self.plan.exchanges)
     while pending:

@@ -16,7 +16,8 @@ from mosaic_async_store.errors import refuse
 from mosaic_async_store.geometry import RegisterMap, WARP_SIZE, WARPGROUP_SIZE
 from mosaic_async_store.plan_types import Exchange, Value
 
-__all__ = ["register_values", "register_runs", "exchange_small_values", "chain_values"]
+__all__ = ["register_values", "register_runs", "exchange_small_values", "chain_values",
+           "gather_partner"]
 
 _LANES = np.arange(WARPGROUP_SIZE) % WARP_SIZE
 
@@ -135,3 +136,21 @@ def exchange_small_values(values: list[Value], writer: np.ndarray,
       next_id += 1
       used.update((a.id, b.id))
     values = [v for v in values if v.id not in used]
+
+
+def gather_partner(regs: RegisterMap, mask: int) -> RegisterMap | None:
+  """Lanes whose ``mask`` bit is 0 also hold lane ``t ^ mask``'s registers.
+
+  The register count doubles (the second half is the partner's), and only the
+  gathering lanes still write.  None when a lane's partner is a replica (its
+  data is written elsewhere).
+  """
+  partner = np.arange(WARPGROUP_SIZE) ^ mask
+  if np.any(regs.writer != regs.writer[partner]):
+    return None
+  writer = regs.writer & ((_LANES & mask) == 0)
+  if not writer.any():
+    return None
+  elements = np.concatenate([regs.elements, regs.elements[partner]], axis=1)
+  return RegisterMap(elements, writer, splat=regs.splat)
+

@@ -14,7 +14,7 @@ import numpy as np
 
 from mosaic_async_store import banks, packing, ptx_forms, subbyte, validate
 from mosaic_async_store.dtypes import DType
-from mosaic_async_store.errors import refuse, refuse_type
+from mosaic_async_store.errors import AsyncStoreError, refuse, refuse_type
 from mosaic_async_store.geometry import RefGeometry, RegisterMap, register_map
 from mosaic_async_store.plan_types import Exchange, Instruction, Part, Value
 
@@ -58,6 +58,9 @@ class StorePlan:
   # as ``register_regroup`` says (``subbyte.byte_registers``).
   source_registers: RegisterMap | None = None
   register_regroup: "subbyte.ByteRegroup | None" = None
+  # Lane masks of partner gathers, in order (``packing.gather_partner``): each
+  # doubles the registers, the second half received from lane ``t ^ mask``.
+  gathers: tuple[int, ...] = ()
 
   def __post_init__(self):
     if self.source_registers is None:
@@ -176,6 +179,63 @@ def _atomic_instructions(chains, writer, dtype, op, peer) -> list[Instruction]:
   return [i for c in chains for i in _split_chain(c, writer, widths, make)]
 
 
+def _schedule(regs, geom, dt, atomic, peer, plain_stores, context):
+  """(values, exchanges, instructions) storing the registers ``regs``."""
+  bit_addr = geom.element_bit_address(regs.elements)
+  values = packing.register_values(regs, bit_addr, dt.bits, context=context)
+  all_values = {v.id: v for v in values}
+  exchanges: list[Exchange] = []
+  if atomic is None and not plain_stores:
+    values, exchanges = packing.exchange_small_values(values, regs.writer, len(values))
+    all_values.update((v.id, v) for v in values)
+    for ex in exchanges:
+      all_values.update(((ex.a.id, ex.a), (ex.b.id, ex.b)))
+  chains = packing.chain_values(values, regs.writer)
+  if atomic is None:
+    instrs = _store_instructions(chains, regs.writer, plain_stores)
+  else:
+    instrs = _atomic_instructions(chains, regs.writer, dt, atomic, peer)
+  ordered = tuple(sorted(all_values.values(), key=lambda v: v.id))
+  return ordered, tuple(exchanges), tuple(instrs)
+
+
+def _plain_bytes(schedule, regs) -> int:
+  """Bytes the warpgroup writes with plain st pieces."""
+  return sum(i.width for i in schedule[2] if i.kind == "st") * int(regs.writer.sum())
+
+
+def _gather_plain_pieces(regs, geom, dt, peer, context, schedule, max_levels=3):
+  """Turns plain st pieces into st.async by gathering partner lanes' registers.
+
+  Pieces no two-sided exchange can pair (a thread holding under a word) are
+  otherwise plain ``st.shared::cluster``.  Here lanes with ``mask`` bit 0
+  take their partner's registers too and write for both; the partners write
+  nothing (like replicas).  Gathers are chained (1 byte -> 2 -> a word) while
+  they do not add plain bytes; the result with the fewest plain bytes wins.
+  """
+  best = (_plain_bytes(schedule, regs), regs, (), schedule)
+  gathers: tuple[int, ...] = ()
+  while len(gathers) < max_levels and best[0]:
+    options = []
+    for mask in (1, 2, 4, 8, 16):
+      gathered = packing.gather_partner(regs, mask)
+      if gathered is None:
+        continue
+      try:
+        candidate = _schedule(gathered, geom, dt, None, peer, False, context)
+      except AsyncStoreError:
+        continue
+      options.append((_plain_bytes(candidate, gathered), mask, gathered, candidate))
+    options = [o for o in options if o[0] <= _plain_bytes(schedule, regs)]
+    if not options:
+      break
+    plain, mask, regs, schedule = min(options, key=lambda o: o[:2])
+    gathers += (mask,)
+    if plain < best[0]:
+      best = (plain, regs, gathers, schedule)
+  return best[1:]
+
+
 def plan_store(layout, shape, dtype, *, swizzle=None, tiling_rank=None,
                optimized=True, atomic=None, ref_shape=None, ref_strides=None,
                peer=True, plain_stores=False) -> StorePlan:
@@ -215,20 +275,11 @@ def plan_store(layout, shape, dtype, *, swizzle=None, tiling_rank=None,
       regs, regroup = regrouped
       bit_addr = geom.element_bit_address(regs.elements)
   context = f"{dt} array of shape {geom.shape} in layout {layout}"
-  values = packing.register_values(regs, bit_addr, dt.bits, context=context)
-  all_values = {v.id: v for v in values}
-  exchanges: list[Exchange] = []
+  schedule = _schedule(regs, geom, dt, atomic, peer, plain_stores, context)
+  gathers: tuple[int, ...] = ()
   if atomic is None and not plain_stores:
-    values, exchanges = packing.exchange_small_values(values, regs.writer, len(values))
-    all_values.update((v.id, v) for v in values)
-    for ex in exchanges:
-      all_values.update(((ex.a.id, ex.a), (ex.b.id, ex.b)))
-  chains = packing.chain_values(values, regs.writer)
-  if atomic is None:
-    instrs = _store_instructions(chains, regs.writer, plain_stores)
-  else:
-    instrs = _atomic_instructions(chains, regs.writer, dt, atomic, peer)
-  ordered = tuple(sorted(all_values.values(), key=lambda v: v.id))
-  plan = StorePlan(dt, geom, regs, ordered, tuple(exchanges), tuple(instrs), atomic, peer,
-                   optimized, source_regs, regroup)
+    regs, gathers, schedule = _gather_plain_pieces(regs, geom, dt, peer, context, schedule)
+  values, exchanges, instrs = schedule
+  plan = StorePlan(dt, geom, regs, values, exchanges, instrs, atomic, peer,
+                   optimized, source_regs, regroup, gathers)
   return banks.remove_bank_conflicts(plan) if optimized else plan

@@ -42,6 +42,9 @@ def execute_plan(plan, register_bytes: np.ndarray, smem: np.ndarray) -> np.ndarr
     register_bytes = subbyte.gather_register_bytes(
         register_bytes, plan.register_regroup, plan.source_registers.vector_length,
         plan.dtype.bits)
+  for mask in plan.gathers:  # gathering lanes also hold their partner's registers
+    partner = np.arange(register_bytes.shape[0]) ^ mask
+    register_bytes = np.concatenate([register_bytes, register_bytes[partner]], axis=1)
   flat_src = register_bytes.reshape(-1)
   contents = _contents(plan)
   writers = np.flatnonzero(plan.registers.writer)

@@ -30,12 +30,13 @@ import re
 
 import numpy as np
 
-from ptx_ops import (ALU, RED, TYPE, bfe, bits_of, immediate, prmt, reduce_op, sign_extend,
+from ptx_ops import (ALU, RED, TYPE, bfe, bfi, bits_of, immediate, prmt, reduce_op, sign_extend,
                      split_operands)
 
 SHARED_BASE = 0x400            # sm_90 reserves the first 1 KiB of the shared window
 LOCAL_BASE, GLOBAL_SHIFT = 0x100000, 40
 BLOCK, EXIT = object(), object()  # returned by an instruction: this thread stops
+UNDEFINED = 0xA5C3A5C3A5C3A5C3  # what an unwritten register holds (setters mask it)
 def _guarded(fn, guard):
   """``@%p`` / ``@!%p``: the instruction does nothing unless the predicate matches."""
   if guard is None:
@@ -132,8 +133,8 @@ class PtxKernel:
 
   def _get(self, op):
     """A getter th -> int for a source operand."""
-    if op[0] == "reg":
-      return lambda th, n=op[1]: th.regs[n]
+    if op[0] == "reg":  # a never-written register (LLVM's undef) reads as garbage:
+      return lambda th, n=op[1]: th.regs.get(n, UNDEFINED)  # bytes built from it show
     if op[0] in ("imm", "sym"):
       v = op[1]
       if op[0] == "sym":
@@ -203,7 +204,7 @@ class PtxKernel:
             "neg": lambda a: -a, "shl": lambda a, b: a << b if b < bits else 0,
             "shr": lambda a, b: sv(a) >> min(b, bits - 1) if signed or b < bits else 0,
             "min": lambda a, b: min(sv(a), sv(b)), "max": lambda a, b: max(sv(a), sv(b)),
-            "selp": lambda a, b, p: a if p else b, "bfe": bfe(bits, signed),
+            "selp": lambda a, b, p: a if p else b, "bfe": bfe(bits, signed), "bfi": bfi(bits),
             "prmt": prmt, "mul": lambda a, b: sv(a) * sv(b),
             "mad": lambda a, b, c: sv(a) * sv(b) + c}[base]
       if (base in ("mul", "mad") and not {"lo", "wide"} & set(mods)) or \

@@ -9,11 +9,11 @@ import struct
 import numpy as np
 
 __all__ = ["TYPE", "ALU", "RED", "bits_of", "sign_extend", "immediate", "split_operands",
-           "reduce_op", "bfe", "prmt"]
+           "reduce_op", "bfe", "bfi", "prmt"]
 
 TYPE = re.compile(r"^[busf](8|16|32|64)$|^(f16x2|bf16x2|pred)$")
 ALU = ("add", "sub", "and", "or", "xor", "not", "neg", "shl", "shr", "min", "max", "mul",
-        "mad", "selp", "bfe", "prmt")
+        "mad", "selp", "bfe", "bfi", "prmt")
 RED = ("add", "min", "max", "and", "or", "xor", "inc", "dec")
 
 
@@ -69,6 +69,14 @@ def bfe(bits, signed):
     return sum(((a >> (pos + i)) & 1 if i < ln and pos + i < bits else sbit) << i
                for i in range(bits))
   return bfe
+
+
+def bfi(bits):
+  def insert(a, b, pos, ln):  # b with bits pos..pos+ln-1 replaced by a's low ln bits
+    pos, ln = pos & 0xFF, ln & 0xFF
+    field = ((1 << min(ln, max(bits - pos, 0))) - 1) << pos if pos < bits else 0
+    return (b & ~field) | ((a << pos) & field)
+  return insert
 
 
 def prmt(a, b, c):

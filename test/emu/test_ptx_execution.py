@@ -156,3 +156,13 @@ def test_wrong_nibble_exchange_partner_is_caught():
   out, flags, want, _ = run_ptx(cfg, ptx.replace(", 4, 31, -1;", ", 1, 31, -1;", 1))
   assert (flags == 1).all()
   assert np.count_nonzero(out != want) > 0
+
+
+def test_wrong_gather_partner_is_caught():
+  """Registers gathered from the wrong lane (first shfl mask 1 -> 4): bytes go wrong."""
+  cfg = S(dtype="int8", layout="TMEM_NATIVE_V1", shape=(128, 1), swizzle=None)
+  ptx = _ptx(cfg)
+  assert ", 1, 31, -1;" in ptx
+  out, flags, want, _ = run_ptx(cfg, ptx.replace(", 1, 31, -1;", ", 4, 31, -1;", 1))
+  assert (flags == 1).all()
+  assert np.count_nonzero(out != want) > 0

@@ -29,7 +29,12 @@ RUNTIME_CONFIGS = [
     S(dtype="uint4", shape=(64, 64), transposed=True, swizzle=32, optimized=False),
     S(dtype="float4_e2m1fn", layout="TCGEN05", shape=(128, 64), transposed=True, swizzle=32,
       optimized=False),
-    S(dtype="int4", layout="WGMMA_ROW", shape=(64,), swizzle=None),  # + replicas, plain u8
+    S(dtype="int4", layout="WGMMA_ROW", shape=(64,), swizzle=None),  # + replicas
+    # threads holding under a word: lanes gather their partners' registers
+    S(dtype="int8", layout="TMEM_NATIVE_V1", shape=(128, 1), swizzle=None),  # two gathers
+    S(dtype="bfloat16", layout="TMEM_NATIVE_V1", shape=(128, 1), swizzle=None),
+    S(dtype="int4", layout="TCGEN05_COL", shape=(16,), swizzle=None),        # 8 bytes in all
+    S(dtype="int4", layout="SPLAT", shape=(64, 8), swizzle=None),
     S(dtype="int16", layout="WGMMA_TRANSPOSED", shape=(64, 64), swizzle=64),
     S(transposed=True), S(dtype="float32", transposed=True, optimized=False),
     S(dtype="float32", layout="TMEM_NATIVE_V4", shape=(128, 64)),

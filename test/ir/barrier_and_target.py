@@ -34,10 +34,17 @@ emit("local_bf16", target="local")
 # CHECK: "mbarrier.arrive.expect_tx.shared::cluster.b64 _, [$0], $1;", "r,r" %{{[0-9]+}}, %[[TX]]
 emit("replicated_row_bf16", layout="WGMMA_ROW", shape=(64,), swizzle=None)
 
-# 8-bit replicated rows: after one exchange each writer holds 2 bytes and no
-# second pairing exists, so they go as plain 16-bit stores ordered by the
-# release arrive (64 bytes in all, not a multiple of 128).
+# 8-bit replicated rows: a writer holds too few bytes for a word and its
+# exchange partner would be a replica, so writers first gather the registers of
+# lane t^8 (a distinct row segment), then exchange bytes with lane t^4; 16
+# writers store one word each and the rest announce 0 bytes (64 bytes in all,
+# not a multiple of 128).  No plain store, so no release arrive.
 # CHECK-LABEL: TEST: replicated_row_i8
-# CHECK: "st.shared::cluster.u16 [$0{{(\+[0-9]+)?}}], $1;", "r,r"
-# CHECK: "mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64 _, [$0], $1;"
+# CHECK-COUNT-2: "shfl.sync.bfly.b32 $0, $1, 8, 31, -1;"
+# CHECK: "shfl.sync.bfly.b32 $0, $1, 4, 31, -1;"
+# CHECK: scf.if %[[W:[0-9]+]] {
+# CHECK: "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [$0], $1, [$2];"
+# CHECK-NOT: st.shared::cluster
+# CHECK: arith.select %[[W]], %c4_i32{{[_0-9]*}}, %c0_i32{{[_0-9]*}} : i32
+# CHECK: "mbarrier.arrive.expect_tx.shared::cluster.b64 _, [$0], $1;"
 emit("replicated_row_i8", dtype="int8", layout="WGMMA_ROW", shape=(64,), swizzle=None)
