@@ -129,7 +129,7 @@ class ValueBuilder:
       return self._received[int(rg.slot[b, r, k])]
     return self._source_element(src_reg, lane)
 
-  def _gathered_register(self, r: int) -> ir.Value:
+  def _regrouped_register(self, r: int) -> ir.Value:
     """Virtual register ``r`` of a regrouped plan: one byte assembled from its pieces."""
     rg, bits = self.plan.register_regroup, self.plan.dtype.bits
     byte = None
@@ -164,7 +164,7 @@ class ValueBuilder:
       return self._partner_regs[r]
     regs = self.plan.registers
     if self.plan.register_regroup is not None:
-      return self._gathered_register(r)
+      return self._regrouped_register(r)
     reg = self.registers.flat[r] if self.registers.ndim else self.registers.item()
     if regs.splat:  # a scalar: broadcast it to the synthetic vector length
       reg = vector.broadcast(ir.VectorType.get((regs.vector_length,), reg.type), reg)
