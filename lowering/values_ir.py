@@ -74,7 +74,9 @@ class ValueBuilder:
     self._values: dict[int, ir.Value] = {}
     self._bits: dict[int, ir.Value] = {}
     self._by_id = {v.id: v for v in plan.values}
-    self._partner_regs: dict[int, ir.Value] = {}
+    self._made_registers: dict[int, ir.Value] = {}
+    self._partner_words: dict[tuple[int, int, int], ir.Value] = {}     # (r, word, mask)
+    self._partner_elements: dict[tuple[int, int, int], ir.Value] = {}  # (r, lane, mask)
 
   def lane_bit(self, bit: int) -> ir.Value:
     """i1: whether lane bit ``bit`` is set."""
@@ -85,13 +87,58 @@ class ValueBuilder:
     return self._bits[bit]
 
   def _source_element(self, r: int, j: int) -> ir.Value:
-    """Lane ``j`` of the array's register ``r`` as an i8 (a sub-byte element, zero-extended)."""
+    """Lane ``j`` of the array's register ``r`` as an i8 (a sub-byte element, zero-extended).
+
+    Registers past the array's own come from the plan's ``source_gathers``:
+    after gather ``i`` (mask ``m``), registers ``[n, 2n)`` are lane
+    ``t ^ m``'s registers ``[0, n)``.
+    """
+    n = self.plan.source_registers.num_registers
+    levels = [(n << i, mask) for i, mask in enumerate(self.plan.source_gathers)]
+    for size, mask in reversed(levels):
+      if r >= size:
+        return self._partner_element(r - size, j, mask)
     reg = self.registers.flat[r]
     el = vector.extract(reg, [], [j])
     bits = self.plan.dtype.bits
     if not isinstance(el.type, ir.IntegerType):
       el = arith.bitcast(_int(bits), el)
     return arith.extui(_int(8), el)
+
+  def _partner_element(self, r: int, j: int, mask: int) -> ir.Value:
+    """Lane ``t ^ mask``'s element ``(r, j)`` (an i8); one ``shfl.sync.bfly`` per
+    32 bits of the register, made once and shared by its elements."""
+    if (r, j, mask) in self._partner_elements:
+      return self._partner_elements[r, j, mask]
+    bits = self.plan.dtype.bits
+    per_word = 32 // bits
+    key = (r, j // per_word, mask)
+    if key not in self._partner_words:
+      i32 = _int(32)
+      first = j // per_word * per_word
+      word = None
+      for k in range(first, min(first + per_word, self.plan.source_registers.vector_length)):
+        el = arith.extui(i32, self._source_element(r, k))
+        if k > first:
+          el = arith.shli(el, arith.constant(i32, (k - first) * bits))
+        word = el if word is None else arith.ori(word, el)
+      self._partner_words[key] = ptx.emit_shfl_bfly(word, mask)
+    got = self._partner_words[key]  # built by run_source_gathers(), by every lane
+    shift = j % per_word * bits
+    if shift:
+      got = arith.shrui(got, arith.constant(_int(32), shift))
+    el = arith.trunci(_int(8), arith.andi(got, arith.constant(_int(32), (1 << bits) - 1)))
+    self._partner_elements[r, j, mask] = el
+    return el
+
+  def run_source_gathers(self) -> None:
+    """Shuffles every word the plan's ``source_gathers`` need, level by level,
+    before any store (every lane must take part)."""
+    n = self.plan.source_registers.num_registers
+    for level in range(len(self.plan.source_gathers)):
+      for r in range(n << level, n << (level + 1)):
+        for j in range(self.plan.source_registers.vector_length):
+          self._source_element(r, j)
 
   def run_nibble_exchange(self) -> None:
     """Sends the halves of the bytes each lane's partner assembles (``ByteRegroup``).
@@ -151,20 +198,20 @@ class ValueBuilder:
     registers ``[0, n)``; every lane shuffles (only the gathering ones use
     the result), 32 bits per ``shfl.sync.bfly``.
     """
-    self._partner_regs = {}
     n = self.plan.registers.num_registers >> len(self.plan.gathers)
     for mask in self.plan.gathers:
       for r in range(n):
-        self._partner_regs[n + r] = _shuffle_bytes(self._register(r), mask)
+        self._made_registers[n + r] = _shuffle_bytes(self._register(r), mask)
       n *= 2
 
   def _register(self, r: int) -> ir.Value:
     """Register ``r`` of the plan's register map, as ``vector<N x i8>``."""
-    if r in self._partner_regs:
-      return self._partner_regs[r]
+    if r in self._made_registers:
+      return self._made_registers[r]
     regs = self.plan.registers
-    if self.plan.register_regroup is not None:
-      return self._regrouped_register(r)
+    if self.plan.register_regroup is not None:  # built once: gathers and values share it
+      self._made_registers[r] = self._regrouped_register(r)
+      return self._made_registers[r]
     reg = self.registers.flat[r] if self.registers.ndim else self.registers.item()
     if regs.splat:  # a scalar: broadcast it to the synthetic vector length
       reg = vector.broadcast(ir.VectorType.get((regs.vector_length,), reg.type), reg)
@@ -181,6 +228,7 @@ class ValueBuilder:
 
   def run_exchanges(self) -> None:
     """Emits the lane exchanges, packing several into each 32-bit shuffle."""
+    self.run_source_gathers()
     self.run_nibble_exchange()
     self.run_gathers()
     made = {v.exchange: v for v in self.plan.values if v.exchange is not None}

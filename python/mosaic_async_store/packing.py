@@ -17,7 +17,7 @@ from mosaic_async_store.geometry import RegisterMap, WARP_SIZE, WARPGROUP_SIZE
 from mosaic_async_store.plan_types import Exchange, Value
 
 __all__ = ["register_values", "register_runs", "exchange_small_values", "chain_values",
-           "gather_partner"]
+           "gather_partner", "with_partner"]
 
 _LANES = np.arange(WARPGROUP_SIZE) % WARP_SIZE
 
@@ -54,8 +54,8 @@ def register_values(regs: RegisterMap, bit_addr: np.ndarray, bits: int,
     raise refuse(
         "value", context,
         "pieces that are whole bytes: each thread must hold every element "
-        "that shares a destination byte with its own, or trade halves evenly "
-        "with one lane of its warp",
+        "that shares a destination byte with its own, or trade or gather the "
+        "halves with one lane of its warp",
         "use a layout in which each thread holds both 4-bit halves of its bytes "
         "(e.g. WGMMA_LAYOUT or a TMEM-native layout), pack pairs of 4-bit values "
         "into int8, or transfer as int8 and unpack")
@@ -151,6 +151,13 @@ def gather_partner(regs: RegisterMap, mask: int) -> RegisterMap | None:
   writer = regs.writer & ((_LANES & mask) == 0)
   if not writer.any():
     return None
-  elements = np.concatenate([regs.elements, regs.elements[partner]], axis=1)
-  return RegisterMap(elements, writer, splat=regs.splat)
+  return RegisterMap(with_partner(regs.elements, mask), writer, splat=regs.splat)
+
+
+def with_partner(table: np.ndarray, mask: int) -> np.ndarray:
+  """A per-(thread, register, ...) table after a gather with ``mask``: each
+  thread's registers followed by lane ``t ^ mask``'s.  The one definition of
+  a gather's register order, for element maps and register bytes alike."""
+  partner = np.arange(table.shape[0]) ^ mask
+  return np.concatenate([table, table[partner]], axis=1)
 

@@ -61,6 +61,10 @@ class StorePlan:
   # Lane masks of partner gathers, in order (``packing.gather_partner``): each
   # doubles the registers, the second half received from lane ``t ^ mask``.
   gathers: tuple[int, ...] = ()
+  # The same, applied to the sub-byte source registers before the regrouping:
+  # for a lane pair sharing a single byte (a one-column 4-bit array), one lane
+  # takes both halves.
+  source_gathers: tuple[int, ...] = ()
 
   def __post_init__(self):
     if self.source_registers is None:
@@ -236,6 +240,27 @@ def _gather_plain_pieces(regs, geom, dt, peer, context, schedule, max_levels=3):
   return best[1:]
 
 
+def _regroup_bytes(regs, geom, bits):
+  """``(subbyte.byte_registers(...) or None, source gathers)`` for sub-byte data.
+
+  When no lane pair can share out its split bytes evenly (each pair holds a
+  single byte: a one-column 4-bit array), lanes first gather their partner's
+  elements (``packing.gather_partner``) and then assemble the bytes alone.
+  """
+  regrouped = subbyte.byte_registers(regs, geom.element_bit_address(regs.elements), bits)
+  if regrouped is not None or bits >= 8:
+    return regrouped, ()
+  for mask in (1, 2, 4, 8, 16):
+    gathered = packing.gather_partner(regs, mask)
+    if gathered is None:
+      continue
+    regrouped = subbyte.byte_registers(
+        gathered, geom.element_bit_address(gathered.elements), bits)
+    if regrouped is not None:
+      return regrouped, (mask,)
+  return None, ()
+
+
 def plan_store(layout, shape, dtype, *, swizzle=None, tiling_rank=None,
                optimized=True, atomic=None, ref_shape=None, ref_strides=None,
                peer=True, plain_stores=False) -> StorePlan:
@@ -268,12 +293,11 @@ def plan_store(layout, shape, dtype, *, swizzle=None, tiling_rank=None,
   if regs.splat:
     regs = _splat_in_address_order(regs, geom)
   bit_addr = geom.element_bit_address(regs.elements)
-  source_regs, regroup = regs, None
+  source_regs, regroup, source_gathers = regs, None, ()
   if packing.register_runs(regs, bit_addr, dt.bits) is None:
-    regrouped = subbyte.byte_registers(regs, bit_addr, dt.bits)
+    regrouped, source_gathers = _regroup_bytes(regs, geom, dt.bits)
     if regrouped is not None:
       regs, regroup = regrouped
-      bit_addr = geom.element_bit_address(regs.elements)
   context = f"{dt} array of shape {geom.shape} in layout {layout}"
   schedule = _schedule(regs, geom, dt, atomic, peer, plain_stores, context)
   gathers: tuple[int, ...] = ()
@@ -281,5 +305,5 @@ def plan_store(layout, shape, dtype, *, swizzle=None, tiling_rank=None,
     regs, gathers, schedule = _gather_plain_pieces(regs, geom, dt, peer, context, schedule)
   values, exchanges, instrs = schedule
   plan = StorePlan(dt, geom, regs, values, exchanges, instrs, atomic, peer,
-                   optimized, source_regs, regroup, gathers)
+                   optimized, source_regs, regroup, gathers, source_gathers)
   return banks.remove_bank_conflicts(plan) if optimized else plan

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mosaic_async_store import hostdata, subbyte
+from mosaic_async_store import hostdata, packing, subbyte
 from mosaic_async_store.verify import _contents
 
 __all__ = ["execute_plan", "simulate_store", "config_plan", "execute_config"]
@@ -38,13 +38,12 @@ def execute_plan(plan, register_bytes: np.ndarray, smem: np.ndarray) -> np.ndarr
   thread ``t`` (the layout the test kernels read from global memory).
   """
   out = np.array(smem, dtype=np.uint8, copy=True)
+  for mask in plan.source_gathers:  # sub-byte elements gathered before regrouping
+    register_bytes = packing.with_partner(register_bytes, mask)
   if plan.register_regroup is not None:  # sub-byte elements regrouped into bytes
-    register_bytes = subbyte.gather_register_bytes(
-        register_bytes, plan.register_regroup, plan.source_registers.vector_length,
-        plan.dtype.bits)
+    register_bytes = subbyte.gather_register_bytes(register_bytes, plan)
   for mask in plan.gathers:  # gathering lanes also hold their partner's registers
-    partner = np.arange(register_bytes.shape[0]) ^ mask
-    register_bytes = np.concatenate([register_bytes, register_bytes[partner]], axis=1)
+    register_bytes = packing.with_partner(register_bytes, mask)
   flat_src = register_bytes.reshape(-1)
   contents = _contents(plan)
   writers = np.flatnonzero(plan.registers.writer)

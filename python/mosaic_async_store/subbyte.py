@@ -159,9 +159,13 @@ def byte_registers(regs: RegisterMap, bit_addr: np.ndarray, bits: int):
   return None
 
 
-def gather_register_bytes(register_bytes: np.ndarray, rg: ByteRegroup,
-                          vector_length: int, bits: int) -> np.ndarray:
-  """Real register bytes [t, r, n] -> the virtual one-byte registers [t, R, 1]."""
+def gather_register_bytes(register_bytes: np.ndarray, plan) -> np.ndarray:
+  """A plan's real register bytes [t, r, n] -> its one-byte virtual registers [t, R, 1].
+
+  ``register_bytes`` are after the plan's ``source_gathers``, if any.
+  """
+  rg, bits = plan.register_regroup, plan.dtype.bits
+  vector_length = plan.source_registers.vector_length
   raw = np.unpackbits(register_bytes, axis=-1, bitorder="little")
   t, r = raw.shape[:2]
   lanes = raw[:, :, :vector_length * bits].reshape(t, r, vector_length, bits)

@@ -35,6 +35,10 @@ RUNTIME_CONFIGS = [
     S(dtype="bfloat16", layout="TMEM_NATIVE_V1", shape=(128, 1), swizzle=None),
     S(dtype="int4", layout="TCGEN05_COL", shape=(16,), swizzle=None),        # 8 bytes in all
     S(dtype="int4", layout="SPLAT", shape=(64, 8), swizzle=None),
+    # a one-column 4-bit array: lane pairs share one byte, gathered before the regrouping
+    S(dtype="int4", layout="TMEM_NATIVE_V1", shape=(128, 1), swizzle=None),
+    S(dtype="float4_e2m1fn", layout="TMEM_NATIVE_V1", shape=(128, 1), swizzle=None,
+      target="local"),
     S(dtype="int16", layout="WGMMA_TRANSPOSED", shape=(64, 64), swizzle=64),
     S(transposed=True), S(dtype="float32", transposed=True, optimized=False),
     S(dtype="float32", layout="TMEM_NATIVE_V4", shape=(128, 64)),

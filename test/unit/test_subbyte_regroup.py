@@ -3,20 +3,23 @@
 The planner regroups such elements into one-byte virtual registers
 (``subbyte.byte_registers``), within a thread or between two lanes of a warp;
 the emitter assembles each byte with a shift and an OR.  Bytes that no such
-regrouping can put together stay refused, with the fixes.
+regrouping can put together stay refused, with the fixes.  A lane pair that
+shares a single byte (a one-column array) gathers first: one lane takes both
+halves (``StorePlan.source_gathers``).
 """
 
+import types
+
+import ml_dtypes
 import numpy as np
 import pytest
 
 from mosaic_async_store import subbyte
-from mosaic_async_store.config import resolve_layout
+from mosaic_async_store.config import StoreConfig, resolve_layout
 from mosaic_async_store.errors import AsyncStoreError
 from mosaic_async_store.geometry import RegisterMap
 from mosaic_async_store.planner import plan_store
-from mosaic_async_store.simulate import simulate_store
-
-import ml_dtypes
+from mosaic_async_store.simulate import config_plan, simulate_store
 
 
 @pytest.mark.parametrize("dtype", ["int4", "uint4", "float4_e2m1fn"])
@@ -52,7 +55,9 @@ def test_gather_register_bytes_orders_low_then_high():
   real[:2] = [[[0x3], [0xA]], [[0xF], [0x1]]]
   own = np.array([[[1, 0], [0, 0]]] * 2).reshape(2, 1, 2, 2)
   rg = subbyte.ByteRegroup(0, own, np.full((2, 1, 2), -1), np.zeros((2, 0, 2), np.int64))
-  got = subbyte.gather_register_bytes(real, rg, vector_length=1, bits=4)
+  plan = types.SimpleNamespace(register_regroup=rg, dtype=types.SimpleNamespace(bits=4),
+                               source_registers=types.SimpleNamespace(vector_length=1))
+  got = subbyte.gather_register_bytes(real, plan)
   assert got.shape == (128, 1, 1)
   assert got[:2, 0, 0].tolist() == [0x3A, 0xF1]
 
@@ -97,10 +102,32 @@ def test_lane_exchanged_store_lands_every_element():
 
 
 def test_bytes_no_lane_pair_can_assemble_stay_refused_with_fixes():
-  # One column: lane t holds row t, so each byte's halves are rows t and t+1, and a
-  # lane pair (t, t^1) shares only one byte: nothing to exchange in return.
-  shape = (128, 1)
+  # STRIDED (4, 2048) into a column-major ref: each byte holds rows 2k and 2k+1
+  # of one column, and those rows sit 64 threads apart, in different warps, so
+  # no shuffle can bring the halves together.
+  cfg = StoreConfig(dtype="int4", shape=(4, 2048), layout="STRIDED", swizzle=None,
+                    transposed=True, optimized=False)
   with pytest.raises(AsyncStoreError) as e:
-    plan_store(resolve_layout("TMEM_NATIVE_V1", shape, "int4"), shape, "int4", swizzle=None)
+    config_plan(cfg)
   assert e.value.param == "value"
+  assert "gather the halves with one lane of its warp" in str(e.value)
   assert "pack pairs of 4-bit values into int8" in str(e.value)
+
+
+@pytest.mark.parametrize("dtype", ["int4", "uint4", "float4_e2m1fn"])
+def test_one_column_gathers_the_partner_half_first(dtype):
+  # One column: lane t holds row t, so a lane pair (t, t^1) shares only one
+  # byte and has nothing to give in return.  The even lane gathers its
+  # partner's element (source_gathers), assembles the byte alone, then the
+  # usual gathers build words: no plain store, every element lands.
+  shape = (128, 1)
+  layout_obj = resolve_layout("TMEM_NATIVE_V1", shape, dtype)
+  plan = plan_store(layout_obj, shape, dtype, swizzle=None)
+  plan.verify()
+  assert plan.source_gathers and plan.register_regroup.mask == 0
+  assert {i.kind for i in plan.instructions} == {"st.async"}
+  assert plan.total_bytes == plan.async_bytes == 64
+  array = np.random.default_rng(5).integers(0, 16, size=shape).astype(np.uint8)
+  array = array.view(np.dtype(getattr(ml_dtypes, dtype)))
+  got = simulate_store(array, layout_obj)
+  assert np.array_equal(got.view(np.uint8), array.view(np.uint8))
