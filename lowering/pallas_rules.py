@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import math
 
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import arith

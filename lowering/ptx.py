@@ -79,9 +79,16 @@ def emit_st_plain(addr: ir.Value, imm: int, words: list[ir.Value], ptx_type: str
   llvm.inline_asm(_void(), [addr, *words], asm, "r" + ",r" * n, has_side_effects=True)
 
 
-def emit_red_plain(addr: ir.Value, imm: int, value: ir.Value, op: str, ptx_type: str) -> None:
-  """``red.relaxed.cluster.shared::cluster.<op>.<type> [$0+imm], $1;``"""
-  asm = f"red.relaxed.cluster.shared::cluster.{op}.{ptx_type} {_addr(imm)}, $1;"
+def emit_red_plain(addr: ir.Value, imm: int, value: ir.Value, op: str, ptx_type: str,
+                   *, space: str = "shared::cluster") -> None:
+  """``red.relaxed.cluster.shared::cluster.<op>.<type> [$0+imm], $1;``
+
+  ``space="shared::cta"`` for the executing CTA's own window: ptxas then emits
+  native shared-memory atomics (ATOMS, or an ATOMS.CAST loop for float adds)
+  instead of a generic ATOM with a state-space check and fallbacks, which is
+  what a ``.shared::cluster`` address gets (f32 add: 562 vs 1514 SASS).
+  """
+  asm = f"red.relaxed.cluster.{space}.{op}.{ptx_type} {_addr(imm)}, $1;"
   llvm.inline_asm(_void(), [addr, value], asm, f"r,{_constraint(value)}",
                   has_side_effects=True)
 

@@ -192,7 +192,8 @@ def _emit_stores(plan, builder, addresses, barrier_addr):
       ptx.emit_red_async(addr, imm, builder.scalar(data, ins.width), ins.op,
                          ins.ptx_type, barrier_addr)
     else:
-      ptx.emit_red_plain(addr, imm, builder.scalar(data, ins.width), ins.op, ins.ptx_type)
+      ptx.emit_red_plain(addr, imm, builder.scalar(data, ins.width), ins.op, ins.ptx_type,
+                         space=space)
 
 
 def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,

@@ -11,7 +11,6 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import arith, gpu, llvm
 
-from mosaic_async_store.lowering import ptx
 from mosaic_async_store.errors import refuse, refuse_type
 
 __all__ = ["static_cluster_shape", "target_rank", "smem_address"]

@@ -107,5 +107,5 @@ class Instruction:
       return ("red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes."
               f"{self.op}.{self.ptx_type}")
     if self.kind == "red":
-      return f"red.relaxed.cluster.shared::cluster.{self.op}.{self.ptx_type}"
+      return f"red.relaxed.cluster.shared::cluster.{self.op}.{self.ptx_type}"  # ::cta if local
     return f"st.shared::cluster.{self.ptx_type}"  # st.shared::cta into the own CTA

@@ -106,7 +106,7 @@ class StorePlan:
     counts: dict[str, int] = {}
     for i in self.instructions:
       opcode = i.opcode
-      if i.kind == "st" and not self.peer:  # the emitter uses the CTA window
+      if i.kind in ("st", "red") and not self.peer:  # the emitter uses the CTA window
         opcode = opcode.replace("shared::cluster", "shared::cta")
       counts[opcode] = counts.get(opcode, 0) + 1
     return counts
@@ -220,6 +220,7 @@ def _gather_plain_pieces(regs, geom, dt, peer, context, schedule, max_levels=3):
   best = (_plain_bytes(schedule, regs), regs, (), schedule)
   gathers: tuple[int, ...] = ()
   while len(gathers) < max_levels and best[0]:
+    current = _plain_bytes(schedule, regs)
     options = []
     for mask in (1, 2, 4, 8, 16):
       gathered = packing.gather_partner(regs, mask)
@@ -230,7 +231,7 @@ def _gather_plain_pieces(regs, geom, dt, peer, context, schedule, max_levels=3):
       except AsyncStoreError:
         continue
       options.append((_plain_bytes(candidate, gathered), mask, gathered, candidate))
-    options = [o for o in options if o[0] <= _plain_bytes(schedule, regs)]
+    options = [o for o in options if o[0] <= current]
     if not options:
       break
     plain, mask, regs, schedule = min(options, key=lambda o: o[:2])

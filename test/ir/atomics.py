@@ -41,9 +41,23 @@ emit("bf16_add_pairs", dtype="bfloat16", atomic="add")
 # CHECK: "red.relaxed.cluster.shared::cluster.add.f32 [$0{{(\+[0-9]+)?}}], $1;", "r,r"
 emit("f32_add", dtype="float32", atomic="add")
 
-# Into the executing CTA red.async is not allowed: plain red, no mapa.
+# Into the executing CTA red.async is not allowed: plain red, no mapa, in the
+# CTA window (.shared::cta), which ptxas turns into native ATOMS instead of a
+# generic ATOM with a state-space check.
 # CHECK-LABEL: TEST: local_i32_add
 # CHECK-NOT: mapa
 # CHECK-NOT: red.async
-# CHECK: "red.relaxed.cluster.shared::cluster.add.s32 [$0{{(\+[0-9]+)?}}], $1;", "r,r"
+# CHECK-NOT: shared::cluster.add
+# CHECK: "red.relaxed.cluster.shared::cta.add.s32 [$0{{(\+[0-9]+)?}}], $1;", "r,r"
+# PTX-LABEL: TEST: local_i32_add
+# PTX-NOT: red.relaxed.cluster.shared::cluster
+# PTX: red.relaxed.cluster.shared::cta.add.s32
 emit("local_i32_add", dtype="int32", atomic="add", target="local")
+
+# CHECK-LABEL: TEST: local_f32_add
+# CHECK-NOT: shared::cluster.add
+# CHECK: "red.relaxed.cluster.shared::cta.add.f32 [$0{{(\+[0-9]+)?}}], $1;", "r,r"
+# PTX-LABEL: TEST: local_f32_add
+# PTX-NOT: red.relaxed.cluster.shared::cluster
+# PTX: red.relaxed.cluster.shared::cta.add.f32
+emit("local_f32_add", dtype="float32", atomic="add", target="local")
