@@ -44,13 +44,19 @@ def mosaic_utils():
 
 
 def make_ir_context():
-  """An MLIR context with every dialect jax registers.
+  """A new MLIR context with every dialect jax registers.
 
   A bare ``ir.Context()`` segfaults as soon as NVVM/LLVM types are built,
   because the dialects are not loaded; this is the context jax itself uses.
+  jax 0.11's ``make_ir_context`` hands out a cached thread-local context (up to
+  ten times); entering that one again while it is current corrupts memory at
+  exit, and a caller asking for a context of its own would silently share one.
+  So on 0.11 the uncached ``_create_ir_context`` is used: every call gets a
+  fresh context, as on jax 0.10.
   """
   from jax._src.interpreters import mlir as jax_mlir  # private: jax 0.10 and 0.11
-  return jax_mlir.make_ir_context()
+  fresh = getattr(jax_mlir, "_create_ir_context", None)  # jax 0.11: uncached
+  return fresh() if fresh is not None else jax_mlir.make_ir_context()
 
 
 def mosaic_gpu_core():
@@ -152,3 +158,25 @@ def upstream_store_errors() -> tuple[type[BaseException], ...]:
   names = ("TransferPlanDerivationError", "UnsupportedTransferError")
   return (ValueError, NotImplementedError) + tuple(
       getattr(fa, n) for n in names if hasattr(fa, n))
+
+
+def transpose_smem_ref(ref, permutation):
+  """A transposed view of a Pallas SMEM ref (``plgpu.transpose_ref`` without its check).
+
+  jax 0.11.2's ``plgpu.transpose_ref`` first reads ``ref.memory_space``, which
+  0.11 no longer allows on traced refs ("Use jax.typeof(x).memory_space
+  instead"), so it fails for every SMEM ref in a kernel body.  The transpose
+  itself, ``ref.transpose``, is the same in jax 0.10 and 0.11.
+  """
+  return ref.transpose(tuple(permutation))
+
+
+def dialect_lowering_entry_points() -> list[tuple[object, str]]:
+  """``(module, attribute)`` of every ``lower_mgpu_dialect`` that upstream calls.
+
+  jax 0.10's Pallas calls ``mgpu.lower_mgpu_dialect``; jax 0.11 leaves the
+  dialect to Mosaic's core, which calls ``dialect_lowering.lower_mgpu_dialect``.
+  A hook (the lit test that prints the op before it is lowered) wraps both.
+  """
+  return [(mosaic_gpu(), "lower_mgpu_dialect"),
+          (pallas_internals().dialect_lowering, "lower_mgpu_dialect")]

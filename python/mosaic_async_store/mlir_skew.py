@@ -45,6 +45,24 @@ RULES: tuple[Rule, ...] = (
         " know; workgroup is the only scope MLIR 22 lowers (bar.sync), so"
         " dropping it keeps the meaning.",
     ),
+    _rule(
+        "dotted-enum-attrs",
+        r"#(gpu|nvvm)\.(dim|shfl_kind)<([a-z_]+)>",
+        r"#\1<\2 \3>",
+        "jaxlib 0.11's MLIR prints these enum attributes dotted (#gpu.dim<x>,"
+        " #nvvm.shfl_kind<idx>); MLIR 22 only parses the older spelling"
+        " (#gpu<dim x>, #nvvm<shfl_kind idx>) of the same attribute, so nothing"
+        " is lost. jaxlib 0.10 prints the old spelling: the rule does not match.",
+    ),
+    _rule(
+        "gpu-launch-segments",
+        r'("gpu\.launch"\([^)]*\) <\{operandSegmentSizes = array<i32: (?:\d+, ){10}\d+), 0>',
+        r"\1>",
+        "jaxlib 0.11's gpu.launch has a twelfth operand group, appended after"
+        " the eleven that MLIR 22 knows (async deps, grid, block, cluster, dynamic"
+        " SMEM). Mosaic leaves it empty; dropping its 0 size restores MLIR 22's"
+        " layout, and a non-empty one is left alone (mlir-opt then says so).",
+    ),
 )
 
 

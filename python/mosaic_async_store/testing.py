@@ -62,6 +62,7 @@ def pallas_store_kernel(*, dtype="bfloat16", shape=(64, 128), swizzle=128, seman
   import jax.numpy as jnp
   from jax.experimental.pallas import mosaic_gpu as plgpu
 
+  from mosaic_async_store import compat
   from mosaic_async_store import pallas as mas_pallas
   from mosaic_async_store.dtypes import as_dtype
   sem = {"lane": plgpu.LoweringSemantics.Lane,
@@ -81,7 +82,7 @@ def pallas_store_kernel(*, dtype="bfloat16", shape=(64, 128), swizzle=128, seman
       x = plgpu.load(x_ref, (), layout=plgpu.Layout.WGMMA, optimized=False)
     else:
       x = plgpu.load(x_ref, (), optimized=False)
-    dst = plgpu.transpose_ref(smem, (1, 0)) if transposed else smem
+    dst = compat.transpose_smem_ref(smem, (1, 0)) if transposed else smem
     store(x, dst, bar.at[0], cluster_idx=peer, cluster_dim="cluster", atomic=atomic,
           optimized=optimized)
     plgpu.barrier_wait(bar.at[0])

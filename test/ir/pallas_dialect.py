@@ -2,31 +2,35 @@
 # Under Warpgroup semantics the primitive emits the Mosaic GPU dialect op,
 # marked for this project and carrying what the dialect cannot express:
 # signedness (for min/max) and inc/dec.  Printed just before Pallas runs the
-# dialect lowering (after layout inference), by wrapping mgpu.lower_mgpu_dialect.
+# dialect lowering (after layout inference), by wrapping upstream's
+# lower_mgpu_dialect wherever this jax calls it (compat.dialect_lowering_entry_points).
 
 from mosaic_async_store import compat
 from mosaic_async_store.pallas_capture import lower_pallas_to_mosaic_modules
 from mosaic_async_store.testing import pallas_store_kernel
 
-mgpu = compat.mosaic_gpu()
-original = mgpu.lower_mgpu_dialect
+ENTRY_POINTS = compat.dialect_lowering_entry_points()  # jax 0.10 and 0.11 differ
+ORIGINALS = [getattr(owner, name) for owner, name in ENTRY_POINTS]
+ORIGINAL = ORIGINALS[-1]  # dialect_lowering's own function
 
 
 def show_then_lower(module, *args, **kwargs):
   for line in str(module).splitlines():
     if "async_store_smem" in line:
       print(line.strip())
-  return original(module, *args, **kwargs)
+  return ORIGINAL(module, *args, **kwargs)
 
 
 def show(name, **kwargs):
   print(f"TEST: {name}")
   kernel, spec = pallas_store_kernel(semantics="warpgroup", **kwargs)
-  mgpu.lower_mgpu_dialect = show_then_lower
+  for owner, attr in ENTRY_POINTS:
+    setattr(owner, attr, show_then_lower)
   try:
     lower_pallas_to_mosaic_modules(kernel, spec)
   finally:
-    mgpu.lower_mgpu_dialect = original
+    for (owner, attr), original in zip(ENTRY_POINTS, ORIGINALS):
+      setattr(owner, attr, original)
 
 
 # CHECK-LABEL: TEST: i32_min

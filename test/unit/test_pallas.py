@@ -86,7 +86,8 @@ def test_abstract_eval_refuses_shape_mismatch():
                                 cluster_dim="cluster")
   k = plgpu.kernel(body, out_type=jax.ShapeDtypeStruct((64, 128), jnp.bfloat16), grid=(2,),
                    grid_names=("g",), cluster=(2,), cluster_names=("cluster",),
-                   scratch_types=[plgpu.SMEM((64, 128), jnp.bfloat16), plgpu.Barrier()])
+                   scratch_types=[plgpu.SMEM((64, 128), jnp.bfloat16),
+                                  plgpu.Barrier(num_barriers=1)])
   with pytest.raises(TypeError, match=r"shape \(64, 128\).*shape \(64, 64\).*Fix"):
     lower_pallas_to_mosaic_modules(k, jax.ShapeDtypeStruct((64, 128), jnp.bfloat16))
 

@@ -355,7 +355,9 @@ def test_dialect_ops_are_refused_then_lowered():
   assert "mosaic_gpu.vector_load" in str(info.value)
   lowered = pallas_capture.lower_warpgroup_dialect(module)
   compiled = toolchain.compile_module(lowered)
-  assert compiled.stats.stores == {"st.global.b32": 1}
+  # (jax 0.11's lowering adds two shfl.sync.idx for a warp-uniform value)
+  assert {k: n for k, n in compiled.stats.stores.items() if k.startswith("st.")} == \
+      {"st.global.b32": 1}
   assert "add.f32" in compiled.ptx
   # The input module is left as it was.
   assert '"mosaic_gpu.vector_load"' in toolchain.generic_text(module)
