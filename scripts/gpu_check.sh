@@ -27,14 +27,16 @@ if ! $PY -m pip install --no-deps --no-build-isolation --no-index -e . >"$OUT/in
 fi
 $PY -c "import jax, jaxlib, mosaic_async_store.lowering as l; print('jax', jax.__version__, 'jaxlib', jaxlib.__version__, jax.devices())" 2>&1 | tail -1 | tee -a "$OUT/env.txt"
 
-# 1. Runtime tests: every config in test/gpu/configs.py, bounded in time.
-MAS_GPU_RESULTS="$OUT/runtime.jsonl" MAS_GPU_TIMEOUT=${MAS_GPU_TIMEOUT:-240} \
+# 1. Runtime tests: every config in test/gpu/configs.py and the Pallas checks
+#    (lowering/pallas_run.py, Lane and Warpgroup), each batch bounded in time.
+MAS_GPU_RESULTS="$OUT/runtime.jsonl" MAS_GPU_TIMEOUT=${MAS_GPU_TIMEOUT:-200} \
+  MAS_PALLAS_RESULTS="$OUT/pallas.jsonl" MAS_PALLAS_TIMEOUT=${MAS_PALLAS_TIMEOUT:-70} \
   timeout 300 $PY -m pytest -q -p no:cacheprovider test/gpu --junitxml="$OUT/gpu-tests.xml" \
   2>&1 | tee "$OUT/gpu-tests.log" | tail -25
 
 # 2. Bandwidth benchmark (if present in this checkout).
 if [ -f bench/dsmem_bandwidth.py ]; then
-  timeout ${MAS_BENCH_TIMEOUT:-150} $PY bench/dsmem_bandwidth.py --out "$OUT/bench.json" \
+  timeout ${MAS_BENCH_TIMEOUT:-120} $PY bench/dsmem_bandwidth.py --out "$OUT/bench.json" \
     2>&1 | tee "$OUT/bench.log" | tail -40
 fi
 

@@ -1,0 +1,186 @@
+"""Runtime checks of the Pallas primitive: Lane and Warpgroup kernels on a GPU.
+
+Each check is a 2-CTA Pallas MGPU kernel.  CTA ``c`` loads its own slice of
+``x`` from GMEM and stores it, with ``async_store_smem``, into CTA ``1 - c``'s
+SMEM.  It then waits on its own barrier for what its peer sent and copies its
+SMEM back to GMEM with TMA.  For a reduction, each CTA first fills its SMEM
+from ``init`` and the cluster synchronises, so the peer reduces into known
+values.  The host compares every element with NumPy (random data, never 0).
+
+Used by test/gpu/test_pallas_runtime.py (in a subprocess with a timeout: a
+Pallas barrier wait has no time limit) and, without a GPU, by
+test/unit/test_pallas_runtime_lowers.py, which lowers every kernel for CUDA:
+
+    python -m mosaic_async_store.lowering.pallas_run --out results.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+
+import numpy as np
+
+from mosaic_async_store import compat
+from mosaic_async_store.dtypes import as_dtype
+
+__all__ = ["PallasCase", "PALLAS_CASES", "roundtrip_kernel", "make_inputs", "expected",
+           "run_case"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PallasCase:
+  """One Pallas runtime check (see the module doc)."""
+
+  dtype: str
+  semantics: str                 # "lane" or "warpgroup"
+  shape: tuple[int, int] = (64, 128)
+  swizzle: int | None = 128
+  atomic: str | None = None
+  transposed: bool = False       # store through a transposed view of the SMEM ref
+  optimized: bool = True
+  api: str = "mas"               # "mas": our primitive; "upstream": plgpu's, routed by install()
+
+  def describe(self) -> str:
+    return (f"pallas {self.semantics} {self.api} {self.dtype}{list(self.shape)} "
+            f"swizzle={self.swizzle}" + (" transposed" if self.transposed else "") +
+            ("" if self.optimized else " unoptimized") +
+            (f" atomic={self.atomic}" if self.atomic else ""))
+
+
+PALLAS_CASES = (
+    PallasCase("bfloat16", "lane"),
+    PallasCase("float32", "lane", shape=(64, 64)),
+    PallasCase("int8", "lane"),                       # 8-bit WGMMA layout: lane exchanges
+    PallasCase("bfloat16", "lane", swizzle=64),
+    PallasCase("bfloat16", "lane", swizzle=None, transposed=True, shape=(64, 64),
+               optimized=False),
+    PallasCase("int32", "lane", atomic="min", shape=(64, 64)),
+    PallasCase("bfloat16", "lane", api="upstream"),   # upstream's primitive, our lowering
+    PallasCase("bfloat16", "warpgroup"),
+    PallasCase("float32", "warpgroup", shape=(64, 64)),
+    PallasCase("int32", "warpgroup", atomic="min", shape=(64, 64)),   # upstream: min.u32
+    PallasCase("uint32", "warpgroup", atomic="max", shape=(64, 64)),
+    PallasCase("float32", "warpgroup", atomic="add", shape=(64, 64)),
+    PallasCase("int32", "warpgroup", atomic="min", shape=(64, 64), api="upstream"),
+)
+
+
+def roundtrip_kernel(case: PallasCase):
+  """``(kernel, out ShapeDtypeStruct)``: kernel(x, init) -> every CTA's SMEM afterwards."""
+  import jax
+  from jax.experimental.pallas import mosaic_gpu as plgpu
+
+  from mosaic_async_store import pallas as mas_pallas
+  dt = as_dtype(case.dtype)
+  sem = {"lane": plgpu.LoweringSemantics.Lane,
+         "warpgroup": plgpu.LoweringSemantics.Warpgroup}[case.semantics]
+  store = mas_pallas.async_store_smem if case.api == "mas" else plgpu.async_store_smem
+  transforms = ()
+  if case.swizzle:
+    transforms = (plgpu.TilingTransform((8, case.swizzle * 8 // dt.bits)),
+                  plgpu.SwizzleTransform(case.swizzle))
+  alloc = case.shape[::-1] if case.transposed else case.shape
+
+  def body(x_ref, init_ref, o_ref, smem, bar, tma_bar, cluster_bar):
+    cta = jax.lax.axis_index("cluster")
+    if case.atomic:  # known starting values, visible before the peer reduces into them
+      plgpu.copy_gmem_to_smem(init_ref.at[cta], smem, tma_bar.at[0])
+      plgpu.barrier_wait(tma_bar.at[0])
+      plgpu.barrier_arrive(cluster_bar)
+      plgpu.barrier_wait(cluster_bar)
+    layout = {"layout": plgpu.Layout.WGMMA} if sem == plgpu.LoweringSemantics.Lane else {}
+    x = plgpu.load(x_ref.at[cta], (), optimized=False, **layout)
+    dst = compat.transpose_smem_ref(smem, (1, 0)) if case.transposed else smem
+    store(x, dst, bar.at[0], cluster_idx=1 - cta, cluster_dim="cluster",
+          atomic=case.atomic, optimized=case.optimized)
+    plgpu.barrier_wait(bar.at[0])  # what the peer sent has landed
+    plgpu.commit_smem()
+    plgpu.copy_smem_to_gmem(smem, o_ref.at[cta])
+    plgpu.wait_smem_to_gmem(0)
+
+  out = jax.ShapeDtypeStruct((2, *alloc), dt.numpy)
+  kernel = plgpu.kernel(
+      body, out_type=out, grid=(2,), grid_names=("g",), cluster=(2,),
+      cluster_names=("cluster",),
+      scratch_types=[plgpu.SMEM(alloc, dt.numpy, transforms=transforms),
+                     plgpu.Barrier(num_arrivals=1, num_barriers=1),
+                     plgpu.Barrier(num_arrivals=1, num_barriers=1),
+                     plgpu.ClusterBarrier(collective_axes=("cluster",))],
+      compiler_params=plgpu.CompilerParams(lowering_semantics=sem))
+  return kernel, out
+
+
+def make_inputs(case: PallasCase, seed: int = 0):
+  """``(x, init)``: random, never-zero data for both CTAs (init in SMEM's shape)."""
+  rng = np.random.default_rng(seed)
+  dt = as_dtype(case.dtype).numpy
+  alloc = case.shape[::-1] if case.transposed else case.shape
+
+  def draw(shape):
+    if np.issubdtype(dt, np.integer):
+      info = np.iinfo(dt)
+      lo, hi = max(info.min, -1000), min(info.max, 1000)
+      v = rng.integers(lo, hi, size=shape)
+      return np.where(v == 0, 7, v).astype(dt)
+    v = rng.uniform(0.5, 4.0, size=shape) * rng.choice([-1, 1], size=shape)
+    return v.astype(dt)
+  return draw((2, *case.shape)), draw((2, *alloc))
+
+
+def expected(case: PallasCase, x: np.ndarray, init: np.ndarray) -> np.ndarray:
+  """Every CTA's SMEM (in its allocated shape) after the kernel: the peer's data."""
+  got = x[::-1]                                       # CTA c receives from CTA 1 - c
+  if case.transposed:
+    got = np.swapaxes(got, 1, 2)
+  if case.atomic is None:
+    return got
+  if case.atomic == "add":                            # f32 add, rounded once per element
+    return (init.astype(np.float64) + got.astype(np.float64)).astype(init.dtype)
+  return {"min": np.minimum, "max": np.maximum}[case.atomic](init, got)
+
+
+def run_case(case: PallasCase, seed: int = 0) -> dict:
+  """Runs one case on the GPU; returns a JSON-able result."""
+  import jax.numpy as jnp
+  from mosaic_async_store import pallas as mas_pallas
+  start = time.perf_counter()
+  if case.api == "upstream":
+    mas_pallas.install()
+  try:
+    kernel, _ = roundtrip_kernel(case)
+    x, init = make_inputs(case, seed)
+    out = np.asarray(kernel(jnp.asarray(x), jnp.asarray(init)))
+  finally:
+    if case.api == "upstream":
+      mas_pallas.uninstall()
+  want = expected(case, x, init)
+  bad = np.flatnonzero(out.reshape(-1).view(np.uint8) != want.reshape(-1).view(np.uint8))
+  return {"config": case.describe(), "ok": bool(bad.size == 0),
+          "mismatched_bytes": int(bad.size), "seconds": time.perf_counter() - start}
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--out", required=True, help="JSON-lines results file (appended)")
+  parser.add_argument("--seed", type=int, default=0)
+  args = parser.parse_args(argv)
+  failures = 0
+  for case in PALLAS_CASES:
+    try:
+      res = run_case(case, args.seed)
+    except Exception as e:  # noqa: BLE001  (record and go on with the batch)
+      res = {"config": case.describe(), "ok": False, "mismatched_bytes": -1,
+             "detail": f"{type(e).__name__}: {e}"[:500]}
+    failures += not res["ok"]
+    with open(args.out, "a") as f:
+      f.write(json.dumps(res) + "\n")
+    print(("PASS " if res["ok"] else "FAIL ") + res["config"], flush=True)
+  return 1 if failures else 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
