@@ -36,7 +36,13 @@ STRATEGIES = ("mas", "plain", "upstream", "bulk", "local")
 
 @dataclasses.dataclass(frozen=True)
 class BenchKernel(KernelParts):
-  """A benchmark kernel: KernelParts plus the bytes one launch moves."""
+  """A benchmark kernel: KernelParts plus the bytes one launch moves.
+
+  The kernel returns ``(flags, times)``: ``flags[c * 128 + t]`` is 1 once thread
+  ``t`` of CTA ``c`` finished; ``times`` holds, per CTA, the device clock
+  (``%globaltimer``, ns, as two uint64 in an int32 array) read by thread 0
+  right after the cluster syncs before and after the timed loop.
+  """
 
   bytes_per_launch: int = 0
 
@@ -63,16 +69,18 @@ def bench_kernel_parts(cfg: StoreConfig, strategy: str, *, ctas: int, iters: int
   io = kernel_io(cfg)
   tile_bytes = int(jnp.prod(jnp.array(cfg.shape))) * dt.bits // 8
   src = jax.ShapeDtypeStruct((io.src_bytes,), jnp.uint8)
-  out = jax.ShapeDtypeStruct((ctas * 128,), jnp.int32)
+  out = (jax.ShapeDtypeStruct((ctas * 128,), jnp.int32),
+         jax.ShapeDtypeStruct((ctas * 4,), jnp.int32))   # per CTA: start, end (u64)
   smem = jax.ShapeDtypeStruct(io.smem_shape, dt.numpy)
   # "bulk" stages locally and copies; "local" needs no arrivals at all, but a
   # barrier of 128 arrivals keeps every strategy's phase logic identical.
   scratch = (smem, smem, mgpu.Barrier(arrival_count=128 if strategy != "bulk" else 1,
                                       num_barriers=1))
 
-  def body(ctx, src_ref, out_ref, scratch_refs):
+  def body(ctx, src_ref, out_ref, times_ref, scratch_refs):
     del ctx
     smem_ref, stage_ref, bar = scratch_refs
+    cta = arith.index_cast(ir.IntegerType.get_signless(32), gpu.block_id(gpu.Dimension.x))
     value = _load_value(cfg, utils.memref_ptr(src_ref), layout, io, _i32(0))
     index = ir.IndexType.get()
     peer = arith.remui(arith.addi(gpu.cluster_block_id(gpu.Dimension.x),
@@ -80,6 +88,7 @@ def bench_kernel_parts(cfg: StoreConfig, strategy: str, *, ctas: int, iters: int
                        arith.constant(index, cfg.cluster))
     nvvm.cluster_arrive(aligned=True)
     nvvm.cluster_wait(aligned=True)
+    _record_time(times_ref, cta, 0)
     loop = scf.ForOp(arith.constant(index, 0), arith.constant(index, iters),
                      arith.constant(index, 1))
     with ir.InsertionPoint(loop.body):
@@ -92,7 +101,7 @@ def bench_kernel_parts(cfg: StoreConfig, strategy: str, *, ctas: int, iters: int
       scf.yield_([])
     nvvm.cluster_arrive(aligned=True)
     nvvm.cluster_wait(aligned=True)
-    cta = arith.index_cast(ir.IntegerType.get_signless(32), gpu.block_id(gpu.Dimension.x))
+    _record_time(times_ref, cta, 1)
     off = arith.muli(arith.addi(arith.muli(cta, _i32(128)), arith.andi(_tid(), _i32(127))),
                      _i32(4))
     from jaxlib.mlir.dialects import llvm
@@ -101,6 +110,18 @@ def bench_kernel_parts(cfg: StoreConfig, strategy: str, *, ctas: int, iters: int
 
   return BenchKernel(body, (ctas, 1, 1), (128, 1, 1), (src,), out, scratch,
                      (cfg.cluster, 1, 1), io, bytes_per_launch=ctas * iters * tile_bytes)
+
+
+def _record_time(times_ref, cta, which: int) -> None:
+  """Thread 0 stores the device clock into ``times[cta * 2 + which]`` (u64)."""
+  from jaxlib.mlir.dialects import llvm
+  utils = compat.mosaic_utils()
+  if_op = scf.IfOp(arith.cmpi(arith.CmpIPredicate.eq, _tid(), _i32(0)))
+  with ir.InsertionPoint(if_op.then_block):
+    off = arith.muli(arith.addi(arith.muli(cta, _i32(2)), _i32(which)), _i32(8))
+    llvm.store(ptx.emit_globaltimer(), utils.getelementptr(
+        utils.memref_ptr(times_ref), [off], ir.IntegerType.get_signless(8)))
+    scf.yield_([])
 
 
 def _bulk_iteration(cfg, value, smem_ref, stage_ref, bar, peer, tile_bytes):

@@ -164,6 +164,16 @@ def emit_fence_cta() -> None:
   llvm.inline_asm(_void(), [], "fence.acq_rel.cta;", "", has_side_effects=True)
 
 
+def emit_globaltimer() -> ir.Value:
+  """``mov.u64 $0, %globaltimer;``: the GPU's nanosecond clock, as an i64.
+
+  The benchmark reads it on the device around the timed loop: JAX has no CUDA
+  events, and a host clock would also count launch overhead.
+  """
+  return llvm.inline_asm(ir.IntegerType.get_signless(64), [], "mov.u64 $0, %globaltimer;",
+                         "=l", has_side_effects=True)
+
+
 def emit_fence_proxy_async_shared() -> None:
   """``fence.proxy.async.shared::cta;``: generic-proxy SMEM writes become visible to
   the async proxy (needed before cp.async.bulk reads what st.shared wrote)."""

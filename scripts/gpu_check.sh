@@ -19,9 +19,14 @@ start=$(date +%s)
 } | tee "$OUT/env.txt"
 
 # Install without touching the network; fall back to a path shim if the
-# machine's setuptools cannot build an editable wheel offline.
-if ! $PY -m pip install --no-deps --no-build-isolation --no-index -e . >"$OUT/install.log" 2>&1; then
-  echo "pip install failed (see install.log); using PYTHONPATH + a lowering/ symlink"
+# machine's setuptools cannot build an editable wheel offline, or builds one
+# that misses the nested package mapping (setuptools < 68, which an offline
+# --no-build-isolation install uses, maps only mosaic_async_store itself, so
+# mosaic_async_store.lowering would not import).
+$PY -m pip install --no-deps --no-build-isolation --no-index -e . >"$OUT/install.log" 2>&1 \
+  || echo "pip install failed (see install.log)"
+if ! $PY -c "import mosaic_async_store.lowering" 2>>"$OUT/install.log"; then
+  echo "mosaic_async_store.lowering does not import; using PYTHONPATH + a lowering/ symlink"
   ln -sfn ../../lowering python/mosaic_async_store/lowering
   export PYTHONPATH="$PWD/python:${PYTHONPATH:-}"
 fi

@@ -24,6 +24,38 @@ def test_bench_kernel_compiles(strategy):
     k = bench_kernel_parts(cfg, strategy, ctas=8, iters=3)
     module, *_ = compat.kernel_to_module(k.body, k.grid, k.block, k.in_shape, k.out_shape,
                                          k.scratch, cluster=k.cluster)
-    stats = toolchain.compile_module(module).stats
+    compiled = toolchain.compile_module(module)
+  stats = compiled.stats
   assert stats.stores.get(EXPECTED[strategy], 0) > 0, stats.stores
+  # the device clock is read before and after the timed loop
+  assert compiled.ptx.count("%globaltimer") == 2
   assert k.bytes_per_launch == 8 * 3 * 64 * 128 * 2
+
+
+def test_device_seconds_spans_earliest_start_to_latest_end():
+  import importlib.util
+  import pathlib
+
+  import numpy as np
+  path = pathlib.Path(__file__).parents[2] / "bench" / "dsmem_bandwidth.py"
+  spec = importlib.util.spec_from_file_location("dsmem_bandwidth", path)
+  bench = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(bench)
+  stamps = np.array([[1_000, 5_000], [2_000, 9_000], [1_500, 4_000]], np.uint64)
+  assert bench.device_seconds(stamps.view(np.int32).reshape(-1)) == pytest.approx(8e-6)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_bench_kernel_lowers_for_cuda(strategy):
+  """The runtime path (upstream's as_gpu_kernel, two outputs) up to the custom call."""
+  import jax.numpy as jnp
+  mgpu = compat.mosaic_gpu()
+  cfg = StoreConfig()
+  with compat.enable_x64(), compat.make_ir_context(), ir.Location.unknown():
+    k = bench_kernel_parts(cfg, strategy, ctas=8, iters=3)
+    fn = mgpu.as_gpu_kernel(k.body, k.grid, k.block, k.in_shape, k.out_shape, k.scratch,
+                            cluster=k.cluster)
+  text = fn.trace(jnp.zeros(k.in_shape[0].shape, jnp.uint8)).lower(
+      lowering_platforms=("cuda",)).as_text()
+  assert "stablehlo.custom_call @mosaic_gpu_v2" in text
+  assert "tensor<1024xi32>" in text and "tensor<32xi32>" in text  # flags, clock stamps
