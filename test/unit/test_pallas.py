@@ -5,7 +5,7 @@ import pytest
 
 from mosaic_async_store import pallas as mas_pallas
 from mosaic_async_store import toolchain
-from mosaic_async_store.testing import pallas_module, pallas_store_kernel
+from mosaic_async_store.testing import pallas_module
 from mosaic_async_store.pallas_capture import lower_pallas_to_mosaic_modules
 
 ST = "st.async.shared::cluster.mbarrier::complete_tx::bytes."

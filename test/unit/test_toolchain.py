@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import collections
 import os
-import pathlib
 import re
 import stat
 
