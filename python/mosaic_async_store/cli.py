@@ -329,6 +329,24 @@ def _compile(args: argparse.Namespace, out) -> int:
   return 0
 
 
+def _glue_dash_values(argv: Sequence[str]) -> list[str]:
+  """``--shape -64x128`` -> ``--shape=-64x128``.
+
+  argparse reads a value that starts with '-' and is not a plain number as
+  the next option ("expected one argument"); glued, the value reaches the
+  shape check, which says what is wrong with it.
+  """
+  out, i = [], 0
+  while i < len(argv):
+    if argv[i] == "--shape" and i + 1 < len(argv) and re.match(r"-\d", argv[i + 1]):
+      out.append(f"--shape={argv[i + 1]}")
+      i += 2
+    else:
+      out.append(argv[i])
+      i += 1
+  return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
   """Runs the CLI; returns the exit status (the console script exits with it)."""
   # XLA's C++ INFO lines (PjRt device counts) would break the one-line
@@ -337,7 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   from mosaic_async_store import toolchain
   try:
     try:
-      args = build_parser().parse_args(argv)
+      args = build_parser().parse_args(_glue_dash_values(sys.argv[1:] if argv is None else argv))
     except SystemExit as e:  # --help / --version: printed, status 0
       return int(e.code or 0)
     if args.command == "demo":

@@ -229,6 +229,13 @@ def test_misuse_exits_2_with_one_line(argv, capsys):
   assert lines[0].startswith(ERROR_PREFIX) and "Traceback" not in captured.err
 
 
+def test_negative_shape_reaches_the_shape_check(capsys):
+  # argparse alone would read "-64x128" as an option ("expected one argument").
+  assert cli.main(["compile", "--shape", "-64x128"]) == 2
+  err = capsys.readouterr().err
+  assert "malformed shape '-64x128'" in err and "expected one argument" not in err
+
+
 def test_misuse_through_console_script_prints_one_line():
   # A refusal found after jax has started: its logging must not reach stderr.
   proc = subprocess.run([str(_script()), "compile", "--dtype", "f32", "--atomic", "inc"],
