@@ -126,6 +126,17 @@ class StorePlan:
              f"total bytes {self.total_bytes}, async (tx) bytes {self.async_bytes}, "
              f"writer threads {int(self.registers.writer.sum())}, "
              f"lane exchanges {len(self.exchanges)}"]
+    if self.register_regroup is not None or self.gathers or self.source_gathers:
+      regroup = self.register_regroup
+      lines.append(
+          "  sub-word data: "
+          + (f"elements gathered from lanes t^{list(self.source_gathers)}, " if
+             self.source_gathers else "")
+          + ("" if regroup is None else
+             "bytes assembled in-thread, " if regroup.mask == 0 else
+             f"4-bit halves exchanged with lane t^{regroup.mask}, ")
+          + (f"registers gathered from lanes t^{list(self.gathers)}" if self.gathers
+             else "no register gathers"))
     for opcode, n in sorted(self.instruction_counts.items()):
       lines.append(f"  {n:4d} x {opcode}")
     return "\n".join(lines)

@@ -127,6 +127,7 @@ def test_one_column_gathers_the_partner_half_first(dtype):
   assert plan.source_gathers and plan.register_regroup.mask == 0
   assert {i.kind for i in plan.instructions} == {"st.async"}
   assert plan.total_bytes == plan.async_bytes == 64
+  assert "elements gathered from lanes t^[1], bytes assembled in-thread" in plan.summary()
   array = np.random.default_rng(5).integers(0, 16, size=shape).astype(np.uint8)
   array = array.view(np.dtype(getattr(ml_dtypes, dtype)))
   got = simulate_store(array, layout_obj)
