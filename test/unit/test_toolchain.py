@@ -104,6 +104,44 @@ def test_skew_leaves_other_text_alone(text):
   assert mlir_skew.normalize_generic_mlir(text) == text
 
 
+def test_skew_respells_jax_011_enum_attrs_exactly():
+  new = ('%0 = "gpu.thread_id"() <{dimension = #gpu.dim<y>}> : () -> index\n'
+         '%1 = "nvvm.shfl.sync"(%a, %b, %c, %d) <{kind = #nvvm.shfl_kind<bfly>}>')
+  old = ('%0 = "gpu.thread_id"() <{dimension = #gpu<dim y>}> : () -> index\n'
+         '%1 = "nvvm.shfl.sync"(%a, %b, %c, %d) <{kind = #nvvm<shfl_kind bfly>}>')
+  assert mlir_skew.normalize_generic_mlir(new) == old
+  assert mlir_skew.normalize_generic_mlir(old) == old  # jax 0.10's spelling: untouched
+  # other dotted attributes are MLIR 22's own spelling too
+  keep = "#gpu.address_space<workgroup> #arith.overflow<none> #llvm.linkage<external>"
+  assert mlir_skew.normalize_generic_mlir(keep) == keep
+
+
+def test_skew_drops_only_an_empty_twelfth_launch_group():
+  head = '%59 = "gpu.launch"(%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10) '
+  eleven = "<{operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1>}>"
+  twelve = "<{operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0>}>"
+  used = "<{operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1>}>"
+  assert mlir_skew.normalize_generic_mlir(head + twelve) == head + eleven
+  assert mlir_skew.normalize_generic_mlir(head + eleven) == head + eleven
+  assert mlir_skew.normalize_generic_mlir(head + used) == head + used  # mlir-opt says why
+
+
+def test_jax_011_skews_still_exist():
+  """mlir-opt 22 rejects jax 0.11's spellings; when this fails, mlir-opt has caught
+  up and the dotted-enum-attrs rule of mlir_skew can go."""
+  import subprocess
+  text = ('"builtin.module"() ({\n  "func.func"() <{function_type = () -> index,'
+          ' sym_name = "f"}> ({\n    %0 = "gpu.thread_id"() <{dimension = #gpu.dim<x>}>'
+          ' : () -> index\n    "func.return"(%0) : (index) -> ()\n  }) : () -> ()\n})'
+          ' : () -> ()\n')
+  opt = [str(toolchain.find_tool("mlir-opt"))]
+  raw = subprocess.run(opt, input=text, capture_output=True, text=True)
+  assert raw.returncode != 0 and "GPU_DimensionAttr" in raw.stderr
+  fixed = subprocess.run(opt, input=mlir_skew.normalize_generic_mlir(text),
+                         capture_output=True, text=True)
+  assert fixed.returncode == 0, fixed.stderr
+
+
 def test_skew_rules_are_documented():
   for rule in mlir_skew.RULES:
     assert rule.name and rule.why and rule.pattern.pattern
