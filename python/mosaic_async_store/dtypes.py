@@ -48,13 +48,14 @@ _ALIASES = {
     "u4": "uint4", "f8e4m3fn": "float8_e4m3fn", "f8e5m2": "float8_e5m2",
     "f4e2m1fn": "float4_e2m1fn", "f8e8m0fnu": "float8_e8m0fnu",
     "f8e4m3b11fnuz": "float8_e4m3b11fnuz", "f8e3m4": "float8_e3m4",
-    "f8e4m3": "float8_e4m3",
+    "f8e4m3": "float8_e4m3", "f8e4m3fnuz": "float8_e4m3fnuz", "f8e5m2fnuz": "float8_e5m2fnuz",
 }
 
 SUPPORTED_DTYPE_NAMES = (
     "float64", "int64", "uint64", "float32", "int32", "uint32", "bfloat16",
     "float16", "int16", "uint16", "float8_e4m3fn", "float8_e5m2",
     "float8_e4m3b11fnuz", "float8_e8m0fnu", "float8_e3m4", "float8_e4m3",
+    "float8_e4m3fnuz", "float8_e5m2fnuz",
     "int8", "uint8", "int4", "uint4", "float4_e2m1fn",
 )
 

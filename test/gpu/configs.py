@@ -19,6 +19,7 @@ RUNTIME_CONFIGS = [
     S(dtype="int64", layout="STRIDED", swizzle=None, shape=(32, 64)),
     S(dtype="int8"), S(dtype="uint8", swizzle=64), S(dtype="float8_e4m3fn", layout="WGMMA_8BIT"),
     S(dtype="float8_e5m2", swizzle=32),
+    S(dtype="float8_e4m3fnuz", layout="WGMMA_8BIT", swizzle=64),   # any 8-bit type is bytes
     S(dtype="int4", shape=(64, 256)), S(dtype="uint4", shape=(64, 256), swizzle=64),
     S(dtype="float4_e2m1fn", shape=(64, 256), swizzle=32),
     # 4-bit data whose byte halves sit in different registers of one thread
