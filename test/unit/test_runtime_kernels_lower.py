@@ -34,3 +34,14 @@ def test_runtime_kernel_lowers_for_cuda(cfg):
   # out: every CTA's SMEM bytes; flags: one per thread (the bounded wait's result)
   assert f"-> (tensor<{smem}xui8>" in text, text[:600]
   assert f"tensor<{cfg.cluster * 128}xi32>" in text
+
+
+def test_debug_mode_kernel_lowers_for_cuda():
+  """test/gpu/test_debug.py's kernel: 16 bytes too many announced, printf on timeout."""
+  from mosaic_async_store.config import StoreConfig
+  cfg = StoreConfig()
+  _, src, init = gpu_run.make_inputs(cfg, seed=0)
+  kernel = gpu_run.build_kernel(cfg, tx_error=16)
+  text = kernel.trace(jnp.asarray(src), jnp.asarray(init)).lower(
+      lowering_platforms=("cuda",)).as_text()
+  assert re.findall(r"stablehlo\.custom_call @(\w+)", text) == ["mosaic_gpu_v2"]
