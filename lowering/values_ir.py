@@ -76,7 +76,7 @@ class ValueBuilder:
     self._by_id = {v.id: v for v in plan.values}
     self._made_registers: dict[int, ir.Value] = {}
     self._partner_words: dict[tuple[int, int, int], ir.Value] = {}     # (r, word, mask)
-    self._partner_elements: dict[tuple[int, int, int], ir.Value] = {}  # (r, lane, mask)
+    self._partner_elements: dict[tuple[int, int, int], ir.Value] = {}  # (r, element, mask)
 
   def lane_bit(self, bit: int) -> ir.Value:
     """i1: whether lane bit ``bit`` is set."""

@@ -56,6 +56,10 @@ def make_ir_context():
   """
   from jax._src.interpreters import mlir as jax_mlir  # private: jax 0.10 and 0.11
   fresh = getattr(jax_mlir, "_create_ir_context", None)  # jax 0.11: uncached
+  if fresh is None and jax_version() >= (0, 11):
+    import warnings
+    warnings.warn("jax's uncached _create_ir_context is gone: IR contexts may be shared "
+                  "(see compat.make_ir_context)", RuntimeWarning, stacklevel=2)
   return fresh() if fresh is not None else jax_mlir.make_ir_context()
 
 

@@ -5,6 +5,9 @@ compiles one kernel); totals that are not multiples of 128 bytes and a cluster
 of 4 are included on purpose.
 """
 
+import json
+import pathlib
+
 from mosaic_async_store.config import StoreConfig
 
 S = StoreConfig
@@ -59,3 +62,15 @@ RUNTIME_CONFIGS = [
     S(dtype="float32", atomic="add"), S(dtype="float16", atomic="add"),
     S(dtype="bfloat16", atomic="add", swizzle=64),
 ]
+
+
+def read_results(path: pathlib.Path) -> dict:
+  """config name -> result, from a JSON-lines file; a line cut off by a kill is skipped."""
+  out = {}
+  for line in (path.read_text().splitlines() if path.exists() else []):
+    try:
+      res = json.loads(line)
+    except json.JSONDecodeError:
+      continue
+    out[res["config"]] = res
+  return out

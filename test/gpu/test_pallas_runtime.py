@@ -6,8 +6,8 @@ whose bytes never arrive is caught by the subprocess timeout and fails the
 checks that have no line.
 """
 
-import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -15,22 +15,25 @@ import pytest
 
 from mosaic_async_store.lowering.pallas_run import PALLAS_CASES
 
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from configs import read_results  # noqa: E402
+
 TIMEOUT_S = int(os.environ.get("MAS_PALLAS_TIMEOUT", "90"))
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-  out = tmp_path_factory.mktemp("pallas") / "results.jsonl"
+  # Written line by line by the subprocess (MAS_PALLAS_RESULTS: straight into
+  # gpu_check.sh's $OUT), so whatever finished survives an outer timeout.
+  out = pathlib.Path(os.environ.get("MAS_PALLAS_RESULTS")
+                     or tmp_path_factory.mktemp("pallas") / "results.jsonl")
+  out.unlink(missing_ok=True)
   try:
     subprocess.run([sys.executable, "-m", "mosaic_async_store.lowering.pallas_run",
                     "--out", str(out)], timeout=TIMEOUT_S, check=False)
   except subprocess.TimeoutExpired:
     pass  # checks without a result line fail below
-  lines = out.read_text().splitlines() if out.exists() else []
-  if os.environ.get("MAS_PALLAS_RESULTS"):
-    with open(os.environ["MAS_PALLAS_RESULTS"], "w") as f:
-      f.write("\n".join(lines) + "\n")
-  return {json.loads(l)["config"]: json.loads(l) for l in lines}
+  return read_results(out)
 
 
 @pytest.mark.gpu

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from configs import RUNTIME_CONFIGS  # noqa: E402
+from configs import RUNTIME_CONFIGS, read_results  # noqa: E402
 
 TIMEOUT_S = int(os.environ.get("MAS_GPU_TIMEOUT", "360"))
 
@@ -24,7 +24,11 @@ TIMEOUT_S = int(os.environ.get("MAS_GPU_TIMEOUT", "360"))
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
   tmp = tmp_path_factory.mktemp("gpu")
-  batch, out = tmp / "configs.json", tmp / "results.jsonl"
+  batch = tmp / "configs.json"
+  # Written line by line by the subprocess itself (MAS_GPU_RESULTS: straight into
+  # gpu_check.sh's $OUT), so whatever finished survives an outer timeout.
+  out = pathlib.Path(os.environ.get("MAS_GPU_RESULTS") or tmp / "results.jsonl")
+  out.unlink(missing_ok=True)
   batch.write_text(json.dumps([dataclasses.asdict(c) for c in RUNTIME_CONFIGS]))
   try:
     subprocess.run([sys.executable, "-m", "mosaic_async_store.lowering.gpu_run",
@@ -32,11 +36,7 @@ def results(tmp_path_factory):
                    check=False)
   except subprocess.TimeoutExpired:
     pass  # configurations without a result line fail below
-  lines = out.read_text().splitlines() if out.exists() else []
-  by_name = {json.loads(l)["config"]: json.loads(l) for l in lines}
-  if os.environ.get("MAS_GPU_RESULTS"):
-    pathlib.Path(os.environ["MAS_GPU_RESULTS"]).write_text("\n".join(lines) + "\n")
-  return by_name
+  return read_results(out)
 
 
 @pytest.mark.gpu

@@ -52,6 +52,7 @@ emit("tmem_v1_f4_swizzle128", dtype="float4_e2m1fn", layout="TMEM_NATIVE_V1",
 # PTX-LABEL: TEST: one_column_i4
 # PTX: shfl.sync.bfly.b32 {{.*}}, 1, 31, -1;
 # PTX-COUNT-1: st.async.shared::cluster.mbarrier::complete_tx::bytes.b32
+# PTX-NOT: st.async
 # PTX-NOT: st.shared::cluster
 # PTX: mbarrier.arrive.expect_tx
 emit("one_column_i4", dtype="int4", layout="TMEM_NATIVE_V1", shape=(128, 1), swizzle=None)

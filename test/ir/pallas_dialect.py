@@ -11,21 +11,22 @@ from mosaic_async_store.testing import pallas_store_kernel
 
 ENTRY_POINTS = compat.dialect_lowering_entry_points()  # jax 0.10 and 0.11 differ
 ORIGINALS = [getattr(owner, name) for owner, name in ENTRY_POINTS]
-ORIGINAL = ORIGINALS[-1]  # dialect_lowering's own function
 
 
-def show_then_lower(module, *args, **kwargs):
-  for line in str(module).splitlines():
-    if "async_store_smem" in line:
-      print(line.strip())
-  return ORIGINAL(module, *args, **kwargs)
+def show_then(original):
+  def show_then_lower(module, *args, **kwargs):
+    for line in str(module).splitlines():
+      if "async_store_smem" in line:
+        print(line.strip())
+    return original(module, *args, **kwargs)
+  return show_then_lower
 
 
 def show(name, **kwargs):
   print(f"TEST: {name}")
   kernel, spec = pallas_store_kernel(semantics="warpgroup", **kwargs)
-  for owner, attr in ENTRY_POINTS:
-    setattr(owner, attr, show_then_lower)
+  for (owner, attr), original in zip(ENTRY_POINTS, ORIGINALS):
+    setattr(owner, attr, show_then(original))
   try:
     lower_pallas_to_mosaic_modules(kernel, spec)
   finally:
