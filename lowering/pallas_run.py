@@ -93,7 +93,7 @@ def roundtrip_kernel(case: PallasCase):
       plgpu.barrier_arrive(cluster_bar)
       plgpu.barrier_wait(cluster_bar)
     layout = {"layout": plgpu.Layout.WGMMA} if sem == plgpu.LoweringSemantics.Lane else {}
-    x = plgpu.load(x_ref.at[cta], (), optimized=False, **layout)
+    x = compat.pallas_load(x_ref.at[cta], optimized=False, **layout)
     dst = compat.transpose_smem_ref(smem, (1, 0)) if case.transposed else smem
     store(x, dst, bar.at[0], cluster_idx=1 - cta, cluster_dim="cluster",
           atomic=case.atomic, optimized=case.optimized)

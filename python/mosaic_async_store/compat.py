@@ -184,3 +184,15 @@ def dialect_lowering_entry_points() -> list[tuple[object, str]]:
   """
   return [(mosaic_gpu(), "lower_mgpu_dialect"),
           (pallas_internals().dialect_lowering, "lower_mgpu_dialect")]
+
+
+def pallas_load(ref, **kwargs):
+  """``plgpu.load`` of a whole ref into registers, spelled for this jax.
+
+  jax 0.10 requires the index argument (``plgpu.load(ref, (), ...)``); jax
+  0.11 makes it optional and warns that passing it is deprecated.
+  """
+  from jax.experimental.pallas import mosaic_gpu as plgpu
+  if jax_version() >= (0, 11):
+    return plgpu.load(ref, **kwargs)
+  return plgpu.load(ref, (), **kwargs)

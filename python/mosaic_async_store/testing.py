@@ -79,9 +79,9 @@ def pallas_store_kernel(*, dtype="bfloat16", shape=(64, 128), swizzle=128, seman
     del o_ref
     peer = 1 - jax.lax.axis_index("cluster")
     if sem == plgpu.LoweringSemantics.Lane:
-      x = plgpu.load(x_ref, (), layout=plgpu.Layout.WGMMA, optimized=False)
+      x = compat.pallas_load(x_ref, layout=plgpu.Layout.WGMMA, optimized=False)
     else:
-      x = plgpu.load(x_ref, (), optimized=False)
+      x = compat.pallas_load(x_ref, optimized=False)
     dst = compat.transpose_smem_ref(smem, (1, 0)) if transposed else smem
     store(x, dst, bar.at[0], cluster_idx=peer, cluster_dim="cluster", atomic=atomic,
           optimized=optimized)

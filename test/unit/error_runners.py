@@ -91,7 +91,7 @@ def _pallas_store(*, dtype="int32", cluster=2, semantics="lane", api="mas", src=
     del o_ref
     peer = (1 - jax.lax.axis_index("cluster")) if cluster > 1 else jax.lax.axis_index("cluster")
     layout = dict(layout=plgpu.Layout.WGMMA) if sem == plgpu.LoweringSemantics.Lane else {}
-    x = plgpu.load(x_ref, (), optimized=False, **layout)
+    x = compat.pallas_load(x_ref, optimized=False, **layout)
     idx = cluster_idx(peer) if callable(cluster_idx) else (
         peer if cluster_idx is None else cluster_idx)
     kwargs = dict(dict(cluster_dim="cluster", optimized=True, atomic=None), **store_kwargs)

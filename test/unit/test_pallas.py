@@ -4,7 +4,7 @@ import jax
 import pytest
 
 from mosaic_async_store import pallas as mas_pallas
-from mosaic_async_store import toolchain
+from mosaic_async_store import compat, toolchain
 from mosaic_async_store.testing import pallas_module
 from mosaic_async_store.pallas_capture import lower_pallas_to_mosaic_modules
 
@@ -81,7 +81,7 @@ def test_abstract_eval_refuses_shape_mismatch():
 
   def body(x_ref, o_ref, smem, bar):
     del o_ref
-    x = plgpu.load(x_ref, (), layout=plgpu.Layout.WGMMA, optimized=False)
+    x = compat.pallas_load(x_ref, layout=plgpu.Layout.WGMMA, optimized=False)
     mas_pallas.async_store_smem(x, smem.at[:64, :64], bar.at[0], cluster_idx=0,
                                 cluster_dim="cluster")
   k = plgpu.kernel(body, out_type=jax.ShapeDtypeStruct((64, 128), jnp.bfloat16), grid=(2,),
