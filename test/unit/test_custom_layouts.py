@@ -1,8 +1,9 @@
 """Layouts Mosaic does not ship: TiledLayouts with the warp and lane dims permuted.
 
-The planner reads any TiledLayout through upstream's own index machinery, so a
-layout built by hand is planned and verified (every byte once, at the right
-place) or refused with an AsyncStoreError, never anything else.
+The planner computes the register map of any TiledLayout from its tiling and
+its warp, lane and vector dims (upstream's Tiling does the index arithmetic),
+so a layout built by hand is planned and verified (every byte once, at the
+right place) or refused with an AsyncStoreError, never anything else.
 """
 
 import itertools
