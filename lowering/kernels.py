@@ -174,7 +174,8 @@ def build_store_module(cfg: StoreConfig, *, bare: bool = False):
   return module, parts.io
 
 
-def kernel_parts(cfg: StoreConfig, *, bare: bool = False, tx_error: int = 0) -> KernelParts:
+def kernel_parts(cfg: StoreConfig, *, bare: bool = False, tx_error: int = 0,
+                 store=None) -> KernelParts:
   """The body, launch shape and buffers of ``cfg``'s store kernel.
 
   Inputs: ``src`` (each CTA's registers in register order, CTA-major) and
@@ -182,7 +183,9 @@ def kernel_parts(cfg: StoreConfig, *, bare: bool = False, tx_error: int = 0) -> 
   after the store has landed.  CTA ``c`` stores into CTA ``(c + 1) % cluster``
   (or into itself for a local target).  ``tx_error`` makes thread 0 announce
   that many extra bytes on the target barrier: a deliberately wrong count that
-  the debug-mode wait must report instead of hanging.
+  the debug-mode wait must report instead of hanging.  ``store(value, view,
+  barrier)``, if given, replaces the store; it must complete the barrier's
+  phase (tests use it to run upstream's local ``store_tiled`` as a reference).
   """
   mgpu, utils = compat.mosaic_gpu(), compat.mosaic_utils()
   dt = as_dtype(cfg.dtype)
@@ -221,7 +224,9 @@ def kernel_parts(cfg: StoreConfig, *, bare: bool = False, tx_error: int = 0) -> 
     peer = arith.remui(arith.addi(gpu.cluster_block_id(gpu.Dimension.x),
                                   arith.constant(index, 1)),
                        arith.constant(index, cfg.cluster))
-    if cfg.impl == "upstream":
+    if store is not None:
+      store(value, view, bar[0])
+    elif cfg.impl == "upstream":
       upstream_store(value, view, bar[0], peer, cfg)
     else:
       kwargs = dict(cluster_dim=gpu.Dimension.x, cluster_idx=peer) \

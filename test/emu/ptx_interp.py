@@ -259,8 +259,13 @@ class PtxKernel(SyncSemantics):
     if base in ("shfl", "elect") and mods[0] == "sync" and (base == "elect" or
                                                             mods[1] in ("idx", "bfly")):
       return self._warp_collective(base, mods, ops, src)
-    if base in ("bar", "barrier") and mods[0] in ("sync", "aligned") and len(ops) == 1:
+    if base == "stmatrix" and mods[:4] == ["sync", "aligned", "m8n8", "x4"] and t == "b16":
+      return self._stmatrix("trans" in mods, space, src[0], vals)
+    if base in ("bar", "barrier") and mods[0] in ("sync", "aligned") and len(ops) in (1, 2):
+      count = src[1] if len(ops) == 2 else None  # bar.sync id, nthreads (a named barrier)
       def bar(th, bar_id=src[0]):
+        if count is not None and count(th) != th.regs["%ntid.x"]:
+          raise NotImplementedError("bar.sync over fewer threads than the CTA")
         th.wait = ("bar", bar_id(th))
         return BLOCK
       return bar

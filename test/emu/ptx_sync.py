@@ -20,12 +20,16 @@ class SyncSemantics:
       def init(th, addr=src[0], count=src[1]):
         self.mbar[self._bar_key(th, space, addr(th))] = [0, count(th), 0, count(th)]
       return init
-    if mods[0] == "arrive" and len(ops) == 2 + ("expect_tx" in mods):
-      addr, tx, put = src[1], src[2] if len(ops) == 3 else (lambda th: 0), self._set(ops[0], 64)
+    if mods[0] == "arrive" and len(ops) in (2, 3):
+      # [state,] [addr], tx-count with .expect_tx; else [state,] [addr], arrive-count
+      expect, zero, one = "expect_tx" in mods, (lambda th: 0), (lambda th: 1)
+      addr, put = src[1], self._set(ops[0], 64)
+      tx = src[2] if expect and len(ops) == 3 else zero
+      count = src[2] if not expect and len(ops) == 3 else one
       def arrive(th):  # the expect-tx operation first, then the arrive-on operation
         key = self._bar_key(th, space, addr(th))
         st = self._bar(key)
-        st[2], st[1] = st[2] + tx(th), st[1] - 1
+        st[2], st[1] = st[2] + tx(th), st[1] - count(th)
         if st[1] < 0:
           raise RuntimeError(f"more arrivals than the count on barrier {key}")
         put(th, st[0])
@@ -91,3 +95,31 @@ class SyncSemantics:
     st = self.mbar[key]
     if st[1] == 0 and st[2] == 0:
       st[0], st[1] = st[0] + 1, st[3]
+
+  def _stmatrix(self, trans, space, addr, regs):
+    """``stmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16 [p], {r0..r3}``: a warp stores
+    four 8x8 matrices of 16-bit elements.  Lane ``8i + j`` gives the address of row
+    ``j`` of matrix ``i``; register ``ri`` of lane ``l`` holds row ``l // 4``, columns
+    ``2 (l % 4)`` and ``+1`` (low half first) of matrix ``i``.  ``.trans`` stores each
+    matrix transposed: memory row ``j`` gets the matrix's column ``j``."""
+    k = len(self.code)
+
+    def resolve(lanes):
+      rows = [addr(th) for th in lanes]          # lane 8i + j: row j of matrix i
+      data = [[g(th) for g in regs] for th in lanes]
+      for i in range(4):
+        for j in range(8):
+          row = bytearray(16)
+          for c in range(8):                     # memory column c of memory row j
+            r, col = (c, j) if trans else (j, c)  # fragment element (row, column)
+            word = data[4 * r + col // 2][i]
+            half = (word >> (16 * (col % 2))) & 0xFFFF
+            row[2 * c:2 * c + 2] = half.to_bytes(2, "little")
+          buf, off = self._mem(lanes[8 * i + j], space, rows[8 * i + j], 16)
+          buf[off:off + 16] = row
+    self.collectives[k] = resolve
+
+    def block(th):
+      th.wait = ("warp", k)
+      return BLOCK
+    return block
