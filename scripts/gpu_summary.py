@@ -14,41 +14,36 @@ def _expected_counts() -> tuple[int, int]:
   return len(RUNTIME_CONFIGS), len(PALLAS_CASES)
 
 
+def _section(title: str, path: pathlib.Path, want: int, line) -> int:
+  """Prints one batch's results; returns how many passed."""
+  from configs import read_results  # test/gpu, on the path from _expected_counts
+  rows = list(read_results(path).values())
+  print(f"\n== {title} ==")
+  if not rows:
+    print("no results (no GPU, or the batch did not start)")
+  for r in rows:
+    print(f"{'PASS' if r['ok'] else 'FAIL'} {r.get('seconds', 0.0):6.2f}s "
+          f"mism={r['mismatched_bytes']:<6} {line(r)}")
+  passed = sum(r["ok"] for r in rows)
+  print(f"{passed} passed, {len(rows) - passed} failed, "
+        f"{want - len(rows)} without a result (hung, crashed or not reached)")
+  return passed
+
+
 def main(out: str) -> int:
   out_dir = pathlib.Path(out)
   want_runtime, want_pallas = _expected_counts()
-  runtime = out_dir / "runtime.jsonl"
-  rows = [json.loads(l) for l in runtime.read_text().splitlines() if l.strip()] \
-      if runtime.exists() else []
-  print("\n== runtime checks ==")
-  if not rows:
-    print("no runtime results (no GPU, or the batch did not start)")
-  for r in rows:
-    status = "PASS" if r["ok"] else "FAIL"
-    print(f"{status} {r['seconds']:6.2f}s mism={r['mismatched_bytes']:<6} "
-          f"timeouts={r['barrier_timeouts']:<4} {r['config']}")
-  passed = sum(r["ok"] for r in rows)
-  print(f"{passed} passed, {len(rows) - passed} failed, "
-        f"{want_runtime - len(rows)} without a result (hung, crashed or not reached)")
-  pallas_file = out_dir / "pallas.jsonl"
-  pallas = [json.loads(l) for l in pallas_file.read_text().splitlines() if l.strip()] \
-      if pallas_file.exists() else []
-  print("\n== Pallas checks (Lane and Warpgroup) ==")
-  if not pallas:
-    print("no Pallas results (no GPU, or the batch did not start)")
-  for r in pallas:
-    print(f"{'PASS' if r['ok'] else 'FAIL'} {r.get('seconds', 0.0):6.2f}s "
-          f"mism={r['mismatched_bytes']:<6} {r['config']} {r.get('detail', '')}")
-  pallas_ok = sum(r["ok"] for r in pallas)
-  print(f"{pallas_ok} passed, {len(pallas) - pallas_ok} failed, "
-        f"{want_pallas - len(pallas)} without a result (hung, crashed or not reached)")
+  passed = _section("runtime checks", out_dir / "runtime.jsonl", want_runtime,
+                    lambda r: f"timeouts={r['barrier_timeouts']:<4} {r['config']} "
+                              f"{r.get('detail', '')}")
+  pallas_ok = _section("Pallas checks (Lane and Warpgroup)", out_dir / "pallas.jsonl",
+                       want_pallas, lambda r: f"{r['config']} {r.get('detail', '')}")
   bench = out_dir / "bench.json"
   if bench.exists():
     print("\n== bandwidth (GB/s, median) ==")
     for r in json.loads(bench.read_text()).get("rows", []):
       print(" ".join(f"{k}={v}" for k, v in r.items()))
-  all_ok = passed == want_runtime and pallas_ok == want_pallas
-  return 0 if all_ok else 1
+  return 0 if passed == want_runtime and pallas_ok == want_pallas else 1
 
 
 if __name__ == "__main__":

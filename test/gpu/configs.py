@@ -7,6 +7,8 @@ of 4 are included on purpose.
 
 import json
 import pathlib
+import subprocess
+import sys
 
 from mosaic_async_store.config import StoreConfig
 
@@ -74,3 +76,19 @@ def read_results(path: pathlib.Path) -> dict:
       continue
     out[res["config"]] = res
   return out
+
+
+def run_batch(args: list[str], out: pathlib.Path, timeout_s: int) -> dict:
+  """Runs ``python -m <args> --out <out>`` (a batch that appends a JSON line per
+  finished check) with a time limit; returns what finished (``read_results``).
+
+  A hang or crash is cut off by the timeout, and the checks it never reached
+  have no line, so the tests fail for exactly those.
+  """
+  out.unlink(missing_ok=True)
+  try:
+    subprocess.run([sys.executable, "-m", *args, "--out", str(out)], timeout=timeout_s,
+                   check=False)
+  except subprocess.TimeoutExpired:
+    pass
+  return read_results(out)

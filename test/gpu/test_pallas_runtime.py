@@ -8,7 +8,6 @@ checks that have no line.
 
 import os
 import pathlib
-import subprocess
 import sys
 
 import pytest
@@ -16,7 +15,7 @@ import pytest
 from mosaic_async_store.lowering.pallas_run import PALLAS_CASES
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from configs import read_results  # noqa: E402
+from configs import run_batch  # noqa: E402
 
 TIMEOUT_S = int(os.environ.get("MAS_PALLAS_TIMEOUT", "90"))
 
@@ -27,13 +26,7 @@ def results(tmp_path_factory):
   # gpu_check.sh's $OUT), so whatever finished survives an outer timeout.
   out = pathlib.Path(os.environ.get("MAS_PALLAS_RESULTS")
                      or tmp_path_factory.mktemp("pallas") / "results.jsonl")
-  out.unlink(missing_ok=True)
-  try:
-    subprocess.run([sys.executable, "-m", "mosaic_async_store.lowering.pallas_run",
-                    "--out", str(out)], timeout=TIMEOUT_S, check=False)
-  except subprocess.TimeoutExpired:
-    pass  # checks without a result line fail below
-  return read_results(out)
+  return run_batch(["mosaic_async_store.lowering.pallas_run"], out, TIMEOUT_S)
 
 
 @pytest.mark.gpu

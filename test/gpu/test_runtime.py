@@ -10,13 +10,12 @@ import dataclasses
 import json
 import os
 import pathlib
-import subprocess
 import sys
 
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from configs import RUNTIME_CONFIGS, read_results  # noqa: E402
+from configs import RUNTIME_CONFIGS, run_batch  # noqa: E402
 
 TIMEOUT_S = int(os.environ.get("MAS_GPU_TIMEOUT", "360"))
 
@@ -28,15 +27,9 @@ def results(tmp_path_factory):
   # Written line by line by the subprocess itself (MAS_GPU_RESULTS: straight into
   # gpu_check.sh's $OUT), so whatever finished survives an outer timeout.
   out = pathlib.Path(os.environ.get("MAS_GPU_RESULTS") or tmp / "results.jsonl")
-  out.unlink(missing_ok=True)
   batch.write_text(json.dumps([dataclasses.asdict(c) for c in RUNTIME_CONFIGS]))
-  try:
-    subprocess.run([sys.executable, "-m", "mosaic_async_store.lowering.gpu_run",
-                    "--batch", str(batch), "--out", str(out)], timeout=TIMEOUT_S,
-                   check=False)
-  except subprocess.TimeoutExpired:
-    pass  # configurations without a result line fail below
-  return read_results(out)
+  return run_batch(["mosaic_async_store.lowering.gpu_run", "--batch", str(batch)], out,
+                   TIMEOUT_S)
 
 
 @pytest.mark.gpu
