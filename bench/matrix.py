@@ -144,9 +144,10 @@ def _expected(cfg) -> tuple[int, int]:
   from mosaic_async_store.geometry import register_map
   from mosaic_async_store.simulate import config_plan
   bits = as_dtype(cfg.dtype).bits
-  regs = register_map(resolve_layout(cfg.layout, cfg.shape, cfg.dtype), cfg.shape)
   if cfg.impl == "mas":
     regs = config_plan(cfg).registers
+  else:
+    regs = register_map(resolve_layout(cfg.layout, cfg.shape, cfg.dtype), cfg.shape)
   return math.prod(cfg.shape) * bits // 8, int(regs.writer.sum())
 
 

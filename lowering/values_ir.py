@@ -64,6 +64,15 @@ def _shuffle_bytes(v: ir.Value, lane_mask: int) -> ir.Value:
   return _slice(out, 0, n)
 
 
+def _gather_levels(n: int, masks) -> list[tuple[int, int]]:
+  """``(registers before the gather, mask)`` of each gather in ``masks``, in order.
+
+  A gather doubles the registers: after it, registers ``[size, 2 size)`` are
+  lane ``t ^ mask``'s registers ``[0, size)`` (``packing.with_partner``).
+  """
+  return [(n << i, mask) for i, mask in enumerate(masks)]
+
+
 class ValueBuilder:
   """Builds (once) the IR value of every plan value and store operand."""
 
@@ -93,8 +102,7 @@ class ValueBuilder:
     after gather ``i`` (mask ``m``), registers ``[n, 2n)`` are lane
     ``t ^ m``'s registers ``[0, n)``.
     """
-    n = self.plan.source_registers.num_registers
-    levels = [(n << i, mask) for i, mask in enumerate(self.plan.source_gathers)]
+    levels = _gather_levels(self.plan.source_registers.num_registers, self.plan.source_gathers)
     for size, mask in reversed(levels):
       if r >= size:
         return self._partner_element(r - size, j, mask)
@@ -134,9 +142,9 @@ class ValueBuilder:
   def run_source_gathers(self) -> None:
     """Shuffles every word the plan's ``source_gathers`` need, level by level,
     before any store (every lane must take part)."""
-    n = self.plan.source_registers.num_registers
-    for level in range(len(self.plan.source_gathers)):
-      for r in range(n << level, n << (level + 1)):
+    for size, _ in _gather_levels(self.plan.source_registers.num_registers,
+                                  self.plan.source_gathers):
+      for r in range(size, 2 * size):
         for j in range(self.plan.source_registers.vector_length):
           self._source_element(r, j)
 
@@ -199,10 +207,9 @@ class ValueBuilder:
     the result), 32 bits per ``shfl.sync.bfly``.
     """
     n = self.plan.registers.num_registers >> len(self.plan.gathers)
-    for mask in self.plan.gathers:
-      for r in range(n):
-        self._made_registers[n + r] = _shuffle_bytes(self._register(r), mask)
-      n *= 2
+    for size, mask in _gather_levels(n, self.plan.gathers):
+      for r in range(size):
+        self._made_registers[size + r] = _shuffle_bytes(self._register(r), mask)
 
   def _register(self, r: int) -> ir.Value:
     """Register ``r`` of the plan's register map, as ``vector<N x i8>``."""

@@ -160,4 +160,3 @@ def with_partner(table: np.ndarray, mask: int) -> np.ndarray:
   a gather's register order, for element maps and register bytes alike."""
   partner = np.arange(table.shape[0]) ^ mask
   return np.concatenate([table, table[partner]], axis=1)
-

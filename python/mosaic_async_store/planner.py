@@ -126,17 +126,17 @@ class StorePlan:
              f"total bytes {self.total_bytes}, async (tx) bytes {self.async_bytes}, "
              f"writer threads {int(self.registers.writer.sum())}, "
              f"lane exchanges {len(self.exchanges)}"]
-    if self.register_regroup is not None or self.gathers or self.source_gathers:
-      regroup = self.register_regroup
-      lines.append(
-          "  sub-word data: "
-          + (f"elements gathered from lanes t^{list(self.source_gathers)}, " if
-             self.source_gathers else "")
-          + ("" if regroup is None else
-             "bytes assembled in-thread, " if regroup.mask == 0 else
-             f"4-bit halves exchanged with lane t^{regroup.mask}, ")
-          + (f"registers gathered from lanes t^{list(self.gathers)}" if self.gathers
-             else "no register gathers"))
+    steps = []
+    if self.source_gathers:
+      steps.append(f"elements gathered from lanes t^{list(self.source_gathers)}")
+    if self.register_regroup is not None:
+      mask = self.register_regroup.mask
+      steps.append(f"4-bit halves exchanged with lane t^{mask}" if mask
+                   else "bytes assembled in-thread")
+    if self.gathers:
+      steps.append(f"registers gathered from lanes t^{list(self.gathers)}")
+    if steps:
+      lines.append("  sub-word data: " + ", ".join(steps))
     for opcode, n in sorted(self.instruction_counts.items()):
       lines.append(f"  {n:4d} x {opcode}")
     return "\n".join(lines)
@@ -252,14 +252,14 @@ def _gather_plain_pieces(regs, geom, dt, peer, context, schedule, max_levels=3):
   return best[1:]
 
 
-def _regroup_bytes(regs, geom, bits):
+def _regroup_bytes(regs, bit_addr, geom, bits):
   """``(subbyte.byte_registers(...) or None, source gathers)`` for sub-byte data.
 
   When no lane pair can share out its split bytes evenly (each pair holds a
   single byte: a one-column 4-bit array), lanes first gather their partner's
   elements (``packing.gather_partner``) and then assemble the bytes alone.
   """
-  regrouped = subbyte.byte_registers(regs, geom.element_bit_address(regs.elements), bits)
+  regrouped = subbyte.byte_registers(regs, bit_addr, bits)
   if regrouped is not None or bits >= 8:
     return regrouped, ()
   for mask in (1, 2, 4, 8, 16):
@@ -307,7 +307,7 @@ def plan_store(layout, shape, dtype, *, swizzle=None, tiling_rank=None,
   bit_addr = geom.element_bit_address(regs.elements)
   source_regs, regroup, source_gathers = regs, None, ()
   if packing.register_runs(regs, bit_addr, dt.bits) is None:
-    regrouped, source_gathers = _regroup_bytes(regs, geom, dt.bits)
+    regrouped, source_gathers = _regroup_bytes(regs, bit_addr, geom, dt.bits)
     if regrouped is not None:
       regs, regroup = regrouped
   context = f"{dt} array of shape {geom.shape} in layout {layout}"
