@@ -33,14 +33,10 @@ def test_bench_kernel_compiles(strategy):
 
 
 def test_device_seconds_spans_earliest_start_to_latest_end():
-  import importlib.util
-  import pathlib
-
   import numpy as np
-  path = pathlib.Path(__file__).parents[2] / "bench" / "dsmem_bandwidth.py"
-  spec = importlib.util.spec_from_file_location("dsmem_bandwidth", path)
-  bench = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(bench)
+
+  import bench_scripts
+  bench = bench_scripts.load("dsmem_bandwidth")
   stamps = np.array([[1_000, 5_000], [2_000, 9_000], [1_500, 4_000]], np.uint64)
   assert bench.device_seconds(stamps.view(np.int32).reshape(-1)) == pytest.approx(8e-6)
 

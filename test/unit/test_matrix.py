@@ -19,28 +19,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib.util
 import json
 import math
 import os
 import pathlib
 import re
-import sys
 
 import pytest
 
-_ROOT = pathlib.Path(__file__).resolve().parents[2]
+import bench_scripts
 
-
-def _load_matrix():
-  spec = importlib.util.spec_from_file_location("mas_bench_matrix", _ROOT / "bench" / "matrix.py")
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module  # dataclasses look their module up there
-  spec.loader.exec_module(module)
-  return module
-
-
-matrix = _load_matrix()
+matrix = bench_scripts.load("matrix")
 SAMPLE = list(matrix.configurations(full=False))
 
 # Known defects of other modules, matched on (config, outcome) -> reason:

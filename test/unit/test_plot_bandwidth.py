@@ -1,14 +1,11 @@
 """bench/plot_bandwidth.py turns a bandwidth run's JSON into the CSV and the PNG."""
 
 import csv
-import importlib.util
 import json
-import pathlib
 
-PATH = pathlib.Path(__file__).parents[2] / "bench" / "plot_bandwidth.py"
-spec = importlib.util.spec_from_file_location("plot_bandwidth", PATH)
-plot_bandwidth = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(plot_bandwidth)
+import bench_scripts
+
+plot_bandwidth = bench_scripts.load("plot_bandwidth")
 
 
 def _row(strategy, gbps, status="ok", **extra):
