@@ -197,7 +197,7 @@ def _dialect_rule(ctx, op):
   optimized = op.optimized.value if op.optimized is not None else None
   kwargs = dict(cluster_dim=gpu.Dimension(op.cluster_dim.value),
                 cluster_idx=arith.index_cast(ir.IndexType.get(), op.cluster_idx),
-                swizzle=swizzle, tiling_rank=tiling_rank, atomic=atomic, arrivals="warpgroup")
+                swizzle=swizzle, tiling_rank=tiling_rank, atomic=atomic)
   try:
     async_store(value, ref, barrier, optimized=optimized is not False, **kwargs)
   except AsyncStoreError as e:

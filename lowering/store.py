@@ -198,7 +198,7 @@ def _emit_stores(plan, builder, addresses, barrier_addr):
 
 def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
                 swizzle=None, tiling_rank=None, optimized=True, atomic=None,
-                expect_tx=True, arrivals="thread", strategy="st.async") -> int:
+                expect_tx=True, strategy="st.async") -> int:
   """Stores ``value`` asynchronously into ``ref`` (this CTA's or a peer's SMEM).
 
   Args:
@@ -215,10 +215,6 @@ def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
     atomic: None or "add", "min", "max", "and", "or", "xor", "inc", "dec".
     expect_tx: each thread arrives once on the target barrier announcing
       exactly its bytes; False announces nothing (the caller accounts).
-    arrivals: "thread" (one arrival per thread: the barrier counts 128 per
-      store, Pallas' Lane convention) or "warpgroup" (the warpgroup syncs and
-      one thread arrives with the warpgroup's total: Pallas' Warpgroup
-      convention, one arrival per store).
     strategy: "st.async" (default: every piece an async store can carry
       completes on the tx count) or "plain" (every piece as a plain
       ``st.shared::cluster`` ordered by the release arrive; the benchmark's
@@ -238,9 +234,6 @@ def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
   if strategy not in ("st.async", "plain"):
     raise refuse("strategy", strategy, '"st.async" or "plain"',
                  'omit strategy (the default "st.async" is the fast path)')
-  if arrivals not in ("thread", "warpgroup"):
-    raise refuse("arrivals", arrivals, '"thread" or "warpgroup"',
-                 'use "thread" under Lane semantics, "warpgroup" under Warpgroup')
   ref_ty = _check_ref(ref, value)
   barrier = _check_barrier(barrier)
   cluster = target.static_cluster_shape()
@@ -262,31 +255,18 @@ def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
                  "that only the release arrive orders before the barrier",
                  "pass expect_tx=True (the default)")
   return emit_plan(plan, value.registers, ref, barrier, cluster_dim, cluster_idx,
-                   cluster, expect_tx, arrivals)
+                   cluster, expect_tx)
 
 
-def _arrive_once_per_warpgroup(plan, bar):
-  """Warpgroup convention: sync the warpgroup, then one thread arrives with the total.
+def emit_plan(plan, registers, ref, barrier, cluster_dim, cluster_idx, cluster, expect_tx):
+  """Emits IR for a verified plan; returns its total bytes.
 
-  The named-barrier sync orders every thread's plain stores before the
-  elected thread's release arrive (release is cumulative over what that
-  thread has synchronised with).
+  Every thread of the warpgroup arrives exactly once on the target barrier
+  with the bytes its own asynchronous instructions complete (0 for threads
+  that write nothing).  Pallas initialises a barrier with 128 arrivals per
+  ``num_arrivals`` under Lane and Warpgroup semantics alike, and upstream's
+  own Warpgroup rule also arrives from every thread.
   """
-  utils = compat.mosaic_utils()
-  i32 = ir.IntegerType.get_signless(32)
-  if plan.needs_release_arrive:
-    utils.warpgroup_barrier()
-  elected = utils.single_thread_predicate(utils.ThreadSubset.WARPGROUP)
-  if_op = scf.IfOp(elected)
-  with ir.InsertionPoint(if_op.then_block):
-    ptx.emit_arrive_expect_tx(bar, arith.constant(i32, plan.async_bytes),
-                              release_cluster=plan.needs_release_arrive)
-    scf.yield_([])
-
-
-def emit_plan(plan, registers, ref, barrier, cluster_dim, cluster_idx, cluster, expect_tx,
-              arrivals="thread"):
-  """Emits IR for a verified plan; returns its total bytes."""
   utils = compat.mosaic_utils()
   i32 = ir.IntegerType.get_signless(32)
   tid = _thread_index()
@@ -306,9 +286,7 @@ def emit_plan(plan, registers, ref, barrier, cluster_dim, cluster_idx, cluster, 
     with ir.InsertionPoint(if_op.then_block):
       _emit_stores(plan, builder, _emit_addresses(plan, base, tid), bar)
       scf.yield_([])
-  if expect_tx and arrivals == "warpgroup":
-    _arrive_once_per_warpgroup(plan, bar)
-  elif expect_tx:
+  if expect_tx:
     nbytes = plan.bytes_for_thread(int(np.flatnonzero(plan.registers.writer)[0]))
     tx = arith.constant(i32, nbytes)
     if writer is not None:

@@ -16,12 +16,14 @@ def show(name, **kwargs):
 # CHECK: mbarrier.arrive.expect_tx.shared::cluster.b64 _, [%r{{[0-9]+}}], %r{{[0-9]+}};
 show("lane_i8", dtype="int8", semantics="lane")
 
-# Warpgroup semantics: one arrival per warpgroup store, from an elected thread,
-# carrying the whole 16 KiB (the Pallas barrier counts one arrival).
+# Warpgroup semantics: every thread arrives once with its own 128 bytes (Pallas
+# initialises the barrier with 128 arrivals per num_arrivals under both semantics).
 # CHECK-LABEL: TEST: warpgroup_bf16
-# CHECK: st.async.shared::cluster.mbarrier::complete_tx::bytes.b32
-# CHECK: mov.b32 %r[[TX:[0-9]+]], 16384;
-# CHECK: mbarrier.arrive.expect_tx.shared::cluster.b64 _, [%r{{[0-9]+}}], %r[[TX]];
+# CHECK: mov.b32 %r[[TX:[0-9]+]], 128;
+# CHECK: st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [{{%r[0-9]+}}], {{%r[0-9]+}}, [%r[[BAR:[0-9]+]]];
+# CHECK-NOT: elect.sync
+# CHECK: mbarrier.arrive.expect_tx.shared::cluster.b64 _, [%r[[BAR]]], %r[[TX]];
+# CHECK-NOT: 16384
 show("warpgroup_bf16", dtype="bfloat16", semantics="warpgroup")
 
 # Signed int32 min under Warpgroup semantics uses min.s32 (upstream: min.u32).

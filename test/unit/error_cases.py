@@ -194,8 +194,6 @@ ASYNC = _cases("async_store", [
      ("atomic=", "1")),
     ("atomic-bf16-min", f"mas.async_store(value, tiled, bar, swizzle=128, {_X}, "
      "cluster_idx=peer, atomic='min')", "AsyncStoreError", ("atomic=min", "bfloat16 only add")),
-    ("arrivals", "mas.async_store(value, tiled, bar, swizzle=128, arrivals='cta')",
-     "AsyncStoreError", ("arrivals=cta", '"thread" or "warpgroup"')),
 ])
 
 # store(**overrides) lowers a 2-CTA int32 (64, 128) Pallas kernel whose body calls
