@@ -1,4 +1,4 @@
-"""A small PTX interpreter for the store test kernels: runs one cluster on the CPU.
+"""A small PTX interpreter and protocol checker: runs one cluster on the CPU.
 
 Scope: the PTX subset of the project's full (non-bare) store kernels on sm_90a:
 integer ALU, predicates, global/shared/local loads and stores, ``mapa``,
@@ -10,13 +10,17 @@ kernel is parsed: nothing is skipped silently.
 Model:
   * each thread of each CTA is interpreted on its own and runs until it reaches
     a synchronising instruction (warp collective, ``bar.sync``,
-    ``barrier.cluster.wait``, an unfinished ``mbarrier.try_wait``); the
-    scheduler releases the participants once the synchronisation can complete;
-  * asynchronous stores land, and complete their tx bytes, at once: one legal
-    ordering among many, not an exhaustive check of every interleaving;
+    ``barrier.cluster.wait``, an unfinished ``mbarrier.try_wait``), or, under a
+    seeded schedule, pauses after an arrive or an asynchronous store; the
+    scheduler picks the next thread and releases the participants once a
+    synchronisation can complete;
+  * asynchronous stores (``st.async`` / ``red.async``) and their complete_tx
+    land when the schedule says, in any order (``ptx_memory.Schedule``);
+    memory ordering is checked by vector clocks with scopes, per SMEM byte
+    (``ptx_memory``), and every violated rule raises ``ProtocolError``;
   * ``mbarrier.try_wait`` on an unfinished phase blocks; it returns false (the
     hardware time limit expiring) only when no thread can make progress any
-    more, i.e. when the barrier can never complete;
+    more and nothing is in flight, i.e. when the barrier can never complete;
   * addresses: a CTA's shared window starts at SHARED_BASE; ``mapa`` puts
     (rank + 1) << 24 into a ``.shared::cluster`` address, so an unmapped
     (shared::cta) address used as a cluster address means "own CTA", as on
@@ -30,7 +34,8 @@ import re
 
 import numpy as np
 
-from ptx_sync import BLOCK, SyncSemantics
+from ptx_memory import ProtocolError, Schedule, Shadow
+from ptx_sync import BLOCK, YIELD, SyncSemantics
 from ptx_ops import (ALU, RED, TYPE, bfe, bfi, bits_of, immediate, prmt, reduce_op, sign_extend,
                      split_operands)
 
@@ -38,6 +43,22 @@ SHARED_BASE = 0x400            # sm_90 reserves the first 1 KiB of the shared wi
 LOCAL_BASE, GLOBAL_SHIFT = 0x100000, 40
 EXIT = object()                 # returned by an instruction: this thread stops
 UNDEFINED = 0xA5C3A5C3A5C3A5C3  # what an unwritten register holds (setters mask it)
+
+
+def _is_register(tok, scopes):
+  """``%name``, or a bare name (``P1``) that a ``.reg`` of an enclosing scope declares."""
+  return tok.startswith("%") or any(tok in sc[1] for sc in scopes)
+
+
+class Memref:
+  """A launch argument passed as a memref descriptor, as Mosaic kernels take their
+  buffers: allocated pointer, aligned pointer, offset 0, sizes, row-major strides in
+  elements (3 + 2 * ndim 8-byte parameters).  A bare NumPy array is one pointer."""
+
+  def __init__(self, array):
+    self.array = np.asarray(array)
+
+
 def _guarded(fn, guard):
   """``@%p`` / ``@!%p``: the instruction does nothing unless the predicate matches."""
   if guard is None:
@@ -47,12 +68,30 @@ def _guarded(fn, guard):
 
 
 class Thread:
-  __slots__ = ("regs", "pc", "cta", "tid", "state", "wait", "cluster_arrived", "local")
+  """One thread: registers, where it is, and its memory-model state (``vc``: its
+  vector clock; ``unscoped``: clocks it saw through pairs whose scopes do not
+  include each other; ``fence_rel``: the clock its last fence releases with a
+  later relaxed arrive; ``pending_obs``: phases a relaxed wait observed)."""
 
-  def __init__(self, cta, tid, special, local_bytes):
+  __slots__ = ("regs", "pc", "cta", "tid", "state", "wait", "cluster_arrived", "local",
+               "slot", "vc", "unscoped", "fence_rel", "pending_obs")
+
+  def __init__(self, cta, tid, special, local_bytes, slot, nslots):
     self.regs, self.pc, self.cta, self.tid = dict(special), 0, cta, tid
     self.state, self.wait, self.cluster_arrived = "run", None, 0
     self.local = bytearray(local_bytes)
+    self.slot, self.vc, self.unscoped = slot, np.zeros(nslots, np.int64), np.zeros(nslots, np.int64)
+    self.vc[slot], self.fence_rel, self.pending_obs = 1, None, []
+
+
+class AsyncOp:
+  """An ``st.async`` / ``red.async`` in flight: what lands where, on which barrier."""
+
+  __slots__ = ("th", "vc", "cta", "off", "size", "values", "red", "key", "text")
+
+  def __init__(self, th, cta, off, size, values, red, key, text):
+    self.th, self.vc, self.cta, self.off, self.size = th, th.vc.copy(), cta, off, size
+    self.values, self.red, self.key, self.text = values, red, key, text
 
 
 class PtxKernel(SyncSemantics):
@@ -100,11 +139,13 @@ class PtxKernel(SyncSemantics):
 
   def _declare(self, stmt, scopes):
     kind, words = stmt.split()[0], stmt.split()
-    if kind == ".reg" and len(scopes) > 1:  # an inner block: rename its registers
+    if kind == ".reg":  # an inner block's registers are renamed; bare names (``P1``,
+      inner = len(scopes) > 1   # upstream's inline asm) are recorded for _operand
       for decl in split_operands(" ".join(words[2:])):
-        m = re.fullmatch(r"(%\w+)<(\d+)>", decl)
+        m = re.fullmatch(r"(%?\w+)<(\d+)>", decl)
         for n in [m.group(1) + str(k) for k in range(int(m.group(2)))] if m else [decl]:
-          scopes[-1][1][n] = f"{n}@{scopes[-1][0]}"
+          if inner or not n.startswith("%"):
+            scopes[-1][1][n] = f"{n}@{scopes[-1][0]}" if inner else n
     elif kind == ".local":  # the stack depot (used by the printf report)
       m = re.search(r"(\w+)\[(\d+)\]", stmt)
       self.symbols[m.group(1)] = ("local", self.local_bytes)
@@ -113,7 +154,7 @@ class PtxKernel(SyncSemantics):
       self.symbols[words[-1]] = ("shared", 0)
     elif kind == ".param":  # argument of a call sequence (the callee is not run)
       self.symbols[words[-1]] = ("param", 0)
-    elif kind != ".reg":
+    else:
       raise NotImplementedError(f"directive: {stmt}")
 
   def _operand(self, tok, scopes):
@@ -128,7 +169,7 @@ class PtxKernel(SyncSemantics):
       return ("addr", self._operand(m.group(1), scopes), immediate(m.group(2) or "0"))
     if "|" in tok:
       return ("pair", *(self._operand(t, scopes) for t in tok.split("|")))
-    if tok.startswith("%"):  # special registers (%tid.x, ...) are preset registers
+    if _is_register(tok, scopes):  # special registers (%tid.x, ...) are preset ones
       return ("reg", next((sc[1][tok] for sc in reversed(scopes) if tok in sc[1]), tok))
     return ("sym", tok) if tok in self.symbols else ("imm", immediate(tok))
 
@@ -157,10 +198,12 @@ class PtxKernel(SyncSemantics):
     return put
 
   def _compile(self, stmt, scopes, fixups):
-    guard = re.match(r"@(!?)(%\w+)\s+", stmt)
+    guard = re.match(r"@(!?)(%?\w+)\s+", stmt)
     if guard:
-      stmt = stmt[guard.end():]
-      guard = (self._operand(guard.group(2), scopes)[1], 0 if guard.group(1) else 1)
+      stmt, pred = stmt[guard.end():], guard.group(2)
+      if not _is_register(pred, scopes):
+        raise NotImplementedError(f"guard @{pred}: not a declared register")
+      guard = (self._operand(pred, scopes)[1], 0 if guard.group(1) else 1)
     opcode, _, rest = stmt.partition(" ")
     if opcode in ("bra", "bra.uni"):
       fixups.append((len(self.code), rest.strip(), list(scopes), guard))
@@ -177,11 +220,11 @@ class PtxKernel(SyncSemantics):
     t = types[-1] if types else "b0"
     bits, signed = bits_of(t), t[0] == "s"
     space = next((p for p in mods if p.split("::")[0] in ("global", "shared", "local",
-                                                           "param")), None)
+                                                           "param", "const")), None)
     src = [self._get(o) if o[0] in ("reg", "imm", "sym", "addr") else None for o in ops]
     vals = [self._get(o) for o in ops[1][1]] if len(ops) > 1 and ops[1][0] == "vec" else src[1:2]
-    if base in ("fence", "membar"):  # threads run one at a time: memory is coherent
-      return lambda th: None
+    if base in ("fence", "membar"):
+      return self._fence(mods)
     if base in ("ret", "exit"):
       return lambda th: EXIT
     if base == "call":   # only the kernel's failure report (vprintf) calls: log it
@@ -236,24 +279,26 @@ class PtxKernel(SyncSemantics):
           raise RuntimeError(f"mapa of {addr:#x} to rank {r}")
         put(th, (r + 1) << 24 | addr)
       return mapa
-    if base == "ld" and space and (t[0] != "s" or bits >= 32):
+    if base == "ld" and space != "const" and (t[0] != "s" or bits >= 32):  # None: generic
       dests = ops[0][1] if ops[0][0] == "vec" else [ops[0]]
       puts, addr, size = [self._set(o, bits) for o in dests], src[1], bits // 8
       def load(th):
         buf, off = self._mem(th, space, addr(th), size * len(puts))
+        self._access(th, buf, off, size * len(puts), write=False)
         for i, p in enumerate(puts):
           p(th, int.from_bytes(buf[off + i * size:off + (i + 1) * size], "little"))
       return load
     if base == "st" and space == "param":  # argument of a call (the callee is not run)
       return lambda th: None
-    if base == "st" and space and "async" not in mods:
-      return self._store_fn(space, src[0], vals, bits // 8, None, None)
+    if base == "st" and space != "const" and "async" not in mods:
+      return self._store_fn(space, src[0], vals, bits // 8, None)
     if base == "st" and mods[0] == "async" and "complete_tx::bytes" in opcode:
-      return self._store_fn("shared::cluster", src[0], vals, bits // 8, None, src[2])
+      return self._async_fn(src[0], vals, bits // 8, None, src[2])
     if base == "red" and space and ("add" in mods or t[0] in "us" or t[:2] == "b3"):
       op = next(p for p in mods if p in RED)
-      return self._store_fn(space, src[0], vals, bits // 8, (op, t),
-                            src[2] if "async" in mods else None)
+      if "async" in mods:
+        return self._async_fn(src[0], vals, bits // 8, (op, t), src[2])
+      return self._store_fn(space, src[0], vals, bits // 8, (op, t))
     if base == "mbarrier":
       return self._mbarrier(mods, ops, src, space)
     if base in ("shfl", "elect") and mods[0] == "sync" and (base == "elect" or
@@ -270,37 +315,114 @@ class PtxKernel(SyncSemantics):
         return BLOCK
       return bar
     if base == "barrier" and mods[:2] == ["cluster", "arrive"]:
-      def arrive(th):
-        th.cluster_arrived += 1
-      return arrive
+      return self._cluster_arrive(mods[2:])
     if base == "barrier" and mods[:2] == ["cluster", "wait"]:
-      def wait(th):
-        th.wait = ("cluster", th.cluster_arrived)
-        return BLOCK
-      return wait
+      return self._cluster_wait(mods[2:])
     raise NotImplementedError(f"opcode {opcode} (operands {ops})")
 
-  def _store_fn(self, space, addr, vals, size, red, mbar):
-    """st / st.async / red / red.async: write (or reduce), then maybe complete_tx."""
+  def _store_fn(self, space, addr, vals, size, red):
+    """st / red (weak, or relaxed atomics): written at once, checked for races."""
     mask = (1 << (8 * size)) - 1
     def store(th):
       buf, off = self._mem(th, space, addr(th), size * len(vals))
-      for i, g in enumerate(vals):
-        new, at = g(th) & mask, slice(off + i * size, off + (i + 1) * size)
-        buf[at] = (reduce_op(*red, int.from_bytes(buf[at], "little"), new) if red else
-                   new).to_bytes(size, "little")
-      if mbar is not None:  # the barrier must sit in the CTA that received the bytes
-        key = self._bar_key(th, "shared::cluster", mbar(th))
-        if self.smem[key[0]] is not buf:
-          raise RuntimeError(f"complete_tx on CTA {key[0]}'s barrier for a store elsewhere")
-        self._bar(key)[2] -= size * len(vals)
-        self._advance(key)
+      self._access(th, buf, off, size * len(vals), write=True, atomic=red is not None)
+      self._write(buf, off, size, [g(th) & mask for g in vals], red)
     return store
+
+  @staticmethod
+  def _write(buf, off, size, values, red):
+    for i, new in enumerate(values):
+      at = slice(off + i * size, off + (i + 1) * size)
+      buf[at] = (reduce_op(*red, int.from_bytes(buf[at], "little"), new) if red else
+                 new).to_bytes(size, "little")
+
+  def _async_fn(self, addr, vals, size, red, mbar):
+    """st.async / red.async: checked at issue, queued, landed by the schedule."""
+    mask, text = (1 << (8 * size)) - 1, "red.async" if red else "st.async"
+    def issue(th):
+      n = size * len(vals)
+      buf, off = self._mem(th, "shared::cluster", addr(th), n)
+      cta, key = self._cta_of(buf), self._bar_key(th, "shared::cluster", mbar(th))
+      where = f"CTA {th.cta} thread {th.tid}: {text} into CTA {cta}"
+      if len(self.smem) == 1:
+        raise ProtocolError("st.async-cluster-of-one", where)
+      if key[0] != cta:
+        raise ProtocolError("barrier-elsewhere", f"{where} completing on CTA {key[0]}'s "
+                            "mbarrier")
+      if red and cta == th.cta:
+        raise ProtocolError("red.async-self", where)
+      self._barrier(th, th.vc, key)
+      self.shadow[cta].inflight[off:off + n] += 1
+      self.inflight.append(AsyncOp(th, cta, off, size, [g(th) & mask for g in vals], red, key,
+                                   where))
+      th.vc[th.slot] += 1
+      return YIELD if self.sched.yields() else None
+    return issue
+
+  def _land(self, op):
+    """The data of ``op`` lands; then its complete_tx on the barrier."""
+    self.inflight.remove(op)
+    n = op.size * len(op.values)
+    self.shadow[op.cta].inflight[op.off:op.off + n] -= 1
+    bar = self._barrier(None, op.vc, op.key)
+    self._check(op.vc, None, op.cta, op.off, n, write=True, atomic=op.red is not None,
+                who=op.text, stamp=(bar.slot, bar.phase + 1))
+    self._write(self.smem[op.cta], op.off, op.size, op.values, op.red)
+    self._add_tx(bar, -n)
+    self._advance(bar)
+
+  def _cta_of(self, buf):
+    return next(i for i, b in enumerate(self.smem) if b is buf)
+
+  def _access(self, th, buf, off, n, *, write, atomic=False):
+    """A thread's access to ``buf``: checked against the byte history if it is SMEM."""
+    cta = next((i for i, b in enumerate(self.smem) if b is buf), None)
+    if cta is not None:
+      self._check(th.vc, th, cta, off, n, write=write, atomic=atomic,
+                  who=f"CTA {th.cta} thread {th.tid}", stamp=(th.slot, th.vc[th.slot]))
+
+  def _check(self, vc, th, cta, off, n, *, write, atomic, who, stamp):
+    """Raises unless the access is ordered after the conflicting earlier ones;
+    then records it (``stamp``: the (slot, clock) it is known by)."""
+    sh, at = self.shadow[cta], slice(off, off + n)
+    what = f"{who} {'writes' if write else 'reads'} CTA {cta} SMEM bytes {off}..{off + n - 1}"
+    if sh.inflight[at].any():
+      raise ProtocolError("early-read", f"{what} while an asynchronous store into them is "
+                          "in flight")
+    late = vc[sh.w_slot[at]] < sh.w_clk[at]
+    if write and atomic:
+      late &= ~sh.w_atomic[at]
+    if late.any():
+      self._conflict(what, "written by", sh.w_slot[at][late][0], sh.w_clk[at][late][0], th)
+    if write:
+      late = vc[sh.r_slot[at]] < sh.r_clk[at]
+      if late.any():
+        self._conflict(what, "read by", sh.r_slot[at][late][0], sh.r_clk[at][late][0], th)
+      sh.w_slot[at], sh.w_clk[at], sh.w_atomic[at] = stamp[0], stamp[1], atomic
+    else:
+      sh.r_slot[at], sh.r_clk[at] = stamp
+
+  def _conflict(self, what, how, slot, clk, th):
+    if slot >= self.barrier_slot0:
+      bar = next(b for b in self.mbar.values() if b.slot == slot)
+      raise ProtocolError("early-read", f"{what}, {how} the asynchronous stores of "
+                          f"phase {clk - 1} of {bar.describe()}, which it has not observed")
+    other = self.threads[slot - 1]
+    detail = f"{what}, {how} CTA {other.cta} thread {other.tid}, with no happens-before"
+    if th is not None and th.unscoped[slot] >= clk:
+      detail += (" (they synchronised only through a release/acquire pair whose scopes do "
+                 "not include each other: not morally strong)")
+    raise ProtocolError("race", detail)
 
   # -- memory --------------------------------------------------------------------
 
   def _mem(self, th, space, addr, n):
-    """(buffer, offset) of an n-byte access, checked for bounds and alignment."""
+    """(buffer, offset) of an n-byte access, checked for bounds and alignment.
+    ``space`` None: a generic address, whose window says the space (module doc)."""
+    if space is None:
+      space = ("global" if addr >> GLOBAL_SHIFT else
+               "local" if LOCAL_BASE <= addr < LOCAL_BASE + len(th.local) else
+               "shared::cluster" if addr >> 24 else "shared")
     if addr % n:
       raise RuntimeError(f"misaligned {n}-byte {space} access at {addr:#x}")
     if space == "global":
@@ -325,17 +447,41 @@ class PtxKernel(SyncSemantics):
 
   # -- running -------------------------------------------------------------------
 
-  def launch(self, buffers, *, cluster, smem_bytes, block=128, max_timeouts=64):
-    """Runs one cluster of ``cluster`` CTAs of ``block`` threads.  ``buffers``
-    (NumPy arrays, one per kernel parameter, in parameter order) are copied in;
-    returns their contents afterwards as uint8 arrays."""
-    if len(buffers) != len(self.params):
-      raise ValueError(f"the kernel takes {len(self.params)} buffers, not {len(buffers)}")
-    self.gbufs = [bytearray(np.ascontiguousarray(b).tobytes()) for b in buffers]
-    self.param_buf = b"".join(((i + 1) << GLOBAL_SHIFT).to_bytes(8, "little")
-                              for i in range(len(buffers)))
+  def _pack_params(self, args):
+    """Global buffer i (the i-th argument) goes to (i + 1) << 40; the kernel's
+    8-byte parameters get its address (a NumPy array) or its descriptor (Memref)."""
+    self.gbufs, words, shapes = [], [], []
+    for i, a in enumerate(args):
+      arr = np.ascontiguousarray(a.array if isinstance(a, Memref) else a)
+      addr = (i + 1) << GLOBAL_SHIFT
+      self.gbufs.append(bytearray(arr.tobytes()))
+      if isinstance(a, Memref):   # allocated, aligned, offset, sizes, strides (elements)
+        strides = [int(np.prod(arr.shape[k + 1:])) for k in range(arr.ndim)]
+        words += [addr, addr, 0, *arr.shape, *strides]
+        shapes.append(f"Memref{arr.shape}: {3 + 2 * arr.ndim}")
+      else:
+        words.append(addr)
+        shapes.append("array: 1")
+    if len(words) != len(self.params):
+      raise ValueError(
+          f"the kernel takes {len(self.params)} parameters, the arguments make {len(words)} "
+          f"({', '.join(shapes) or 'none'}); expected: one per NumPy array (its address) "
+          "and 3 + 2 * ndim per Memref (a memref descriptor)")
+    self.param_buf = b"".join(w.to_bytes(8, "little") for w in words)
+
+  def launch(self, buffers, *, cluster, smem_bytes, block=128, max_timeouts=64, schedule=0,
+             barrier_slots=64):
+    """Runs one cluster of ``cluster`` CTAs of ``block`` threads under the seeded
+    ``schedule`` (see ptx_memory.Schedule).  ``buffers`` (NumPy arrays, one per
+    kernel parameter, in parameter order) are copied in; returns their contents
+    afterwards as uint8 arrays.  Raises ProtocolError on a violated rule."""
+    self._pack_params(buffers)
     self.smem = [bytearray(b"\xcd" * smem_bytes) for _ in range(cluster)]  # uninitialised
+    self.shadow = [Shadow(smem_bytes) for _ in range(cluster)]
     self.mbar, self.calls, self.timeouts, self.threads = {}, [], 0, []
+    self.sched, self.inflight, self.cluster_gens = Schedule(schedule), [], []
+    self.barrier_slot0 = 1 + cluster * block   # slot 0: initial memory; then the threads
+    nslots = self.barrier_slot0 + barrier_slots
     for c in range(cluster):
       for t in range(block):
         special = {"%tid.x": t, "%ntid.x": block, "%ctaid.x": c, "%nctaid.x": cluster,
@@ -346,23 +492,37 @@ class PtxKernel(SyncSemantics):
           special.update({f"%{r}.{ax}": n for r, n in (
               ("tid", 0), ("ntid", 1), ("ctaid", 0), ("nctaid", 1), ("cluster_ctaid", 0),
               ("cluster_nctaid", 1))})
-        self.threads.append(Thread(c, t, special, self.local_bytes))
+        self.threads.append(Thread(c, t, special, self.local_bytes, len(self.threads) + 1,
+                                   nslots))
     while True:
-      for th in self.threads:
-        if th.state == "run":
-          self._exec(th)
+      runnable = [th for th in self.threads if th.state == "run"]
+      if runnable:
+        self._exec(self.sched.pick_thread(runnable))
+        for op in self.sched.landing_now(self.inflight):
+          self._land(op)
+        self._resolve()
+        continue
       if self._resolve():
+        continue
+      if self.inflight:   # nothing else can happen: something lands
+        self._land(self.sched.landing_when_stuck(self.inflight))
         continue
       if all(th.state == "done" for th in self.threads):
         return [np.frombuffer(bytes(b), np.uint8) for b in self.gbufs]
       pollers = [th for th in self.threads if th.state == "block" and th.wait[0] == "mbar"]
       if not pollers or self.timeouts >= max_timeouts:
-        waits = sorted({str(th.wait) for th in self.threads if th.state == "block"})
-        raise RuntimeError(f"deadlock after {self.timeouts} timed-out polls; waits: {waits}")
+        waits = sorted({self._describe_wait(th) for th in self.threads if th.state == "block"})
+        raise ProtocolError("hang", f"deadlock after {self.timeouts} timed-out polls; "
+                            f"waits: {waits}")
       self.timeouts += 1   # nothing can change any more: these polls time out
       for th in pollers:
         th.regs[th.wait[3]] = 0
         self._resume(th)
+
+  def _describe_wait(self, th):
+    if th.wait[0] == "mbar":
+      return f"CTA {th.cta} waits for parity {th.wait[2]} of {self.mbar[th.wait[1]].describe()}"
+    return f"CTA {th.cta} waits at {th.wait[0]}"
 
   def _exec(self, th, max_back_jumps=1 << 20):
     """Runs ``th`` until it blocks or exits."""
@@ -375,11 +535,16 @@ class PtxKernel(SyncSemantics):
         elif r is BLOCK or r is EXIT:
           th.pc, th.state = pc, "block" if r is BLOCK else "done"
           return
+        elif r is YIELD:   # done; the schedule lets another thread go first
+          th.pc = pc + 1
+          return
         else:
           jumps += r <= pc
           if jumps > max_back_jumps:
             raise RuntimeError("runaway loop")
           pc = r
+    except ProtocolError as e:  # say where, keep the rule
+      raise ProtocolError(e.rule, f"at `{self.texts[pc]}`: {e.args[0].split(' [')[0]}") from e
     except Exception as e:  # say where, then re-raise
       raise RuntimeError(f"CTA {th.cta} thread {th.tid} at `{self.texts[pc]}`: "
                          f"{type(e).__name__}: {e}") from e
@@ -396,10 +561,14 @@ class PtxKernel(SyncSemantics):
       if th.state != "block":
         continue
       kind = th.wait[0]
-      if (kind == "mbar" and self.mbar[th.wait[1]][0] & 1 != th.wait[2]) or \
+      if (kind == "mbar" and self.mbar[th.wait[1]].phase & 1 != th.wait[2]) or \
          (kind == "cluster" and min_arrived >= th.wait[1]):
         if kind == "mbar":
-          th.regs[th.wait[3]] = 1
+          _, key, _, pred, sem, scope = th.wait
+          self._observe(th, self.mbar[key], sem, scope)
+          th.regs[pred] = 1
+        else:
+          self._cluster_woken(th)
         self._resume(th)
         woke = True
       elif kind in ("warp", "bar"):
@@ -410,6 +579,8 @@ class PtxKernel(SyncSemantics):
       if len(ths) == size and len({th.wait for th in ths}) == 1:
         if kind == "warp":
           self.collectives[ths[0].wait[1]](sorted(ths, key=lambda x: x.tid))
+        else:
+          self._cta_barrier_woken(ths)
         for th in ths:
           self._resume(th)
         woke = True

@@ -1,24 +1,68 @@
-"""Synchronisation semantics of the PTX interpreter: mbarriers and warp collectives.
+"""Synchronisation semantics of the PTX checker: mbarriers, cluster and CTA
+barriers, fences, warp collectives, each with its memory-ordering effect.
 
 Mixed into ``ptx_interp.PtxKernel``, which provides ``self.mbar`` (barrier key
--> state), ``self.code``, ``self.collectives``, ``_set`` and ``_mem``.  A
-barrier's state is ``[phase, pending arrivals, tx-count, arrival count]``; a
-phase completes when no arrival is pending and the tx-count is zero.
+-> ``Mbarrier``), ``self.code``, ``self.collectives``, ``self.sched``,
+``_set``, ``_mem`` and ``_bar_key``.  Semantics and scopes come from the
+opcode's qualifiers with the ISA's defaults: ``mbarrier.arrive`` is
+``.release.cta``, ``mbarrier.try_wait`` ``.acquire.cta``,
+``barrier.cluster.arrive`` ``.release`` and ``barrier.cluster.wait``
+``.acquire`` (both at cluster scope).
 """
 
 from __future__ import annotations
 
+import numpy as np
+
+from ptx_memory import SCOPES, TX_LIMIT, ProtocolError, Releases
+
 BLOCK = object()  # returned by an instruction: this thread waits for the scheduler
+YIELD = object()  # returned by an instruction: done, but let other threads run first
+
+_SEMS = ("release", "acquire", "acq_rel", "relaxed", "sc")
+_MEMBAR_SCOPE = {"cta": "cta", "gl": "gpu", "sys": "sys"}
+
+
+def sem_scope(mods, default_sem):
+  """(semantics, scope rank) named by an opcode's qualifiers (default scope .cta)."""
+  sem = next((m for m in mods if m in _SEMS), default_sem)
+  scope = next((SCOPES[m] for m in mods if m in SCOPES), SCOPES["cta"])
+  return sem, scope
+
+
+class Mbarrier:
+  """One mbarrier: phase, pending arrivals, tx-count, expected arrivals; the
+  clocks released into the current phase and, per completed phase, everything
+  a thread that observes it may acquire."""
+
+  __slots__ = ("key", "slot", "phase", "pending", "tx", "count", "init", "releases",
+               "records")
+
+  def __init__(self, key, slot, count, init_epoch):
+    self.key, self.slot, self.init = key, slot, init_epoch
+    self.phase, self.pending, self.tx, self.count = 0, count, 0, count
+    self.releases, self.records = Releases(), []
+
+  def describe(self) -> str:
+    return (f"mbarrier of CTA {self.key[0]} at offset {self.key[1]:#x} [phase {self.phase}, "
+            f"pending {self.pending}, tx {self.tx}, count {self.count}]")
 
 
 class SyncSemantics:
-  """mbarrier.* and shfl.sync / elect.sync, compiled to per-thread closures."""
+  """mbarrier.*, barrier.cluster.*, bar.sync, fences, shfl.sync / elect.sync."""
+
+  # -- mbarriers ---------------------------------------------------------------
 
   def _mbarrier(self, mods, ops, src, space):
-    """State of a barrier: [phase, pending arrivals, tx-count, arrival count]."""
     if mods[0] == "init":
       def init(th, addr=src[0], count=src[1]):
-        self.mbar[self._bar_key(th, space, addr(th))] = [0, count(th), 0, count(th)]
+        key, n = self._bar_key(th, space, addr(th)), count(th)
+        if not 1 <= n <= TX_LIMIT:
+          raise ProtocolError("count-range", f"mbarrier.init with count {n}")
+        slot = self.barrier_slot0 + len(self.mbar)
+        if slot >= len(th.vc):
+          raise NotImplementedError("more mbarriers than the checker has clock slots")
+        self.mbar[key] = Mbarrier(key, slot, n, (th.slot, th.vc[th.slot]))
       return init
     if mods[0] == "arrive" and len(ops) in (2, 3):
       # [state,] [addr], tx-count with .expect_tx; else [state,] [addr], arrive-count
@@ -26,30 +70,145 @@ class SyncSemantics:
       addr, put = src[1], self._set(ops[0], 64)
       tx = src[2] if expect and len(ops) == 3 else zero
       count = src[2] if not expect and len(ops) == 3 else one
+      sem, scope = sem_scope(mods, "release")
       def arrive(th):  # the expect-tx operation first, then the arrive-on operation
-        key = self._bar_key(th, space, addr(th))
-        st = self._bar(key)
-        st[2], st[1] = st[2] + tx(th), st[1] - count(th)
-        if st[1] < 0:
-          raise RuntimeError(f"more arrivals than the count on barrier {key}")
-        put(th, st[0])
-        self._advance(key)
+        bar = self._barrier(th, th.vc, space, addr(th))
+        self._release(th, sem, scope, bar.releases)
+        self._add_tx(bar, tx(th))
+        bar.pending -= count(th)
+        if bar.pending < 0:
+          raise ProtocolError("arrival-overflow", f"CTA {th.cta} thread {th.tid} arrives on "
+                              f"{bar.describe()}")
+        put(th, bar.phase)
+        self._advance(bar)
+        return YIELD if self.sched.yields() else None
       return arrive
     if mods[0] == "expect_tx":
       def expect(th, addr=src[0], tx=src[1]):
-        self._bar(self._bar_key(th, space, addr(th)))[2] += tx(th)
+        self._add_tx(self._barrier(th, th.vc, space, addr(th)), tx(th))
       return expect
-    if mods[:2] == ["try_wait", "parity"]:
+    if mods[:2] == ["try_wait", "parity"] and len(ops) in (3, 4):
       pred, addr, parity = ops[0][1], src[1], src[2]
+      sem, scope = sem_scope(mods, "acquire")
       def try_wait(th):
-        key, par = self._bar_key(th, space, addr(th)), parity(th) & 1
-        if self._bar(key)[0] & 1 != par:   # the phase of that parity has completed
+        bar, par = self._barrier(th, th.vc, space, addr(th)), parity(th) & 1
+        if bar.phase & 1 != par:   # the phase of that parity has completed
+          self._observe(th, bar, sem, scope)
           th.regs[pred] = 1
           return None
-        th.wait = ("mbar", key, par, pred)
+        th.wait = ("mbar", bar.key, par, pred, sem, scope)
         return BLOCK
       return try_wait
     raise NotImplementedError(f"opcode mbarrier.{'.'.join(mods)}")
+
+  def _barrier(self, th_or_none, vc, space_or_key, addr=None):
+    """The Mbarrier at ``addr``; its initialisation must be visible to ``vc``."""
+    key = (space_or_key if addr is None else self._bar_key(th_or_none, space_or_key, addr))
+    bar = self.mbar.get(key)
+    if bar is None:
+      raise ProtocolError("barrier-uninit", f"no mbarrier.init at CTA {key[0]} offset "
+                          f"{key[1]:#x}")
+    slot, clk = bar.init
+    if vc[slot] < clk:
+      who = "an asynchronous operation" if th_or_none is None else \
+          f"CTA {th_or_none.cta} thread {th_or_none.tid}"
+      raise ProtocolError("barrier-init", f"{who} uses {bar.describe()}")
+    return bar
+
+  def _add_tx(self, bar, delta):
+    bar.tx += delta
+    if abs(bar.tx) > TX_LIMIT:
+      raise ProtocolError("tx-range", f"tx-count {bar.tx} on {bar.describe()}")
+
+  def _advance(self, bar):
+    """A phase completes when no arrival is pending and the tx-count is zero."""
+    if bar.pending == 0 and bar.tx == 0:
+      prev = bar.records[-1] if bar.records else Releases()
+      bar.records.append(prev.merged(bar.releases))
+      bar.releases = Releases()
+      bar.phase, bar.pending = bar.phase + 1, bar.count
+
+  def _observe(self, th, bar, sem, scope):
+    """``th`` saw the phase before the current one complete."""
+    q = bar.phase - 1
+    if q < 0:
+      return
+    th.vc[bar.slot] = max(th.vc[bar.slot], q + 1)  # its asynchronous data is visible
+    if sem in ("acquire", "acq_rel", "sc"):
+      bar.records[q].acquire_into(th, scope)
+    else:  # a relaxed wait: a later fence may still acquire it
+      th.pending_obs.append((bar.records[q], scope))
+
+  # -- release / acquire helpers ----------------------------------------------
+
+  def _release(self, th, sem, scope, into: Releases):
+    """Publishes ``th``'s clock into ``into`` if the operation releases: by its
+    own semantics, or as a relaxed operation after a fence (the fence's scope)."""
+    if sem in ("release", "acq_rel", "sc"):
+      into.add(th.cta, scope, th.vc)
+    elif th.fence_rel is not None:
+      vc, fscope = th.fence_rel
+      into.add(th.cta, min(fscope, scope), vc)
+    th.vc[th.slot] += 1
+
+  def _fence(self, mods):
+    """fence.{acq_rel,sc}.scope, membar.level, fence.mbarrier_init.release.cluster:
+    acquires what earlier relaxed waits observed, and lets later relaxed
+    arrives release.  fence.proxy.* orders proxies, which are not modelled."""
+    if mods and mods[0].startswith("proxy"):
+      return lambda th: None
+    if mods and mods[0] == "mbarrier_init":
+      scope, acquire = SCOPES["cluster"], False
+    elif mods and mods[0] in _MEMBAR_SCOPE:   # membar.cta / .gl / .sys
+      scope, acquire = SCOPES[_MEMBAR_SCOPE[mods[0]]], True
+    else:
+      _, scope = sem_scope(mods, "acq_rel")
+      acquire = True
+
+    def fence(th):
+      if acquire:
+        for rec, wscope in th.pending_obs:
+          rec.acquire_into(th, min(scope, wscope))
+        th.pending_obs.clear()
+      th.fence_rel = (th.vc.copy(), scope)
+      th.vc[th.slot] += 1
+    return fence
+
+  # -- cluster and CTA barriers -------------------------------------------------
+
+  def _cluster_arrive(self, mods):
+    sem, _ = sem_scope(mods, "release")
+    def arrive(th):
+      k = th.cluster_arrived
+      while len(self.cluster_gens) <= k:
+        self.cluster_gens.append(Releases())
+      self._release(th, sem, SCOPES["cluster"], self.cluster_gens[k])
+      th.cluster_arrived += 1
+    return arrive
+
+  def _cluster_wait(self, mods):
+    sem, _ = sem_scope(mods, "acquire")
+    def wait(th):
+      th.wait = ("cluster", th.cluster_arrived, sem)
+      return BLOCK
+    return wait
+
+  def _cluster_woken(self, th):
+    _, k, sem = th.wait
+    if sem != "relaxed":
+      for gen in self.cluster_gens[:k]:
+        gen.acquire_into(th, SCOPES["cluster"])
+
+  @staticmethod
+  def _cta_barrier_woken(ths):
+    """bar.sync: every participant's earlier accesses happen before every
+    participant's later ones (acq_rel at CTA scope)."""
+    joined = np.maximum.reduce([th.vc for th in ths])
+    for th in ths:
+      th.vc[:] = joined
+      th.vc[th.slot] += 1
+
+  # -- warp collectives -----------------------------------------------------------
 
   def _warp_collective(self, base, mods, ops, src):
     """The lane blocks; ``resolve`` runs once all 32 lanes wait at this instruction."""
@@ -85,17 +244,6 @@ class SyncSemantics:
     buf, off = self._mem(th, space, addr, 8)
     return next(i for i, b in enumerate(self.smem) if b is buf), off
 
-  def _bar(self, key):
-    if key not in self.mbar:
-      raise RuntimeError(f"mbarrier {key} used before mbarrier.init")
-    return self.mbar[key]
-
-  def _advance(self, key):
-    """A phase completes when no arrival is pending and the tx-count is zero."""
-    st = self.mbar[key]
-    if st[1] == 0 and st[2] == 0:
-      st[0], st[1] = st[0] + 1, st[3]
-
   def _stmatrix(self, trans, space, addr, regs):
     """``stmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16 [p], {r0..r3}``: a warp stores
     four 8x8 matrices of 16-bit elements.  Lane ``8i + j`` gives the address of row
@@ -115,7 +263,9 @@ class SyncSemantics:
             word = data[4 * r + col // 2][i]
             half = (word >> (16 * (col % 2))) & 0xFFFF
             row[2 * c:2 * c + 2] = half.to_bytes(2, "little")
-          buf, off = self._mem(lanes[8 * i + j], space, rows[8 * i + j], 16)
+          writer = lanes[8 * i + j]
+          buf, off = self._mem(writer, space, rows[8 * i + j], 16)
+          self._access(writer, buf, off, 16, write=True)
           buf[off:off + 16] = row
     self.collectives[k] = resolve
 

@@ -1,0 +1,158 @@
+"""The checker's memory model: happens-before by vector clocks, a shadow of every
+shared-memory byte, and asynchronous operations that land late.
+
+Happens-before.  Every thread has a vector clock (``vc``) over *slots*: slot 0
+is the initial contents of memory, slots 1..N the threads, and one slot per
+mbarrier stands for the asynchronous data its phases make visible.  A release
+(an mbarrier arrive, ``barrier.cluster.arrive``, ``bar.sync``, a fence followed
+by a relaxed arrive) publishes the releasing thread's clock *with its CTA and
+scope*; an acquire (a wait that observes the phase, ``barrier.cluster.wait``,
+``bar.sync``, a fence after a relaxed wait) joins the published clocks whose
+scopes make the pair morally strong: both scopes must include both threads
+(PTX ISA, Memory Consistency Model, "Morally strong operations" and
+"Synchronizes-with"), i.e. same CTA, or both scopes at least ``.cluster``.
+
+Asynchronous data.  ``st.async`` / ``red.async`` (and their ``complete_tx``)
+wait in a queue; a seeded ``Schedule`` decides when each lands and in which
+order, so complete_tx may come before the matching ``expect_tx``.  Landed
+bytes are stamped "barrier B, phase p": a thread may read them only once it has
+observed that phase complete (any wait scope: the mbarrier's complete-tx
+mechanism makes async-proxy writes visible to the threads that observe the
+phase; upstream's hardware-tested kernels wait with ``.acquire.cta``).
+
+The shadow of each SMEM byte holds its last write (slot, clock, atomic?), its
+last read (slot, clock) and how many asynchronous writes to it are in flight.
+A read or write not ordered after the conflicting accesses raises
+``ProtocolError`` (concurrent atomics do not conflict).  The last-reader epoch
+keeps one reader per byte: a race between two earlier readers and a later
+writer is only seen for the last of them (FastTrack's read-epoch shortcut,
+without promotion to a read vector).
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+__all__ = ["ProtocolError", "RULES", "SCOPES", "Releases", "Shadow", "Schedule", "SCHEDULES",
+           "SLOW_SCHEDULES", "morally_strong"]
+
+# Each rule is named after the part of the PTX ISA that it enforces.
+RULES = {
+    "hang": "a barrier phase that can never complete (on hardware: a hang)",
+    "race": "PTX ISA, Memory Consistency Model: conflicting accesses not ordered by "
+            "causality order (a data race; the reader may see the old bytes)",
+    "early-read": "PTX ISA, mbarrier / st.async: the destination of an asynchronous "
+                  "store accessed before the thread observed the completion of the "
+                  "mbarrier phase that tracks it",
+    "red.async-self": "PTX ISA, red.async: the destination shared memory and the "
+                      "mbarrier must be in a CTA other than the executing thread's",
+    "st.async-cluster-of-one": "PTX ISA, st.async/red.async: undefined in a cluster "
+                               "of one CTA",
+    "barrier-elsewhere": "PTX ISA, st.async/red.async: the destination and the mbarrier "
+                         "must be in the same CTA",
+    "arrival-overflow": "PTX ISA, mbarrier: more arrive-on operations than the phase's "
+                        "pending arrival count",
+    "tx-range": "PTX ISA, mbarrier: tx-count outside -(2^20-1) .. 2^20-1",
+    "count-range": "PTX ISA, mbarrier.init: expected arrival count outside 1 .. 2^20-1",
+    "barrier-init": "PTX ISA, mbarrier.init: an mbarrier used by a thread the "
+                    "initialisation is not visible to (fence.mbarrier_init, "
+                    "then a cluster barrier, for other CTAs)",
+    "barrier-uninit": "PTX ISA, mbarrier: an mbarrier operation on memory that "
+                      "mbarrier.init never initialised",
+}
+
+SCOPES = {"cta": 0, "cluster": 1, "gpu": 2, "sys": 3}
+TX_LIMIT = (1 << 20) - 1
+
+# CI runs every kernel under SCHEDULES; ``MAS_EMU_SLOW=1`` (the slow mode)
+# under SLOW_SCHEDULES.  0: every async op lands at once, in issue order;
+# 1: as late as possible, newest first; others: seeded random.
+SCHEDULES = (0, 1, 2, 3)
+SLOW_SCHEDULES = tuple(range(32))
+
+
+class ProtocolError(RuntimeError):
+  """A violated synchronisation rule; ``rule`` is a key of RULES."""
+
+  def __init__(self, rule: str, detail: str):
+    self.rule = rule
+    super().__init__(f"{detail} [{rule}: {RULES[rule]}]")
+
+
+def morally_strong(rel_cta: int, rel_scope: int, acq_cta: int, acq_scope: int) -> bool:
+  """Whether a release by a thread of ``rel_cta`` and an acquire by one of
+  ``acq_cta`` have scopes that include each other."""
+  return rel_cta == acq_cta or min(rel_scope, acq_scope) >= SCOPES["cluster"]
+
+
+class Releases:
+  """Clocks published by release operations, joined per (releasing CTA, scope)."""
+
+  def __init__(self):
+    self.by_origin: dict[tuple[int, int], np.ndarray] = {}
+
+  def add(self, cta: int, scope: int, vc: np.ndarray) -> None:
+    key = (cta, scope)
+    have = self.by_origin.get(key)
+    self.by_origin[key] = vc.copy() if have is None else np.maximum(have, vc)
+
+  def merged(self, other: "Releases") -> "Releases":
+    out = Releases()
+    for src in (self, other):
+      for (cta, scope), vc in src.by_origin.items():
+        out.add(cta, scope, vc)
+    return out
+
+  def acquire_into(self, th, acq_scope: int) -> None:
+    """Joins into ``th.vc`` what an acquire at ``acq_scope`` synchronises with;
+    the rest goes to ``th.unscoped`` (to explain a later race)."""
+    for (cta, scope), vc in self.by_origin.items():
+      if morally_strong(cta, scope, th.cta, acq_scope):
+        np.maximum(th.vc, vc, out=th.vc)
+      else:
+        np.maximum(th.unscoped, vc, out=th.unscoped)
+
+
+class Shadow:
+  """Per-byte access history of one CTA's shared memory."""
+
+  def __init__(self, nbytes: int):
+    self.w_slot = np.zeros(nbytes, np.int32)   # slot 0, clock 0: the initial contents
+    self.w_clk = np.zeros(nbytes, np.int64)
+    self.w_atomic = np.zeros(nbytes, bool)
+    self.r_slot = np.zeros(nbytes, np.int32)
+    self.r_clk = np.zeros(nbytes, np.int64)
+    self.inflight = np.zeros(nbytes, np.int32)
+
+
+class Schedule:
+  """Seeded choices: which thread runs next, whether it stops at a
+  synchronising instruction, when asynchronous operations land."""
+
+  def __init__(self, seed: int):
+    self.seed, self.rng = seed, random.Random(seed)
+    self.land_p = self.rng.choice((0.05, 0.2, 0.5)) if seed >= 2 else None
+    self.yield_p = 0.0 if seed == 0 else 0.5
+
+  def pick_thread(self, runnable):
+    return runnable[0] if self.seed == 0 else self.rng.choice(runnable)
+
+  def yields(self) -> bool:
+    """Whether a thread pauses after a synchronising instruction."""
+    return self.yield_p > 0 and self.rng.random() < self.yield_p
+
+  def landing_now(self, inflight: list) -> list:
+    """The in-flight operations that land now, while threads can still run."""
+    if self.seed == 0:
+      return list(inflight)
+    if self.seed == 1 or not inflight:
+      return []
+    ops = [op for op in inflight if self.rng.random() < self.land_p]
+    self.rng.shuffle(ops)
+    return ops
+
+  def landing_when_stuck(self, inflight: list):
+    """The one operation that lands when no thread can run."""
+    return inflight[-1] if self.seed == 1 else self.rng.choice(inflight)
