@@ -87,7 +87,7 @@ class Thread:
 class AsyncOp:
   """An ``st.async`` / ``red.async`` in flight: what lands where, on which barrier."""
 
-  __slots__ = ("th", "vc", "cta", "off", "size", "values", "red", "key", "text")
+  __slots__ = ("th", "vc", "cta", "off", "size", "values", "red", "key", "text", "idx")
 
   def __init__(self, th, cta, off, size, values, red, key, text):
     self.th, self.vc, self.cta, self.off, self.size = th, th.vc.copy(), cta, off, size
@@ -353,15 +353,16 @@ class PtxKernel(SyncSemantics):
         raise ProtocolError("red.async-self", where)
       self._barrier(th, th.vc, key)
       self.shadow[cta].inflight[off:off + n] += 1
-      self.inflight.append(AsyncOp(th, cta, off, size, [g(th) & mask for g in vals], red, key,
-                                   where))
+      op = AsyncOp(th, cta, off, size, [g(th) & mask for g in vals], red, key, where)
+      op.idx = len(self.inflight)
+      self.inflight.append(op)
       th.vc[th.slot] += 1
       return YIELD if self.sched.yields() else None
     return issue
 
   def _land(self, op):
     """The data of ``op`` lands; then its complete_tx on the barrier."""
-    self.inflight.remove(op)
+    self._unqueue(self.inflight, op.idx)
     n = op.size * len(op.values)
     self.shadow[op.cta].inflight[op.off:op.off + n] -= 1
     bar = self._barrier(None, op.vc, op.key)
@@ -494,13 +495,19 @@ class PtxKernel(SyncSemantics):
               ("cluster_nctaid", 1))})
         self.threads.append(Thread(c, t, special, self.local_bytes, len(self.threads) + 1,
                                    nslots))
+    self.runnable, self.dirty = list(self.threads), True
     while True:
-      runnable = [th for th in self.threads if th.state == "run"]
-      if runnable:
-        self._exec(self.sched.pick_thread(runnable))
+      if self.runnable:
+        i = self.sched.pick_index(len(self.runnable))
+        th = self.runnable[i]
+        self._exec(th)
+        if th.state != "run":   # blocked or done: out of the run queue
+          self._unqueue(self.runnable, i)
+          self.dirty = True
         for op in self.sched.landing_now(self.inflight):
           self._land(op)
-        self._resolve()
+        if self.dirty:
+          self._resolve()
         continue
       if self._resolve():
         continue
@@ -549,13 +556,22 @@ class PtxKernel(SyncSemantics):
       raise RuntimeError(f"CTA {th.cta} thread {th.tid} at `{self.texts[pc]}`: "
                          f"{type(e).__name__}: {e}") from e
 
-  @staticmethod
-  def _resume(th):
+  def _resume(self, th):
     th.pc, th.state, th.wait = th.pc + 1, "run", None
+    self.runnable.append(th)
+
+  @staticmethod
+  def _unqueue(queue, i):
+    """Removes ``queue[i]`` in O(1) (the last element takes its place)."""
+    last = queue.pop()
+    if i < len(queue):
+      queue[i] = last
+      if isinstance(last, AsyncOp):
+        last.idx = i
 
   def _resolve(self):
     """Releases every thread whose synchronisation can complete now."""
-    woke, groups = False, {}
+    woke, groups, self.dirty = False, {}, False
     min_arrived = min(th.cluster_arrived for th in self.threads)
     for th in self.threads:
       if th.state != "block":

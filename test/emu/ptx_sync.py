@@ -127,6 +127,7 @@ class SyncSemantics:
       bar.records.append(prev.merged(bar.releases))
       bar.releases = Releases()
       bar.phase, bar.pending = bar.phase + 1, bar.count
+      self.dirty = True   # waiters may wake
 
   def _observe(self, th, bar, sem, scope):
     """``th`` saw the phase before the current one complete."""
@@ -184,6 +185,7 @@ class SyncSemantics:
         self.cluster_gens.append(Releases())
       self._release(th, sem, SCOPES["cluster"], self.cluster_gens[k])
       th.cluster_arrived += 1
+      self.dirty = True
     return arrive
 
   def _cluster_wait(self, mods):

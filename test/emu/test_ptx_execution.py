@@ -3,7 +3,9 @@
 Each configuration's complete test kernel (SMEM init, cluster sync, register
 loads, the store into the target CTA, bounded barrier wait, copy-out) is
 compiled to PTX by the deviceless toolchain and executed over every thread of
-the cluster by the small interpreter in ``ptx_interp.py``.  The bytes it leaves
+the cluster by the small interpreter in ``ptx_interp.py``, under each schedule
+of ``ptx_memory.SCHEDULES`` (asynchronous stores landing late and out of order,
+threads interleaved; every memory-ordering rule checked).  The bytes it leaves
 in ``out`` must equal the geometry-only expectation of
 ``hostdata.expected_smem`` exactly, and every thread's wait flag must be 1.
 
@@ -34,6 +36,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "gpu"))
 from configs import RUNTIME_CONFIGS  # noqa: E402
 from ptx_interp import PtxKernel  # noqa: E402
+from ptx_memory import SCHEDULES, ProtocolError  # noqa: E402
 
 S = StoreConfig
 # The configurations named in the task first, then the rest of the GPU matrix.
@@ -69,8 +72,9 @@ def _poison_spare_bits(cfg, src):
   return src | (noise & np.uint8(0xFF ^ ((1 << reg_bits) - 1)))
 
 
-def run_ptx(cfg, ptx):
-  """Runs ``ptx`` as ``cfg``'s kernel; returns (out, flags, want, interpreter)."""
+def run_ptx(cfg, ptx, schedule=0, cluster=None):
+  """Runs ``ptx`` as ``cfg``'s kernel under ``schedule`` (on ``cluster`` CTAs,
+  default cfg's); returns (out, flags, want, interpreter)."""
   codes, src, init = make_inputs(cfg, seed=0)
   src = _poison_spare_bits(cfg, src)
   io = kernel_io(cfg)
@@ -81,14 +85,15 @@ def run_ptx(cfg, ptx):
   out0 = np.full(cfg.cluster * io.smem_bytes, 0xA5, np.uint8)   # unwritten bytes show
   flags0 = np.full(cfg.cluster * 128, -1, np.int32)             # unwritten flags show
   kernel = PtxKernel(ptx)
-  _, _, flags, out = kernel.launch([init, src, flags0, out0], cluster=cfg.cluster,
-                                   smem_bytes=smem_bytes)
+  _, _, flags, out = kernel.launch([init, src, flags0, out0], cluster=cluster or cfg.cluster,
+                                   smem_bytes=smem_bytes, schedule=schedule)
   return out, flags.view(np.int32), hostdata.expected_smem(cfg, codes, init), kernel
 
 
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: f"schedule{s}")
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.describe())
-def test_ptx_stores_exact_bytes(cfg):
-  out, flags, want, kernel = run_ptx(cfg, _ptx(cfg))
+def test_ptx_stores_exact_bytes(cfg, schedule):
+  out, flags, want, kernel = run_ptx(cfg, _ptx(cfg), schedule)
   bad = np.flatnonzero(out != want)
   assert bad.size == 0, (f"{bad.size} bytes differ, first at {bad[:8].tolist()}: "
                          f"got {out[bad[:8]].tolist()} want {want[bad[:8]].tolist()}")
@@ -138,8 +143,9 @@ def test_missing_mapa_is_caught():
   ptx = _ptx(cfg)
   m = re.search(r"mapa\.shared::cluster\.u32 (%r\d+), (%r\d+), %r\d+;", ptx)
   mutated = ptx[:m.start()] + f"mov.b32 {m.group(1)}, {m.group(2)};" + ptx[m.end():]
-  with pytest.raises(RuntimeError, match="complete_tx on CTA"):
+  with pytest.raises(ProtocolError, match="completing on CTA 1's mbarrier") as err:
     run_ptx(cfg, mutated)
+  assert err.value.rule == "barrier-elsewhere"
 
 
 def test_unknown_opcode_is_refused():

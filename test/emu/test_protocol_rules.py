@@ -1,0 +1,150 @@
+"""Every rule of the protocol checker can fail: one mutation of a real kernel per rule.
+
+Each test edits the PTX of a store kernel that passes (test_ptx_execution.py)
+so that it breaks exactly one rule of the PTX ISA, and asserts that the
+checker names that rule (``ProtocolError.rule``) under every CI schedule, or
+under the schedules where the violation shows, said per test.
+"""
+
+import re
+
+import numpy as np
+import pytest
+
+from ptx_memory import SCHEDULES, ProtocolError, morally_strong, SCOPES
+from test_ptx_execution import S, _ptx, run_ptx
+
+
+def _once(pattern, repl, text, count=1):
+  """``re.subn`` that insists the pattern matched ``count`` times."""
+  out, n = re.subn(pattern, repl, text)
+  assert n == count, f"{pattern!r} matched {n} times, not {count}"
+  return out
+
+
+def _rule(cfg, ptx, schedule, cluster=None):
+  with pytest.raises(ProtocolError) as err:
+    run_ptx(cfg, ptx, schedule, cluster=cluster)
+  return err.value.rule
+
+
+_CLUSTER_WAIT = "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64"
+_CTA_WAIT = "mbarrier.try_wait.parity.shared::cta.b64"   # the ISA default: .acquire.cta
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_cta_scoped_wait_after_remote_plain_reductions_is_a_race(schedule):
+  """f32 add goes as plain red.shared::cluster + a .release.cluster arrive: a
+  .acquire.cta wait in the receiving CTA is not morally strong with it."""
+  cfg = S(dtype="float32", atomic="add")
+  ptx = _once(re.escape(_CLUSTER_WAIT), _CTA_WAIT, _ptx(cfg))
+  with pytest.raises(ProtocolError, match="not morally strong") as err:
+    run_ptx(cfg, ptx, schedule)
+  assert err.value.rule == "race"
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_cta_scoped_wait_after_async_stores_is_enough(schedule):
+  """Calibration (upstream's hardware-tested kernels wait so): data completed
+  through complete_tx is visible to any thread that observes the phase."""
+  cfg = S()
+  out, flags, want, _ = run_ptx(cfg, _once(re.escape(_CLUSTER_WAIT), _CTA_WAIT, _ptx(cfg)),
+                                schedule)
+  assert np.array_equal(out, want) and (flags == 1).all()
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_one_arrival_too_few_expected_completes_early_and_is_caught(schedule):
+  """The barrier expects 127 arrivals, 128 come: the phase completes before the
+  last thread's bytes are accounted for (or the 128th arrival overflows it)."""
+  cfg = S()
+  ptx = _once(r"mov\.b32 \t(%r\d+), 128;(\s*// begin inline asm\s*@%p\d+ mbarrier\.init)",
+              r"mov.b32 \t\1, 127;\2", _ptx(cfg))
+  assert _rule(cfg, ptx, schedule) in ("early-read", "arrival-overflow")
+
+
+def test_arrival_overflow_when_tx_is_still_pending():
+  """Schedule 1 lands nothing while threads run: the 127th arrival leaves tx
+  pending, so the 128th finds no arrival left in the phase."""
+  cfg = S()
+  ptx = _once(r"mov\.b32 \t(%r\d+), 128;(\s*// begin inline asm\s*@%p\d+ mbarrier\.init)",
+              r"mov.b32 \t\1, 127;\2", _ptx(cfg))
+  assert _rule(cfg, ptx, 1) == "arrival-overflow"
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_red_async_into_the_executing_cta_is_undefined(schedule):
+  """Both mapa dropped: red.async with this CTA's own buffer and barrier."""
+  cfg = S(dtype="int32", atomic="add")
+  ptx = _once(r"mapa\.shared::cluster\.u32 (%r\d+), (%r\d+), %r\d+;", r"mov.b32 \1, \2;",
+              _ptx(cfg), count=2)
+  assert _rule(cfg, ptx, schedule) == "red.async-self"
+
+
+def test_st_async_in_a_cluster_of_one_cta_is_undefined():
+  cfg = S(target="local")   # st.async into the own CTA: fine in a cluster of 2...
+  assert _rule(cfg, _ptx(cfg), 0, cluster=1) == "st.async-cluster-of-one"   # ...not of 1
+
+
+def test_tx_count_out_of_range():
+  cfg = S()
+  ptx = _ptx(cfg)
+  arrive = re.search(r"mbarrier\.arrive\.expect_tx\S*\s+_, \[%\w+\], (%r\d+);", ptx)
+  ptx = _once(rf"mov\.b32 \t{re.escape(arrive.group(1))}, 128;",
+              f"mov.b32 \t{arrive.group(1)}, {1 << 20};", ptx)
+  assert _rule(cfg, ptx, 0) == "tx-range"
+
+
+def test_barrier_count_out_of_range():
+  cfg = S()
+  ptx = _once(r"mov\.b32 \t(%r\d+), 128;(\s*// begin inline asm\s*@%p\d+ mbarrier\.init)",
+              r"mov.b32 \t\1, 0;\2", _ptx(cfg))
+  assert _rule(cfg, ptx, 0) == "count-range"
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_barrier_init_not_released_to_the_cluster(schedule):
+  """Without fence.mbarrier_init the relaxed cluster arrive releases nothing,
+  and with the kernel's second cluster barrier made relaxed too nothing else
+  orders the init before the peer's st.async and arrive."""
+  cfg = S()
+  ptx = _once(r"fence\.mbarrier_init\.release\.cluster;", "", _ptx(cfg))
+  ptx = _once(r"barrier\.cluster\.arrive\.aligned;", "barrier.cluster.arrive.relaxed.aligned;", ptx)
+  assert _rule(cfg, ptx, schedule) == "barrier-init"
+
+
+def test_uninitialised_barrier():
+  cfg = S()
+  ptx = _once(r"@%p\d+ mbarrier\.init\.shared\.b64 \[%r\d+\], %r\d+;", "", _ptx(cfg))
+  assert _rule(cfg, ptx, 0) == "barrier-uninit"
+
+
+def test_unbounded_wait_on_a_short_count_hangs():
+  """tx one byte more than arrives and a wait loop with no bound: a hang."""
+  cfg = S()
+  ptx = _ptx(cfg)
+  arrive = re.search(r"mbarrier\.arrive\.expect_tx\S*\s+_, \[%\w+\], (%r\d+);", ptx)
+  ptx = _once(rf"mov\.b32 \t{re.escape(arrive.group(1))}, 128;",
+              f"mov.b32 \t{arrive.group(1)}, 129;", ptx)
+  ptx = _once(r"@%p1 bra WAIT", "bra WAIT", ptx)
+  with pytest.raises(ProtocolError, match="^deadlock") as err:
+    run_ptx(cfg, ptx, 0)
+  assert err.value.rule == "hang"
+
+
+def test_plain_store_read_without_any_synchronisation_is_a_race():
+  """The receiving CTA copies its SMEM out without waiting at all."""
+  cfg = S(dtype="float32", atomic="add")
+  ptx = _once(r"mbarrier\.try_wait\.parity\.acquire\.cluster\.shared::cta\.b64 %p0, [^;]*;",
+              "setp.eq.u32 %p0, 0, 0;", _ptx(cfg))   # the wait "succeeds" at once
+  with pytest.raises(ProtocolError) as err:
+    run_ptx(cfg, ptx, 0)
+  assert err.value.rule == "race" and "morally strong" not in str(err.value)
+
+
+def test_moral_strength_needs_both_scopes_to_include_both_threads():
+  cta, cluster = SCOPES["cta"], SCOPES["cluster"]
+  assert morally_strong(0, cta, 0, cta)             # same CTA: any scope
+  assert morally_strong(0, cluster, 1, cluster)
+  assert not morally_strong(0, cluster, 1, cta)     # a .cta wait in another CTA
+  assert not morally_strong(0, cta, 1, cluster)     # a .cta release in another CTA
