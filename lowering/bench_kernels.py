@@ -23,7 +23,7 @@ from jaxlib.mlir.dialects import arith, gpu, nvvm, scf
 from mosaic_async_store import compat
 from mosaic_async_store.config import StoreConfig, resolve_layout
 from mosaic_async_store.dtypes import as_dtype
-from mosaic_async_store.lowering import ptx
+from mosaic_async_store.lowering import debug, ptx
 from mosaic_async_store.lowering.kernels import (KernelParts, _i32, _load_value, _tid,
                                                  kernel_io, upstream_store)
 from mosaic_async_store.lowering.store import async_store
@@ -96,8 +96,8 @@ def bench_kernel_parts(cfg: StoreConfig, strategy: str, *, ctas: int, iters: int
         _bulk_iteration(cfg, value, smem_ref, stage_ref, bar[0], peer, tile_bytes)
       else:
         _store_once(strategy, cfg, value, smem_ref, bar[0], peer)
-      if strategy != "local":
-        bar[0].wait()
+      if strategy != "local":  # cluster scope: the "plain" strategy's stores need it
+        debug.wait(bar[0], debug=False)
       scf.yield_([])
     nvvm.cluster_arrive(aligned=True)
     nvvm.cluster_wait(aligned=True)

@@ -11,9 +11,9 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import llvm
 
 __all__ = [
-    "emit_mapa", "emit_st_async", "emit_red_async", "emit_st_plain",
+    "emit_mapa", "emit_cluster_ctarank", "emit_st_async", "emit_red_async", "emit_st_plain",
     "emit_red_plain", "emit_arrive_expect_tx", "emit_shfl_bfly", "emit_lane_id",
-    "emit_bounded_wait", "emit_expect_tx", "emit_fence_cta", "emit_fence_proxy_async_shared", "emit_cp_async_bulk_to_cluster",
+    "emit_bounded_wait", "emit_wait_parity_cluster", "emit_expect_tx", "emit_fence_cta", "emit_fence_proxy_async_shared", "emit_cp_async_bulk_to_cluster",
 ]
 
 
@@ -122,6 +122,13 @@ def emit_shfl_bfly(value: ir.Value, lane_mask: int) -> ir.Value:
                          "=r,r", has_side_effects=True)
 
 
+def emit_cluster_ctarank() -> ir.Value:
+  """``mov.u32 $0, %cluster_ctarank;``: the executing CTA's linear rank in its cluster
+  (inline asm: the NVVM op's Python builder differs between jaxlib versions)."""
+  return llvm.inline_asm(_i32(), [], "mov.u32 $0, %cluster_ctarank;", "=r",
+                         has_side_effects=False)
+
+
 def emit_lane_id() -> ir.Value:
   """``mov.u32 $0, %laneid;``"""
   return llvm.inline_asm(_i32(), [], "mov.u32 $0, %laneid;", "=r", has_side_effects=False)
@@ -157,6 +164,26 @@ def emit_bounded_wait(barrier: ir.Value, parity, max_polls: int) -> ir.Value:
   )
   constraints = "=r,r" + ("" if isinstance(parity, int) else ",r")
   return llvm.inline_asm(_i32(), operands, asm, constraints, has_side_effects=True)
+
+
+def emit_wait_parity_cluster(barrier: ir.Value, parity: ir.Value, ticks: ir.Value) -> None:
+  """Loops on ``mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64`` until the
+  phase of ``parity`` has completed (upstream's wait, with cluster-scope acquire).
+
+  Upstream's ``BarrierRef.wait_parity`` polls the same instruction without
+  qualifiers, i.e. ``.acquire.cta`` (PTX ISA, mbarrier.try_wait), which does not
+  synchronize with a ``.release.cluster`` arrive made in another CTA (the
+  scopes must include each other: Memory Consistency Model, morally strong
+  operations).  ``ticks`` is the suspend-time hint upstream passes; ``${:uid}``
+  keeps the label unique per use.
+  """
+  asm = ("{\n"
+         ".reg .pred %done;\n"
+         "WAIT${:uid}:\n"
+         "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 %done, [$0], $1, $2;\n"
+         "@!%done bra.uni WAIT${:uid};\n"
+         "}")
+  llvm.inline_asm(_void(), [barrier, parity, ticks], asm, "r,r,r", has_side_effects=True)
 
 
 def emit_fence_cta() -> None:
