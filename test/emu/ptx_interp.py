@@ -1,7 +1,8 @@
 """A small PTX interpreter and protocol checker: runs one cluster on the CPU.
 
-Scope: the PTX subset of the project's full (non-bare) store kernels on sm_90a:
-integer ALU, predicates, global/shared/local loads and stores, ``mapa``,
+Scope: the PTX subset of the project's full (non-bare) store kernels and of the
+Pallas runtime kernels on sm_90a: integer ALU, predicates, global/shared/local
+loads and stores (also generic ones, without a state space), ``mapa``,
 ``st.async`` / ``red.async`` with ``complete_tx``, plain ``st`` / ``red`` into
 ``.shared::cluster``, mbarriers, ``shfl.sync``, ``elect.sync`` and CTA / cluster
 barriers.  Any other opcode raises NotImplementedError (naming it) when the
@@ -24,8 +25,12 @@ Model:
   * addresses: a CTA's shared window starts at SHARED_BASE; ``mapa`` puts
     (rank + 1) << 24 into a ``.shared::cluster`` address, so an unmapped
     (shared::cta) address used as a cluster address means "own CTA", as on
-    hardware; global buffer i lives at (i + 1) << 40; accesses are checked for
-    bounds and natural alignment.
+    hardware; global buffer i lives at (i + 1) << 40, local memory at
+    LOCAL_BASE; a generic address (``ld``/``st`` without a state space) is
+    resolved by this map at run time and then takes the path of its space;
+    accesses are checked for bounds and natural alignment;
+  * parameters: a NumPy argument is one pointer; ``Memref(array)`` is a memref
+    descriptor (Mosaic's kernels), 3 + 2 * ndim parameters (``_pack_params``).
 """
 
 from __future__ import annotations
@@ -352,7 +357,7 @@ class PtxKernel(SyncSemantics):
       if red and cta == th.cta:
         raise ProtocolError("red.async-self", where)
       self._barrier(th, th.vc, key)
-      self.shadow[cta].inflight[off:off + n] += 1
+      self.shadow[cta].mark_inflight(off, n, 1)
       op = AsyncOp(th, cta, off, size, [g(th) & mask for g in vals], red, key, where)
       op.idx = len(self.inflight)
       self.inflight.append(op)
@@ -364,7 +369,7 @@ class PtxKernel(SyncSemantics):
     """The data of ``op`` lands; then its complete_tx on the barrier."""
     self._unqueue(self.inflight, op.idx)
     n = op.size * len(op.values)
-    self.shadow[op.cta].inflight[op.off:op.off + n] -= 1
+    self.shadow[op.cta].mark_inflight(op.off, n, -1)
     bar = self._barrier(None, op.vc, op.key)
     self._check(op.vc, None, op.cta, op.off, n, write=True, atomic=op.red is not None,
                 who=op.text, stamp=(bar.slot, bar.phase + 1))
@@ -373,11 +378,11 @@ class PtxKernel(SyncSemantics):
     self._advance(bar)
 
   def _cta_of(self, buf):
-    return next(i for i, b in enumerate(self.smem) if b is buf)
+    return self.smem_cta[id(buf)]
 
   def _access(self, th, buf, off, n, *, write, atomic=False):
     """A thread's access to ``buf``: checked against the byte history if it is SMEM."""
-    cta = next((i for i, b in enumerate(self.smem) if b is buf), None)
+    cta = self.smem_cta.get(id(buf))
     if cta is not None:
       self._check(th.vc, th, cta, off, n, write=write, atomic=atomic,
                   who=f"CTA {th.cta} thread {th.tid}", stamp=(th.slot, th.vc[th.slot]))
@@ -385,23 +390,15 @@ class PtxKernel(SyncSemantics):
   def _check(self, vc, th, cta, off, n, *, write, atomic, who, stamp):
     """Raises unless the access is ordered after the conflicting earlier ones;
     then records it (``stamp``: the (slot, clock) it is known by)."""
-    sh, at = self.shadow[cta], slice(off, off + n)
-    what = f"{who} {'writes' if write else 'reads'} CTA {cta} SMEM bytes {off}..{off + n - 1}"
-    if sh.inflight[at].any():
-      raise ProtocolError("early-read", f"{what} while an asynchronous store into them is "
-                          "in flight")
-    late = vc[sh.w_slot[at]] < sh.w_clk[at]
-    if write and atomic:
-      late &= ~sh.w_atomic[at]
-    if late.any():
-      self._conflict(what, "written by", sh.w_slot[at][late][0], sh.w_clk[at][late][0], th)
-    if write:
-      late = vc[sh.r_slot[at]] < sh.r_clk[at]
-      if late.any():
-        self._conflict(what, "read by", sh.r_slot[at][late][0], sh.r_clk[at][late][0], th)
-      sh.w_slot[at], sh.w_clk[at], sh.w_atomic[at] = stamp[0], stamp[1], atomic
-    else:
-      sh.r_slot[at], sh.r_clk[at] = stamp
+    sh = self.shadow[cta]
+    bad = sh.conflict(vc, off, n, write=write, atomic=atomic)
+    if bad is not None:
+      what = f"{who} {'writes' if write else 'reads'} CTA {cta} SMEM bytes {off}..{off + n - 1}"
+      if bad[0] == "in flight":
+        raise ProtocolError("early-read", f"{what} while an asynchronous store into them is "
+                            "in flight")
+      self._conflict(what, *bad, th)
+    sh.record(off, n, write=write, atomic=atomic, stamp=stamp)
 
   def _conflict(self, what, how, slot, clk, th):
     if slot >= self.barrier_slot0:
@@ -473,12 +470,14 @@ class PtxKernel(SyncSemantics):
   def launch(self, buffers, *, cluster, smem_bytes, block=128, max_timeouts=64, schedule=0,
              barrier_slots=64):
     """Runs one cluster of ``cluster`` CTAs of ``block`` threads under the seeded
-    ``schedule`` (see ptx_memory.Schedule).  ``buffers`` (NumPy arrays, one per
-    kernel parameter, in parameter order) are copied in; returns their contents
-    afterwards as uint8 arrays.  Raises ProtocolError on a violated rule."""
+    ``schedule`` (see ptx_memory.Schedule).  ``buffers`` (NumPy arrays or
+    ``Memref``s, in parameter order: see _pack_params) are copied in; returns
+    their contents afterwards, in argument order, as uint8 arrays.  Raises
+    ProtocolError on a violated rule."""
     self._pack_params(buffers)
     self.smem = [bytearray(b"\xcd" * smem_bytes) for _ in range(cluster)]  # uninitialised
     self.shadow = [Shadow(smem_bytes) for _ in range(cluster)]
+    self.smem_cta = {id(b): i for i, b in enumerate(self.smem)}
     self.mbar, self.calls, self.timeouts, self.threads = {}, [], 0, []
     self.sched, self.inflight, self.cluster_gens = Schedule(schedule), [], []
     self.barrier_slot0 = 1 + cluster * block   # slot 0: initial memory; then the threads
@@ -509,7 +508,7 @@ class PtxKernel(SyncSemantics):
         if self.dirty:
           self._resolve()
         continue
-      if self._resolve():
+      if self.dirty and self._resolve():
         continue
       if self.inflight:   # nothing else can happen: something lands
         self._land(self.sched.landing_when_stuck(self.inflight))
@@ -572,10 +571,10 @@ class PtxKernel(SyncSemantics):
   def _resolve(self):
     """Releases every thread whose synchronisation can complete now."""
     woke, groups, self.dirty = False, {}, False
-    min_arrived = min(th.cluster_arrived for th in self.threads)
-    for th in self.threads:
-      if th.state != "block":
-        continue
+    blocked = [th for th in self.threads if th.state == "block"]
+    if any(th.wait[0] == "cluster" for th in blocked):
+      min_arrived = min(th.cluster_arrived for th in self.threads)
+    for th in blocked:
       kind = th.wait[0]
       if (kind == "mbar" and self.mbar[th.wait[1]].phase & 1 != th.wait[2]) or \
          (kind == "cluster" and min_arrived >= th.wait[1]):

@@ -120,15 +120,41 @@ class Releases:
 
 
 class Shadow:
-  """Per-byte access history of one CTA's shared memory."""
+  """Per-byte access history of one CTA's shared memory (Python lists: the
+  accesses are 1 to 16 bytes, where a loop beats NumPy's per-call cost)."""
 
   def __init__(self, nbytes: int):
-    self.w_slot = np.zeros(nbytes, np.int32)   # slot 0, clock 0: the initial contents
-    self.w_clk = np.zeros(nbytes, np.int64)
-    self.w_atomic = np.zeros(nbytes, bool)
-    self.r_slot = np.zeros(nbytes, np.int32)
-    self.r_clk = np.zeros(nbytes, np.int64)
-    self.inflight = np.zeros(nbytes, np.int32)
+    # slot 0, clock 0: the initial contents, visible to everyone
+    self.w_slot, self.w_clk, self.r_slot, self.r_clk = ([0] * nbytes for _ in range(4))
+    self.w_atomic, self.inflight = [False] * nbytes, [0] * nbytes
+
+  def mark_inflight(self, off: int, n: int, delta: int) -> None:
+    inflight = self.inflight
+    for b in range(off, off + n):
+      inflight[b] += delta
+
+  def conflict(self, vc, off: int, n: int, *, write: bool, atomic: bool):
+    """None, or (how, slot, clock) of the first earlier access to these bytes that
+    this one is not ordered after (``how``: "in flight", "written by", "read by").
+    Concurrent atomics do not conflict."""
+    w_slot, w_clk, r_slot, r_clk = self.w_slot, self.w_clk, self.r_slot, self.r_clk
+    for b in range(off, off + n):
+      if self.inflight[b]:
+        return "in flight", 0, 0
+      s = w_slot[b]
+      if vc[s] < w_clk[b] and not (write and atomic and self.w_atomic[b]):
+        return "written by", s, w_clk[b]
+      if write and vc[r_slot[b]] < r_clk[b]:
+        return "read by", r_slot[b], r_clk[b]
+    return None
+
+  def record(self, off: int, n: int, *, write: bool, atomic: bool, stamp) -> None:
+    slot, clk = int(stamp[0]), int(stamp[1])
+    if write:
+      self.w_slot[off:off + n], self.w_clk[off:off + n] = [slot] * n, [clk] * n
+      self.w_atomic[off:off + n] = [atomic] * n
+    else:
+      self.r_slot[off:off + n], self.r_clk[off:off + n] = [slot] * n, [clk] * n
 
 
 class Schedule:

@@ -244,7 +244,7 @@ class SyncSemantics:
 
   def _bar_key(self, th, space, addr):
     buf, off = self._mem(th, space, addr, 8)
-    return next(i for i, b in enumerate(self.smem) if b is buf), off
+    return self.smem_cta[id(buf)], off
 
   def _stmatrix(self, trans, space, addr, regs):
     """``stmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16 [p], {r0..r3}``: a warp stores
