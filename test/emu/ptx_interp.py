@@ -357,7 +357,7 @@ class PtxKernel(SyncSemantics):
       if red and cta == th.cta:
         raise ProtocolError("red.async-self", where)
       self._barrier(th, th.vc, key)
-      self.shadow[cta].mark_inflight(off, n, 1)
+      self.shadow[cta].mark_inflight(off, n, 1, atomic=red is not None)
       op = AsyncOp(th, cta, off, size, [g(th) & mask for g in vals], red, key, where)
       op.idx = len(self.inflight)
       self.inflight.append(op)
@@ -369,7 +369,7 @@ class PtxKernel(SyncSemantics):
     """The data of ``op`` lands; then its complete_tx on the barrier."""
     self._unqueue(self.inflight, op.idx)
     n = op.size * len(op.values)
-    self.shadow[op.cta].mark_inflight(op.off, n, -1)
+    self.shadow[op.cta].mark_inflight(op.off, n, -1, atomic=op.red is not None)
     bar = self._barrier(None, op.vc, op.key)
     self._check(op.vc, None, op.cta, op.off, n, write=True, atomic=op.red is not None,
                 who=op.text, stamp=(bar.slot, bar.phase + 1))
@@ -550,7 +550,7 @@ class PtxKernel(SyncSemantics):
             raise RuntimeError("runaway loop")
           pc = r
     except ProtocolError as e:  # say where, keep the rule
-      raise ProtocolError(e.rule, f"at `{self.texts[pc]}`: {e.args[0].split(' [')[0]}") from e
+      raise ProtocolError(e.rule, f"at `{self.texts[pc]}`: {e.args[0].rsplit(' [', 1)[0]}") from e
     except Exception as e:  # say where, then re-raise
       raise RuntimeError(f"CTA {th.cta} thread {th.tid} at `{self.texts[pc]}`: "
                          f"{type(e).__name__}: {e}") from e

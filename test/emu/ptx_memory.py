@@ -126,10 +126,12 @@ class Shadow:
   def __init__(self, nbytes: int):
     # slot 0, clock 0: the initial contents, visible to everyone
     self.w_slot, self.w_clk, self.r_slot, self.r_clk = ([0] * nbytes for _ in range(4))
-    self.w_atomic, self.inflight = [False] * nbytes, [0] * nbytes
+    # asynchronous writes in flight: st.async (conflicts with any access) and
+    # red.async (an atomic: conflicts with everything but other atomics)
+    self.w_atomic, self.inflight, self.inflight_red = [False] * nbytes, [0] * nbytes, [0] * nbytes
 
-  def mark_inflight(self, off: int, n: int, delta: int) -> None:
-    inflight = self.inflight
+  def mark_inflight(self, off: int, n: int, delta: int, *, atomic: bool) -> None:
+    inflight = self.inflight_red if atomic else self.inflight
     for b in range(off, off + n):
       inflight[b] += delta
 
@@ -139,7 +141,7 @@ class Shadow:
     Concurrent atomics do not conflict."""
     w_slot, w_clk, r_slot, r_clk = self.w_slot, self.w_clk, self.r_slot, self.r_clk
     for b in range(off, off + n):
-      if self.inflight[b]:
+      if self.inflight[b] or (self.inflight_red[b] and not (write and atomic)):
         return "in flight", 0, 0
       s = w_slot[b]
       if vc[s] < w_clk[b] and not (write and atomic and self.w_atomic[b]):
