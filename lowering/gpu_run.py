@@ -55,7 +55,7 @@ def make_inputs(cfg: StoreConfig, seed: int):
   src = hostdata.pack_registers(cfg, codes)
   init = rng.integers(0, 256, cfg.cluster * io.smem_bytes, dtype=np.uint8)  # poison
   if cfg.atomic:  # reductions need valid starting values inside the array
-    plain = dataclasses.replace(cfg, atomic=None)
+    plain = dataclasses.replace(cfg, atomic=None, target="local")  # each CTA its own array
     init = hostdata.expected_smem(plain, [hostdata.random_codes(cfg, rng)] * cfg.cluster, init)
   return codes, src, init
 

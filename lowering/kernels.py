@@ -181,7 +181,10 @@ def kernel_parts(cfg: StoreConfig, *, bare: bool = False, tx_error: int = 0,
   Inputs: ``src`` (each CTA's registers in register order, CTA-major) and
   ``init`` (each CTA's initial SMEM bytes); output: each CTA's SMEM bytes
   after the store has landed.  CTA ``c`` stores into CTA ``(c + 1) % cluster``
-  (or into itself for a local target).  ``tx_error`` makes thread 0 announce
+  (or into itself for a local target; every CTA reduces into CTA 0 for target
+  "cta0", whose store branches at run time on whether it is CTA 0).  With
+  ``offset_rows`` the store's ref is a slice of a larger allocation (the data
+  starts ``offset_rows`` rows in).  ``tx_error`` makes thread 0 announce
   that many extra bytes on the target barrier: a deliberately wrong count that
   the debug-mode wait must report instead of hanging.  ``store(value, view,
   barrier)``, if given, replaces the store; it must complete the barrier's
@@ -201,7 +204,10 @@ def kernel_parts(cfg: StoreConfig, *, bare: bool = False, tx_error: int = 0,
   # aligned, so a tiny buffer gets a pad.
   alloc = int(np.prod(io.smem_shape)) * dt.bits // 8
   pad = (jax.ShapeDtypeStruct((-alloc % 8,), jnp.uint8),) if alloc % 8 else ()
-  scratch = (smem, *pad, mgpu.Barrier(arrival_count=128, num_barriers=1))
+  # With target "cta0" CTA 0's barrier receives every CTA's warpgroup (the
+  # others' barriers, initialised alike, receive nothing and are not waited on).
+  arrivals = 128 * (cfg.cluster if cfg.target == "cta0" else 1)
+  scratch = (smem, *pad, mgpu.Barrier(arrival_count=arrivals, num_barriers=1))
 
   def body(ctx, src_ref, init_ref, out_ref, flags_ref, scratch_refs):
     del ctx
@@ -214,6 +220,10 @@ def kernel_parts(cfg: StoreConfig, *, bare: bool = False, tx_error: int = 0,
       nvvm.cluster_arrive(aligned=True)  # done so before any peer writes into it
       nvvm.cluster_wait(aligned=True)
     view = smem_ref
+    if cfg.offset_rows:  # a slice of the allocation along dim 0 (whole tiles)
+      tile_rows = io.smem_shape[-2 if len(cfg.shape) > 1 else -1] if cfg.swizzle else 1
+      start = cfg.offset_rows // tile_rows
+      view = utils.memref_slice(smem_ref, slice(start, start + cfg.shape[0] // tile_rows))
     if cfg.transposed:
       view = utils.memref_transpose(smem_ref, transpose_permutation(len(io.smem_shape), cfg.swizzle))
     value = _load_value(cfg, utils.memref_ptr(src_ref), layout, io,
@@ -229,25 +239,50 @@ def kernel_parts(cfg: StoreConfig, *, bare: bool = False, tx_error: int = 0,
     elif cfg.impl == "upstream":
       upstream_store(value, view, bar[0], peer, cfg)
     else:
-      kwargs = dict(cluster_dim=gpu.Dimension.x, cluster_idx=peer) \
-          if cfg.target == "peer" else {}
+      kwargs = {"peer": dict(cluster_dim=gpu.Dimension.x, cluster_idx=peer),
+                "cta0": dict(cluster_dim=gpu.Dimension.x, cluster_idx=0),
+                "local": {}}[cfg.target]
       async_store(value, view, bar[0], swizzle=cfg.swizzle, optimized=cfg.optimized,
                   atomic=cfg.atomic, **kwargs)
     if bare:
       return
     if tx_error:
       _announce_extra_bytes(bar[0], cfg, peer, tx_error)
-    # A bounded wait: a tx count that never reaches zero sets flag 0 (and
-    # prints a report) instead of hanging the GPU.
-    done = debug.wait(bar[0], debug=True, expected_bytes=io.smem_bytes, max_polls=WAIT_POLLS)
     flag_off = arith.muli(arith.addi(arith.muli(cta, _i32(128)), arith.andi(_tid(), _i32(127))),
                           _i32(4))
-    llvm.store(done, utils.getelementptr(utils.memref_ptr(flags_ref), [flag_off],
-                                         ir.IntegerType.get_signless(8)))
+    flag_ptr = utils.getelementptr(utils.memref_ptr(flags_ref), [flag_off],
+                                   ir.IntegerType.get_signless(8))
+    if cfg.target == "cta0":
+      _wait_in_cta0(cta, bar[0], io, flag_ptr)
+    else:
+      llvm.store(_bounded_wait(bar[0], io), flag_ptr)
     _copy_words(smem_ptr, utils.memref_ptr(out_ref), io.smem_bytes, _i32(0), base)
 
   return KernelParts(body, (cfg.cluster, 1, 1), (128, 1, 1), (src, init), out, scratch,
                      (cfg.cluster, 1, 1), io)
+
+
+def _bounded_wait(bar, io):
+  """A bounded wait: a tx count that never reaches zero gives flag 0 (and prints a
+  report) instead of hanging the GPU."""
+  return debug.wait(bar, debug=True, expected_bytes=io.smem_bytes, max_polls=WAIT_POLLS)
+
+
+def _wait_in_cta0(cta, bar, io, flag_ptr):
+  """Target "cta0": only CTA 0's barrier receives arrivals, so only CTA 0 waits (its
+  flag: the wait completed); then a cluster barrier (release/acquire at cluster
+  scope) keeps every CTA alive until CTA 0 has seen all stores land (the others'
+  flag: 1, they got past it)."""
+  is_cta0 = arith.cmpi(arith.CmpIPredicate.eq, cta, _i32(0))
+  if_op = scf.IfOp(is_cta0, has_else=True)
+  with ir.InsertionPoint(if_op.then_block):
+    llvm.store(_bounded_wait(bar, io), flag_ptr)
+    scf.yield_([])
+  with ir.InsertionPoint(if_op.else_block):
+    llvm.store(_i32(1), flag_ptr)
+    scf.yield_([])
+  nvvm.cluster_arrive(aligned=True)
+  nvvm.cluster_wait(aligned=True)
 
 
 def _announce_extra_bytes(bar, cfg, peer, nbytes: int) -> None:

@@ -7,17 +7,22 @@
   dispatcher: marked ops, or every op after ``install()``, take this
   project's path; others keep upstream's.
 * ``install()`` also points upstream's ``plgpu.async_store_smem`` primitive at
-  the same rules, so existing kernels gain every dtype and atomic unchanged.
+  the same rules, so existing kernels gain every dtype and atomic unchanged,
+  and Pallas' ``barrier_wait`` at a rule that waits with a cluster-scope
+  acquire, which the plain pieces of a store into a peer need (float
+  reductions: ``red.shared::cluster`` ordered by a ``.release.cluster``
+  arrive).  Without install(), such stores are refused (docs/pallas.md).
 """
 
 from __future__ import annotations
 
 
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import arith
+from jaxlib.mlir.dialects import arith, memref
 
 from mosaic_async_store import compat
 from mosaic_async_store.errors import AsyncStoreError, refuse
+from mosaic_async_store.lowering import ptx, target
 from mosaic_async_store.lowering.store import async_store
 
 __all__ = ["async_store_smem_p", "install", "uninstall", "is_installed", "MARK"]
@@ -128,7 +133,8 @@ def _lane_rule(ctx, src, ref, barrier, cluster_idx, *flat_transforms, ref_transf
   value = p.lowering._ensure_fa(src, ctx.avals_in[0].dtype)
   async_store(value, ref_smem, barrier, cluster_dim=dim,
               cluster_idx=p.lowering._as_index(cluster_idx), swizzle=swizzle,
-              tiling_rank=tiling_rank, optimized=optimized, atomic=atomic)
+              tiling_rank=tiling_rank, optimized=optimized, atomic=atomic,
+              remote_plain_ok=_state["installed"])
   return ()
 
 
@@ -197,7 +203,8 @@ def _dialect_rule(ctx, op):
   optimized = op.optimized.value if op.optimized is not None else None
   kwargs = dict(cluster_dim=gpu.Dimension(op.cluster_dim.value),
                 cluster_idx=arith.index_cast(ir.IndexType.get(), op.cluster_idx),
-                swizzle=swizzle, tiling_rank=tiling_rank, atomic=atomic)
+                swizzle=swizzle, tiling_rank=tiling_rank, atomic=atomic,
+                remote_plain_ok=_state["installed"])
   try:
     async_store(value, ref, barrier, optimized=optimized is not False, **kwargs)
   except AsyncStoreError as e:
@@ -239,15 +246,65 @@ def _register_primitive_rules(prim, table_rules=None) -> dict:
 _register_dialect_rules()
 _register_primitive_rules(async_store_smem_p)
 
+# Upstream's BarrierRef.wait polls mbarrier.try_wait.parity with a suspend-time hint.
+_WAIT_TICKS = 10_000_000
+
+
+def _cluster_wait_rule(original):
+  """Pallas' ``barrier_wait`` rule, waiting with ``.acquire.cluster`` (see install()).
+
+  It does what upstream's rule (and ``BarrierRef.wait``) does: pick the
+  barrier, flip its phase bit, poll until that phase completes.  Only the
+  poll differs: ``mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64``
+  instead of upstream's unqualified form, which is ``.acquire.cta`` (PTX ISA,
+  mbarrier.try_wait: absent .sem means .acquire, absent .scope means .cta).
+  ``orders_tensor_core`` barriers keep upstream's rule (its tcgen05 fence).
+  """
+  def rule(ctx, barrier, *flat_transforms, transforms_treedef):
+    p, utils = _p(), compat.mosaic_utils()
+    aval = ctx.avals_in[0]
+    if getattr(aval.inner_aval.dtype, "orders_tensor_core", False):
+      return original(ctx, barrier, *flat_transforms, transforms_treedef=transforms_treedef)
+    base = p.primitives._get_barrier_base_index(aval, transforms_treedef.unflatten(flat_transforms))
+    if base is not None:
+      barrier = barrier[base]
+    if isinstance(barrier, utils.DialectBarrierRef):
+      barrier = barrier.barrier_ref
+    elif isinstance(barrier, utils.CollectiveBarrierRef):
+      barrier = barrier.barrier
+    if barrier._ptx_scope != "cta":
+      raise ValueError("Can only await on CTA-local barriers")  # as upstream's wait_parity
+    parity, flipped = barrier.update_parities(memref.load(barrier.phases, []))
+    memref.store(flipped, barrier.phases, [])
+    i32 = ir.IntegerType.get_signless(32)
+    ptx.emit_wait_parity_cluster(target.smem_address(barrier.get_ptr()),
+                                 arith.extui(i32, parity), arith.constant(i32, _WAIT_TICKS))
+    return ()
+  return rule
+
+
+def _route_barrier_wait(saved=None) -> dict:
+  """Points ``barrier_wait`` at the cluster-scope rule in every table upstream
+  registers it in (Lane, Warpgroup and the Warp-primitive combinations), or back
+  to ``saved``; returns the rules that were there."""
+  prim = _p().primitives.barrier_wait_p
+  old = {}
+  for key, table in compat.rule_tables_with(prim).items():
+    old[key] = table[prim]
+    table[prim] = _cluster_wait_rule(table[prim]) if saved is None else saved[key]
+  return old
+
 
 def install() -> None:
-  """Routes upstream's ``plgpu.async_store_smem`` and its dialect op through this project.
+  """Routes upstream's ``plgpu.async_store_smem`` and its dialect op through this
+  project, and ``plgpu.barrier_wait`` through a wait with cluster-scope acquire.
 
   Idempotent; ``uninstall()`` restores upstream's rules.
   """
   if _state["installed"]:
     return
   _state["upstream_rules"] = _register_primitive_rules(_p().primitives.async_store_smem_p)
+  _state["wait_rules"] = _route_barrier_wait()
   _state["installed"] = True
 
 
@@ -257,6 +314,7 @@ def uninstall() -> None:
     return
   prim = _p().primitives.async_store_smem_p
   _register_primitive_rules(prim, table_rules=_state.pop("upstream_rules"))
+  _route_barrier_wait(saved=_state.pop("wait_rules"))
   _state["installed"] = False
 
 

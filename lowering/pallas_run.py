@@ -3,9 +3,12 @@
 Each check is a 2-CTA Pallas MGPU kernel.  CTA ``c`` loads its own slice of
 ``x`` from GMEM and stores it, with ``async_store_smem``, into CTA ``1 - c``'s
 SMEM.  It then waits on its own barrier for what its peer sent and copies its
-SMEM back to GMEM with TMA.  For a reduction, each CTA first fills its SMEM
-from ``init`` and the cluster synchronises, so the peer reduces into known
-values.  The host compares every element with NumPy (random data, never 0).
+SMEM back to GMEM through registers (no TMA: the kernels also run in the PTX
+interpreter, test/emu/test_pallas_execution.py).  For a reduction, each CTA
+first fills its SMEM from ``init`` through registers, then every thread of the
+cluster fences and synchronises (``_cluster_sync``), so the peer reduces into
+known values.  The host compares every element with
+NumPy (random data, never 0).
 
 Used by test/gpu/test_pallas_runtime.py (in a subprocess with a timeout: a
 Pallas barrier wait has no time limit) and, without a GPU, by
@@ -43,12 +46,21 @@ class PallasCase:
   transposed: bool = False       # store through a transposed view of the SMEM ref
   optimized: bool = True
   api: str = "mas"               # "mas": our primitive; "upstream": plgpu's, routed by install()
+  install: bool = False          # run under install() (api="upstream" implies it)
+
+  @property
+  def installs(self) -> bool:
+    """Whether the kernel is built under ``mas_pallas.install()``: upstream's
+    primitive needs it, and so does a store with plain pieces into the peer
+    (float add), whose consumer must wait at cluster scope (docs/pallas.md)."""
+    return self.install or self.api == "upstream"
 
   def describe(self) -> str:
     return (f"pallas {self.semantics} {self.api} {self.dtype}{list(self.shape)} "
             f"swizzle={self.swizzle}" + (" transposed" if self.transposed else "") +
             ("" if self.optimized else " unoptimized") +
-            (f" atomic={self.atomic}" if self.atomic else ""))
+            (f" atomic={self.atomic}" if self.atomic else "") +
+            (" installed" if self.install and self.api == "mas" else ""))
 
 
 PALLAS_CASES = (
@@ -64,13 +76,35 @@ PALLAS_CASES = (
     PallasCase("float32", "warpgroup", shape=(64, 64)),
     PallasCase("int32", "warpgroup", atomic="min", shape=(64, 64)),   # upstream: min.u32
     PallasCase("uint32", "warpgroup", atomic="max", shape=(64, 64)),
-    PallasCase("float32", "warpgroup", atomic="add", shape=(64, 64)),
+    PallasCase("float32", "warpgroup", atomic="add", shape=(64, 64), install=True),
     PallasCase("int32", "warpgroup", atomic="min", shape=(64, 64), api="upstream"),
 )
 
 
+def _cluster_sync():
+  """Every thread of the cluster: ``fence.proxy.async.shared::cta`` (its generic
+  SMEM stores ordered for asynchronous-proxy accesses: the peer's red.async
+  completes through the tx mechanism, like bulk copies), then
+  ``barrier.cluster.arrive`` / ``wait`` (default ``.release`` / ``.acquire`` at
+  cluster scope), so every thread's init stores happen before the peer's
+  reductions.  Pallas' ClusterBarrier would not do: one thread per CTA arrives on
+  each CTA's barrier, with no CTA barrier before it and the default
+  ``.release.cta``, and its wait is ``.acquire.cta``."""
+  from jax.experimental.pallas import mosaic_gpu as plgpu
+  from jaxlib.mlir.dialects import nvvm
+
+  @plgpu.inline_mgpu()
+  def sync(_):
+    nvvm.fence_proxy(nvvm.ProxyKind.async_shared, space=nvvm.SharedSpace.shared_cta)
+    nvvm.cluster_arrive(aligned=True)
+    nvvm.cluster_wait(aligned=True)
+  sync()
+
+
 def roundtrip_kernel(case: PallasCase):
-  """``(kernel, out ShapeDtypeStruct)``: kernel(x, init) -> every CTA's SMEM afterwards."""
+  """``(kernel, out ShapeDtypeStruct)``: kernel(x, init) -> every CTA's SMEM afterwards.
+
+  Build it under ``mas_pallas.install()`` when ``case.installs``."""
   import jax
   from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -84,32 +118,29 @@ def roundtrip_kernel(case: PallasCase):
     transforms = (plgpu.TilingTransform((8, case.swizzle * 8 // dt.bits)),
                   plgpu.SwizzleTransform(case.swizzle))
   alloc = case.shape[::-1] if case.transposed else case.shape
+  # Lane semantics needs a layout for register loads: WGMMA for the store and
+  # for swizzled SMEM; plain SMEM and GMEM copies take the strided default.
+  wgmma = {"layout": plgpu.Layout.WGMMA} if sem == plgpu.LoweringSemantics.Lane else {}
+  smem_layout = wgmma if case.swizzle else {}
 
-  def body(x_ref, init_ref, o_ref, smem, bar, tma_bar, cluster_bar):
+  def body(x_ref, init_ref, o_ref, smem, bar):
     cta = jax.lax.axis_index("cluster")
     if case.atomic:  # known starting values, visible before the peer reduces into them
-      plgpu.copy_gmem_to_smem(init_ref.at[cta], smem, tma_bar.at[0])
-      plgpu.barrier_wait(tma_bar.at[0])
-      plgpu.barrier_arrive(cluster_bar)
-      plgpu.barrier_wait(cluster_bar)
-    layout = {"layout": plgpu.Layout.WGMMA} if sem == plgpu.LoweringSemantics.Lane else {}
-    x = compat.pallas_load(x_ref.at[cta], optimized=False, **layout)
+      smem[...] = compat.pallas_load(init_ref.at[cta], optimized=False, **smem_layout)
+      _cluster_sync()
+    x = compat.pallas_load(x_ref.at[cta], optimized=False, **wgmma)
     dst = compat.transpose_smem_ref(smem, (1, 0)) if case.transposed else smem
     store(x, dst, bar.at[0], cluster_idx=1 - cta, cluster_dim="cluster",
           atomic=case.atomic, optimized=case.optimized)
-    plgpu.barrier_wait(bar.at[0])  # what the peer sent has landed
-    plgpu.commit_smem()
-    plgpu.copy_smem_to_gmem(smem, o_ref.at[cta])
-    plgpu.wait_smem_to_gmem(0)
+    plgpu.barrier_wait(bar.at[0])  # what the peer sent has landed (and is visible)
+    o_ref[cta] = compat.pallas_load(smem, optimized=False, **smem_layout)
 
   out = jax.ShapeDtypeStruct((2, *alloc), dt.numpy)
   kernel = plgpu.kernel(
       body, out_type=out, grid=(2,), grid_names=("g",), cluster=(2,),
       cluster_names=("cluster",),
       scratch_types=[plgpu.SMEM(alloc, dt.numpy, transforms=transforms),
-                     plgpu.Barrier(num_arrivals=1, num_barriers=1),
-                     plgpu.Barrier(num_arrivals=1, num_barriers=1),
-                     plgpu.ClusterBarrier(collective_axes=("cluster",))],
+                     plgpu.Barrier(num_arrivals=1, num_barriers=1)],
       compiler_params=plgpu.CompilerParams(lowering_semantics=sem))
   return kernel, out
 
@@ -148,14 +179,14 @@ def run_case(case: PallasCase, seed: int = 0) -> dict:
   import jax.numpy as jnp
   from mosaic_async_store import pallas as mas_pallas
   start = time.perf_counter()
-  if case.api == "upstream":
+  if case.installs:
     mas_pallas.install()
   try:
     kernel, _ = roundtrip_kernel(case)
     x, init = make_inputs(case, seed)
     out = np.asarray(kernel(jnp.asarray(x), jnp.asarray(init)))
   finally:
-    if case.api == "upstream":
+    if case.installs:
       mas_pallas.uninstall()
   want = expected(case, x, init)
   bad = np.flatnonzero(out.reshape(-1).view(np.uint8) != want.reshape(-1).view(np.uint8))

@@ -16,11 +16,12 @@ from mosaic_async_store.addressing import plan_addresses
 from mosaic_async_store.errors import AsyncStoreError, refuse, refuse_type
 from mosaic_async_store.geometry import WARPGROUP_SIZE
 from mosaic_async_store.lowering import ptx, target
+from mosaic_async_store.lowering.ref_offset import ref_offset
 from mosaic_async_store.lowering.values_ir import ValueBuilder
 from mosaic_async_store.planner import plan_store, uses_plain_stores
-from mosaic_async_store.validate import check_flag
+from mosaic_async_store.validate import check_flag, check_ref_offset
 
-__all__ = ["async_store", "dtype_name"]
+__all__ = ["async_store", "dtype_name", "emit_plan", "emit_either"]
 
 
 def dtype_name(mlir_type: ir.Type, is_signed: bool | None) -> str:
@@ -198,17 +199,23 @@ def _emit_stores(plan, builder, addresses, barrier_addr):
 
 def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
                 swizzle=None, tiling_rank=None, optimized=True, atomic=None,
-                expect_tx=True, strategy="st.async") -> int:
+                expect_tx=True, strategy="st.async", remote_plain_ok=True) -> int:
   """Stores ``value`` asynchronously into ``ref`` (this CTA's or a peer's SMEM).
 
   Args:
     value: an ``mgpu.FragmentedArray`` held by one warpgroup (Lane semantics).
     ref: SMEM memref of the executing CTA: tiled and swizzled, or plain; any
-      strides (transposed views).  The peer's copy at the same offset is written.
+      static strides (transposed views).  The peer's copy at the same offset is
+      written.  A sliced ref's offset must keep the swizzle phase (a multiple of
+      8 rows of ``swizzle`` bytes) and the widest store's alignment; a dynamic
+      offset must be proven so by its slicing ops (``lowering/ref_offset.py``).
     barrier: an ``mgpu.BarrierRef`` (one barrier) of the executing CTA; the
       target CTA's copy receives the arrival and the tx count.
     cluster_dim, cluster_idx: the target CTA along a cluster dimension; both
-      None stores into the executing CTA's own shared memory.
+      None stores into the executing CTA's own shared memory.  A target that is
+      the executing CTA (``target.target_kind``) takes the local form; a
+      reduction whose target may be, depending on the CTA, branches at run time
+      (``emit_either``): red.async into the executing CTA is undefined.
     swizzle: 16, 32, 64, 128 or None; must match the ref's tiling.
     tiling_rank: trailing ref dims forming the tile (default: inferred).
     optimized: require a bank-conflict-free plan (else AsyncStoreError).
@@ -220,11 +227,14 @@ def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
       ``st.shared::cluster`` ordered by the release arrive; the benchmark's
       comparison point, and what a one-CTA cluster gets automatically).
       With ``expect_tx=False`` the caller orders the plain stores itself.
+    remote_plain_ok: False refuses a store into a peer that has plain pieces
+      (ordered only by the ``.release.cluster`` arrive): for callers whose
+      consumer waits with ``.acquire.cta`` (Pallas' barrier_wait before install()).
 
   Returns:
     The bytes the warpgroup writes (a Python int).
 
-  Emits ``mapa.shared::cluster.u32`` (peer only), ``st.async ... v4.b32 / v2.b32
+  Emits ``mapa.shared::cluster.u32`` (peer form only), ``st.async ... v4.b32 / v2.b32
   / b32`` or ``red.async``, plain ``st/red .shared::cluster`` for pieces no async
   form can carry, ``shfl.sync.bfly`` for sub-word packing, and
   ``mbarrier.arrive.expect_tx{.release.cluster}.shared::cluster.b64``.
@@ -238,46 +248,70 @@ def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
   barrier = _check_barrier(barrier)
   cluster = target.static_cluster_shape()
   target.check_cluster_args(cluster_dim, cluster_idx, cluster)
-  peer = cluster_dim is not None
+  kind = target.target_kind(cluster_dim, cluster_idx, cluster)
   strides, _ = ref_ty.get_strides_and_offset()
-  plain = uses_plain_stores(peer=peer, atomic=atomic, strategy=strategy,
-                            cluster_size=None if cluster is None else int(np.prod(cluster)))
-  plan = plan_store(value.layout, value.shape, dtype_name(value.mlir_dtype, value.is_signed),
-                    swizzle=swizzle, tiling_rank=tiling_rank, optimized=optimized,
-                    atomic=atomic, ref_shape=tuple(ref_ty.shape), ref_strides=tuple(strides),
-                    peer=peer, plain_stores=plain)
-  plan.verify()
+  cluster_size = None if cluster is None else int(np.prod(cluster))
+
+  def make_plan(peer):
+    plain = uses_plain_stores(peer=peer, atomic=atomic, strategy=strategy,
+                              cluster_size=cluster_size)
+    plan = plan_store(value.layout, value.shape,
+                      dtype_name(value.mlir_dtype, value.is_signed), swizzle=swizzle,
+                      tiling_rank=tiling_rank, optimized=optimized, atomic=atomic,
+                      ref_shape=tuple(ref_ty.shape), ref_strides=tuple(strides),
+                      peer=peer, plain_stores=plain)
+    plan.verify()
+    return plan
+
+  # The local form (the executing CTA's own SMEM, no mapa) where the target is
+  # always the executing CTA; the peer form where it never is, or where the
+  # peer form is defined for any target (st.async, plain st/red); both, chosen
+  # at run time, where red.async might target the executing CTA (undefined).
+  peer_plan = make_plan(True) if kind != "local" else None
+  if not remote_plain_ok and peer_plan is not None and peer_plan.needs_release_arrive:
+    raise refuse(*(("atomic", atomic) if atomic else ("strategy", strategy)
+                   if strategy == "plain" else ("dtype", peer_plan.dtype.name)),
+                 "a store into a peer that st.async/red.async complete entirely: this "
+                 f"{peer_plan.dtype.name} store puts plain st/red .shared::cluster into the "
+                 "peer, ordered only by a .release.cluster arrive, and an .acquire.cta wait "
+                 "(Pallas' barrier_wait) does not synchronize with it (PTX ISA: morally "
+                 "strong operations)",
+                 "call mosaic_async_store.pallas.install() first: its barrier_wait waits "
+                 "at cluster scope (a Mosaic kernel: wait with mas.wait and pass "
+                 "remote_plain_ok=True)")
+  local_plan = make_plan(False) if kind == "local" or (
+      kind == "either" and peer_plan.needs_other_cta) else None
+  if peer_plan is not None and local_plan is not None and not expect_tx:
+    raise refuse("expect_tx", False,
+                 "True for this store: its target may be the executing CTA at run time, "
+                 f"where plain reductions complete 0 tx bytes instead of red.async's "
+                 f"{peer_plan.async_bytes}, so no caller can announce the count",
+                 "pass expect_tx=True (the default), or a cluster_idx that is always "
+                 "another CTA, e.g. (gpu.cluster_block_id(dim) + 1) % n")
+  plans = [p for p in (local_plan, peer_plan) if p is not None]
   # An explicit strategy="plain" caller orders its own stores (a fence, a
   # barrier); otherwise plain pieces need the release arrive to be seen.
-  if not expect_tx and plan.needs_release_arrive and strategy != "plain":
+  if not expect_tx and strategy != "plain" and any(p.needs_release_arrive for p in plans):
     raise refuse("expect_tx", False,
                  "True for this store: part of it uses plain st/red .shared::cluster "
                  "that only the release arrive orders before the barrier",
                  "pass expect_tx=True (the default)")
-  return emit_plan(plan, value.registers, ref, barrier, cluster_dim, cluster_idx,
-                   cluster, expect_tx)
+  offset, step = ref_offset(ref)
+  check_ref_offset(offset, step, plans[0].dtype.bits, plans[0].geometry.swizzle,
+                   max(p.widest for p in plans))
+  if local_plan is None:
+    return emit_plan(peer_plan, value.registers, ref, barrier, cluster_dim, cluster_idx,
+                     cluster, expect_tx)
+  if peer_plan is None:
+    return emit_plan(local_plan, value.registers, ref, barrier, None, None, cluster,
+                     expect_tx)
+  return emit_either(local_plan, peer_plan, value.registers, ref, barrier, cluster_dim,
+                     cluster_idx, cluster, expect_tx)
 
 
-def emit_plan(plan, registers, ref, barrier, cluster_dim, cluster_idx, cluster, expect_tx):
-  """Emits IR for a verified plan; returns its total bytes.
-
-  Every thread of the warpgroup arrives exactly once on the target barrier
-  with the bytes its own asynchronous instructions complete (0 for threads
-  that write nothing).  Pallas initialises a barrier with 128 arrivals per
-  ``num_arrivals`` under Lane and Warpgroup semantics alike, and upstream's
-  own Warpgroup rule also arrives from every thread.
-  """
-  utils = compat.mosaic_utils()
+def _emit_form(plan, builder, base, bar, tid, expect_tx):
+  """The stores of one verified plan from ``base``, and each thread's one arrive on ``bar``."""
   i32 = ir.IntegerType.get_signless(32)
-  tid = _thread_index()
-  lane = arith.andi(tid, arith.constant(i32, 31))
-  builder = ValueBuilder(plan, registers, lane)
-  builder.run_exchanges()  # every lane must take part in the shuffles
-  base = target.smem_address(utils.memref_ptr(ref))
-  bar = target.smem_address(barrier.get_ptr())
-  if cluster_dim is not None:
-    rank = target.target_rank(cluster_dim, cluster_idx, cluster)
-    base, bar = ptx.emit_mapa(base, rank), ptx.emit_mapa(bar, rank)
   writer = _writer_predicate(plan.registers.writer, tid)
   if writer is None:
     _emit_stores(plan, builder, _emit_addresses(plan, base, tid), bar)
@@ -292,4 +326,60 @@ def emit_plan(plan, registers, ref, barrier, cluster_dim, cluster_idx, cluster, 
     if writer is not None:
       tx = arith.select(writer, tx, arith.constant(i32, 0))
     ptx.emit_arrive_expect_tx(bar, tx, release_cluster=plan.needs_release_arrive)
+
+
+def _builder(plan, registers, tid):
+  lane = arith.andi(tid, arith.constant(ir.IntegerType.get_signless(32), 31))
+  builder = ValueBuilder(plan, registers, lane)
+  builder.run_exchanges()  # every lane must take part in the shuffles
+  return builder
+
+
+def emit_plan(plan, registers, ref, barrier, cluster_dim, cluster_idx, cluster, expect_tx):
+  """Emits IR for a verified plan; returns its total bytes.
+
+  Every thread of the warpgroup arrives exactly once on the target barrier
+  with the bytes its own asynchronous instructions complete (0 for threads
+  that write nothing).  Pallas initialises a barrier with 128 arrivals per
+  ``num_arrivals`` under Lane and Warpgroup semantics alike, and upstream's
+  own Warpgroup rule also arrives from every thread.
+  """
+  utils = compat.mosaic_utils()
+  tid = _thread_index()
+  builder = _builder(plan, registers, tid)
+  base = target.smem_address(utils.memref_ptr(ref))
+  bar = target.smem_address(barrier.get_ptr())
+  if cluster_dim is not None:
+    rank = target.target_rank(cluster_dim, cluster_idx, cluster)
+    base, bar = ptx.emit_mapa(base, rank), ptx.emit_mapa(bar, rank)
+  _emit_form(plan, builder, base, bar, tid, expect_tx)
   return plan.total_bytes
+
+
+def emit_either(local_plan, peer_plan, registers, ref, barrier, cluster_dim, cluster_idx,
+                cluster, expect_tx):
+  """``scf.if (target rank == %cluster_ctarank)``: the local form, else the peer form.
+
+  For a target that is the executing CTA in some CTAs and not in others (a
+  run-time or constant ``cluster_idx``).  Each arm stores with its own plan
+  and each thread arrives once on the target barrier (the executing CTA's own
+  in the local arm) with exactly the tx bytes that arm's asynchronous
+  instructions complete: none for the local arm's plain reductions, which its
+  ``.release.cluster`` arrive orders instead.  Both plans write the same bytes.
+  """
+  assert local_plan.total_bytes == peer_plan.total_bytes
+  utils = compat.mosaic_utils()
+  tid = _thread_index()
+  builders = [_builder(p, registers, tid) for p in (local_plan, peer_plan)]
+  base = target.smem_address(utils.memref_ptr(ref))
+  bar = target.smem_address(barrier.get_ptr())
+  rank = target.target_rank(cluster_dim, cluster_idx, cluster)
+  if_op = scf.IfOp(target.is_own_rank(rank), has_else=True)
+  with ir.InsertionPoint(if_op.then_block):
+    _emit_form(local_plan, builders[0], base, bar, tid, expect_tx)
+    scf.yield_([])
+  with ir.InsertionPoint(if_op.else_block):
+    _emit_form(peer_plan, builders[1], ptx.emit_mapa(base, rank), ptx.emit_mapa(bar, rank),
+               tid, expect_tx)
+    scf.yield_([])
+  return peer_plan.total_bytes

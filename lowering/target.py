@@ -4,6 +4,11 @@ When the kernel's cluster shape is static (the enclosing ``gpu.launch`` has
 constant cluster sizes, as every Mosaic GPU kernel does), the target's linear
 rank is built from constants: for a cluster that spans only ``cluster_dim``
 it is just ``cluster_idx``, with no run-time cluster queries at all.
+
+``target_kind`` decides, before any IR is built, whether the target is the
+executing CTA ("local"), another CTA ("peer"), or either, depending on which
+CTA runs the code ("either"): ``cluster_idx`` is evaluated for every
+coordinate the executing CTA can have along ``cluster_dim``.
 """
 
 from __future__ import annotations
@@ -12,8 +17,10 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import arith, gpu, llvm
 
 from mosaic_async_store.errors import refuse, refuse_type
+from mosaic_async_store.lowering import ptx
 
-__all__ = ["static_cluster_shape", "target_rank", "smem_address"]
+__all__ = ["static_cluster_shape", "target_rank", "smem_address", "target_kind",
+           "is_own_rank", "check_cluster_args"]
 
 _CLUSTER_SEGMENTS = (7, 8, 9)  # gpu.launch operand segments: deps, grid xyz, block xyz, cluster xyz
 
@@ -99,13 +106,110 @@ def smem_address(ptr: ir.Value) -> ir.Value:
   return llvm.ptrtoint(ir.IntegerType.get_signless(32), ptr)
 
 
+def is_own_rank(rank: ir.Value) -> ir.Value:
+  """i1: ``rank`` is the executing CTA's own ``%cluster_ctarank``."""
+  return arith.cmpi(arith.CmpIPredicate.eq, _as_i32(rank), ptx.emit_cluster_ctarank())
+
+
+# The largest cluster extent along one dimension (16 CTAs with a non-portable
+# cluster size): the executing CTA's coordinate is always below it.
+_MAX_EXTENT = 16
+_OWN_COORDINATE = {"gpu.cluster_block_id": None,   # dimension from the attribute
+                   "nvvm.read.ptx.sreg.cluster.ctaid.x": 0,
+                   "nvvm.read.ptx.sreg.cluster.ctaid.y": 1,
+                   "nvvm.read.ptx.sreg.cluster.ctaid.z": 2}
+_CASTS = ("arith.index_cast", "arith.index_castui", "arith.extui", "arith.extsi",
+          "arith.trunci")
+_BINARY = {
+    "arith.addi": lambda a, b: a + b, "arith.subi": lambda a, b: a - b,
+    "arith.muli": lambda a, b: a * b, "arith.andi": lambda a, b: a & b,
+    "arith.ori": lambda a, b: a | b, "arith.xori": lambda a, b: a ^ b,
+    "arith.shli": lambda a, b: a << b if 0 <= b < 64 else None,
+    "arith.shrui": lambda a, b: a >> b if a >= 0 and 0 <= b < 64 else None,
+    "arith.remui": lambda a, b: a % b if a >= 0 and b > 0 else None,
+    "arith.remsi": lambda a, b: a % b if a >= 0 and b > 0 else None,
+    "arith.divui": lambda a, b: a // b if a >= 0 and b > 0 else None,
+    "arith.divsi": lambda a, b: a // b if a >= 0 and b > 0 else None,
+    "arith.minui": min, "arith.minsi": min, "arith.maxui": max, "arith.maxsi": max,
+}
+_CMP = {0: lambda a, b: a == b, 1: lambda a, b: a != b, 2: lambda a, b: a < b,
+        3: lambda a, b: a <= b, 4: lambda a, b: a > b, 5: lambda a, b: a >= b,
+        6: lambda a, b: a < b, 7: lambda a, b: a <= b, 8: lambda a, b: a > b,
+        9: lambda a, b: a >= b}  # arith.CmpIPredicate: eq ne slt sle sgt sge ult ule ugt uge
+
+
+def _dimension_attr(op) -> int | None:
+  text = str(op.attributes["dimension"])  # "#gpu<dim x>"
+  return {"x": 0, "y": 1, "z": 2}.get(text.rstrip(">")[-1])
+
+
+def _evaluate(value, dim: int, coordinate: int, depth: int = 0):
+  """``value`` in the CTA whose coordinate along ``dim`` is ``coordinate``, or None
+  when it is not made of constants, that coordinate and integer arithmetic."""
+  if isinstance(value, int):
+    return value
+  owner = value.owner
+  if depth > 64 or owner is None or isinstance(owner, ir.Block):
+    return None
+  op = owner.operation if hasattr(owner, "operation") else owner
+  name = op.name
+  if name == "arith.constant":
+    try:
+      return ir.IntegerAttr(op.attributes["value"]).value
+    except (ValueError, TypeError):
+      return None
+  if name in _OWN_COORDINATE:
+    own = _OWN_COORDINATE[name]
+    own = _dimension_attr(op) if own is None else own
+    return coordinate if own == dim else None
+  args = [_evaluate(v, dim, coordinate, depth + 1) for v in op.operands]
+  if None in args:
+    return None
+  if name in _CASTS:
+    return args[0]
+  if name in _BINARY:
+    return _BINARY[name](*args)
+  if name == "arith.select":
+    return args[1] if args[0] else args[2]
+  if name == "arith.cmpi":
+    pred = ir.IntegerAttr(op.attributes["predicate"]).value
+    return int(_CMP[pred](*args)) if pred in _CMP else None
+  return None
+
+
+def target_kind(cluster_dim, cluster_idx, cluster_shape) -> str:
+  """"local" (always the executing CTA), "peer" (never) or "either".
+
+  ``cluster_idx`` is evaluated for every coordinate the executing CTA can have
+  along ``cluster_dim`` (all of them when the cluster shape is static, else up
+  to the largest cluster extent): an int ``k`` is the executing CTA in CTA
+  ``k`` ("either"), ``gpu.cluster_block_id(dim)`` always ("local"),
+  ``(cluster_block_id(dim) + 1) % n`` never ("peer").  A value that is not
+  built from constants and the executing CTA's coordinate is "either".
+  """
+  if cluster_dim is None:
+    return "local"
+  dim = int(cluster_dim)
+  size = cluster_shape[dim] if cluster_shape else _MAX_EXTENT
+  if size == 1:
+    return "local"  # the only CTA along that dimension is the executing one
+  values = [_evaluate(cluster_idx, dim, x) for x in range(size)]
+  if None in values:
+    return "either"
+  if all(v == x for x, v in enumerate(values)):
+    return "local"
+  if all(v != x for x, v in enumerate(values)):
+    return "peer"
+  return "either"
+
+
 def _is_int(x) -> bool:
   import numpy as np
   return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
 def check_cluster_args(cluster_dim, cluster_idx, cluster_shape):
-  """Refuses a half-given target, ill-typed ones, and a peer store in a one-CTA cluster."""
+  """Refuses a half-given target, ill-typed ones, and an int index outside the cluster."""
   if (cluster_dim is None) != (cluster_idx is None):
     given = "cluster_dim" if cluster_idx is None else "cluster_idx"
     missing = "cluster_idx" if cluster_idx is None else "cluster_dim"
@@ -122,12 +226,9 @@ def check_cluster_args(cluster_dim, cluster_idx, cluster_shape):
     raise refuse("cluster_dim", cluster_dim, "gpu.Dimension.x, .y or .z (or 0, 1, 2)",
                  "pass a gpu.Dimension")
   _check_cluster_idx(cluster_idx)
-  if cluster_shape is not None and cluster_shape[dim] == 1:
-    raise refuse("cluster_dim", cluster_dim,
-                 f"a dimension along which the cluster {cluster_shape} has more "
-                 "than one CTA (st.async into a cluster of one CTA is undefined)",
-                 "launch with cluster > 1 along that dimension, or store into "
-                 "this CTA's own memory (omit cluster_dim and cluster_idx)")
+  # A dimension of one CTA is accepted: its only CTA is the executing one, so
+  # the store takes the local form (target_kind), which is defined even where
+  # st.async is not (a cluster of one CTA: plain st.shared).
   if _is_int(cluster_idx) and cluster_shape is not None and not (
       0 <= cluster_idx < cluster_shape[dim]):
     raise refuse("cluster_idx", cluster_idx, f"0 <= cluster_idx < {cluster_shape[dim]}",

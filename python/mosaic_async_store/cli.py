@@ -25,7 +25,7 @@ import sys
 from typing import Sequence
 
 import mosaic_async_store
-from mosaic_async_store.config import LAYOUT_NAMES, StoreConfig
+from mosaic_async_store.config import LAYOUT_NAMES, TARGETS, StoreConfig
 from mosaic_async_store.dtypes import SUPPORTED_DTYPE_NAMES, as_dtype
 from mosaic_async_store.errors import AsyncStoreError
 from mosaic_async_store.ptx_forms import ATOMIC_OPS
@@ -109,14 +109,18 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
                  f"{', '.join(LAYOUT_NAMES)} (default {d.layout})")
   p.add_argument("--swizzle", type=_swizzle, default=d.swizzle,
                  help=f"SMEM swizzle in bytes: 16, 32, 64, 128 or none (default {d.swizzle})")
-  p.add_argument("--target", choices=("peer", "local"), default=d.target,
-                 help="store into a peer CTA of the cluster or into the own CTA "
-                 f"(default {d.target})")
+  p.add_argument("--target", choices=TARGETS, default=d.target,
+                 help="store into a peer CTA of the cluster, into the own CTA, or "
+                 "(cta0, with --atomic) every CTA reduces into CTA 0, which branches at "
+                 f"run time on whether the target is itself (default {d.target})")
   p.add_argument("--cluster", type=int, default=d.cluster,
                  help=f"CTAs in the cluster along x, 1..16 (default {d.cluster})")
   p.add_argument("--atomic", choices=ATOMIC_OPS, default=d.atomic,
                  help="reduce into the destination with this op (red.async) "
                  "instead of storing")
+  p.add_argument("--offset-rows", type=int, default=d.offset_rows, metavar="N",
+                 help="store into a slice of a larger SMEM ref that starts N rows in "
+                 "(whole swizzle tiles; default 0)")
   p.add_argument("--transposed", action="store_true",
                  help="store through a transposed (column-major) view of the ref")
   p.add_argument("--unoptimized", action="store_true",
@@ -158,7 +162,8 @@ def _config(args: argparse.Namespace) -> StoreConfig:
     return StoreConfig(
         dtype=args.dtype, shape=args.shape, layout=args.layout, swizzle=args.swizzle,
         target=args.target, cluster=args.cluster, atomic=args.atomic,
-        transposed=args.transposed, optimized=not args.unoptimized, impl=args.impl)
+        transposed=args.transposed, optimized=not args.unoptimized, impl=args.impl,
+        offset_rows=args.offset_rows)
   except (AsyncStoreError, TypeError) as e:
     raise _Refusal(str(e)) from None
 

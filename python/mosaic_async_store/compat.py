@@ -138,6 +138,14 @@ def lowering_rule_table(semantics):
   return p.lowering.mosaic_lowering_rules[(semantics, p.gpu_core.PrimitiveSemantics.Warpgroup)]
 
 
+def rule_tables_with(prim) -> dict:
+  """Every Pallas MGPU rule table that has a rule for ``prim``, by (lowering,
+  primitive) semantics: Lane, Warpgroup and, where this jax registers them, the
+  Warp-primitive combinations (``LANExWARP_SEMANTICS``, ``WGxWARP_SEMANTICS``)."""
+  return {key: table for key, table in pallas_internals().lowering.mosaic_lowering_rules.items()
+          if prim in table}
+
+
 def dialect_lowering_table() -> dict:
   """Mosaic's dialect-op lowering rules, keyed by operation name."""
   return pallas_internals().dialect_lowering._lowerings

@@ -15,7 +15,12 @@ from mosaic_async_store.errors import refuse, refuse_type
 from mosaic_async_store.validate import (check_atomic_name, check_flag, check_shape,
                                         check_smem_bytes, check_swizzle, is_int)
 
-__all__ = ["StoreConfig", "LAYOUT_NAMES", "resolve_layout", "transpose_permutation"]
+__all__ = ["StoreConfig", "LAYOUT_NAMES", "TARGETS", "resolve_layout",
+           "transpose_permutation"]
+
+# "cta0": CTA c of the cluster reduces into CTA 0, CTA 0 into itself.
+TARGETS = ("peer", "local", "cta0")
+_COMMUTATIVE = ("add", "min", "max", "and", "or", "xor")
 
 # CLI name -> upstream attribute (or a factory for parametrised layouts).
 _LAYOUTS = {
@@ -79,12 +84,13 @@ class StoreConfig:
   shape: tuple[int, ...] = (64, 128)
   layout: str = "WGMMA"
   swizzle: int | None = 128
-  target: str = "peer"          # "peer" | "local"
+  target: str = "peer"          # "peer" | "local" | "cta0" (every CTA reduces into CTA 0)
   cluster: int = 2              # CTAs along x
   atomic: str | None = None
   transposed: bool = False      # store through a transposed (column-major) view
   optimized: bool = True
   impl: str = "mas"             # "mas" (this project) | "upstream"
+  offset_rows: int = 0          # store into a slice of a larger SMEM ref, this many rows in
 
   def __post_init__(self):
     check_smem_bytes(check_shape(self.shape), as_dtype(self.dtype))
@@ -98,8 +104,9 @@ class StoreConfig:
     check_atomic_name(self.atomic)
     check_flag("transposed", self.transposed)
     check_flag("optimized", self.optimized)
-    if self.target not in ("peer", "local"):
-      raise refuse("target", self.target, "peer or local", "pass --target peer|local")
+    if self.target not in TARGETS:
+      raise refuse("target", self.target, "peer, local or cta0",
+                   "pass --target peer|local|cta0")
     if self.impl not in ("mas", "upstream"):
       raise refuse("impl", self.impl, "mas or upstream", "pass --impl mas|upstream")
     if not (is_int(self.cluster) and 1 <= self.cluster <= 16):
@@ -107,17 +114,46 @@ class StoreConfig:
     if self.target == "peer" and self.cluster < 2:
       raise refuse("cluster", self.cluster, ">= 2 for a peer target",
                    "pass --cluster 2 or --target local")
+    if self.target == "cta0" and self.atomic not in _COMMUTATIVE:
+      raise refuse("atomic", self.atomic,
+                   f"one of {', '.join(_COMMUTATIVE)} for --target cta0: every CTA "
+                   "writes the same bytes of CTA 0, so only a reduction whose result "
+                   "does not depend on the order is defined",
+                   "pass --atomic add (or min, max, and, or, xor)")
+    if self.target == "cta0" and self.impl != "mas":
+      raise refuse("impl", self.impl, "mas for --target cta0 (upstream's store always "
+                   "uses red.async, undefined into the executing CTA)", "pass --impl mas")
     if self.transposed and len(self.shape) != 2:
       raise refuse("transposed", True, "2-D arrays only", "drop --transposed")
+    self._check_offset_rows()
+
+  def _check_offset_rows(self):
+    if not (is_int(self.offset_rows) and self.offset_rows >= 0):
+      raise refuse("offset_rows", self.offset_rows, "an int >= 0", "pass --offset-rows 8")
+    if not self.offset_rows:
+      return
+    if self.transposed:
+      raise refuse("offset_rows", self.offset_rows, "0 with --transposed",
+                   "drop --offset-rows or --transposed")
+    dt = as_dtype(self.dtype)
+    rows = (8 if len(self.shape) > 1 else self.swizzle * 8 // dt.bits) if self.swizzle else 1
+    if self.offset_rows % rows:
+      raise refuse("offset_rows", self.offset_rows,
+                   f"a multiple of {rows} (the rows of one swizzle tile)",
+                   f"pass --offset-rows {rows}")
+    check_smem_bytes(self.ref_alloc_shape, dt)
 
   @property
   def ref_alloc_shape(self) -> tuple[int, ...]:
     """Logical shape of the SMEM allocation (transposed views swap the dims)."""
-    return tuple(self.shape[::-1]) if self.transposed else tuple(self.shape)
+    if self.transposed:
+      return tuple(self.shape[::-1])
+    return (self.shape[0] + self.offset_rows, *self.shape[1:])
 
   def describe(self) -> str:
     return (f"{self.dtype}{list(self.shape)} {self.layout} swizzle={self.swizzle} "
             f"{self.target}{'' if self.target == 'local' else f' cluster={self.cluster}'}"
             f"{' atomic=' + self.atomic if self.atomic else ''}"
             f"{' transposed' if self.transposed else ''}"
-            f"{'' if self.optimized else ' unoptimized'} impl={self.impl}")
+            f"{'' if self.optimized else ' unoptimized'} impl={self.impl}"
+            f"{f' offset_rows={self.offset_rows}' if self.offset_rows else ''}")

@@ -19,20 +19,27 @@ from mosaic_async_store.dtypes import as_dtype
 from mosaic_async_store.geometry import RefGeometry, register_map
 from mosaic_async_store.validate import default_ref_shape
 
-__all__ = ["view_geometry", "random_codes", "pack_registers", "expected_smem",
-           "codes_to_values", "values_to_codes", "ATOMIC_REFERENCE"]
+__all__ = ["view_geometry", "view_offset_bytes", "senders", "random_codes",
+           "pack_registers", "expected_smem", "codes_to_values", "values_to_codes", "ATOMIC_REFERENCE"]
 
 
 def view_geometry(cfg: StoreConfig) -> RefGeometry:
-  """The destination ref exactly as the test kernel passes it to the store."""
+  """The destination ref exactly as the test kernel passes it to the store
+  (addresses from the view's own base, see ``view_offset_bytes``)."""
   dt = as_dtype(cfg.dtype)
-  alloc, rank = default_ref_shape(cfg.ref_alloc_shape, dt, cfg.swizzle)
+  shape = cfg.ref_alloc_shape if cfg.transposed else tuple(cfg.shape)
+  alloc, rank = default_ref_shape(shape, dt, cfg.swizzle)
   strides = [math.prod(alloc[i + 1:]) for i in range(len(alloc))]
   if cfg.transposed:
     perm = transpose_permutation(len(alloc), cfg.swizzle)
     alloc, strides = [alloc[p] for p in perm], [strides[p] for p in perm]
   return RefGeometry(tuple(cfg.shape), tuple(alloc), tuple(strides), rank, cfg.swizzle,
                      dt.bits)
+
+
+def view_offset_bytes(cfg: StoreConfig) -> int:
+  """Where the view starts in the SMEM allocation: ``offset_rows`` whole rows in."""
+  return cfg.offset_rows * math.prod(cfg.shape[1:]) * as_dtype(cfg.dtype).bits // 8
 
 
 def _bits_of(codes: np.ndarray, bits: int) -> np.ndarray:
@@ -115,23 +122,30 @@ ATOMIC_REFERENCE = {
 }
 
 
+def senders(cfg: StoreConfig, c: int) -> list[int]:
+  """The CTAs whose store lands in CTA ``c``, in the order they are reduced."""
+  n = cfg.cluster
+  if cfg.target == "cta0":  # every CTA reduces into CTA 0 (commutative ops only)
+    return list(range(n)) if c == 0 else []
+  return [c if cfg.target == "local" else (c - 1) % n]
+
+
 def expected_smem(cfg: StoreConfig, codes_per_cta: list[np.ndarray],
                   init: np.ndarray) -> np.ndarray:
   """Every CTA's SMEM bytes after the store (``init`` is CTA-major bytes)."""
   geom = view_geometry(cfg)
-  pos = _element_bit_positions(geom)
-  n = cfg.cluster
-  per_cta = init.reshape(n, -1)
+  pos = _element_bit_positions(geom) + 8 * view_offset_bytes(cfg)
+  per_cta = init.reshape(cfg.cluster, -1)
   out = []
-  for c in range(n):
-    sender = c if cfg.target == "local" else (c - 1) % n
-    codes = codes_per_cta[sender]
-    if cfg.layout.upper() == "SPLAT":
-      codes = np.full_like(codes, codes[0])
+  for c in range(cfg.cluster):
     bits = np.unpackbits(per_cta[c], bitorder="little")
-    if cfg.atomic is not None:
-      old = (bits[pos].astype(np.uint64) << np.arange(geom.bits, dtype=np.uint64)).sum(-1)
-      codes = _reduce(cfg.atomic, old, codes, cfg.dtype)
-    bits[pos] = _bits_of(codes[:, None], geom.bits).reshape(pos.shape)
+    for sender in senders(cfg, c):
+      codes = codes_per_cta[sender]
+      if cfg.layout.upper() == "SPLAT":
+        codes = np.full_like(codes, codes[0])
+      if cfg.atomic is not None:
+        old = (bits[pos].astype(np.uint64) << np.arange(geom.bits, dtype=np.uint64)).sum(-1)
+        codes = _reduce(cfg.atomic, old, codes, cfg.dtype)
+      bits[pos] = _bits_of(codes[:, None], geom.bits).reshape(pos.shape)
     out.append(np.packbits(bits, bitorder="little"))
   return np.concatenate(out)

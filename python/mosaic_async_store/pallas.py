@@ -1,13 +1,13 @@
 """Pallas MGPU face of the project (``from mosaic_async_store import pallas as mas_pallas``).
 
     mas_pallas.async_store_smem(src, ref, barrier, cluster_idx=..., cluster_dim="x")
-    mas_pallas.install()     # upstream's plgpu.async_store_smem now uses this project
-    mas_pallas.uninstall()
+    mas_pallas.install()     # upstream's plgpu.async_store_smem now uses this project,
+    mas_pallas.uninstall()   # and plgpu.barrier_wait acquires at cluster scope
 
 Barriers follow Pallas' conventions: allocate ``plgpu.Barrier(num_arrivals=n)``
 with ``n`` = the number of warpgroup stores that land per phase, under either
-lowering semantics (Lane: each thread arrives once and Pallas multiplies the
-count by 128; Warpgroup: one arrival per warpgroup).
+lowering semantics: Pallas initialises it with ``n * 128`` arrivals, and every
+thread of the storing warpgroup arrives once, announcing its own bytes.
 """
 
 from __future__ import annotations
@@ -89,10 +89,9 @@ def _check_args(p, src, ref, barrier, cluster_idx, cluster_dim, optimized, atomi
                    "a cluster axis name of the enclosing kernel (axes in scope: "
                    + ", ".join(map(repr, names)) + ")",
                    "pass one of the cluster_names given to plgpu.kernel")
-    if env.axis_size(cluster_dim) == 1:
-      raise refuse("cluster_dim", repr(cluster_dim),
-                   "an axis with more than one CTA (st.async into a cluster of one "
-                   "CTA is undefined)", "launch with cluster > 1 along that axis")
+    # An axis of one CTA is fine: the target is then the executing CTA, which
+    # the lowering stores into with the local form (no st.async where the
+    # whole cluster is one CTA, no red.async into the executing CTA).
   if isinstance(cluster_idx, (bool, np.bool_, float, str, bytes)) or cluster_idx is None:
     raise refuse_type("cluster_idx", cluster_idx, "an integer scalar (int or int32 array)",
                       'pass e.g. 1 - jax.lax.axis_index("cluster")')
@@ -107,12 +106,18 @@ def _check_args(p, src, ref, barrier, cluster_idx, cluster_dim, optimized, atomi
 
 
 def install() -> None:
-  """Routes ``plgpu.async_store_smem`` (Lane and Warpgroup) through this project. Idempotent."""
+  """Routes ``plgpu.async_store_smem`` (Lane and Warpgroup) through this project. Idempotent.
+
+  Also routes ``plgpu.barrier_wait`` (every semantics) through a wait with
+  ``.acquire.cluster`` (upstream's is ``.acquire.cta``), so stores with plain
+  pieces into a peer (e.g. float reductions), which are refused without
+  install(), become visible to the waiting CTA (docs/pallas.md).
+  """
   _rules().install()
 
 
 def uninstall() -> None:
-  """Restores upstream's lowering of ``plgpu.async_store_smem``."""
+  """Restores upstream's lowering of ``plgpu.async_store_smem`` and ``plgpu.barrier_wait``."""
   _rules().uninstall()
 
 

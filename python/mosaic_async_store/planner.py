@@ -102,6 +102,21 @@ class StorePlan:
     return any(not i.is_async for i in self.instructions)
 
   @property
+  def needs_other_cta(self) -> bool:
+    """True when the plan issues red.async, whose target must be another CTA.
+
+    PTX ISA 9.1, red.async: the destination and the mbarrier must belong to a
+    CTA that "is different from the CTA of the executing thread", else the
+    behaviour is undefined.  st.async only needs a cluster of more than one CTA.
+    """
+    return any(i.kind == "red.async" for i in self.instructions)
+
+  @property
+  def widest(self) -> int:
+    """Bytes of the widest instruction (the alignment the ref's base needs)."""
+    return max((i.width for i in self.instructions), default=1)
+
+  @property
   def instruction_counts(self) -> dict[str, int]:
     counts: dict[str, int] = {}
     for i in self.instructions:

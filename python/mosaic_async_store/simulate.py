@@ -102,13 +102,17 @@ def simulate_store(array, layout, *, swizzle=None, tiling_rank=None, atomic=None
   return out_codes.astype(width).view(array.dtype).reshape(array.shape)
 
 
-def config_plan(cfg):
+def config_plan(cfg, peer: bool | None = None):
   """The plan ``async_store`` makes in ``cfg``'s test kernel (same ref view, same
-  plain-store rule), for the CLI and the CPU reference of the runtime checks."""
+  plain-store rule), for the CLI and the CPU reference of the runtime checks.
+
+  ``peer`` picks the form for target "cta0" (CTA 0 takes the local form); by
+  default the form of every CTA but CTA 0 (the peer form)."""
   from mosaic_async_store.config import resolve_layout
   from mosaic_async_store.planner import plan_store, uses_plain_stores
   view = hostdata.view_geometry(cfg)
-  peer = cfg.target == "peer"
+  if peer is None:
+    peer = cfg.target != "local"
   return plan_store(resolve_layout(cfg.layout, cfg.shape, cfg.dtype), cfg.shape, cfg.dtype,
                     swizzle=cfg.swizzle, optimized=cfg.optimized, atomic=cfg.atomic,
                     ref_shape=view.ref_shape, ref_strides=view.strides, peer=peer,
@@ -121,21 +125,25 @@ def execute_config(cfg, src: np.ndarray, init: np.ndarray) -> np.ndarray:
 
   ``src`` and ``init`` are the kernel's inputs (``hostdata.pack_registers`` and
   the initial SMEM, CTA-major); CTA ``c`` stores into ``(c + 1) % cluster``
-  (or itself for a local target), as the kernel does.
+  (or itself for a local target, CTA 0 for "cta0"), as the kernel does.
   """
-  plan = config_plan(cfg)
-  regs = plan.source_registers
+  plans = {peer: config_plan(cfg, peer) for peer in (
+      (True, False) if cfg.target == "cta0" else (cfg.target == "peer",))}
+  first_plan = next(iter(plans.values()))
+  regs = first_plan.source_registers
   src = src.reshape(cfg.cluster, -1)
   out = np.array(init, dtype=np.uint8).reshape(cfg.cluster, -1)
+  start = hostdata.view_offset_bytes(cfg)
   for c in range(cfg.cluster):
     if regs.splat:  # the kernel broadcasts the first element into every register
-      nbits = plan.dtype.bits
+      nbits = first_plan.dtype.bits
       first = np.unpackbits(src[c][:max(1, nbits // 8)], bitorder="little")[:nbits]
       code = (first.astype(np.uint64) << np.arange(nbits, dtype=np.uint64)).sum()
       bits = hostdata._bits_of(np.full(regs.elements.shape, code, np.uint64), nbits)
       register_bytes = np.packbits(bits, axis=-1, bitorder="little")
     else:
       register_bytes = src[c].reshape(128, regs.num_registers, -1)
-    dest = c if cfg.target == "local" else (c + 1) % cfg.cluster
-    out[dest] = execute_plan(plan, register_bytes, out[dest])
+    dest = {"local": c, "cta0": 0}.get(cfg.target, (c + 1) % cfg.cluster)
+    plan = plans.get(dest != c, first_plan)
+    out[dest, start:] = execute_plan(plan, register_bytes, out[dest, start:])
   return out.reshape(-1)

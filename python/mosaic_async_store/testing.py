@@ -52,8 +52,11 @@ def print_stats(name: str, **cfg) -> None:
 
 
 def pallas_store_kernel(*, dtype="bfloat16", shape=(64, 128), swizzle=128, semantics="lane",
-                        atomic=None, api="mas", transposed=False, optimized=True):
-  """A 2-CTA Pallas MGPU kernel in which each CTA stores into the other's SMEM.
+                        atomic=None, api="mas", transposed=False, optimized=True,
+                        target="peer"):
+  """A 2-CTA Pallas MGPU kernel in which each CTA stores into the other's SMEM
+  (``target="cta0"``: both CTAs store into CTA 0's, ``cluster_idx=0``; for lowering
+  checks only, its barrier still expects one warpgroup's arrivals).
 
   ``api`` picks ``mas_pallas.async_store_smem`` ("mas") or upstream's
   ``plgpu.async_store_smem`` ("upstream").  Returns (kernel, input spec).
@@ -77,7 +80,7 @@ def pallas_store_kernel(*, dtype="bfloat16", shape=(64, 128), swizzle=128, seman
 
   def body(x_ref, o_ref, smem, bar):
     del o_ref
-    peer = 1 - jax.lax.axis_index("cluster")
+    peer = 0 if target == "cta0" else 1 - jax.lax.axis_index("cluster")
     if sem == plgpu.LoweringSemantics.Lane:
       x = compat.pallas_load(x_ref, layout=plgpu.Layout.WGMMA, optimized=False)
     else:

@@ -17,10 +17,13 @@ from mosaic_async_store.geometry import RefGeometry
 
 __all__ = ["plan_inputs", "check_shape", "check_swizzle", "check_atomic",
            "check_atomic_name", "check_flag", "check_smem_bytes", "check_tiling_rank",
-           "check_strides", "is_int",
-           "default_ref_shape", "SWIZZLES", "MAX_SMEM_BYTES"]
+           "check_strides", "check_ref_offset", "offset_granule", "is_int",
+           "default_ref_shape", "SWIZZLES", "MAX_SMEM_BYTES", "DYNAMIC"]
 
 SWIZZLES = (16, 32, 64, 128)
+
+# MLIR's ShapedType sentinel for a dynamic stride or offset (INT64_MIN).
+DYNAMIC = -(1 << 63)
 
 # The most shared memory one CTA can have (227 KiB on sm_90 and sm_100): a
 # destination larger than this cannot exist, in this CTA or in a peer.
@@ -182,6 +185,12 @@ def check_strides(strides, ref_shape) -> tuple[int, ...]:
     raise refuse_type("ref_strides", strides, "a tuple of ints, one per ref dim",
                       "pass the memref's strides in elements, e.g. (128, 1)")
   strides = tuple(int(s) for s in strides)
+  if DYNAMIC in strides:
+    raise refuse("ref_strides", "(" + ", ".join("?" if s == DYNAMIC else str(s)
+                                                for s in strides) + ")",
+                 "static strides: the store's addresses, swizzle and bank order are "
+                 "planned before run time",
+                 "slice the ref with static sizes and strides (a dynamic offset is fine)")
   if len(strides) != len(ref_shape):
     raise refuse("ref_strides", strides, f"{len(ref_shape)} strides (ref shape {ref_shape})",
                  "pass one per dim")
@@ -195,6 +204,54 @@ def check_strides(strides, ref_shape) -> tuple[int, ...]:
                  f"strides under which no two elements of a ref of shape {ref_shape} "
                  "share an address", "pass the strides of a real (non-overlapping) memref")
   return strides
+
+
+def offset_granule(bits: int, swizzle, widest: int) -> tuple[int, str]:
+  """(bytes, why): a ref's offset from its allocation must be a multiple of bytes.
+
+  The plan computes addresses (and the swizzle) from the ref's own base, as if
+  it sat at a swizzle atom (8 rows of ``swizzle`` bytes, where an allocation
+  starts) and were aligned for its widest store (``widest`` bytes).
+  """
+  if swizzle:
+    return 8 * swizzle, (f"the {swizzle}-byte swizzle repeats every 8 rows of {swizzle} "
+                         f"bytes; a ref that starts inside that atom is swizzled in "
+                         f"another phase than the store computes")
+  return widest, f"this store's widest instruction writes {widest} aligned bytes"
+
+
+def check_ref_offset(offset: int, step: int | None, bits: int, swizzle, widest: int) -> int:
+  """Refuses a ref whose offset breaks the swizzle phase or the stores' alignment.
+
+  The ref's run-time offset (elements) is ``offset + step * k`` for an unknown
+  integer ``k``: ``step`` 0 for a static offset, the granule of its dynamic
+  part as the slicing proves it, None when nothing is proven.  Returns the
+  required granule in bytes.
+  """
+  granule, why = offset_granule(bits, swizzle, widest)
+  per = granule * 8 // bits if granule * 8 % bits == 0 else None
+  unit = f"{granule} bytes" + (f" ({per} elements)" if per else "")
+  def nbytes(elems):
+    return f"{elems * bits // 8}" if elems * bits % 8 == 0 else f"{elems * bits / 8:g}"
+  if step is None:
+    raise refuse("ref", "a dynamic offset that is not traced to a slice of a ref with a "
+                 "static offset and strides",
+                 f"a static offset, or a dynamic one whose every value is a multiple of "
+                 f"{unit} ({why})",
+                 "slice the ref with mgpu.utils.memref_slice / memref.subview (Pallas: "
+                 f"ref.at[...]) at multiples of {unit}, or pass a statically sliced ref")
+  ok = lambda elems: elems * bits % (8 * granule) == 0  # noqa: E731
+  if ok(offset) and ok(step):
+    return granule
+  if step:
+    value = (f"a dynamic offset of {offset} + {step}*k elements ({nbytes(offset)} + "
+             f"{nbytes(step)}*k bytes)")
+  else:
+    value = f"offset {offset} elements ({nbytes(offset)} bytes)"
+  fix = (f"slice the ref at whole swizzle tiles (multiples of 8 rows of {swizzle} bytes)"
+         if swizzle else f"slice the ref at a multiple of {unit}")
+  raise refuse("ref", value, f"an offset from the allocation that is a multiple of {unit} "
+               f"({why})", fix + ", or store into a ref of its own")
 
 
 def _aliases(strides, ref_shape) -> bool:

@@ -311,6 +311,10 @@ class PtxKernel(SyncSemantics):
       return self._warp_collective(base, mods, ops, src)
     if base == "stmatrix" and mods[:4] == ["sync", "aligned", "m8n8", "x4"] and t == "b16":
       return self._stmatrix("trans" in mods, space, src[0], vals)
+    if base == "ldmatrix" and mods[:3] == ["sync", "aligned", "m8n8"] and t == "b16" and \
+       mods[3] in ("x1", "x2", "x4"):
+      dests = ops[0][1] if ops[0][0] == "vec" else [ops[0]]
+      return self._ldmatrix("trans" in mods, space, dests, src[1])
     if base in ("bar", "barrier") and mods[0] in ("sync", "aligned") and len(ops) in (1, 2):
       count = src[1] if len(ops) == 2 else None  # bar.sync id, nthreads (a named barrier)
       def bar(th, bar_id=src[0]):
@@ -411,6 +415,34 @@ class PtxKernel(SyncSemantics):
       detail += (" (they synchronised only through a release/acquire pair whose scopes do "
                  "not include each other: not morally strong)")
     raise ProtocolError("race", detail)
+
+  def _ldmatrix(self, trans, space, dests, addr):
+    """``ldmatrix.sync.aligned.m8n8.x<n>{.trans}.shared.b16 {r0..}, [p]``: a warp loads
+    n 8x8 matrices of 16-bit elements (stmatrix's inverse).  Lane ``8i + j`` gives the
+    address of row ``j`` of matrix ``i``; register ``ri`` of lane ``l`` receives row
+    ``l // 4``, columns ``2 (l % 4)`` and ``+1`` (low half first) of matrix ``i``;
+    ``.trans`` loads each matrix transposed (register row ``r`` = memory column ``r``)."""
+    puts, k = [self._set(o, 32) for o in dests], len(self.code)
+
+    def resolve(lanes):
+      rows = []                                  # rows[8 i + j]: row j of matrix i
+      for reader in lanes[:8 * len(puts)]:
+        buf, off = self._mem(reader, space, addr(reader), 16)
+        self._access(reader, buf, off, 16, write=False)
+        rows.append(bytes(buf[off:off + 16]))
+      for lane, th in enumerate(lanes):
+        for i, put in enumerate(puts):
+          word = 0
+          for half, col in enumerate((2 * (lane % 4), 2 * (lane % 4) + 1)):
+            r, c = (col, lane // 4) if trans else (lane // 4, col)   # memory row, column
+            word |= int.from_bytes(rows[8 * i + r][2 * c:2 * c + 2], "little") << (16 * half)
+          put(th, word)
+    self.collectives[k] = resolve
+
+    def block(th):
+      th.wait = ("warp", k)
+      return BLOCK
+    return block
 
   # -- memory --------------------------------------------------------------------
 

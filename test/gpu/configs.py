@@ -63,6 +63,16 @@ RUNTIME_CONFIGS = [
                                         swizzle=None, shape=(32, 64)),
     S(dtype="float32", atomic="add"), S(dtype="float16", atomic="add"),
     S(dtype="bfloat16", atomic="add", swizzle=64),
+    # every CTA reduces into CTA 0: red.async from the others, and in CTA 0 the
+    # run-time branch's local form (plain red.shared::cta; red.async into the
+    # executing CTA is undefined); CTA 0's barrier expects 128 * cluster arrivals
+    S(dtype="int32", atomic="add", target="cta0", cluster=2),
+    S(dtype="int32", atomic="add", target="cta0", cluster=4),
+    S(dtype="int32", atomic="min", target="cta0", cluster=4),
+    S(dtype="int32", atomic="max", target="cta0", cluster=1),  # statically local: no branch
+    # the store's ref is a static slice of a larger allocation (memref offset)
+    S(offset_rows=8),
+    S(dtype="float32", layout="STRIDED", swizzle=None, shape=(64, 64), offset_rows=3),
 ]
 
 

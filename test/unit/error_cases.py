@@ -129,8 +129,10 @@ PLAN = _cases("plan_store", [
 
 # Inside a 2-CTA kernel body (setup "kernel"): value (bf16 (64, 128) WGMMA array),
 # tiled (its (8, 2, 8, 64) SMEM ref for a 128-byte swizzle), plain (bf16 (64, 128)),
-# plain32 (f32 (64, 128)), gmem (a kernel argument), bar (one barrier), bars (two),
-# peer (index 1), gpu, ir, arith, mas, np.
+# plain32 (f32 (64, 128)), ivalue / plain_i32 (an int32 (64, 128) WGMMA array and
+# its ref), shifted(ref, n) (ref n elements further; None: a run-time offset), gmem
+# (a kernel argument), bar (one barrier), bars (two), peer (index 1), gpu, ir, arith,
+# mas, np.
 _X = "cluster_dim=gpu.Dimension.x"
 ASYNC = _cases("async_store", [
     ("outside-context", "mas.async_store(value, tiled, bar, swizzle=128)", "AsyncStoreError",
@@ -159,13 +161,17 @@ ASYNC = _cases("async_store", [
      "AsyncStoreError", ("cluster_idx=None", "whenever cluster_dim is given")),
     ("cluster_idx-alone", "mas.async_store(value, tiled, bar, swizzle=128, cluster_idx=peer)",
      "AsyncStoreError", ("cluster_dim=None", "whenever cluster_idx is given")),
-    ("peer-in-one-cta", f"mas.async_store(value, tiled, bar, swizzle=128, {_X}, "
-     "cluster_idx=peer)", "AsyncStoreError",
-     ("cluster_dim=", "cluster (1, 1, 1)", "undefined"), "cluster1"),
     ("ref-dtype", "mas.async_store(value, plain32, bar)", "AsyncStoreError",
      ("ref=element type f32", "bf16", "astype")),
     ("ref-shape", "mas.async_store(value, mgpu.utils.memref_slice(plain, slice(0, 32)), bar)",
      "AsyncStoreError", ("ref=shape (32, 128)", "(64, 128)")),
+    ("ref-offset-swizzle-phase", "mas.async_store(value, shifted(tiled, 64), bar, swizzle=128)",
+     "AsyncStoreError", ("ref=offset 64 elements (128 bytes)", "multiple of 1024 bytes",
+                         "whole swizzle tiles")),
+    ("ref-offset-misaligned", "mas.async_store(value, shifted(plain, 1), bar)",
+     "AsyncStoreError", ("ref=offset 1 elements (2 bytes)", "aligned bytes")),
+    ("ref-offset-dynamic", "mas.async_store(value, shifted(plain, None), bar)",
+     "AsyncStoreError", ("ref=a dynamic offset", "not traced", "memref_slice")),
     ("ref-gmem", "mas.async_store(value, gmem, bar)", "AsyncStoreError",
      ("ref=memref<128xf32>", "global memory", "shared memory")),
     ("ref-none", "mas.async_store(value, None, bar)", "TypeError", ("ref=", "None", "SMEM")),
@@ -190,6 +196,15 @@ ASYNC = _cases("async_store", [
     ("expect_tx-false-plain", f"mas.async_store(value, tiled, bar, swizzle=128, {_X}, "
      "cluster_idx=peer, atomic='add', expect_tx=False)", "AsyncStoreError",
      ("expect_tx=False", "release arrive")),
+    ("remote-plain-refused", f"mas.async_store(value, tiled, bar, swizzle=128, {_X}, "
+     "cluster_idx=peer, atomic='add', remote_plain_ok=False)", "AsyncStoreError",
+     ("atomic=add", "bfloat16", ".acquire.cta", "install() first")),
+    ("remote-plain-refused-strategy", f"mas.async_store(value, tiled, bar, swizzle=128, "
+     f"{_X}, cluster_idx=peer, strategy='plain', remote_plain_ok=False)", "AsyncStoreError",
+     ("strategy=plain", ".release.cluster arrive")),
+    ("expect_tx-false-either", f"mas.async_store(ivalue, plain_i32, bar, {_X}, "
+     "cluster_idx=0, atomic='add', expect_tx=False)", "AsyncStoreError",
+     ("expect_tx=False", "executing CTA at run time", "always another CTA")),
     ("atomic-int", "mas.async_store(value, tiled, bar, swizzle=128, atomic=1)", "TypeError",
      ("atomic=", "1")),
     ("atomic-bf16-min", f"mas.async_store(value, tiled, bar, swizzle=128, {_X}, "
@@ -212,8 +227,6 @@ PALLAS = _cases("pallas", [
      ("cluster_dim='nope'", "'cluster'")),
     ("cluster_dim-list", "store(cluster_dim=['cluster'])", "TypeError",
      ("cluster_dim=", "['cluster']")),
-    ("cluster-of-one", "store(cluster=1, cluster_idx=0)", "AsyncStoreError",
-     ("cluster_dim='cluster'", "more than one CTA")),
     ("cluster_idx-float", "store(cluster_idx=1.5)", "TypeError", ("cluster_idx=", "1.5")),
     ("cluster_idx-f32-array", "store(cluster_idx=lambda peer: peer.astype(jnp.float32))",
      "TypeError", ("cluster_idx=", "float32")),
@@ -227,6 +240,8 @@ PALLAS = _cases("pallas", [
      ("barrier holds 2 barriers", "barrier.at[0]")),
     ("installed-upstream-float-min", "store(api='upstream', atomic='min', dtype='float32')",
      "AsyncStoreError", ("atomic=min", "float32 only add")),
+    ("float-add-without-install", "store(atomic='add', dtype='float32')", "AsyncStoreError",
+     ("atomic=add", ".release.cluster arrive", ".acquire.cta", "install() first")),
 ])
 
 # toolchain, mas, with_env(var, value, fn), dialect_module() (a Warpgroup Pallas
@@ -263,6 +278,10 @@ CLI = _cases("cli", [
     ("target", "compile --target remote", "exit 2", ("target", "remote")),
     ("cluster-zero", "compile --target local --cluster 0", "exit 2", ("cluster=0", "1..16")),
     ("cluster-peer-of-one", "compile --cluster 1", "exit 2", ("cluster=1", "--target local")),
+    ("target-cta0-store", "compile --target cta0 --emit plan", "exit 2",
+     ("atomic=None", "cta0", "--atomic add")),
+    ("offset-rows-in-tile", "compile --offset-rows 3 --emit plan", "exit 2",
+     ("offset_rows=3", "multiple of 8")),
     ("atomic-unknown", "compile --atomic mul", "exit 2", ("atomic", "mul")),
     ("atomic-float-min", "compile --dtype f32 --atomic min --emit plan", "exit 2",
      ("atomic=min", "float32")),

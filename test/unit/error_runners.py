@@ -27,18 +27,23 @@ def _kernel_namespace(cluster: int, use):
   scratch = (jax.ShapeDtypeStruct((8, 2, 8, 64), _BF16),   # (64, 128) tiled for 128B swizzle
              jax.ShapeDtypeStruct((64, 128), _BF16),
              jax.ShapeDtypeStruct((64, 128), jnp.float32),
+             jax.ShapeDtypeStruct((64, 128), jnp.int32),
              mgpu.Barrier(arrival_count=128, num_barriers=1),
              mgpu.Barrier(arrival_count=128, num_barriers=2))
   out = {}
 
   def body(ctx, gmem, out_ref, s):
     del ctx, out_ref
-    tiled, plain, plain32, bar, bars = s
+    tiled, plain, plain32, plain_i32, bar, bars = s
     value = fa.FragmentedArray.splat(arith.constant(ir.BF16Type.get(), 1.0), (64, 128),
                                      fa.WGMMA_LAYOUT)
+    i32 = ir.IntegerType.get_signless(32)
+    ivalue = fa.FragmentedArray.splat(arith.constant(i32, 1), (64, 128), fa.WGMMA_LAYOUT,
+                                      is_signed=True)
     ns = dict(mas=mas, np=np, gpu=gpu, ir=ir, arith=arith, mgpu=mgpu, value=value,
-              tiled=tiled, plain=plain, plain32=plain32, gmem=gmem, bar=bar[0], bars=bars,
-              peer=arith.constant(ir.IndexType.get(), 1))
+              ivalue=ivalue, tiled=tiled, plain=plain, plain32=plain32, plain_i32=plain_i32,
+              gmem=gmem, bar=bar[0], bars=bars, peer=arith.constant(ir.IndexType.get(), 1),
+              shifted=_shifted)
     out["result"] = use(ns)
 
   spec = jax.ShapeDtypeStruct((128,), jnp.float32)
@@ -47,6 +52,21 @@ def _kernel_namespace(cluster: int, use):
                                          scratch, cluster=(cluster, 1, 1))
   # The values in the namespace die with the module: it must outlive their use.
   return out["result"], (context, module)
+
+
+def _shifted(ref, offset):
+  """``ref`` with the same shape and strides at ``offset`` elements further (an int)
+  or at a dynamic offset (``offset=None``: a run-time value nothing traces)."""
+  from jaxlib.mlir.dialects import memref
+  ty = ir.MemRefType(ref.type)
+  strides, _ = ty.get_strides_and_offset()
+  dynamic = ir.ShapedType.get_dynamic_stride_or_offset()
+  layout = ir.StridedLayoutAttr.get(dynamic if offset is None else offset, strides)
+  new_ty = ir.MemRefType.get(ty.shape, ty.element_type, layout, ty.memory_space)
+  offsets = [] if offset is not None else [gpu.thread_id(gpu.Dimension.y)]
+  return memref.reinterpret_cast(new_ty, ref, offsets, [], [],
+                                 static_offsets=[dynamic if offset is None else offset],
+                                 static_sizes=list(ty.shape), static_strides=list(strides))
 
 
 def run_async_store(case) -> dict:

@@ -47,9 +47,42 @@ def test_unsigned_max_stays_unsigned():
 
 @pytest.mark.parametrize("semantics", ["lane", "warpgroup"])
 def test_float_add_goes_through_plain_red_and_release_arrive(semantics):
-  stores = _stores(dtype="float32", atomic="add", semantics=semantics)
+  mas_pallas.install()  # without it the store is refused (test_pallas_runtime_lowers.py)
+  jax.clear_caches()
+  compiled = toolchain.compile_module(pallas_module(dtype="float32", atomic="add",
+                                                    semantics=semantics))
+  stores = compiled.stats.stores
   assert stores.get("red.relaxed.cluster.shared::cluster.add.f32") == 64, stores
   assert stores.get("mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64") == 1
+  # the wait that acquires what that release publishes
+  assert compiled.ptx.count("mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64") == 1
+  assert "mbarrier.try_wait.parity.shared.b64" not in compiled.ptx
+
+
+def test_install_reroutes_barrier_wait_everywhere_upstream_registers_it():
+  """Lane, Warpgroup and the Warp-primitive combinations; uninstall() restores."""
+  prim = compat.pallas_internals().primitives.barrier_wait_p
+  before = {k: t[prim] for k, t in compat.rule_tables_with(prim).items()}
+  assert len(before) >= 2
+  mas_pallas.install()
+  mas_pallas.install()
+  during = {k: t[prim] for k, t in compat.rule_tables_with(prim).items()}
+  assert during.keys() == before.keys()
+  assert all(during[k] is not before[k] for k in before)
+  mas_pallas.uninstall()
+  assert {k: t[prim] for k, t in compat.rule_tables_with(prim).items()} == before
+
+
+def test_tensor_core_barriers_keep_upstreams_wait():
+  import types
+  from mosaic_async_store.lowering.pallas_rules import _cluster_wait_rule
+  calls = []
+  rule = _cluster_wait_rule(lambda *a, **k: calls.append((a, k)) or ())
+  dtype = types.SimpleNamespace(orders_tensor_core=True)
+  ctx = types.SimpleNamespace(avals_in=[types.SimpleNamespace(
+      inner_aval=types.SimpleNamespace(dtype=dtype))])
+  assert rule(ctx, "barrier", transforms_treedef=None) == ()
+  assert calls == [((ctx, "barrier"), {"transforms_treedef": None})]
 
 
 def test_upstream_warpgroup_signed_min_bug_is_real():

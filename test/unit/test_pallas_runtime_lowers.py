@@ -6,6 +6,7 @@ project's lowering rules, Mosaic GPU's lowering into a ``mosaic_gpu_v2``
 custom call), so a kernel that cannot be built fails without a GPU.
 """
 
+import dataclasses
 import re
 
 import jax
@@ -13,13 +14,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import mosaic_async_store as mas
 from mosaic_async_store import pallas as mas_pallas
 from mosaic_async_store.lowering import pallas_run
 
 
-@pytest.mark.parametrize("case", pallas_run.PALLAS_CASES, ids=lambda c: c.describe())
-def test_pallas_runtime_kernel_lowers_for_cuda(case):
-  if case.api == "upstream":
+def _lower(case):
+  if case.installs:
     mas_pallas.install()
   try:
     kernel, out = pallas_run.roundtrip_kernel(case)
@@ -27,8 +28,14 @@ def test_pallas_runtime_kernel_lowers_for_cuda(case):
     text = jax.jit(kernel).trace(jnp.asarray(x), jnp.asarray(init)).lower(
         lowering_platforms=("cuda",)).as_text()
   finally:
-    if case.api == "upstream":
+    if case.installs:
       mas_pallas.uninstall()
+  return text, out
+
+
+@pytest.mark.parametrize("case", pallas_run.PALLAS_CASES, ids=lambda c: c.describe())
+def test_pallas_runtime_kernel_lowers_for_cuda(case):
+  text, out = _lower(case)
   assert re.findall(r"stablehlo\.custom_call @(\w+)", text) == ["mosaic_gpu_v2"]
   # the kernel returns both CTAs' SMEM in its allocated (possibly transposed) shape
   rows, cols = case.shape[::-1] if case.transposed else case.shape
@@ -49,3 +56,29 @@ def test_inputs_are_never_zero_and_expectations_follow_the_op():
   x, init = pallas_run.make_inputs(plain)
   assert np.array_equal(pallas_run.expected(plain, x, init)[1].view(np.uint16),
                         x[0].T.view(np.uint16))
+
+
+@pytest.mark.parametrize("semantics", ["lane", "warpgroup"])
+def test_float_add_into_peer_is_refused_without_install(semantics):
+  """The f32 add case without install(): its plain red.shared::cluster is ordered
+  by a .release.cluster arrive that Pallas' .acquire.cta wait does not acquire."""
+  case = pallas_run.PallasCase("float32", semantics, atomic="add", shape=(64, 64))
+  assert not case.installs
+  with pytest.raises(mas.AsyncStoreError) as err:
+    _lower(case)
+  assert err.value.param == "atomic" and err.value.value == "add"
+  message = str(err.value)
+  assert "float32" in message and ".acquire.cta" in message and "morally strong" in message
+  assert ("call mosaic_async_store.pallas.install() first: its barrier_wait waits at "
+          "cluster scope") in message
+  assert not mas_pallas.is_installed()
+  text, _ = _lower(dataclasses.replace(case, install=True))   # and install() lowers it
+  assert "mosaic_gpu_v2" in text
+
+
+def test_installs_follows_the_case():
+  assert pallas_run.PallasCase("bfloat16", "lane", api="upstream").installs
+  assert pallas_run.PallasCase("float32", "lane", install=True).installs
+  assert not pallas_run.PallasCase("float32", "lane").installs
+  adds = [c for c in pallas_run.PALLAS_CASES if c.atomic == "add"]
+  assert adds and all(c.installs for c in adds)

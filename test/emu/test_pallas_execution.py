@@ -1,0 +1,154 @@
+"""Proof without a GPU for the Pallas runtime kernels (lowering/pallas_run.py).
+
+Every case of ``pallas_run.PALLAS_CASES`` (Lane and Warpgroup semantics, this
+project's primitive and upstream's through ``install()``, plain stores and
+reductions) is lowered by Pallas on the CPU (``pallas_capture``), compiled to
+PTX by the deviceless toolchain and executed over every thread of a 2-CTA
+cluster by ``ptx_interp.py``, under each schedule of ``ptx_memory.SCHEDULES``,
+with the inputs of ``pallas_run.make_inputs``.  The bytes left in ``out`` must
+equal ``pallas_run.expected`` exactly; every memory-ordering rule is checked.
+(The kernel's grid has 2 clusters; both compute the same bytes, one is run.)
+
+Kernel parameters.  Pallas passes its kernel the GMEM refs ``x``, ``init``
+(arguments) and ``out`` (the output) as memref descriptors: allocated and
+aligned pointer, offset, sizes, strides, i.e. 3 + 2 * rank 8-byte ``.param``s
+in the PTX (9 for these rank-3 buffers).  Mosaic outlines the ``gpu.launch``
+body, and the outlined kernel takes the memrefs it captures in order of first
+use in that body.  In the module each one is an ``unrealized_conversion_cast``
+to a memref tagged ``mosaic_gpu.from_kernel_arg_idx = i`` (0: x, 1: init,
+2: out); ``_kernel_args`` orders them by their first use after ``gpu.launch``.
+Reductions read ``init`` first (init, x, out: 27 params); plain stores never
+read ``init``, which then is no parameter at all (x, out: 18 params).  The PTX
+confirms the structure: its ``.param`` count is 9 per descriptor (the
+interpreter refuses any other count, saying what it expected), and it reads
+only the aligned pointers (param 9k + 1) with ``ld.param``.  A wrong order
+faults on bounds or mismatches (``test_wrong_parameter_order_is_caught``).
+
+SMEM: the ``dynamic_shared_memory_size`` of the ``gpu.launch`` (the buffer
+plus the 8-byte barrier), read from the module rather than assumed.
+"""
+
+import functools
+import pathlib
+import re
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from mosaic_async_store import pallas as mas_pallas
+from mosaic_async_store import toolchain
+from mosaic_async_store.lowering import pallas_run
+from mosaic_async_store.pallas_capture import (lower_pallas_to_mosaic_modules,
+                                               lower_warpgroup_dialect)
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from ptx_interp import Memref, PtxKernel  # noqa: E402
+from ptx_memory import SCHEDULES, ProtocolError  # noqa: E402
+
+CASES = pallas_run.PALLAS_CASES
+CLUSTER_WAIT = "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64"
+
+
+def _kernel_args(mlir: str) -> list[int]:
+  """Indices (0: x, 1: init, 2: out) of the kernel's memref parameters, in order."""
+  casts = re.findall(r"(%\w+) = builtin\.unrealized_conversion_cast %\w+ : [^\n]* to "
+                     r"memref<[^\n]*mosaic_gpu\.from_kernel_arg_idx = (\d+)", mlir)
+  body = mlir[mlir.index("gpu.launch"):]
+  uses = [(m.start(), int(i)) for v, i in casts
+          if (m := re.search(re.escape(v) + r"\b", body))]
+  return [i for _, i in sorted(uses)]
+
+
+def _smem_bytes(mlir: str) -> int:
+  value = re.search(r"gpu\.launch .*dynamic_shared_memory_size (%\w+)", mlir).group(1)
+  return int(re.search(re.escape(value) + r" = arith\.constant (\d+)", mlir).group(1))
+
+
+@functools.lru_cache(maxsize=None)
+def _lowered(case):
+  """(ptx, kernel_args, smem_bytes) of ``case``'s kernel (built as run_case builds it)."""
+  if case.installs:
+    mas_pallas.install()
+  try:
+    kernel, _ = pallas_run.roundtrip_kernel(case)
+    x, init = pallas_run.make_inputs(case)
+    [module] = lower_pallas_to_mosaic_modules(
+        kernel, jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct(init.shape,
+                                                                             init.dtype))
+  finally:
+    if case.installs:
+      mas_pallas.uninstall()
+  if case.semantics == "warpgroup":
+    module = lower_warpgroup_dialect(module)
+  mlir = str(module)
+  return toolchain.compile_module(module).ptx, tuple(_kernel_args(mlir)), _smem_bytes(mlir)
+
+
+def run_case(case, ptx, args, smem_bytes, schedule=0):
+  """Runs ``ptx`` as ``case``'s kernel; returns (out bytes, want bytes, interpreter)."""
+  x, init = pallas_run.make_inputs(case)
+  want = pallas_run.expected(case, x, init)
+  out0 = np.full(want.nbytes, 0xA5, np.uint8).view(want.dtype).reshape(want.shape)
+  buffers = [x, init, out0]   # bytes the kernel never writes show as 0xA5
+  kernel = PtxKernel(ptx)
+  got = kernel.launch([Memref(buffers[i]) for i in args], cluster=2, smem_bytes=smem_bytes,
+                      schedule=schedule)
+  return got[args.index(2)], want.reshape(-1).view(np.uint8), kernel
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: f"schedule{s}")
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.describe())
+def test_pallas_kernel_stores_exact_bytes(case, schedule):
+  ptx, args, smem_bytes = _lowered(case)
+  params = re.findall(r"\.param \.u64 (?:\.ptr \.align \d+ )?\w+_param_(\d+)", ptx)
+  assert len(params) == 9 * len(args) and sorted(args) == ([0, 1, 2] if case.atomic else [0, 2])
+  loaded = {int(k) for k in re.findall(r"ld\.param\.b64\s+%rd\d+, \[\w+_param_(\d+)\]", ptx)}
+  assert loaded == {9 * k + 1 for k in range(len(args))}   # the aligned pointers only
+  out, want, kernel = run_case(case, ptx, args, smem_bytes, schedule)
+  bad = np.flatnonzero(out != want)
+  assert bad.size == 0, (f"{bad.size} bytes differ, first at {bad[:8].tolist()}: "
+                         f"got {out[bad[:8]].tolist()} want {want[bad[:8]].tolist()}")
+  assert kernel.timeouts == 0 and not kernel.calls
+  assert (CLUSTER_WAIT in ptx) == case.installs   # install() also reroutes barrier_wait
+
+
+# -- the check must be able to fail --------------------------------------------
+
+
+def _case(**kw):
+  return next(c for c in CASES if all(getattr(c, k) == v for k, v in kw.items()))
+
+
+def test_wrong_parameter_order_is_caught():
+  case = _case(semantics="lane", dtype="bfloat16", api="mas", swizzle=128)
+  ptx, args, smem_bytes = _lowered(case)
+  out, want, _ = run_case(case, ptx, args[::-1], smem_bytes)
+  assert np.count_nonzero(out != want) > 0
+
+
+@pytest.mark.parametrize("semantics", ["lane", "warpgroup"])
+def test_reduction_without_cluster_sync_is_caught(semantics):
+  """Without the cluster barrier after the SMEM initialisation, the peer's
+  reductions race with the CTA's own init stores."""
+  case = _case(semantics=semantics, dtype="int32", atomic="min", api="mas")
+  ptx, args, smem_bytes = _lowered(case)
+  sync = "barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;"
+  assert ptx.count(sync) == 1
+  with pytest.raises(ProtocolError):
+    run_case(case, ptx.replace(sync, ""), args, smem_bytes)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES[:2])
+def test_float_add_with_cta_scope_wait_is_caught(schedule):
+  """The f32 add's plain red.shared::cluster is ordered by a .release.cluster
+  arrive; upstream's wait (.acquire.cta) does not synchronize with it, which is
+  why the store is refused without install()."""
+  case = _case(dtype="float32", atomic="add")
+  ptx, args, smem_bytes = _lowered(case)
+  assert ptx.count(CLUSTER_WAIT) == 1
+  cta_wait = ptx.replace(CLUSTER_WAIT, "mbarrier.try_wait.parity.shared::cta.b64")
+  with pytest.raises(ProtocolError) as err:
+    run_case(case, cta_wait, args, smem_bytes, schedule)
+  assert err.value.rule == "race"
