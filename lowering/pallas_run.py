@@ -1,14 +1,14 @@
 """Runtime checks of the Pallas primitive: Lane and Warpgroup kernels on a GPU.
 
-Each check is a 2-CTA Pallas MGPU kernel.  CTA ``c`` loads its own slice of
-``x`` from GMEM and stores it, with ``async_store_smem``, into CTA ``1 - c``'s
-SMEM.  It then waits on its own barrier for what its peer sent and copies its
-SMEM back to GMEM through registers (no TMA: the kernels also run in the PTX
-interpreter, test/emu/test_pallas_execution.py).  For a reduction, each CTA
-first fills its SMEM from ``init`` through registers, then every thread of the
-cluster fences and synchronises (``_cluster_sync``), so the peer reduces into
-known values.  The host compares every element with
-NumPy (random data, never 0).
+Each check is a Pallas MGPU kernel of one 2-CTA cluster.  CTA ``c`` loads its
+own slice of ``x`` from GMEM and stores it, with ``async_store_smem``, into CTA
+``1 - c``'s SMEM.  It then waits on its own barrier for what its peer sent and
+copies its SMEM back to GMEM through registers (no TMA: the kernels also run in
+the PTX interpreter, test/emu/test_pallas_execution.py).  For a reduction, each
+CTA first fills its SMEM from ``init`` through registers, then every thread of
+the cluster fences and synchronises (``_cluster_sync``), so the peer reduces
+into known values.  The host compares every element with NumPy (random data,
+never 0).
 
 Used by test/gpu/test_pallas_runtime.py (in a subprocess with a timeout: a
 Pallas barrier wait has no time limit) and, without a GPU, by
@@ -137,7 +137,7 @@ def roundtrip_kernel(case: PallasCase):
 
   out = jax.ShapeDtypeStruct((2, *alloc), dt.numpy)
   kernel = plgpu.kernel(
-      body, out_type=out, grid=(2,), grid_names=("g",), cluster=(2,),
+      body, out_type=out, grid=(1,), grid_names=("g",), cluster=(2,),
       cluster_names=("cluster",),
       scratch_types=[plgpu.SMEM(alloc, dt.numpy, transforms=transforms),
                      plgpu.Barrier(num_arrivals=1, num_barriers=1)],

@@ -7,7 +7,7 @@ PTX by the deviceless toolchain and executed over every thread of a 2-CTA
 cluster by ``ptx_interp.py``, under each schedule of ``ptx_memory.SCHEDULES``,
 with the inputs of ``pallas_run.make_inputs``.  The bytes left in ``out`` must
 equal ``pallas_run.expected`` exactly; every memory-ordering rule is checked.
-(The kernel's grid has 2 clusters; both compute the same bytes, one is run.)
+The kernel's launch is exactly that cluster (``grid=(1,)``, ``cluster=(2,)``).
 
 Kernel parameters.  Pallas passes its kernel the GMEM refs ``x``, ``init``
 (arguments) and ``out`` (the output) as memref descriptors: allocated and
@@ -61,9 +61,12 @@ def _kernel_args(mlir: str) -> list[int]:
   return [i for _, i in sorted(uses)]
 
 
-def _smem_bytes(mlir: str) -> int:
-  value = re.search(r"gpu\.launch .*dynamic_shared_memory_size (%\w+)", mlir).group(1)
-  return int(re.search(re.escape(value) + r" = arith\.constant (\d+)", mlir).group(1))
+def _launch(mlir: str) -> tuple[int, int]:
+  """(CTAs along x, dynamic SMEM bytes) of the kernel's ``gpu.launch``."""
+  launch = re.search(r"gpu\.launch .*blocks\([^)]*\) in \(%\w+ = (%\w+).*"
+                     r"dynamic_shared_memory_size (%\w+)", mlir)
+  return tuple(int(re.search(re.escape(v) + r" = arith\.constant (\d+)", mlir).group(1))
+               for v in launch.groups())
 
 
 @functools.lru_cache(maxsize=None)
@@ -83,7 +86,9 @@ def _lowered(case):
   if case.semantics == "warpgroup":
     module = lower_warpgroup_dialect(module)
   mlir = str(module)
-  return toolchain.compile_module(module).ptx, tuple(_kernel_args(mlir)), _smem_bytes(mlir)
+  ctas, smem_bytes = _launch(mlir)
+  assert ctas == 2, f"the kernel launches {ctas} CTAs, the interpreter runs one 2-CTA cluster"
+  return toolchain.compile_module(module).ptx, tuple(_kernel_args(mlir)), smem_bytes
 
 
 def run_case(case, ptx, args, smem_bytes, schedule=0):
