@@ -39,14 +39,14 @@ import re
 
 import numpy as np
 
-from ptx_memory import ProtocolError, Schedule, Shadow
-from ptx_sync import BLOCK, YIELD, SyncSemantics
-from ptx_ops import (ALU, RED, TYPE, bfe, bfi, bits_of, immediate, prmt, reduce_op, sign_extend,
+from ptx_access import AccessSemantics
+from ptx_run import EXIT, Runner
+from ptx_sync import BLOCK, SyncSemantics
+from ptx_ops import (ALU, RED, TYPE, bfe, bfi, bits_of, immediate, prmt, sign_extend,
                      split_operands)
 
 SHARED_BASE = 0x400            # sm_90 reserves the first 1 KiB of the shared window
 LOCAL_BASE, GLOBAL_SHIFT = 0x100000, 40
-EXIT = object()                 # returned by an instruction: this thread stops
 UNDEFINED = 0xA5C3A5C3A5C3A5C3  # what an unwritten register holds (setters mask it)
 
 
@@ -72,34 +72,7 @@ def _guarded(fn, guard):
   return lambda th: fn(th) if th.regs[pname] == want else None
 
 
-class Thread:
-  """One thread: registers, where it is, and its memory-model state (``vc``: its
-  vector clock; ``unscoped``: clocks it saw through pairs whose scopes do not
-  include each other; ``fence_rel``: the clock its last fence releases with a
-  later relaxed arrive; ``pending_obs``: phases a relaxed wait observed)."""
-
-  __slots__ = ("regs", "pc", "cta", "tid", "state", "wait", "cluster_arrived", "local",
-               "slot", "vc", "unscoped", "fence_rel", "pending_obs")
-
-  def __init__(self, cta, tid, special, local_bytes, slot, nslots):
-    self.regs, self.pc, self.cta, self.tid = dict(special), 0, cta, tid
-    self.state, self.wait, self.cluster_arrived = "run", None, 0
-    self.local = bytearray(local_bytes)
-    self.slot, self.vc, self.unscoped = slot, np.zeros(nslots, np.int64), np.zeros(nslots, np.int64)
-    self.vc[slot], self.fence_rel, self.pending_obs = 1, None, []
-
-
-class AsyncOp:
-  """An ``st.async`` / ``red.async`` in flight: what lands where, on which barrier."""
-
-  __slots__ = ("th", "vc", "cta", "off", "size", "values", "red", "key", "text", "idx")
-
-  def __init__(self, th, cta, off, size, values, red, key, text):
-    self.th, self.vc, self.cta, self.off, self.size = th, th.vc.copy(), cta, off, size
-    self.values, self.red, self.key, self.text = values, red, key, text
-
-
-class PtxKernel(SyncSemantics):
+class PtxKernel(Runner, SyncSemantics, AccessSemantics):
   """``PtxKernel(ptx_text).launch(buffers, cluster=..., smem_bytes=...)``."""
 
   def __init__(self, text: str):
@@ -329,121 +302,6 @@ class PtxKernel(SyncSemantics):
       return self._cluster_wait(mods[2:])
     raise NotImplementedError(f"opcode {opcode} (operands {ops})")
 
-  def _store_fn(self, space, addr, vals, size, red):
-    """st / red (weak, or relaxed atomics): written at once, checked for races."""
-    mask = (1 << (8 * size)) - 1
-    def store(th):
-      buf, off = self._mem(th, space, addr(th), size * len(vals))
-      self._access(th, buf, off, size * len(vals), write=True, atomic=red is not None)
-      self._write(buf, off, size, [g(th) & mask for g in vals], red)
-    return store
-
-  @staticmethod
-  def _write(buf, off, size, values, red):
-    for i, new in enumerate(values):
-      at = slice(off + i * size, off + (i + 1) * size)
-      buf[at] = (reduce_op(*red, int.from_bytes(buf[at], "little"), new) if red else
-                 new).to_bytes(size, "little")
-
-  def _async_fn(self, addr, vals, size, red, mbar):
-    """st.async / red.async: checked at issue, queued, landed by the schedule."""
-    mask, text = (1 << (8 * size)) - 1, "red.async" if red else "st.async"
-    def issue(th):
-      n = size * len(vals)
-      buf, off = self._mem(th, "shared::cluster", addr(th), n)
-      cta, key = self._cta_of(buf), self._bar_key(th, "shared::cluster", mbar(th))
-      where = f"CTA {th.cta} thread {th.tid}: {text} into CTA {cta}"
-      if len(self.smem) == 1:
-        raise ProtocolError("st.async-cluster-of-one", where)
-      if key[0] != cta:
-        raise ProtocolError("barrier-elsewhere", f"{where} completing on CTA {key[0]}'s "
-                            "mbarrier")
-      if red and cta == th.cta:
-        raise ProtocolError("red.async-self", where)
-      self._barrier(th, th.vc, key)
-      self.shadow[cta].mark_inflight(off, n, 1, atomic=red is not None)
-      op = AsyncOp(th, cta, off, size, [g(th) & mask for g in vals], red, key, where)
-      op.idx = len(self.inflight)
-      self.inflight.append(op)
-      th.vc[th.slot] += 1
-      return YIELD if self.sched.yields() else None
-    return issue
-
-  def _land(self, op):
-    """The data of ``op`` lands; then its complete_tx on the barrier."""
-    self._unqueue(self.inflight, op.idx)
-    n = op.size * len(op.values)
-    self.shadow[op.cta].mark_inflight(op.off, n, -1, atomic=op.red is not None)
-    bar = self._barrier(None, op.vc, op.key)
-    self._check(op.vc, None, op.cta, op.off, n, write=True, atomic=op.red is not None,
-                who=op.text, stamp=(bar.slot, bar.phase + 1))
-    self._write(self.smem[op.cta], op.off, op.size, op.values, op.red)
-    self._add_tx(bar, -n)
-    self._advance(bar)
-
-  def _cta_of(self, buf):
-    return self.smem_cta[id(buf)]
-
-  def _access(self, th, buf, off, n, *, write, atomic=False):
-    """A thread's access to ``buf``: checked against the byte history if it is SMEM."""
-    cta = self.smem_cta.get(id(buf))
-    if cta is not None:
-      self._check(th.vc, th, cta, off, n, write=write, atomic=atomic,
-                  who=f"CTA {th.cta} thread {th.tid}", stamp=(th.slot, th.vc[th.slot]))
-
-  def _check(self, vc, th, cta, off, n, *, write, atomic, who, stamp):
-    """Raises unless the access is ordered after the conflicting earlier ones;
-    then records it (``stamp``: the (slot, clock) it is known by)."""
-    sh = self.shadow[cta]
-    bad = sh.conflict(vc, off, n, write=write, atomic=atomic)
-    if bad is not None:
-      what = f"{who} {'writes' if write else 'reads'} CTA {cta} SMEM bytes {off}..{off + n - 1}"
-      if bad[0] == "in flight":
-        raise ProtocolError("early-read", f"{what} while an asynchronous store into them is "
-                            "in flight")
-      self._conflict(what, *bad, th)
-    sh.record(off, n, write=write, atomic=atomic, stamp=stamp)
-
-  def _conflict(self, what, how, slot, clk, th):
-    if slot >= self.barrier_slot0:
-      bar = next(b for b in self.mbar.values() if b.slot == slot)
-      raise ProtocolError("early-read", f"{what}, {how} the asynchronous stores of "
-                          f"phase {clk - 1} of {bar.describe()}, which it has not observed")
-    other = self.threads[slot - 1]
-    detail = f"{what}, {how} CTA {other.cta} thread {other.tid}, with no happens-before"
-    if th is not None and th.unscoped[slot] >= clk:
-      detail += (" (they synchronised only through a release/acquire pair whose scopes do "
-                 "not include each other: not morally strong)")
-    raise ProtocolError("race", detail)
-
-  def _ldmatrix(self, trans, space, dests, addr):
-    """``ldmatrix.sync.aligned.m8n8.x<n>{.trans}.shared.b16 {r0..}, [p]``: a warp loads
-    n 8x8 matrices of 16-bit elements (stmatrix's inverse).  Lane ``8i + j`` gives the
-    address of row ``j`` of matrix ``i``; register ``ri`` of lane ``l`` receives row
-    ``l // 4``, columns ``2 (l % 4)`` and ``+1`` (low half first) of matrix ``i``;
-    ``.trans`` loads each matrix transposed (register row ``r`` = memory column ``r``)."""
-    puts, k = [self._set(o, 32) for o in dests], len(self.code)
-
-    def resolve(lanes):
-      rows = []                                  # rows[8 i + j]: row j of matrix i
-      for reader in lanes[:8 * len(puts)]:
-        buf, off = self._mem(reader, space, addr(reader), 16)
-        self._access(reader, buf, off, 16, write=False)
-        rows.append(bytes(buf[off:off + 16]))
-      for lane, th in enumerate(lanes):
-        for i, put in enumerate(puts):
-          word = 0
-          for half, col in enumerate((2 * (lane % 4), 2 * (lane % 4) + 1)):
-            r, c = (col, lane // 4) if trans else (lane // 4, col)   # memory row, column
-            word |= int.from_bytes(rows[8 * i + r][2 * c:2 * c + 2], "little") << (16 * half)
-          put(th, word)
-    self.collectives[k] = resolve
-
-    def block(th):
-      th.wait = ("warp", k)
-      return BLOCK
-    return block
-
   # -- memory --------------------------------------------------------------------
 
   def _mem(self, th, space, addr, n):
@@ -498,137 +356,3 @@ class PtxKernel(SyncSemantics):
           f"({', '.join(shapes) or 'none'}); expected: one per NumPy array (its address) "
           "and 3 + 2 * ndim per Memref (a memref descriptor)")
     self.param_buf = b"".join(w.to_bytes(8, "little") for w in words)
-
-  def launch(self, buffers, *, cluster, smem_bytes, block=128, max_timeouts=64, schedule=0,
-             barrier_slots=64):
-    """Runs one cluster of ``cluster`` CTAs of ``block`` threads under the seeded
-    ``schedule`` (see ptx_memory.Schedule).  ``buffers`` (NumPy arrays or
-    ``Memref``s, in parameter order: see _pack_params) are copied in; returns
-    their contents afterwards, in argument order, as uint8 arrays.  Raises
-    ProtocolError on a violated rule."""
-    self._pack_params(buffers)
-    self.smem = [bytearray(b"\xcd" * smem_bytes) for _ in range(cluster)]  # uninitialised
-    self.shadow = [Shadow(smem_bytes) for _ in range(cluster)]
-    self.smem_cta = {id(b): i for i, b in enumerate(self.smem)}
-    self.mbar, self.calls, self.timeouts, self.threads = {}, [], 0, []
-    self.sched, self.inflight, self.cluster_gens = Schedule(schedule), [], []
-    self.barrier_slot0 = 1 + cluster * block   # slot 0: initial memory; then the threads
-    nslots = self.barrier_slot0 + barrier_slots
-    for c in range(cluster):
-      for t in range(block):
-        special = {"%tid.x": t, "%ntid.x": block, "%ctaid.x": c, "%nctaid.x": cluster,
-                   "%cluster_ctaid.x": c, "%cluster_nctaid.x": cluster,
-                   "%cluster_ctarank": c, "%cluster_nctarank": cluster,
-                   "%laneid": t % 32, "%warpid": t // 32}
-        for ax in "yz":
-          special.update({f"%{r}.{ax}": n for r, n in (
-              ("tid", 0), ("ntid", 1), ("ctaid", 0), ("nctaid", 1), ("cluster_ctaid", 0),
-              ("cluster_nctaid", 1))})
-        self.threads.append(Thread(c, t, special, self.local_bytes, len(self.threads) + 1,
-                                   nslots))
-    self.runnable, self.dirty = list(self.threads), True
-    while True:
-      if self.runnable:
-        i = self.sched.pick_index(len(self.runnable))
-        th = self.runnable[i]
-        self._exec(th)
-        if th.state != "run":   # blocked or done: out of the run queue
-          self._unqueue(self.runnable, i)
-          self.dirty = True
-        for op in self.sched.landing_now(self.inflight):
-          self._land(op)
-        if self.dirty:
-          self._resolve()
-        continue
-      if self.dirty and self._resolve():
-        continue
-      if self.inflight:   # nothing else can happen: something lands
-        self._land(self.sched.landing_when_stuck(self.inflight))
-        continue
-      if all(th.state == "done" for th in self.threads):
-        return [np.frombuffer(bytes(b), np.uint8) for b in self.gbufs]
-      pollers = [th for th in self.threads if th.state == "block" and th.wait[0] == "mbar"]
-      if not pollers or self.timeouts >= max_timeouts:
-        waits = sorted({self._describe_wait(th) for th in self.threads if th.state == "block"})
-        raise ProtocolError("hang", f"deadlock after {self.timeouts} timed-out polls; "
-                            f"waits: {waits}")
-      self.timeouts += 1   # nothing can change any more: these polls time out
-      for th in pollers:
-        th.regs[th.wait[3]] = 0
-        self._resume(th)
-
-  def _describe_wait(self, th):
-    if th.wait[0] == "mbar":
-      return f"CTA {th.cta} waits for parity {th.wait[2]} of {self.mbar[th.wait[1]].describe()}"
-    return f"CTA {th.cta} waits at {th.wait[0]}"
-
-  def _exec(self, th, max_back_jumps=1 << 20):
-    """Runs ``th`` until it blocks or exits."""
-    code, pc, jumps = self.code, th.pc, 0
-    try:
-      while True:
-        r = code[pc](th)
-        if r is None:
-          pc += 1
-        elif r is BLOCK or r is EXIT:
-          th.pc, th.state = pc, "block" if r is BLOCK else "done"
-          return
-        elif r is YIELD:   # done; the schedule lets another thread go first
-          th.pc = pc + 1
-          return
-        else:
-          jumps += r <= pc
-          if jumps > max_back_jumps:
-            raise RuntimeError("runaway loop")
-          pc = r
-    except ProtocolError as e:  # say where, keep the rule
-      raise ProtocolError(e.rule, f"at `{self.texts[pc]}`: {e.args[0].rsplit(' [', 1)[0]}") from e
-    except Exception as e:  # say where, then re-raise
-      raise RuntimeError(f"CTA {th.cta} thread {th.tid} at `{self.texts[pc]}`: "
-                         f"{type(e).__name__}: {e}") from e
-
-  def _resume(self, th):
-    th.pc, th.state, th.wait = th.pc + 1, "run", None
-    self.runnable.append(th)
-
-  @staticmethod
-  def _unqueue(queue, i):
-    """Removes ``queue[i]`` in O(1) (the last element takes its place)."""
-    last = queue.pop()
-    if i < len(queue):
-      queue[i] = last
-      if isinstance(last, AsyncOp):
-        last.idx = i
-
-  def _resolve(self):
-    """Releases every thread whose synchronisation can complete now."""
-    woke, groups, self.dirty = False, {}, False
-    blocked = [th for th in self.threads if th.state == "block"]
-    if any(th.wait[0] == "cluster" for th in blocked):
-      min_arrived = min(th.cluster_arrived for th in self.threads)
-    for th in blocked:
-      kind = th.wait[0]
-      if (kind == "mbar" and self.mbar[th.wait[1]].phase & 1 != th.wait[2]) or \
-         (kind == "cluster" and min_arrived >= th.wait[1]):
-        if kind == "mbar":
-          _, key, _, pred, sem, scope = th.wait
-          self._observe(th, self.mbar[key], sem, scope)
-          th.regs[pred] = 1
-        else:
-          self._cluster_woken(th)
-        self._resume(th)
-        woke = True
-      elif kind in ("warp", "bar"):
-        groups.setdefault((kind, th.cta, th.tid // 32 if kind == "warp" else 0), []).append(th)
-    for (kind, cta, _), ths in groups.items():
-      size = 32 if kind == "warp" else sum(th.cta == cta and th.state != "done"
-                                           for th in self.threads)
-      if len(ths) == size and len({th.wait for th in ths}) == 1:
-        if kind == "warp":
-          self.collectives[ths[0].wait[1]](sorted(ths, key=lambda x: x.tid))
-        else:
-          self._cta_barrier_woken(ths)
-        for th in ths:
-          self._resume(th)
-        woke = True
-    return woke

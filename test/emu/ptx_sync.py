@@ -245,33 +245,3 @@ class SyncSemantics:
   def _bar_key(self, th, space, addr):
     buf, off = self._mem(th, space, addr, 8)
     return self.smem_cta[id(buf)], off
-
-  def _stmatrix(self, trans, space, addr, regs):
-    """``stmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16 [p], {r0..r3}``: a warp stores
-    four 8x8 matrices of 16-bit elements.  Lane ``8i + j`` gives the address of row
-    ``j`` of matrix ``i``; register ``ri`` of lane ``l`` holds row ``l // 4``, columns
-    ``2 (l % 4)`` and ``+1`` (low half first) of matrix ``i``.  ``.trans`` stores each
-    matrix transposed: memory row ``j`` gets the matrix's column ``j``."""
-    k = len(self.code)
-
-    def resolve(lanes):
-      rows = [addr(th) for th in lanes]          # lane 8i + j: row j of matrix i
-      data = [[g(th) for g in regs] for th in lanes]
-      for i in range(4):
-        for j in range(8):
-          row = bytearray(16)
-          for c in range(8):                     # memory column c of memory row j
-            r, col = (c, j) if trans else (j, c)  # fragment element (row, column)
-            word = data[4 * r + col // 2][i]
-            half = (word >> (16 * (col % 2))) & 0xFFFF
-            row[2 * c:2 * c + 2] = half.to_bytes(2, "little")
-          writer = lanes[8 * i + j]
-          buf, off = self._mem(writer, space, rows[8 * i + j], 16)
-          self._access(writer, buf, off, 16, write=True)
-          buf[off:off + 16] = row
-    self.collectives[k] = resolve
-
-    def block(th):
-      th.wait = ("warp", k)
-      return BLOCK
-    return block

@@ -1,0 +1,177 @@
+"""Memory accesses of the PTX checker: plain and atomic stores, asynchronous
+stores in flight, warp matrix loads and stores, each checked against the
+per-byte history of ``ptx_memory.Shadow``.
+
+Mixed into ``ptx_interp.PtxKernel``, which provides ``_mem`` (address ->
+(buffer, offset)), ``_set``, ``_bar_key``, ``_barrier``, ``_add_tx``,
+``_advance``, ``self.smem`` / ``self.shadow`` / ``self.smem_cta`` (the CTAs'
+shared memories), ``self.inflight``, ``self.sched``, ``self.mbar``,
+``self.threads`` and ``self.barrier_slot0`` (the first barrier clock slot).
+"""
+
+from __future__ import annotations
+
+from ptx_memory import ProtocolError
+from ptx_ops import reduce_op
+from ptx_sync import BLOCK, YIELD
+
+__all__ = ["AsyncOp", "AccessSemantics"]
+
+
+class AsyncOp:
+  """An ``st.async`` / ``red.async`` in flight: what lands where, on which barrier."""
+
+  __slots__ = ("th", "vc", "cta", "off", "size", "values", "red", "key", "text", "idx")
+
+  def __init__(self, th, cta, off, size, values, red, key, text):
+    self.th, self.vc, self.cta, self.off, self.size = th, th.vc.copy(), cta, off, size
+    self.values, self.red, self.key, self.text = values, red, key, text
+
+
+class AccessSemantics:
+  """st / red / st.async / red.async / ldmatrix / stmatrix, with their checks."""
+
+  def _store_fn(self, space, addr, vals, size, red):
+    """st / red (weak, or relaxed atomics): written at once, checked for races."""
+    mask = (1 << (8 * size)) - 1
+    def store(th):
+      buf, off = self._mem(th, space, addr(th), size * len(vals))
+      self._access(th, buf, off, size * len(vals), write=True, atomic=red is not None)
+      self._write(buf, off, size, [g(th) & mask for g in vals], red)
+    return store
+
+  @staticmethod
+  def _write(buf, off, size, values, red):
+    for i, new in enumerate(values):
+      at = slice(off + i * size, off + (i + 1) * size)
+      buf[at] = (reduce_op(*red, int.from_bytes(buf[at], "little"), new) if red else
+                 new).to_bytes(size, "little")
+
+  def _async_fn(self, addr, vals, size, red, mbar):
+    """st.async / red.async: checked at issue, queued, landed by the schedule."""
+    mask, text = (1 << (8 * size)) - 1, "red.async" if red else "st.async"
+    def issue(th):
+      n = size * len(vals)
+      buf, off = self._mem(th, "shared::cluster", addr(th), n)
+      cta, key = self._cta_of(buf), self._bar_key(th, "shared::cluster", mbar(th))
+      where = f"CTA {th.cta} thread {th.tid}: {text} into CTA {cta}"
+      if len(self.smem) == 1:
+        raise ProtocolError("st.async-cluster-of-one", where)
+      if key[0] != cta:
+        raise ProtocolError("barrier-elsewhere", f"{where} completing on CTA {key[0]}'s "
+                            "mbarrier")
+      if red and cta == th.cta:
+        raise ProtocolError("red.async-self", where)
+      self._barrier(th, th.vc, key)
+      self.shadow[cta].mark_inflight(off, n, 1, atomic=red is not None)
+      op = AsyncOp(th, cta, off, size, [g(th) & mask for g in vals], red, key, where)
+      op.idx = len(self.inflight)
+      self.inflight.append(op)
+      th.vc[th.slot] += 1
+      return YIELD if self.sched.yields() else None
+    return issue
+
+  def _land(self, op):
+    """The data of ``op`` lands; then its complete_tx on the barrier."""
+    self._unqueue(self.inflight, op.idx)
+    n = op.size * len(op.values)
+    self.shadow[op.cta].mark_inflight(op.off, n, -1, atomic=op.red is not None)
+    bar = self._barrier(None, op.vc, op.key)
+    self._check(op.vc, None, op.cta, op.off, n, write=True, atomic=op.red is not None,
+                who=op.text, stamp=(bar.slot, bar.phase + 1))
+    self._write(self.smem[op.cta], op.off, op.size, op.values, op.red)
+    self._add_tx(bar, -n)
+    self._advance(bar)
+
+  def _cta_of(self, buf):
+    return self.smem_cta[id(buf)]
+
+  def _access(self, th, buf, off, n, *, write, atomic=False):
+    """A thread's access to ``buf``: checked against the byte history if it is SMEM."""
+    cta = self.smem_cta.get(id(buf))
+    if cta is not None:
+      self._check(th.vc, th, cta, off, n, write=write, atomic=atomic,
+                  who=f"CTA {th.cta} thread {th.tid}", stamp=(th.slot, th.vc[th.slot]))
+
+  def _check(self, vc, th, cta, off, n, *, write, atomic, who, stamp):
+    """Raises unless the access is ordered after the conflicting earlier ones;
+    then records it (``stamp``: the (slot, clock) it is known by)."""
+    sh = self.shadow[cta]
+    bad = sh.conflict(vc, off, n, write=write, atomic=atomic)
+    if bad is not None:
+      what = f"{who} {'writes' if write else 'reads'} CTA {cta} SMEM bytes {off}..{off + n - 1}"
+      if bad[0] == "in flight":
+        raise ProtocolError("early-read", f"{what} while an asynchronous store into them is "
+                            "in flight")
+      self._conflict(what, *bad, th)
+    sh.record(off, n, write=write, atomic=atomic, stamp=stamp)
+
+  def _conflict(self, what, how, slot, clk, th):
+    if slot >= self.barrier_slot0:
+      bar = next(b for b in self.mbar.values() if b.slot == slot)
+      raise ProtocolError("early-read", f"{what}, {how} the asynchronous stores of "
+                          f"phase {clk - 1} of {bar.describe()}, which it has not observed")
+    other = self.threads[slot - 1]
+    detail = f"{what}, {how} CTA {other.cta} thread {other.tid}, with no happens-before"
+    if th is not None and th.unscoped[slot] >= clk:
+      detail += (" (they synchronised only through a release/acquire pair whose scopes do "
+                 "not include each other: not morally strong)")
+    raise ProtocolError("race", detail)
+
+  def _ldmatrix(self, trans, space, dests, addr):
+    """``ldmatrix.sync.aligned.m8n8.x<n>{.trans}.shared.b16 {r0..}, [p]``: a warp loads
+    n 8x8 matrices of 16-bit elements (stmatrix's inverse).  Lane ``8i + j`` gives the
+    address of row ``j`` of matrix ``i``; register ``ri`` of lane ``l`` receives row
+    ``l // 4``, columns ``2 (l % 4)`` and ``+1`` (low half first) of matrix ``i``;
+    ``.trans`` loads each matrix transposed (register row ``r`` = memory column ``r``)."""
+    puts, k = [self._set(o, 32) for o in dests], len(self.code)
+
+    def resolve(lanes):
+      rows = []                                  # rows[8 i + j]: row j of matrix i
+      for reader in lanes[:8 * len(puts)]:
+        buf, off = self._mem(reader, space, addr(reader), 16)
+        self._access(reader, buf, off, 16, write=False)
+        rows.append(bytes(buf[off:off + 16]))
+      for lane, th in enumerate(lanes):
+        for i, put in enumerate(puts):
+          word = 0
+          for half, col in enumerate((2 * (lane % 4), 2 * (lane % 4) + 1)):
+            r, c = (col, lane // 4) if trans else (lane // 4, col)   # memory row, column
+            word |= int.from_bytes(rows[8 * i + r][2 * c:2 * c + 2], "little") << (16 * half)
+          put(th, word)
+    self.collectives[k] = resolve
+
+    def block(th):
+      th.wait = ("warp", k)
+      return BLOCK
+    return block
+
+  def _stmatrix(self, trans, space, addr, regs):
+    """``stmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16 [p], {r0..r3}``: a warp stores
+    four 8x8 matrices of 16-bit elements.  Lane ``8i + j`` gives the address of row
+    ``j`` of matrix ``i``; register ``ri`` of lane ``l`` holds row ``l // 4``, columns
+    ``2 (l % 4)`` and ``+1`` (low half first) of matrix ``i``.  ``.trans`` stores each
+    matrix transposed: memory row ``j`` gets the matrix's column ``j``."""
+    k = len(self.code)
+
+    def resolve(lanes):
+      rows = [addr(th) for th in lanes]          # lane 8i + j: row j of matrix i
+      data = [[g(th) for g in regs] for th in lanes]
+      for i in range(4):
+        for j in range(8):
+          row = bytearray(16)
+          for c in range(8):                     # memory column c of memory row j
+            r, col = (c, j) if trans else (j, c)  # fragment element (row, column)
+            word = data[4 * r + col // 2][i]
+            half = (word >> (16 * (col % 2))) & 0xFFFF
+            row[2 * c:2 * c + 2] = half.to_bytes(2, "little")
+          writer = lanes[8 * i + j]
+          buf, off = self._mem(writer, space, rows[8 * i + j], 16)
+          self._access(writer, buf, off, 16, write=True)
+          buf[off:off + 16] = row
+    self.collectives[k] = resolve
+
+    def block(th):
+      th.wait = ("warp", k)
+      return BLOCK
+    return block

@@ -1,0 +1,176 @@
+"""Running a cluster: threads, the run queue, and the scheduler of the PTX checker.
+
+Mixed into ``ptx_interp.PtxKernel``, which provides ``self.code`` /
+``self.texts`` (the compiled instructions and their text), ``self.params``,
+``_pack_params``, ``self.local_bytes`` and ``self.collectives``; the
+synchronisation methods (``_observe``, ``_cluster_woken``,
+``_cta_barrier_woken``) come from ``ptx_sync`` and ``_land`` from
+``ptx_access``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ptx_access import AsyncOp
+from ptx_memory import ProtocolError, Schedule, Shadow
+from ptx_sync import BLOCK, YIELD
+
+__all__ = ["EXIT", "Thread", "Runner"]
+
+EXIT = object()   # returned by an instruction: this thread stops
+
+
+class Thread:
+  """One thread: registers, where it is, and its memory-model state (``vc``: its
+  vector clock; ``unscoped``: clocks it saw through pairs whose scopes do not
+  include each other; ``fence_rel``: the clock its last fence releases with a
+  later relaxed arrive; ``pending_obs``: phases a relaxed wait observed)."""
+
+  __slots__ = ("regs", "pc", "cta", "tid", "state", "wait", "cluster_arrived", "local",
+               "slot", "vc", "unscoped", "fence_rel", "pending_obs")
+
+  def __init__(self, cta, tid, special, local_bytes, slot, nslots):
+    self.regs, self.pc, self.cta, self.tid = dict(special), 0, cta, tid
+    self.state, self.wait, self.cluster_arrived = "run", None, 0
+    self.local = bytearray(local_bytes)
+    self.slot, self.vc, self.unscoped = slot, np.zeros(nslots, np.int64), np.zeros(nslots, np.int64)
+    self.vc[slot], self.fence_rel, self.pending_obs = 1, None, []
+
+
+class Runner:
+  """``launch`` and the scheduling loop."""
+
+  def launch(self, buffers, *, cluster, smem_bytes, block=128, max_timeouts=64, schedule=0,
+             barrier_slots=64):
+    """Runs one cluster of ``cluster`` CTAs of ``block`` threads under the seeded
+    ``schedule`` (see ptx_memory.Schedule).  ``buffers`` (NumPy arrays or
+    ``Memref``s, in parameter order: see _pack_params) are copied in; returns
+    their contents afterwards, in argument order, as uint8 arrays.  Raises
+    ProtocolError on a violated rule."""
+    self._pack_params(buffers)
+    self.smem = [bytearray(b"\xcd" * smem_bytes) for _ in range(cluster)]  # uninitialised
+    self.shadow = [Shadow(smem_bytes) for _ in range(cluster)]
+    self.smem_cta = {id(b): i for i, b in enumerate(self.smem)}
+    self.mbar, self.calls, self.timeouts, self.threads = {}, [], 0, []
+    self.sched, self.inflight, self.cluster_gens = Schedule(schedule), [], []
+    self.barrier_slot0 = 1 + cluster * block   # slot 0: initial memory; then the threads
+    nslots = self.barrier_slot0 + barrier_slots
+    for c in range(cluster):
+      for t in range(block):
+        special = {"%tid.x": t, "%ntid.x": block, "%ctaid.x": c, "%nctaid.x": cluster,
+                   "%cluster_ctaid.x": c, "%cluster_nctaid.x": cluster,
+                   "%cluster_ctarank": c, "%cluster_nctarank": cluster,
+                   "%laneid": t % 32, "%warpid": t // 32}
+        for ax in "yz":
+          special.update({f"%{r}.{ax}": n for r, n in (
+              ("tid", 0), ("ntid", 1), ("ctaid", 0), ("nctaid", 1), ("cluster_ctaid", 0),
+              ("cluster_nctaid", 1))})
+        self.threads.append(Thread(c, t, special, self.local_bytes, len(self.threads) + 1,
+                                   nslots))
+    self.runnable, self.dirty = list(self.threads), True
+    while True:
+      if self.runnable:
+        i = self.sched.pick_index(len(self.runnable))
+        th = self.runnable[i]
+        self._exec(th)
+        if th.state != "run":   # blocked or done: out of the run queue
+          self._unqueue(self.runnable, i)
+          self.dirty = True
+        for op in self.sched.landing_now(self.inflight):
+          self._land(op)
+        if self.dirty:
+          self._resolve()
+        continue
+      if self.dirty and self._resolve():
+        continue
+      if self.inflight:   # nothing else can happen: something lands
+        self._land(self.sched.landing_when_stuck(self.inflight))
+        continue
+      if all(th.state == "done" for th in self.threads):
+        return [np.frombuffer(bytes(b), np.uint8) for b in self.gbufs]
+      pollers = [th for th in self.threads if th.state == "block" and th.wait[0] == "mbar"]
+      if not pollers or self.timeouts >= max_timeouts:
+        waits = sorted({self._describe_wait(th) for th in self.threads if th.state == "block"})
+        raise ProtocolError("hang", f"deadlock after {self.timeouts} timed-out polls; "
+                            f"waits: {waits}")
+      self.timeouts += 1   # nothing can change any more: these polls time out
+      for th in pollers:
+        th.regs[th.wait[3]] = 0
+        self._resume(th)
+
+  def _describe_wait(self, th):
+    if th.wait[0] == "mbar":
+      return f"CTA {th.cta} waits for parity {th.wait[2]} of {self.mbar[th.wait[1]].describe()}"
+    return f"CTA {th.cta} waits at {th.wait[0]}"
+
+  def _exec(self, th, max_back_jumps=1 << 20):
+    """Runs ``th`` until it blocks or exits."""
+    code, pc, jumps = self.code, th.pc, 0
+    try:
+      while True:
+        r = code[pc](th)
+        if r is None:
+          pc += 1
+        elif r is BLOCK or r is EXIT:
+          th.pc, th.state = pc, "block" if r is BLOCK else "done"
+          return
+        elif r is YIELD:   # done; the schedule lets another thread go first
+          th.pc = pc + 1
+          return
+        else:
+          jumps += r <= pc
+          if jumps > max_back_jumps:
+            raise RuntimeError("runaway loop")
+          pc = r
+    except ProtocolError as e:  # say where, keep the rule
+      raise ProtocolError(e.rule, f"at `{self.texts[pc]}`: {e.args[0].rsplit(' [', 1)[0]}") from e
+    except Exception as e:  # say where, then re-raise
+      raise RuntimeError(f"CTA {th.cta} thread {th.tid} at `{self.texts[pc]}`: "
+                         f"{type(e).__name__}: {e}") from e
+
+  def _resume(self, th):
+    th.pc, th.state, th.wait = th.pc + 1, "run", None
+    self.runnable.append(th)
+
+  @staticmethod
+  def _unqueue(queue, i):
+    """Removes ``queue[i]`` in O(1) (the last element takes its place)."""
+    last = queue.pop()
+    if i < len(queue):
+      queue[i] = last
+      if isinstance(last, AsyncOp):
+        last.idx = i
+
+  def _resolve(self):
+    """Releases every thread whose synchronisation can complete now."""
+    woke, groups, self.dirty = False, {}, False
+    blocked = [th for th in self.threads if th.state == "block"]
+    if any(th.wait[0] == "cluster" for th in blocked):
+      min_arrived = min(th.cluster_arrived for th in self.threads)
+    for th in blocked:
+      kind = th.wait[0]
+      if (kind == "mbar" and self.mbar[th.wait[1]].phase & 1 != th.wait[2]) or \
+         (kind == "cluster" and min_arrived >= th.wait[1]):
+        if kind == "mbar":
+          _, key, _, pred, sem, scope = th.wait
+          self._observe(th, self.mbar[key], sem, scope)
+          th.regs[pred] = 1
+        else:
+          self._cluster_woken(th)
+        self._resume(th)
+        woke = True
+      elif kind in ("warp", "bar"):
+        groups.setdefault((kind, th.cta, th.tid // 32 if kind == "warp" else 0), []).append(th)
+    for (kind, cta, _), ths in groups.items():
+      size = 32 if kind == "warp" else sum(th.cta == cta and th.state != "done"
+                                           for th in self.threads)
+      if len(ths) == size and len({th.wait for th in ths}) == 1:
+        if kind == "warp":
+          self.collectives[ths[0].wait[1]](sorted(ths, key=lambda x: x.tid))
+        else:
+          self._cta_barrier_woken(ths)
+        for th in ths:
+          self._resume(th)
+        woke = True
+    return woke
