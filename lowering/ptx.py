@@ -12,7 +12,7 @@ from jaxlib.mlir.dialects import llvm
 
 __all__ = [
     "emit_mapa", "emit_cluster_ctarank", "emit_st_async", "emit_red_async", "emit_st_plain",
-    "emit_red_plain", "emit_arrive_expect_tx", "emit_shfl_bfly", "emit_lane_id",
+    "emit_red_plain", "emit_arrive_expect_tx", "emit_shfl_bfly",
     "emit_bounded_wait", "emit_wait_parity_cluster", "emit_expect_tx", "emit_fence_cta", "emit_fence_proxy_async_shared", "emit_cp_async_bulk_to_cluster",
 ]
 
@@ -127,11 +127,6 @@ def emit_cluster_ctarank() -> ir.Value:
   (inline asm: the NVVM op's Python builder differs between jaxlib versions)."""
   return llvm.inline_asm(_i32(), [], "mov.u32 $0, %cluster_ctarank;", "=r",
                          has_side_effects=False)
-
-
-def emit_lane_id() -> ir.Value:
-  """``mov.u32 $0, %laneid;``"""
-  return llvm.inline_asm(_i32(), [], "mov.u32 $0, %laneid;", "=r", has_side_effects=False)
 
 
 def emit_bounded_wait(barrier: ir.Value, parity, max_polls: int) -> ir.Value:

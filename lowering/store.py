@@ -11,15 +11,14 @@ import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import arith, gpu, scf
 
-from mosaic_async_store import compat
+from mosaic_async_store import compat, validate
 from mosaic_async_store.addressing import plan_addresses
 from mosaic_async_store.errors import AsyncStoreError, refuse, refuse_type
 from mosaic_async_store.geometry import WARPGROUP_SIZE
 from mosaic_async_store.lowering import ptx, target
 from mosaic_async_store.lowering.ref_offset import ref_offset
 from mosaic_async_store.lowering.values_ir import ValueBuilder
-from mosaic_async_store.planner import plan_store, uses_plain_stores
-from mosaic_async_store.validate import check_flag, check_ref_offset
+from mosaic_async_store.planner import plan_store
 
 __all__ = ["async_store", "dtype_name", "emit_plan", "emit_either"]
 
@@ -64,10 +63,10 @@ def _check_context():
       raise refuse("context", f"an MLIR context with no {what}", _WHERE, _IN_KERNEL) from None
 
 
-def _check_options(optimized, expect_tx):
-  """The plain-Python options that the planner does not see."""
-  check_flag("optimized", optimized)
-  check_flag("expect_tx", expect_tx)
+def _check_options(expect_tx, strategy):
+  """The plain-Python options that the planner does not see (it checks the rest)."""
+  validate.check_flag("expect_tx", expect_tx)
+  validate.check_strategy(strategy)
 
 
 def _check_same_context(param, v):
@@ -240,10 +239,7 @@ def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
   ``mbarrier.arrive.expect_tx{.release.cluster}.shared::cluster.b64``.
   """
   _check_context()
-  _check_options(optimized, expect_tx)
-  if strategy not in ("st.async", "plain"):
-    raise refuse("strategy", strategy, '"st.async" or "plain"',
-                 'omit strategy (the default "st.async" is the fast path)')
+  _check_options(expect_tx, strategy)
   ref_ty = _check_ref(ref, value)
   barrier = _check_barrier(barrier)
   cluster = target.static_cluster_shape()
@@ -253,13 +249,12 @@ def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
   cluster_size = None if cluster is None else int(np.prod(cluster))
 
   def make_plan(peer):
-    plain = uses_plain_stores(peer=peer, atomic=atomic, strategy=strategy,
-                              cluster_size=cluster_size)
     plan = plan_store(value.layout, value.shape,
                       dtype_name(value.mlir_dtype, value.is_signed), swizzle=swizzle,
                       tiling_rank=tiling_rank, optimized=optimized, atomic=atomic,
                       ref_shape=tuple(ref_ty.shape), ref_strides=tuple(strides),
-                      peer=peer, plain_stores=plain)
+                      peer=peer, plain_stores=strategy == "plain",
+                      cluster_size=cluster_size)
     plan.verify()
     return plan
 
@@ -297,8 +292,8 @@ def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
                  "that only the release arrive orders before the barrier",
                  "pass expect_tx=True (the default)")
   offset, step = ref_offset(ref)
-  check_ref_offset(offset, step, plans[0].dtype.bits, plans[0].geometry.swizzle,
-                   max(p.widest for p in plans))
+  validate.check_ref_offset(offset, step, plans[0].dtype.bits, plans[0].geometry.swizzle,
+                            max(p.widest for p in plans))
   if local_plan is None:
     return emit_plan(peer_plan, value.registers, ref, barrier, cluster_dim, cluster_idx,
                      cluster, expect_tx)

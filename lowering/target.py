@@ -16,7 +16,8 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import arith, gpu, llvm
 
-from mosaic_async_store.errors import refuse, refuse_type
+from mosaic_async_store import validate
+from mosaic_async_store.errors import refuse
 from mosaic_async_store.lowering import ptx
 
 __all__ = ["static_cluster_shape", "target_rank", "smem_address", "target_kind",
@@ -203,48 +204,15 @@ def target_kind(cluster_dim, cluster_idx, cluster_shape) -> str:
   return "either"
 
 
-def _is_int(x) -> bool:
-  import numpy as np
-  return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
-
-
 def check_cluster_args(cluster_dim, cluster_idx, cluster_shape):
-  """Refuses a half-given target, ill-typed ones, and an int index outside the cluster."""
-  if (cluster_dim is None) != (cluster_idx is None):
-    given = "cluster_dim" if cluster_idx is None else "cluster_idx"
-    missing = "cluster_idx" if cluster_idx is None else "cluster_dim"
-    raise refuse(missing, None, f"a value whenever {given} is given",
-                 "pass both (a peer CTA) or neither (this CTA's own SMEM)")
-  if cluster_dim is None:
-    return
-  if isinstance(cluster_dim, gpu.Dimension) or _is_int(cluster_dim):
-    dim = int(cluster_dim)
-  else:
-    raise refuse_type("cluster_dim", cluster_dim, "gpu.Dimension.x, .y or .z (or 0, 1, 2)",
-                      "pass a gpu.Dimension, e.g. cluster_dim=gpu.Dimension.x")
-  if dim not in (0, 1, 2):
-    raise refuse("cluster_dim", cluster_dim, "gpu.Dimension.x, .y or .z (or 0, 1, 2)",
-                 "pass a gpu.Dimension")
-  _check_cluster_idx(cluster_idx)
-  # A dimension of one CTA is accepted: its only CTA is the executing one, so
-  # the store takes the local form (target_kind), which is defined even where
-  # st.async is not (a cluster of one CTA: plain st.shared).
-  if _is_int(cluster_idx) and cluster_shape is not None and not (
-      0 <= cluster_idx < cluster_shape[dim]):
-    raise refuse("cluster_idx", cluster_idx, f"0 <= cluster_idx < {cluster_shape[dim]}",
-                 "pass the index of a CTA inside the cluster")
+  """Refuses a half-given target, ill-typed ones, and an int index outside the cluster.
 
-
-def _check_cluster_idx(cluster_idx):
-  allowed = "a Python int or a scalar ir.Value of integer or index type"
-  if isinstance(cluster_idx, ir.Value):
-    ty = cluster_idx.type
-    if not isinstance(ty, (ir.IntegerType, ir.IndexType)):
-      raise TypeError(str(refuse(
-          "cluster_idx", f"<ir.Value> of type {ty}", allowed,
-          "pass an index or integer value (arith.fptosi or arith.index_cast it first)")))
-    return
-  if not isinstance(cluster_idx, int) or isinstance(cluster_idx, bool):
-    fix = (f"pass int(cluster_idx) = {int(cluster_idx)}" if _is_int(cluster_idx)
-           else "pass the target CTA's index as an int or an index ir.Value")
-    raise refuse_type("cluster_idx", cluster_idx, allowed, fix)
+  Everything but an ir.Value's type is the core's to check
+  (``validate.check_cluster_args``); that type is checked here.
+  """
+  dynamic = isinstance(cluster_idx, ir.Value)
+  validate.check_cluster_args(cluster_dim, cluster_idx, cluster_shape, dynamic=dynamic)
+  if dynamic and not isinstance(cluster_idx.type, (ir.IntegerType, ir.IndexType)):
+    raise TypeError(str(refuse(
+        "cluster_idx", f"<ir.Value> of type {cluster_idx.type}", validate.CLUSTER_IDX_ALLOWED,
+        "pass an index or integer value (arith.fptosi or arith.index_cast it first)")))

@@ -11,7 +11,6 @@ The planner (``plan_store``) needs no MLIR; ``async_store`` lives in
 
 from mosaic_async_store.errors import AsyncStoreError
 from mosaic_async_store.planner import StorePlan, plan_store
-from mosaic_async_store.simulate import simulate_store
 
 __all__ = ["AsyncStoreError", "StorePlan", "plan_store", "async_store", "simulate_store",
            "wait"]
@@ -28,3 +27,17 @@ def wait(barrier, **kwargs):
   """See :func:`mosaic_async_store.lowering.debug.wait` (bounded in debug mode)."""
   from mosaic_async_store.lowering.debug import wait as _impl
   return _impl(barrier, **kwargs)
+
+
+def __getattr__(name: str):
+  # ``simulate_store`` is public, but its module also holds the runtime checks'
+  # helpers (hostdata, config): loaded on first access, so that importing the
+  # package loads no test code (test/unit/test_import_hygiene.py).
+  if name == "simulate_store":
+    from mosaic_async_store.simulate import simulate_store
+    return simulate_store
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+  return sorted(set(globals()) | set(__all__))

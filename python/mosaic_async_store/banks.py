@@ -5,7 +5,7 @@ serialise.  When the plan has such conflicts, lanes are made to execute the
 stores of a group in a permuted order: at step ``k`` a thread performs store
 ``k ^ f(lane)``, where ``f`` maps a few lane bits onto bits of ``k``.  The
 search is greedy over (lane bit -> step bit) pairs and every candidate is scored
-with the same wavefront model the verifier uses.
+with the verifier's wavefront model (``verify.store_wavefronts``, the only one).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 from mosaic_async_store.errors import AsyncStoreError
 from mosaic_async_store.geometry import WARP_SIZE, WARPGROUP_SIZE
 from mosaic_async_store.plan_types import Instruction
-from mosaic_async_store.verify import bank_wavefronts
+from mosaic_async_store.verify import plan_wavefronts, store_wavefronts
 
 __all__ = ["remove_bank_conflicts", "plan_conflicts"]
 
@@ -25,19 +25,15 @@ _LANE = np.arange(WARPGROUP_SIZE) % WARP_SIZE
 
 
 def _step_conflicts(addr: np.ndarray, width: int, writer: np.ndarray) -> int:
-  extra = 0
-  for w in range(4):
-    sl = slice(w * WARP_SIZE, (w + 1) * WARP_SIZE)
-    a = addr[sl][writer[sl]]
-    if a.size:
-      extra += bank_wavefronts(a, width) - (-(-a.size * max(width, 4) // 128))
-  return extra
+  """Extra wavefronts of one SIMT store (swizzled addresses ``addr``)."""
+  waves, ideal = store_wavefronts(addr, width, writer)
+  return waves - ideal
 
 
 def plan_conflicts(plan) -> int:
-  g = plan.geometry
-  return sum(_step_conflicts(g.byte_address(i.dst), i.width, plan.registers.writer)
-             for i in plan.instructions)
+  """Extra shared-memory wavefronts of the plan's stores, over the ideal."""
+  waves, ideal = plan_wavefronts(plan)
+  return waves - ideal
 
 
 def _groups(instrs) -> list[list[int]]:

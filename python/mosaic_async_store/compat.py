@@ -132,10 +132,35 @@ def pallas_internals():
       layouts=layouts)
 
 
-def lowering_rule_table(semantics):
-  """Pallas MGPU's rule table for (lowering semantics, Warpgroup primitives)."""
+def typeof(x):
+  """jax's abstract value of ``x``: ``core.typeof`` (jax 0.10, 0.11), ``get_aval`` before."""
+  core = pallas_internals().jax_core
+  return (getattr(core, "typeof", None) or core.get_aval)(x)
+
+
+def axis_names_in_scope() -> tuple:
+  """The axis names bound where a kernel body is being traced (a Pallas kernel's
+  grid and cluster names); () where this jax's axis env cannot list them."""
+  env = pallas_internals().jax_core.get_axis_env()
+  return tuple(env.axis_names()) if hasattr(env, "axis_names") else ()
+
+
+def register_lowering_rule(prim, lowering_semantics, primitive_semantics=None):
+  """Pallas MGPU's decorator registering ``prim``'s lowering rule for a semantics
+  (upstream's ``lowering.register_lowering_rule``, private; jax 0.10.2, and the same
+  signature in a later jax's type stub; not run on 0.11 here).  ``primitive_semantics``
+  defaults to Warpgroup, as upstream's does."""
   p = pallas_internals()
-  return p.lowering.mosaic_lowering_rules[(semantics, p.gpu_core.PrimitiveSemantics.Warpgroup)]
+  if primitive_semantics is None:
+    primitive_semantics = p.gpu_core.PrimitiveSemantics.Warpgroup
+  return p.lowering.register_lowering_rule(prim, lowering_semantics, primitive_semantics)
+
+
+def register_dialect_lowering(op_name: str):
+  """Mosaic GPU's decorator registering a dialect op's lowering rule
+  (``dialect_lowering._register_lowering``, private; jax 0.10.2 and older; not run on
+  0.11 here).  It writes the table that ``dialect_lowering_table`` reads."""
+  return pallas_internals().dialect_lowering._register_lowering(op_name)
 
 
 def rule_tables_with(prim) -> dict:

@@ -2,8 +2,9 @@
 
 Pure NumPy.  Element values are handled as integer *codes* (the element's bit
 pattern, ``bits`` wide), so every dtype down to 4 bits is compared bit-exactly;
-the expected destination is built from the ref geometry, independently of the
-planner's instruction choice.  Bytes outside the array keep their initial
+the expected destination is built from the ref geometry alone
+(``landing.element_bit_positions``, the verifier's model of where each bit
+belongs), independently of the planner.  Bytes outside the array keep their initial
 (poisoned) value, so a stray write shows.
 """
 
@@ -17,10 +18,12 @@ import numpy as np
 from mosaic_async_store.config import StoreConfig, resolve_layout, transpose_permutation
 from mosaic_async_store.dtypes import as_dtype
 from mosaic_async_store.geometry import RefGeometry, register_map
+from mosaic_async_store.landing import element_bit_positions
 from mosaic_async_store.validate import default_ref_shape
 
 __all__ = ["view_geometry", "view_offset_bytes", "senders", "random_codes",
-           "pack_registers", "expected_smem", "codes_to_values", "values_to_codes", "ATOMIC_REFERENCE"]
+           "pack_registers", "expected_smem", "codes_to_values", "values_to_codes",
+           "code_bits", "reduce_codes", "ATOMIC_REFERENCE"]
 
 
 def view_geometry(cfg: StoreConfig) -> RefGeometry:
@@ -42,8 +45,8 @@ def view_offset_bytes(cfg: StoreConfig) -> int:
   return cfg.offset_rows * math.prod(cfg.shape[1:]) * as_dtype(cfg.dtype).bits // 8
 
 
-def _bits_of(codes: np.ndarray, bits: int) -> np.ndarray:
-  """[..., n] codes -> [..., n * bits] little-endian bits."""
+def code_bits(codes: np.ndarray, bits: int) -> np.ndarray:
+  """[..., n] codes -> [..., n * bits] little-endian bits (uint8 0/1)."""
   shifts = np.arange(bits, dtype=np.uint64)
   return ((codes[..., None].astype(np.uint64) >> shifts) & 1).astype(np.uint8).reshape(
       *codes.shape[:-1], codes.shape[-1] * bits)
@@ -87,25 +90,18 @@ def pack_registers(cfg: StoreConfig, codes_per_cta: list[np.ndarray]) -> np.ndar
   for codes in codes_per_cta:
     if regs.splat:  # the kernel reads one scalar from the first bytes
       reg_bytes = max(1, regs.vector_length * dt.bits // 8)
-      first = np.packbits(_bits_of(codes[:1], dt.bits), bitorder="little")
+      first = np.packbits(code_bits(codes[:1], dt.bits), bitorder="little")
       buf = np.zeros(128 * reg_bytes, np.uint8)
       buf[:first.size] = first
       out.append(buf)
       continue
-    bits = _bits_of(codes[regs.elements], dt.bits)   # [t, r, V*bits]
+    bits = code_bits(codes[regs.elements], dt.bits)   # [t, r, V*bits]
     out.append(np.packbits(bits, axis=-1, bitorder="little").reshape(-1))
   return np.concatenate(out)
 
 
-def _element_bit_positions(geom: RefGeometry) -> np.ndarray:
-  """[element, bit] -> swizzled bit index in the ref."""
-  lin_bits = geom.element_bit_address(np.arange(math.prod(geom.shape)))
-  byte = geom.byte_address(lin_bits // 8)
-  first = byte * 8 + lin_bits % 8
-  return first[:, None] + np.arange(geom.bits)[None, :]
-
-
-def _reduce(op: str, old: np.ndarray, new: np.ndarray, dtype) -> np.ndarray:
+def reduce_codes(op: str, old: np.ndarray, new: np.ndarray, dtype) -> np.ndarray:
+  """``op`` (an atomic name) applied to codes of ``dtype``, as the GPU reduces them."""
   dt = as_dtype(dtype)
   a, b = codes_to_values(old, dt), codes_to_values(new, dt)
   if op in ("inc", "dec"):
@@ -134,7 +130,7 @@ def expected_smem(cfg: StoreConfig, codes_per_cta: list[np.ndarray],
                   init: np.ndarray) -> np.ndarray:
   """Every CTA's SMEM bytes after the store (``init`` is CTA-major bytes)."""
   geom = view_geometry(cfg)
-  pos = _element_bit_positions(geom) + 8 * view_offset_bytes(cfg)
+  pos = element_bit_positions(geom) + 8 * view_offset_bytes(cfg)
   per_cta = init.reshape(cfg.cluster, -1)
   out = []
   for c in range(cfg.cluster):
@@ -145,7 +141,7 @@ def expected_smem(cfg: StoreConfig, codes_per_cta: list[np.ndarray],
         codes = np.full_like(codes, codes[0])
       if cfg.atomic is not None:
         old = (bits[pos].astype(np.uint64) << np.arange(geom.bits, dtype=np.uint64)).sum(-1)
-        codes = _reduce(cfg.atomic, old, codes, cfg.dtype)
-      bits[pos] = _bits_of(codes[:, None], geom.bits).reshape(pos.shape)
+        codes = reduce_codes(cfg.atomic, old, codes, cfg.dtype)
+      bits[pos] = code_bits(codes[:, None], geom.bits).reshape(pos.shape)
     out.append(np.packbits(bits, bitorder="little"))
   return np.concatenate(out)

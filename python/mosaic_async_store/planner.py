@@ -18,17 +18,18 @@ from mosaic_async_store.errors import AsyncStoreError, refuse, refuse_type
 from mosaic_async_store.geometry import RefGeometry, RegisterMap, register_map
 from mosaic_async_store.plan_types import Exchange, Instruction, Part, Value
 
-__all__ = ["StorePlan", "plan_store", "uses_plain_stores"]
+__all__ = ["StorePlan", "plan_store"]
 
 
-def uses_plain_stores(*, peer: bool, cluster_size: int | None, atomic, strategy="st.async") -> bool:
+def _uses_plain_stores(*, peer: bool, cluster_size: int | None, atomic, plain_stores) -> bool:
   """Whether a store goes out as plain st.shared::cluster instead of st.async.
 
-  Asked for explicitly (``strategy="plain"``), or forced: st.async into a
-  cluster of one CTA is undefined behaviour.  Reductions keep their own forms.
+  Asked for explicitly (``plain_stores``, async_store's ``strategy="plain"``),
+  or forced: st.async into a cluster of one CTA is undefined behaviour.
+  Reductions keep their own forms.
   """
   one_cta = not peer and cluster_size == 1
-  return atomic is None and (strategy == "plain" or one_cta)
+  return atomic is None and (plain_stores or one_cta)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -290,7 +291,7 @@ def _regroup_bytes(regs, bit_addr, geom, bits):
 
 def plan_store(layout, shape, dtype, *, swizzle=None, tiling_rank=None,
                optimized=True, atomic=None, ref_shape=None, ref_strides=None,
-               peer=True, plain_stores=False) -> StorePlan:
+               peer=True, plain_stores=False, cluster_size=None) -> StorePlan:
   """Plans the asynchronous store of a fragmented array; no MLIR context needed.
 
   Args:
@@ -306,16 +307,22 @@ def plan_store(layout, shape, dtype, *, swizzle=None, tiling_rank=None,
     ref_shape, ref_strides: the destination memref's shape and strides in
       elements (default: the canonical tiled ref for ``swizzle``, row-major).
     peer: whether the target is another CTA (red.async needs one).
-    plain_stores: carry everything with plain st.shared::cluster (used when
-      st.async is not allowed, e.g. a cluster of one CTA).
+    plain_stores: carry everything with plain st.shared::cluster
+      (``async_store(strategy="plain")``); reductions keep their own forms.
+    cluster_size: the CTAs in the cluster, when known: a store into the
+      executing CTA (``peer=False``) of a cluster of one CTA uses plain stores
+      (st.async needs ``%cluster_nctarank > 1``).
 
   Returns:
     A :class:`StorePlan`; call ``plan.verify()`` to check it.
   """
   optimized = validate.check_flag("optimized", optimized)
   plain_stores = validate.check_flag("plain_stores", plain_stores)
+  cluster_size = validate.check_cluster_size(cluster_size)
   dt, geom, atomic = validate.plan_inputs(
       layout, shape, dtype, swizzle, tiling_rank, atomic, ref_shape, ref_strides, peer)
+  plain_stores = _uses_plain_stores(peer=peer, cluster_size=cluster_size, atomic=atomic,
+                                    plain_stores=plain_stores)
   regs = register_map(layout, geom.shape)
   if regs.splat:
     regs = _splat_in_address_order(regs, geom)

@@ -1,34 +1,33 @@
 """Executes a store plan on the CPU: what the destination SMEM holds afterwards.
 
-The executor follows the plan instruction by instruction (lane exchanges, then
-each writer thread's store or reduction at its swizzled address) on real bytes.
-It is the reference for the runtime checks and the engine behind interpret-mode
-execution; the tests compare it with ``hostdata.expected_smem``, which is
-computed from the geometry alone.
+The executor runs the plan's landing (``landing.plan_landing``: the same
+replay of the register steps and instructions that ``verify`` checks) on real
+bytes: each writer thread's store or reduction at its swizzled address, in
+instruction order.  It is the reference for the runtime checks and the engine
+behind interpret-mode execution; the tests compare it with
+``hostdata.expected_smem``, which is computed from the geometry alone.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from mosaic_async_store import hostdata, packing, subbyte
-from mosaic_async_store.verify import _contents
+from mosaic_async_store import hostdata
+from mosaic_async_store.landing import element_bit_positions, plan_landing
 
 __all__ = ["execute_plan", "simulate_store", "config_plan", "execute_config"]
 
 
-def _apply_reduction(ins, old: bytes, new: bytes, dtype) -> bytes:
-  """One red/red.async on little-endian bytes (pairs for the x2 forms)."""
+def _apply_reduction(ins, old: np.ndarray, new: np.ndarray, dtype) -> np.ndarray:
+  """One red/red.async per row on little-endian bytes [n, width] (pairs for x2 forms)."""
   esize = dtype.bits // 8
-  n = len(new) // esize
-  old_codes = np.frombuffer(old, np.uint8).reshape(n, esize)
-  new_codes = np.frombuffer(new, np.uint8).reshape(n, esize)
+  shape = new.shape
   weights = (1 << (8 * np.arange(esize, dtype=np.uint64))).astype(np.uint64)
-  o = (old_codes.astype(np.uint64) * weights).sum(-1)
-  v = (new_codes.astype(np.uint64) * weights).sum(-1)
-  res = hostdata._reduce(ins.op, o, v, dtype)
-  return np.concatenate([((r >> (8 * np.arange(esize, dtype=np.uint64))) & 0xFF)
-                         .astype(np.uint8) for r in res]).tobytes()
+  o = (old.reshape(-1, esize).astype(np.uint64) * weights).sum(-1)
+  v = (new.reshape(-1, esize).astype(np.uint64) * weights).sum(-1)
+  res = hostdata.reduce_codes(ins.op, o, v, dtype)
+  out = (res[:, None] >> (8 * np.arange(esize, dtype=np.uint64))) & 0xFF
+  return out.astype(np.uint8).reshape(shape)
 
 
 def execute_plan(plan, register_bytes: np.ndarray, smem: np.ndarray) -> np.ndarray:
@@ -37,27 +36,26 @@ def execute_plan(plan, register_bytes: np.ndarray, smem: np.ndarray) -> np.ndarr
   ``register_bytes[t, r, :]`` are the bytes of the array's register ``r`` of
   thread ``t`` (the layout the test kernels read from global memory).
   """
+  landing = plan_landing(plan)
+  register_bytes = np.asarray(register_bytes, dtype=np.uint8)
+  if register_bytes.shape != landing.source_shape:
+    raise ValueError(f"register_bytes has shape {register_bytes.shape}; the plan's "
+                     f"registers are {landing.source_shape} (threads, registers, bytes)")
+  source = np.unpackbits(register_bytes, axis=-1, bitorder="little").reshape(-1)
   out = np.array(smem, dtype=np.uint8, copy=True)
-  for mask in plan.source_gathers:  # sub-byte elements gathered before regrouping
-    register_bytes = packing.with_partner(register_bytes, mask)
-  if plan.register_regroup is not None:  # sub-byte elements regrouped into bytes
-    register_bytes = subbyte.gather_register_bytes(register_bytes, plan)
-  for mask in plan.gathers:  # gathering lanes also hold their partner's registers
-    register_bytes = packing.with_partner(register_bytes, mask)
-  flat_src = register_bytes.reshape(-1)
-  contents = _contents(plan)
-  writers = np.flatnonzero(plan.registers.writer)
-  for ins in plan.instructions:
-    addr = plan.geometry.byte_address(ins.dst)
-    for t in writers:
-      ids = np.concatenate([contents[p.value][t, p.byte:p.byte + p.size]
-                            for p in ins.parts_for(int(t))])
-      data = flat_src[ids]
-      a = int(addr[t])
+  for store in landing.stores:
+    ins = store.instruction
+    bits = np.where(store.source_bits >= 0, source[np.maximum(store.source_bits, 0)], 0)
+    data = np.packbits(bits.astype(np.uint8), axis=-1, bitorder="little")  # [threads, width]
+    where = store.address[:, None] + np.arange(ins.width)
+    if np.unique(where).size != where.size:  # overlapping threads (a broken plan): in order
+      rows = [(where[i:i + 1], data[i:i + 1]) for i in range(len(data))]
+    else:
+      rows = [(where, data)]
+    for at, value in rows:
       if ins.kind in ("red", "red.async"):
-        data = np.frombuffer(_apply_reduction(ins, out[a:a + ins.width].tobytes(),
-                                               data.tobytes(), plan.dtype), np.uint8)
-      out[a:a + ins.width] = data
+        value = _apply_reduction(ins, out[at], value, plan.dtype)
+      out[at] = value
   return out
 
 
@@ -88,13 +86,13 @@ def simulate_store(array, layout, *, swizzle=None, tiling_rank=None, atomic=None
   codes = _codes(array, bits)
   if regs.splat:
     codes = np.full_like(codes, codes[0])
-  reg_bits = hostdata._bits_of(codes[regs.elements], bits)
+  reg_bits = hostdata.code_bits(codes[regs.elements], bits)
   register_bytes = np.packbits(reg_bits, axis=-1, bitorder="little")
-  pos = hostdata._element_bit_positions(geom)
+  pos = element_bit_positions(geom)
   smem_bits = np.zeros(max(geom.footprint_bytes, int(pos.max()) // 8 + 1) * 8, np.uint8)
   if initial is not None:
     init_codes = _codes(np.asarray(initial, dtype=array.dtype), bits)
-    smem_bits[pos] = hostdata._bits_of(init_codes[:, None], bits).reshape(pos.shape)
+    smem_bits[pos] = hostdata.code_bits(init_codes[:, None], bits).reshape(pos.shape)
   smem = execute_plan(plan, register_bytes, np.packbits(smem_bits, bitorder="little"))
   out_bits = np.unpackbits(smem, bitorder="little")[pos]
   out_codes = (out_bits.astype(np.uint64) << np.arange(bits, dtype=np.uint64)).sum(-1)
@@ -109,15 +107,14 @@ def config_plan(cfg, peer: bool | None = None):
   ``peer`` picks the form for target "cta0" (CTA 0 takes the local form); by
   default the form of every CTA but CTA 0 (the peer form)."""
   from mosaic_async_store.config import resolve_layout
-  from mosaic_async_store.planner import plan_store, uses_plain_stores
+  from mosaic_async_store.planner import plan_store
   view = hostdata.view_geometry(cfg)
   if peer is None:
     peer = cfg.target != "local"
   return plan_store(resolve_layout(cfg.layout, cfg.shape, cfg.dtype), cfg.shape, cfg.dtype,
                     swizzle=cfg.swizzle, optimized=cfg.optimized, atomic=cfg.atomic,
                     ref_shape=view.ref_shape, ref_strides=view.strides, peer=peer,
-                    plain_stores=uses_plain_stores(peer=peer, cluster_size=cfg.cluster,
-                                                   atomic=cfg.atomic))
+                    cluster_size=cfg.cluster)
 
 
 def execute_config(cfg, src: np.ndarray, init: np.ndarray) -> np.ndarray:
@@ -139,7 +136,7 @@ def execute_config(cfg, src: np.ndarray, init: np.ndarray) -> np.ndarray:
       nbits = first_plan.dtype.bits
       first = np.unpackbits(src[c][:max(1, nbits // 8)], bitorder="little")[:nbits]
       code = (first.astype(np.uint64) << np.arange(nbits, dtype=np.uint64)).sum()
-      bits = hostdata._bits_of(np.full(regs.elements.shape, code, np.uint64), nbits)
+      bits = hostdata.code_bits(np.full(regs.elements.shape, code, np.uint64), nbits)
       register_bytes = np.packbits(bits, axis=-1, bitorder="little")
     else:
       register_bytes = src[c].reshape(128, regs.num_registers, -1)

@@ -2,16 +2,13 @@
 
 Each lit test file calls ``print_ir`` / ``print_ptx`` under a ``TEST: name``
 label, following MLIR's Python test habit (``# CHECK-LABEL: TEST: name``).
+Importing this module changes no environment: lit (test/lit.cfg.py) and pytest
+(test/conftest.py) set ``JAX_PLATFORMS`` and ``TF_CPP_MIN_LOG_LEVEL``.
 """
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-from mosaic_async_store.config import StoreConfig  # noqa: E402
+from mosaic_async_store.config import StoreConfig
 
 __all__ = ["kernel_text", "print_ir", "print_ptx", "print_stats"]
 

@@ -1,10 +1,15 @@
-"""Static checks of a store plan, by simulating all 128 threads in NumPy.
+"""Static checks of a store plan, for all 128 threads, before any IR exists.
 
-The simulation follows the plan as the emitted code would run it: register
-bytes, lane exchanges (shfl.bfly), then each store's bytes at its swizzled
-address.  It then compares every written byte with where the ref geometry says
-that byte belongs.  This is independent of how the planner chose the
-instructions, so a planner bug shows up here, before any IR exists.
+The plan is run as a program on bit labels (``landing.plan_landing``: the
+array's own registers through the plan's register steps and instructions, as
+the emitter runs them) and the result is compared with where the ref geometry
+puts every bit of the array (``landing.element_bit_positions``).  Neither side
+uses the planner's code or its derived register map, so a planner bug shows up
+here.  Each check in ``CHECKS`` can fail, and test/unit/test_verify_mutations.py
+shows each one failing on a corrupted real plan.
+
+The bank-wavefront model lives here too: the verifier reports a plan's
+wavefronts with it, and ``banks`` scores candidate store orders with it.
 """
 
 from __future__ import annotations
@@ -13,10 +18,30 @@ import dataclasses
 
 import numpy as np
 
-from mosaic_async_store.errors import AsyncStoreError
 from mosaic_async_store.geometry import WARP_SIZE, WARPGROUP_SIZE
+from mosaic_async_store.landing import (PlanDefect, element_bit_positions, plan_landing,
+                                        source_bit_elements)
+from mosaic_async_store.plan_types import ASYNC_KINDS
 
-__all__ = ["Report", "verify_plan", "bank_wavefronts"]
+__all__ = ["Report", "PlanDefect", "CHECKS", "verify_plan", "bank_wavefronts",
+           "store_wavefronts", "plan_wavefronts"]
+
+# Every check, in the order it runs; the first four are raised by plan_landing.
+CHECKS = {
+    "form": "each instruction is a store or reduction form of its width, for the "
+            "plan's operation, element type and target",
+    "steps": "the register steps are well formed and leave the registers the plan declares",
+    "values": "every value is a slice inside a register or a listed lane exchange",
+    "data width": "each instruction's parts give exactly its width in bytes",
+    "swizzle chunk": "no instruction spans two 16-byte chunks, which the swizzle moves apart",
+    "alignment": "each store address is a multiple of its width",
+    "stray": "no bit is written outside the array's bits",
+    "contents": "each written bit is the array's bit that the geometry puts there",
+    "duplicate": "no bit is written twice",
+    "missing": "every bit of the array is written",
+    "tx bytes": "each thread announces exactly the bytes its async instructions complete",
+    "bank conflicts": "an optimized plan costs no extra shared-memory wavefronts",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,49 +54,7 @@ class Report:
   wavefronts: int
 
 
-def _fail(what: str, plan) -> AsyncStoreError:
-  return AsyncStoreError(
-      f"internal planner defect ({what}) for {plan.dtype} shape "
-      f"{plan.geometry.shape}, swizzle {plan.geometry.swizzle}: the plan was "
-      "rejected before emitting any IR. Fix: report this configuration; "
-      "optimized=False may avoid it", param="plan", value=what)
-
-
-def _contents(plan) -> dict[int, np.ndarray]:
-  """Source byte ids held by each thread for every value: [thread, byte]."""
-  regs = plan.registers
-  reg_bytes = regs.vector_length * plan.dtype.bits // 8
-  t = np.arange(WARPGROUP_SIZE)[:, None]
-  lane = np.arange(WARPGROUP_SIZE) % WARP_SIZE
-  out: dict[int, np.ndarray] = {}
-  for v in plan.values:
-    if v.exchange is None:
-      out[v.id] = (t * regs.num_registers + v.reg) * reg_bytes + v.byte + np.arange(v.size)
-      continue
-    ex = v.exchange
-    bit = (lane & ex.lane_mask) != 0
-    partner = np.arange(WARPGROUP_SIZE) ^ ex.lane_mask
-    mine = np.where(bit[:, None], out[ex.b.id], out[ex.a.id])
-    recv = np.where(bit[:, None], out[ex.b.id][partner], out[ex.a.id][partner])
-    low = np.array([ex.keep_low[int(b)] for b in bit])[:, None]
-    out[v.id] = np.where(low, np.concatenate([mine, recv], 1),
-                         np.concatenate([recv, mine], 1))
-  return out
-
-
-def _expected_address(plan, src: np.ndarray) -> np.ndarray:
-  """Swizzled byte address where source byte id ``src`` belongs."""
-  regs, bits = plan.registers, plan.dtype.bits
-  reg_bytes = regs.vector_length * bits // 8
-  thread_reg, byte = np.divmod(src, reg_bytes)
-  thread, reg = np.divmod(thread_reg, regs.num_registers)
-  if bits >= 8:
-    j, k = np.divmod(byte * 8, bits)
-    k = k // 8
-  else:
-    j, k = byte * (8 // bits), 0
-  lin = plan.geometry.element_bit_address(regs.elements[thread, reg, j]) // 8 + k
-  return plan.geometry.byte_address(lin)
+# --- the bank-wavefront model (shared with banks) -----------------------------
 
 
 def bank_wavefronts(addr: np.ndarray, width: int) -> int:
@@ -89,47 +72,125 @@ def bank_wavefronts(addr: np.ndarray, width: int) -> int:
   return total
 
 
-def _conflicts(plan, addrs: list[np.ndarray]) -> tuple[int, int]:
-  writer = plan.registers.writer
+def store_wavefronts(address: np.ndarray, width: int, writer: np.ndarray) -> tuple[int, int]:
+  """``(wavefronts, ideal)`` of one SIMT store of ``width`` bytes per thread.
+
+  ``address[t]`` is thread ``t``'s swizzled byte address; only ``writer``
+  threads store.  The ideal is one wavefront per 128 bytes each warp stores
+  (narrow stores count as 4 bytes: a bank serves one word per wavefront).
+  """
   waves = ideal = 0
-  for ins, addr in zip(plan.instructions, addrs):
-    for w in range(4):
-      sel = writer[w * WARP_SIZE:(w + 1) * WARP_SIZE]
-      a = addr[w * WARP_SIZE:(w + 1) * WARP_SIZE][sel]
-      if a.size:
-        waves += bank_wavefronts(a, ins.width)
-        ideal += -(-a.size * max(ins.width, 4) // 128)
-  return waves - ideal, waves
+  for w in range(WARPGROUP_SIZE // WARP_SIZE):
+    warp = slice(w * WARP_SIZE, (w + 1) * WARP_SIZE)
+    a = np.asarray(address)[warp][writer[warp]]
+    if a.size:
+      waves += bank_wavefronts(a, width)
+      ideal += -(-a.size * max(width, 4) // 128)
+  return waves, ideal
+
+
+def plan_wavefronts(plan) -> tuple[int, int]:
+  """``(wavefronts, ideal)`` summed over the plan's instructions."""
+  waves = ideal = 0
+  for ins in plan.instructions:
+    w, i = store_wavefronts(plan.geometry.byte_address(ins.dst), ins.width,
+                            plan.registers.writer)
+    waves, ideal = waves + w, ideal + i
+  return waves, ideal
+
+
+# --- the checks -----------------------------------------------------------------
+
+
+def _where(n: int, store, row: int) -> str:
+  ins = store.instruction
+  return f"instruction {n} ({ins.kind}.{ins.ptx_type}) of thread {int(store.threads[row])}"
+
+
+def _check_addresses(plan, landing) -> None:
+  """Swizzle chunk, then alignment, for every writer thread."""
+  for n, store in enumerate(landing.stores):
+    ins = store.instruction
+    dst = np.asarray(ins.dst, dtype=np.int64)[store.threads]
+    crossing = np.flatnonzero(dst // 16 != (dst + ins.width - 1) // 16)
+    if crossing.size:
+      r = crossing[0]
+      raise PlanDefect("swizzle chunk", f"{_where(n, store, r)} stores bytes {dst[r]}.."
+                       f"{dst[r] + ins.width - 1}, across a 16-byte chunk", plan)
+    off = np.flatnonzero(store.address % ins.width)
+    if off.size:
+      r = off[0]
+      raise PlanDefect("alignment", f"{_where(n, store, r)} stores {ins.width} bytes at "
+                       f"address {store.address[r]}", plan)
+
+
+def _element(label: int, bits: int) -> str:
+  return f"bit {label % bits} of element {label // bits}" if label >= 0 else "no array bit"
+
+
+def _check_bits(plan, landing) -> int:
+  """Stray, contents, duplicate, missing; returns the bytes written."""
+  bits = plan.dtype.bits
+  pos = element_bit_positions(plan.geometry).reshape(-1)
+  size = int(pos.max()) + 1
+  belongs = np.full(size, -1, dtype=np.int64)     # bit address -> element * bits + bit
+  belongs[pos] = np.arange(pos.size)
+  holds = source_bit_elements(plan)                # source bit -> element * bits + bit
+  splat = plan.source_registers.splat              # one value: any element may go anywhere
+  written = []
+  for n, store in enumerate(landing.stores):
+    addr = store.address[:, None] * 8 + np.arange(8 * store.instruction.width)
+    want = np.where((addr >= 0) & (addr < size), belongs[np.clip(addr, 0, size - 1)], -1)
+    if np.any(want < 0):
+      r, c = np.argwhere(want < 0)[0]
+      raise PlanDefect("stray", f"{_where(n, store, r)} writes byte {addr[r, c] // 8}, "
+                       "which holds no bit of the array", plan)
+    got = np.where(store.source_bits >= 0, holds[np.maximum(store.source_bits, 0)], -1)
+    wrong = (got % bits != want % bits) | (got < 0) if splat else got != want
+    if np.any(wrong):
+      r, c = np.argwhere(wrong)[0]
+      raise PlanDefect("contents", f"{_where(n, store, r)} puts {_element(got[r, c], bits)} "
+                       f"at byte {addr[r, c] // 8}, where {_element(want[r, c], bits)} "
+                       "belongs", plan)
+    written.append(addr.reshape(-1))
+  counts = np.bincount(np.concatenate(written), minlength=size) if written else \
+      np.zeros(size, dtype=np.int64)
+  if np.any(counts > 1):
+    raise PlanDefect("duplicate", f"byte {int(np.argmax(counts > 1)) // 8} is written "
+                     f"{int(counts.max())} times", plan)
+  unwritten = np.flatnonzero(counts[pos] == 0)
+  if unwritten.size:
+    raise PlanDefect("missing", f"{unwritten.size // bits or 1} element(s) never written, "
+                     f"first {_element(int(unwritten[0]), bits)}", plan)
+  return int(counts.sum()) // 8
+
+
+def _check_tx(plan, landing) -> int:
+  """Each thread's announced bytes against its async stores; returns their total."""
+  covered = np.zeros(WARPGROUP_SIZE, dtype=np.int64)
+  for store in landing.stores:
+    if store.instruction.kind in ASYNC_KINDS:
+      covered[store.threads] += store.instruction.width
+  for t in range(WARPGROUP_SIZE):
+    announced = plan.bytes_for_thread(t)
+    if announced != covered[t]:
+      raise PlanDefect("tx bytes", f"thread {t} announces {announced} bytes; its async "
+                       f"instructions complete {int(covered[t])}", plan)
+  return int(covered.sum())
 
 
 def verify_plan(plan) -> Report:
-  """Raises AsyncStoreError if any byte is lost, doubled, misplaced or misaligned."""
-  contents = _contents(plan)
-  writer = np.flatnonzero(plan.registers.writer)
-  geom = plan.geometry
-  written, addrs, async_bytes = [], [], 0
-  for ins in plan.instructions:
-    addr = geom.byte_address(ins.dst)
-    addrs.append(addr)
-    if np.any(addr[writer] % ins.width):
-      raise _fail(f"misaligned {ins.opcode}", plan)
-    for t in writer:
-      data = np.concatenate([contents[p.value][t, p.byte:p.byte + p.size]
-                             for p in ins.parts_for(int(t))])
-      if data.size != ins.width:
-        raise _fail(f"{ins.opcode} carries {data.size} bytes", plan)
-      actual = addr[t] + np.arange(ins.width)
-      if np.any(_expected_address(plan, data) != actual):
-        raise _fail(f"{ins.opcode} writes bytes to the wrong address", plan)
-      written.append(actual)
-    if ins.is_async:
-      async_bytes += ins.width * len(writer)
-  written = np.concatenate(written) if written else np.zeros(0, np.int64)
-  expected_total = int(np.prod(geom.shape)) * plan.dtype.bits // 8
-  if written.size != expected_total or np.unique(written).size != written.size:
-    raise _fail(f"{written.size} bytes written, {np.unique(written).size} distinct, "
-                f"{expected_total} expected", plan)
-  if async_bytes != sum(plan.bytes_for_thread(int(t)) for t in range(WARPGROUP_SIZE)):
-    raise _fail("announced tx bytes differ from async bytes", plan)
-  conflicts, waves = _conflicts(plan, addrs)
-  return Report(written.size, async_bytes, conflicts, waves)
+  """Raises PlanDefect (an AsyncStoreError) naming the first failed check of
+  ``CHECKS``: a byte lost, doubled, misplaced, misaligned or wrongly announced.
+
+  Returns the bytes written and completed on the barrier, and the wavefronts.
+  """
+  landing = plan_landing(plan)
+  _check_addresses(plan, landing)
+  total = _check_bits(plan, landing)
+  async_bytes = _check_tx(plan, landing)
+  waves, ideal = plan_wavefronts(plan)
+  if plan.optimized and waves > ideal:
+    raise PlanDefect("bank conflicts", f"optimized=True, but the stores take {waves} "
+                     f"wavefronts where {ideal} would do", plan)
+  return Report(total, async_bytes, waves - ideal, waves)

@@ -24,9 +24,7 @@ the hardware say:
 """
 
 import functools
-import pathlib
 import re
-import sys
 
 import numpy as np
 import pytest
@@ -34,14 +32,10 @@ import pytest
 from mosaic_async_store.config import StoreConfig
 from mosaic_async_store.testing import kernel_text
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-import upstream_kernels as upstream  # noqa: E402
-from ptx_interp import PtxKernel  # noqa: E402
-from test_ptx_execution import run_ptx  # noqa: E402
-
-
-from ptx_interp import Memref  # noqa: E402
-from ptx_memory import SCHEDULES, ProtocolError  # noqa: E402
+import upstream_kernels as upstream
+from ptx_interp import Memref, PtxKernel
+from ptx_memory import SCHEDULES, ProtocolError
+from test_ptx_execution import run_ptx
 
 schedules = pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: f"sched{s}")
 RED_IDS = [f"{op}-{'signed' if s else 'unsigned'}" for op, s in upstream.REDUCTIONS]

@@ -9,8 +9,6 @@ dtypes from 32 down to 4 bits, wherever upstream accepts the configuration.
 """
 
 import dataclasses
-import pathlib
-import sys
 
 import numpy as np
 import pytest
@@ -22,8 +20,7 @@ from mosaic_async_store.dtypes import as_dtype
 from mosaic_async_store.lowering.gpu_run import make_inputs
 from mosaic_async_store.lowering.kernels import kernel_io, kernel_parts
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from ptx_interp import PtxKernel  # noqa: E402
+from ptx_interp import PtxKernel
 
 S = StoreConfig
 CONFIGS = [S(dtype=dt, swizzle=sw, target="local", shape=shape)

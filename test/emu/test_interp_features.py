@@ -6,14 +6,11 @@
 * Mosaic's memref-descriptor parameters (``Memref(array)``: 3 + 2 * ndim).
 """
 
-import pathlib
-import sys
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from ptx_interp import Memref, PtxKernel  # noqa: E402
+from ptx_interp import Memref, PtxKernel
 
 
 def kernel(body, nparams=1, regs=""):

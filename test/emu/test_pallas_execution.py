@@ -29,9 +29,7 @@ plus the 8-byte barrier), read from the module rather than assumed.
 """
 
 import functools
-import pathlib
 import re
-import sys
 
 import jax
 import numpy as np
@@ -43,9 +41,8 @@ from mosaic_async_store.lowering import pallas_run
 from mosaic_async_store.pallas_capture import (lower_pallas_to_mosaic_modules,
                                                lower_warpgroup_dialect)
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from ptx_interp import Memref, PtxKernel  # noqa: E402
-from ptx_memory import SCHEDULES, ProtocolError  # noqa: E402
+from ptx_interp import Memref, PtxKernel
+from ptx_memory import SCHEDULES, ProtocolError
 
 CASES = pallas_run.PALLAS_CASES
 CLUSTER_WAIT = "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64"

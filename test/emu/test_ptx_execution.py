@@ -17,9 +17,7 @@ first copy loop into SMEM); a wrong order would fault on bounds or mismatch.
 """
 
 import functools
-import pathlib
 import re
-import sys
 
 import numpy as np
 import pytest
@@ -32,11 +30,9 @@ from mosaic_async_store.lowering.gpu_run import make_inputs
 from mosaic_async_store.lowering.kernels import WAIT_POLLS, kernel_io
 from mosaic_async_store.testing import kernel_text
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "gpu"))
-from configs import RUNTIME_CONFIGS  # noqa: E402
-from ptx_interp import PtxKernel  # noqa: E402
-from ptx_memory import SCHEDULES, ProtocolError  # noqa: E402
+from configs import RUNTIME_CONFIGS  # test/gpu (pyproject: pytest pythonpath)
+from ptx_interp import PtxKernel
+from ptx_memory import SCHEDULES, ProtocolError
 
 S = StoreConfig
 # The configurations named in the task first, then the rest of the GPU matrix.

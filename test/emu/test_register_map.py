@@ -9,8 +9,6 @@ writes it to global memory; the PTX interpreter runs it for all 128 threads,
 and the result must equal our map.
 """
 
-import pathlib
-import sys
 
 import numpy as np
 import pytest
@@ -19,8 +17,7 @@ from mosaic_async_store import compat, toolchain
 from mosaic_async_store.config import resolve_layout
 from mosaic_async_store.geometry import register_map
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from ptx_interp import PtxKernel  # noqa: E402
+from ptx_interp import PtxKernel
 
 # (layout name, shape): each shipped TiledLayout at a shape that is a small
 # multiple of its base tile; replicated layouts included.
@@ -84,8 +81,7 @@ def test_register_map_matches_upstream_thread_idxs(name, shape):
 
 
 def _hand_built():
-  sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "unit"))
-  from test_custom_layouts import LAYOUTS  # noqa: E402  (permuted warp/lane dims)
+  from test_custom_layouts import LAYOUTS  # test/unit: permuted warp/lane dims
   return LAYOUTS[::3]
 
 

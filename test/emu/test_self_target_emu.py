@@ -6,17 +6,14 @@ the peer form too, and the interpreter must catch its red.async into the
 executing CTA (undefined behaviour, PTX ISA 9.1, red.async).
 """
 
-import pathlib
 import re
-import sys
 
 import pytest
 
 from mosaic_async_store.config import StoreConfig
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from ptx_memory import ProtocolError  # noqa: E402
-from test_ptx_execution import _ptx, run_ptx  # noqa: E402
+from ptx_memory import ProtocolError
+from test_ptx_execution import _ptx, run_ptx
 
 CFG = StoreConfig(dtype="int32", atomic="add", target="cta0", cluster=2)
 

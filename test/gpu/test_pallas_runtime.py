@@ -8,14 +8,12 @@ checks that have no line.
 
 import os
 import pathlib
-import sys
 
 import pytest
 
 from mosaic_async_store.lowering.pallas_run import PALLAS_CASES
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from configs import run_batch  # noqa: E402
+from configs import run_batch
 
 TIMEOUT_S = int(os.environ.get("MAS_PALLAS_TIMEOUT", "90"))
 

@@ -10,12 +10,10 @@ import dataclasses
 import json
 import os
 import pathlib
-import sys
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from configs import RUNTIME_CONFIGS, run_batch  # noqa: E402
+from configs import RUNTIME_CONFIGS, run_batch
 
 TIMEOUT_S = int(os.environ.get("MAS_GPU_TIMEOUT", "360"))
 

@@ -346,6 +346,5 @@ def main(argv) -> None:
       print(json.dumps({"surface": case.surface, "id": case.id, **result}), flush=True)
 
 
-if __name__ == "__main__":
-  sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+if __name__ == "__main__":  # run as a script, this file's folder is sys.path[0]
   main(sys.argv[1:])

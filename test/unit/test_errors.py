@@ -8,6 +8,7 @@ per case) and a crash fails the cases it took down instead of this run.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import pathlib
@@ -17,8 +18,7 @@ import sys
 import pytest
 
 HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import error_cases as ec  # noqa: E402
+import error_cases as ec  # beside this file
 
 ROOT = HERE.parents[1]
 BATCHES = (("async_store", "toolchain"), ("pallas", "cli"))
@@ -109,8 +109,9 @@ def test_console_script_misuse_is_one_line_and_exit_2():
 def test_docs_errors_md_is_current(batches, plan_ns):
   """docs/errors.md says what the code says (rows of tool messages are not compared:
   they quote mlir-opt/ptxas, whose text depends on the tools and the kernel)."""
-  sys.path.insert(0, str(ROOT / "scripts"))
-  import errors_table
+  spec = importlib.util.spec_from_file_location("errors_table", ROOT / "scripts" / "errors_table.py")
+  errors_table = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(errors_table)
   results = dict(batches[0])
   results.update({("plan_store", c.id): ec.run_plan(c, plan_ns) for c in ec.PLAN})
   tool_rows = ("`CompileError`", "`ToolchainError`")

@@ -75,7 +75,7 @@ def test_install_reroutes_barrier_wait_everywhere_upstream_registers_it():
 
 def test_tensor_core_barriers_keep_upstreams_wait():
   import types
-  from mosaic_async_store.lowering.pallas_rules import _cluster_wait_rule
+  from mosaic_async_store.lowering.pallas import _cluster_wait_rule
   calls = []
   rule = _cluster_wait_rule(lambda *a, **k: calls.append((a, k)) or ())
   dtype = types.SimpleNamespace(orders_tensor_core=True)

@@ -2,8 +2,6 @@
 ptxas-accepted), and the CPU plan executor produces exactly the bytes the GPU
 test will demand.  A session with a GPU then only measures."""
 
-import pathlib
-import sys
 
 import numpy as np
 import pytest
@@ -14,8 +12,7 @@ from mosaic_async_store.lowering.gpu_run import make_inputs
 from mosaic_async_store.lowering.kernels import build_store_module
 from mosaic_async_store.simulate import execute_config
 
-sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "gpu"))
-from configs import RUNTIME_CONFIGS  # noqa: E402
+from configs import RUNTIME_CONFIGS  # test/gpu (pyproject: pytest pythonpath)
 
 
 def _cpu_result(cfg):

@@ -9,9 +9,7 @@ So an API change between jax 0.10 and 0.11 in that path fails here first, not
 in the few minutes a GPU is lent.
 """
 
-import pathlib
 import re
-import sys
 
 import jax.numpy as jnp
 import pytest
@@ -19,8 +17,7 @@ import pytest
 from mosaic_async_store.lowering import gpu_run
 from mosaic_async_store.lowering.kernels import kernel_io
 
-sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "gpu"))
-from configs import RUNTIME_CONFIGS  # noqa: E402
+from configs import RUNTIME_CONFIGS  # test/gpu (pyproject: pytest pythonpath)
 
 
 @pytest.mark.parametrize("cfg", RUNTIME_CONFIGS, ids=lambda c: c.describe())

@@ -1,0 +1,371 @@
+"""Pallas MGPU: this project's ``async_store_smem``, its rules, and ``install()``.
+
+One module, in upstream's recipe (``jax/_src/pallas/mosaic_gpu/primitives.py``):
+
+* ``async_store_smem_p``: a primitive with upstream's parameters; its abstract
+  evaluation checks the avals and the static parameters.
+* its lowering rules, registered with upstream's decorator: Lane semantics
+  straight through ``async_store``; Warpgroup semantics as the dialect op
+  ``mosaic_gpu.async_store_smem`` marked for this project.  That op's lowering
+  (after layout inference) is a dispatcher registered in upstream's place:
+  marked ops, or every op after ``install()``, take this project's path;
+  others keep upstream's rule.
+* ``async_store_smem``: the wrapper, upstream's signature; it checks what the
+  avals lose (the kinds of its Python arguments) and binds.
+* ``install()`` points upstream's ``plgpu.async_store_smem`` primitive at the
+  same rules, so existing kernels gain every dtype and atomic unchanged, and
+  ``plgpu.barrier_wait`` at a rule that waits with a cluster-scope acquire,
+  which the plain pieces of a store into a peer need (float reductions:
+  ``red.shared::cluster`` ordered by a ``.release.cluster`` arrive; without
+  install(), such stores are refused: docs/pallas.md).  ``uninstall()``
+  registers upstream's rules again.
+
+The public face is ``mosaic_async_store.pallas``, which imports this module
+(and with it jax's Pallas) on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Hashable
+
+import numpy as np
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import arith, gpu, memref
+
+from mosaic_async_store import compat, validate
+from mosaic_async_store.dtypes import as_dtype
+from mosaic_async_store.errors import AsyncStoreError, refuse, refuse_type
+from mosaic_async_store.lowering import ptx, target
+from mosaic_async_store.lowering.store import async_store
+
+__all__ = ["async_store_smem", "async_store_smem_p", "install", "uninstall", "is_installed",
+           "MARK"]
+
+_p = compat.pallas_internals()
+_LANE = compat.mosaic_gpu().LoweringSemantics.Lane
+_WG = compat.mosaic_gpu().LoweringSemantics.Warpgroup
+_WG_PRIMITIVE = _p.gpu_core.PrimitiveSemantics.Warpgroup
+
+MARK = "mas.async_store"          # unit attribute on dialect ops we lower
+_OP = "mosaic_gpu.async_store_smem"
+_state = {"installed": False}
+
+async_store_smem_p = _p.jax_core.Primitive("mas_async_store_smem")
+async_store_smem_p.multiple_results = True
+
+
+@async_store_smem_p.def_effectful_abstract_eval
+def _async_store_smem_abstract_eval(src, ref, barrier, cluster_idx, *flat_transforms_avals,
+                                    ref_transforms_treedef, barrier_transforms_treedef,
+                                    cluster_dim, optimized, atomic):
+  """Shape, dtype, barrier and parameter checks with messages that say what to change."""
+  del cluster_idx, cluster_dim  # the wrapper checks them: their Python kinds are lost here
+  ref_avals, bar_avals = _p.util.split_list(flat_transforms_avals,
+                                            [ref_transforms_treedef.num_leaves])
+  dst = _p.pallas_core.TransformedRef(ref, ref_transforms_treedef.unflatten(ref_avals))
+  if src.shape != dst.shape:
+    raise TypeError(f"async_store_smem: src has shape {src.shape} but ref has shape "
+                    f"{dst.shape}; allowed: equal shapes. Fix: slice the ref "
+                    f"(ref.at[...]) or reshape the value")
+  if src.dtype != dst.dtype:
+    raise TypeError(f"async_store_smem: src has dtype {src.dtype} but ref has dtype "
+                    f"{dst.dtype}; allowed: equal dtypes. Fix: src.astype("
+                    f"{dst.dtype}) or a ref of dtype {src.dtype}")
+  bar = _p.pallas_core.TransformedRef(barrier, barrier_transforms_treedef.unflatten(bar_avals))
+  if bar.size != 1:
+    raise TypeError(f"async_store_smem: barrier holds {bar.size} barriers; allowed: one. "
+                    "Fix: index it, e.g. barrier.at[0]")
+  dtype = getattr(barrier, "dtype", None)
+  if isinstance(dtype, _p.gpu_core.BarrierType) and dtype.orders_tensor_core:
+    raise refuse("barrier", "Barrier(orders_tensor_core=True)",
+                 "a plain plgpu.Barrier: an orders_tensor_core barrier counts one "
+                 "arrival per warpgroup even under Lane semantics, so the 128 "
+                 "per-thread arrivals of this store would overrun its phase",
+                 "allocate plgpu.Barrier(num_arrivals=<stores per phase>)")
+  if not src.shape:
+    raise TypeError("async_store_smem: src is a scalar; allowed: arrays of rank >= 1. "
+                    "Fix: broadcast it, e.g. jnp.full((128,), x)")
+  validate.check_flag("optimized", optimized)
+  validate.check_atomic(atomic, as_dtype(src.dtype, "src"), peer=True)
+  return (), {_p.gpu_core._memory_effect, _p.state.WriteEffect(1)}
+
+
+def _unpack(ctx, ref, barrier, flat_transforms, ref_treedef, bar_treedef):
+  """Applies the ref's Pallas transforms; returns (ref, remaining transforms, barrier)."""
+  flat_ref_t, flat_bar_t = _p.util.split_list(flat_transforms, [ref_treedef.num_leaves])
+  ref_t_avals, _ = _p.util.split_list(ctx.avals_in[4:], [ref_treedef.num_leaves])
+  ref_smem, _, remaining = _p.lowering._handle_transforms(
+      ctx, ctx.avals_in[1], ref, ref_treedef.unflatten(ref_t_avals),
+      ref_treedef.unflatten(flat_ref_t), handle_transposes=True)
+  base = _p.primitives._get_barrier_base_index(ctx.avals_in[2],
+                                               bar_treedef.unflatten(flat_bar_t))
+  if base is not None:
+    barrier = barrier[base]
+  return ref_smem, remaining, barrier
+
+
+def _swizzle_tiling(remaining):
+  match tuple(remaining):
+    case (_p.gpu_core.UnswizzleRef(swizzle), _p.gpu_core.UntilingTransform(tiling)):
+      return int(swizzle), len(tiling)
+    case (_p.gpu_core.UntilingTransform(tiling),):
+      return None, len(tiling)
+    case ():
+      return None, None
+  raise refuse("ref", f"transforms {remaining}",
+               "a plain SMEM ref or one with TilingTransform (+ SwizzleTransform)",
+               "store into a ref allocated with plgpu.TilingTransform/SwizzleTransform")
+
+
+@compat.register_lowering_rule(async_store_smem_p, _LANE)
+def _lane_rule(ctx, src, ref, barrier, cluster_idx, *flat_transforms, ref_transforms_treedef,
+               barrier_transforms_treedef, cluster_dim, optimized, atomic):
+  ref_smem, remaining, barrier = _unpack(ctx, ref, barrier, flat_transforms,
+                                         ref_transforms_treedef, barrier_transforms_treedef)
+  swizzle, tiling_rank = _swizzle_tiling(remaining)
+  dim = _p.lowering._resolve_cluster_axis(ctx.module_ctx.axis_names, cluster_dim)
+  value = _p.lowering._ensure_fa(src, ctx.avals_in[0].dtype)
+  async_store(value, ref_smem, barrier, cluster_dim=dim,
+              cluster_idx=_p.lowering._as_index(cluster_idx), swizzle=swizzle,
+              tiling_rank=tiling_rank, optimized=optimized, atomic=atomic,
+              remote_plain_ok=_state["installed"])
+  return ()
+
+
+@compat.register_lowering_rule(async_store_smem_p, _WG)
+def _warpgroup_rule(ctx, src, ref, barrier, cluster_idx, *flat_transforms,
+                    ref_transforms_treedef, barrier_transforms_treedef, cluster_dim,
+                    optimized, atomic):
+  ref_smem, remaining, barrier = _unpack(ctx, ref, barrier, flat_transforms,
+                                         ref_transforms_treedef, barrier_transforms_treedef)
+  if remaining:
+    raise refuse("ref", f"transforms {remaining}", "transforms Pallas folds into the ref",
+                 "report this kernel")
+  dim = _p.lowering._resolve_cluster_axis(ctx.module_ctx.axis_names, cluster_dim)
+  idx = arith.index_cast(ir.IntegerType.get_signless(32), _p.lowering._as_index(cluster_idx))
+  # Our parameters ride on discardable attributes: the dialect's atomic enum
+  # lacks inc/dec, and Warpgroup vectors are signless, so the jax dtype's
+  # signedness (needed for min/max) would otherwise be lost.
+  op = compat.mosaic_gpu().dialect.async_store_smem(
+      src, ref_smem, barrier.as_barrier_memref(), dim.value, idx, atomic_type=None,
+      optimized=optimized)
+  op = getattr(op, "operation", op)
+  op.attributes[MARK] = ir.UnitAttr.get()
+  dtype = ctx.avals_in[0].dtype
+  op.attributes["mas.signed"] = ir.BoolAttr.get(bool(np.issubdtype(dtype, np.signedinteger)))
+  if atomic is not None:
+    op.attributes["mas.atomic"] = ir.StringAttr.get(atomic)
+  return ()
+
+
+# This project's rules by (lowering, primitive) semantics: install() gives them
+# to upstream's primitive too.
+_RULES = {(_LANE, _WG_PRIMITIVE): _lane_rule, (_WG, _WG_PRIMITIVE): _warpgroup_rule}
+
+
+def _dialect_rule(ctx, op):
+  """Lowers ``mosaic_gpu.async_store_smem`` (after layout inference) through async_store."""
+  utils, dl = compat.mosaic_utils(), _p.dialect_lowering
+  attrs = op.operation.attributes
+  signed = ir.BoolAttr(attrs["mas.signed"]).value if "mas.signed" in attrs else True
+  [layout] = _p.inference_utils.in_layouts(op)
+  value = dl._fragmented_array_from_ir(
+      op.valueToStore, layout,
+      is_signed=signed if isinstance(ir.VectorType(op.valueToStore.type).element_type,
+                                     ir.IntegerType) else None)
+  swizzle, tiling_rank, ref = None, None, op.destination
+  if "in_transforms" in attrs:
+    transforms = _p.inference_utils.in_transforms(op)[0]
+    sw = dl.swizzle_from_transforms_attr(transforms)
+    swizzle = None if sw == dl.mgpu.SwizzlingMode.kNoSwizzle else int(sw.value)
+    ref = dl.unwrap_transformed_memref(op.destination, transforms)
+    tiling = [t for t in dl.memref_transforms_from_transforms_attr(transforms)
+              if hasattr(t, "tiling")]
+    tiling_rank = len(tiling[0].tiling) if tiling else None
+  barrier = utils.DialectBarrierRef.from_barrier_memref(op.barrier).barrier_ref
+  if "mas.atomic" in attrs:
+    atomic = ir.StringAttr(attrs["mas.atomic"]).value
+  elif op.atomic_type is not None:  # upstream's op, after install()
+    atomic = str(dl.mgpu.AtomicOpType(op.atomic_type.value))
+  else:
+    atomic = None
+  optimized = op.optimized.value if op.optimized is not None else None
+  kwargs = dict(cluster_dim=gpu.Dimension(op.cluster_dim.value),
+                cluster_idx=arith.index_cast(ir.IndexType.get(), op.cluster_idx),
+                swizzle=swizzle, tiling_rank=tiling_rank, atomic=atomic,
+                remote_plain_ok=_state["installed"])
+  try:
+    async_store(value, ref, barrier, optimized=optimized is not False, **kwargs)
+  except AsyncStoreError as e:
+    if optimized is not None or e.param != "optimized":
+      raise
+    async_store(value, ref, barrier, optimized=False, **kwargs)  # upstream's "downgradable"
+  return []
+
+
+# Layout inference keeps upstream's rule: the layouts it admits for this op
+# (WGMMA even for 8- and 4-bit data) are all ones this store handles.
+_upstream_dialect_rule = compat.dialect_lowering_table()[_OP]
+
+
+@compat.register_dialect_lowering(_OP)
+def _dialect_dispatch(ctx, op):
+  """Marked ops, and every op after install(), through this project; others upstream's."""
+  attrs = getattr(op, "operation", op).attributes
+  ours = _state["installed"] or MARK in attrs
+  return (_dialect_rule if ours else _upstream_dialect_rule)(ctx, op)
+
+
+# Upstream's BarrierRef.wait polls mbarrier.try_wait.parity with a suspend-time hint.
+_WAIT_TICKS = 10_000_000
+
+
+def _cluster_wait_rule(original):
+  """Pallas' ``barrier_wait`` rule, waiting with ``.acquire.cluster`` (see install()).
+
+  It does what upstream's rule (and ``BarrierRef.wait``) does: pick the
+  barrier, flip its phase bit, poll until that phase completes.  Only the
+  poll differs: ``mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64``
+  instead of upstream's unqualified form, which is ``.acquire.cta`` (PTX ISA,
+  mbarrier.try_wait: absent .sem means .acquire, absent .scope means .cta).
+  ``orders_tensor_core`` barriers keep upstream's rule (its tcgen05 fence).
+  """
+  def rule(ctx, barrier, *flat_transforms, transforms_treedef):
+    utils = compat.mosaic_utils()
+    aval = ctx.avals_in[0]
+    if getattr(aval.inner_aval.dtype, "orders_tensor_core", False):
+      return original(ctx, barrier, *flat_transforms, transforms_treedef=transforms_treedef)
+    base = _p.primitives._get_barrier_base_index(aval,
+                                                 transforms_treedef.unflatten(flat_transforms))
+    if base is not None:
+      barrier = barrier[base]
+    if isinstance(barrier, utils.DialectBarrierRef):
+      barrier = barrier.barrier_ref
+    elif isinstance(barrier, utils.CollectiveBarrierRef):
+      barrier = barrier.barrier
+    if barrier._ptx_scope != "cta":
+      raise ValueError("Can only await on CTA-local barriers")  # as upstream's wait_parity
+    parity, flipped = barrier.update_parities(memref.load(barrier.phases, []))
+    memref.store(flipped, barrier.phases, [])
+    i32 = ir.IntegerType.get_signless(32)
+    ptx.emit_wait_parity_cluster(target.smem_address(barrier.get_ptr()),
+                                 arith.extui(i32, parity), arith.constant(i32, _WAIT_TICKS))
+    return ()
+  return rule
+
+
+def _reregister(prim, make) -> dict:
+  """Registers ``make(key, rule)`` with upstream's decorator in place of each
+  ``rule`` that a table (``key``: lowering and primitive semantics) has for
+  ``prim``; returns the rules it replaced, by key."""
+  old = {key: table[prim] for key, table in compat.rule_tables_with(prim).items()}
+  for key, rule in old.items():
+    compat.register_lowering_rule(prim, *key)(make(key, rule))
+  return old
+
+
+def install() -> None:
+  """Routes upstream's ``plgpu.async_store_smem`` (Lane and Warpgroup) and its dialect
+  op through this project. Idempotent; ``uninstall()`` restores upstream's rules.
+
+  Also routes ``plgpu.barrier_wait`` (every semantics upstream registers it
+  for: Lane, Warpgroup, the Warp-primitive combinations) through a wait with
+  ``.acquire.cluster`` (upstream's is ``.acquire.cta``), so stores with plain
+  pieces into a peer (e.g. float reductions), which are refused without
+  install(), become visible to the waiting CTA (docs/pallas.md).
+  """
+  if _state["installed"]:
+    return
+  upstream = _p.primitives
+  _state["saved"] = {
+      upstream.async_store_smem_p: _reregister(upstream.async_store_smem_p,
+                                               lambda key, rule: _RULES.get(key, rule)),
+      upstream.barrier_wait_p: _reregister(upstream.barrier_wait_p,
+                                           lambda key, rule: _cluster_wait_rule(rule))}
+  _state["installed"] = True
+
+
+def uninstall() -> None:
+  """Restores upstream's lowering of ``plgpu.async_store_smem`` and ``plgpu.barrier_wait``;
+  a no-op when not installed."""
+  if not _state["installed"]:
+    return
+  for prim, saved in _state.pop("saved").items():
+    _reregister(prim, lambda key, rule, saved=saved: saved.get(key, rule))
+  _state["installed"] = False
+
+
+def is_installed() -> bool:
+  """Whether install() is in effect."""
+  return _state["installed"]
+
+
+def _check_call(src, ref, barrier, cluster_idx, cluster_dim, optimized, atomic) -> None:
+  """Refuses, while tracing, the arguments whose kinds the avals lose or that cannot
+  be bound (the abstract evaluation checks the rest)."""
+  # Static parameters must be hashable to be bound; an unhashable one is refused by
+  # the check the abstract evaluation applies to it, with the same message.
+  for value, check in ((optimized, lambda v: validate.check_flag("optimized", v)),
+                       (atomic, validate.check_atomic_name)):
+    try:
+      hash(value)
+    except TypeError:
+      check(value)
+  for param, x, example in (("ref", ref, "smem or smem.at[...]"),
+                            ("barrier", barrier, "bar.at[0]")):
+    try:
+      is_ref = isinstance(x, _p.state_types.TransformedRef) or isinstance(
+          compat.typeof(x), _p.state_types.AbstractRef)
+    except TypeError:
+      is_ref = False
+    if not is_ref:
+      raise refuse_type(param, x, "a Pallas Ref (a scratch buffer of the kernel)",
+                        f"pass the kernel's scratch ref, e.g. {example}")
+  if not hasattr(src, "dtype") and not isinstance(src, (int, float)):
+    raise refuse_type("src", src, "an array (the registers of the warpgroup)",
+                      "pass a jax array, e.g. plgpu.load(x_ref, ())")
+  if isinstance(cluster_dim, (bool, np.bool_, float)) or not isinstance(cluster_dim, (str, int)):
+    raise refuse_type("cluster_dim", cluster_dim, "a cluster axis name (str) or int",
+                      'pass a name from plgpu.kernel(cluster_names=...), e.g. "cluster"')
+  names = compat.axis_names_in_scope()
+  if isinstance(cluster_dim, str) and names and cluster_dim not in names:
+    raise refuse("cluster_dim", repr(cluster_dim),
+                 "a cluster axis name of the enclosing kernel (axes in scope: "
+                 + ", ".join(map(repr, names)) + ")",
+                 "pass one of the cluster_names given to plgpu.kernel")
+  # An axis of one CTA is fine: the target is then the executing CTA, which the
+  # lowering stores into with the local form.
+  validate.check_cluster_idx(cluster_idx, traced=True)
+
+
+def async_store_smem(src, ref, barrier, *, cluster_idx, cluster_dim: Hashable | int,
+                     optimized: bool = True, atomic: str | None = None) -> None:
+  """Asynchronously stores ``src`` into ``ref`` of the CTA ``cluster_idx`` along ``cluster_dim``.
+
+  Same signature and semantics as ``plgpu.async_store_smem``, with every dtype
+  (down to 4-bit), layout and swizzle, exact tx accounting for any size, and
+  the atomics "add", "min", "max", "and", "or", "xor", "inc", "dec"
+  (signedness from ``src.dtype``).  Every thread of the warpgroup arrives once
+  on the destination barrier, announcing its own bytes: allocate
+  ``plgpu.Barrier(num_arrivals=n)`` with ``n`` the stores that land per phase.
+
+  Args:
+    src: the array to store (registers of the warpgroup).
+    ref: the SMEM ref to store to (same shape and dtype; transforms allowed).
+    barrier: a single barrier; the destination CTA's copy gets the arrival.
+    cluster_idx: index of the target CTA along ``cluster_dim``.
+    cluster_dim: the cluster axis name (or index).
+    optimized: require a bank-conflict-free store.
+    atomic: None or a reduction.
+  """
+  _check_call(src, ref, barrier, cluster_idx, cluster_dim, optimized, atomic)
+  get = _p.state_primitives.get_ref_and_transforms
+  ref, ref_transforms = get(ref, None, "async_store_smem")
+  barrier, barrier_transforms = get(barrier, None, "async_store_smem")
+  flat_ref_transforms, ref_transforms_treedef = _p.tree_util.tree_flatten(ref_transforms)
+  flat_bar_transforms, bar_transforms_treedef = _p.tree_util.tree_flatten(barrier_transforms)
+  async_store_smem_p.bind(
+      src, ref, barrier, cluster_idx, *flat_ref_transforms, *flat_bar_transforms,
+      ref_transforms_treedef=ref_transforms_treedef,
+      barrier_transforms_treedef=bar_transforms_treedef,
+      cluster_dim=cluster_dim, optimized=optimized, atomic=atomic)

@@ -1,0 +1,96 @@
+"""Importing the package loads no test code and changes no environment (issue 12).
+
+Each check runs in a fresh interpreter, so that nothing this test session imported
+(conftest, other tests) hides what the package itself loads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+# Test kernels, benchmark kernels, the runtime harness and the lit helpers: what a user
+# planning or emitting a store never needs.
+HARNESS = ("mosaic_async_store.config", "mosaic_async_store.hostdata",
+           "mosaic_async_store.testing", "mosaic_async_store.simulate",
+           "mosaic_async_store.lowering.kernels", "mosaic_async_store.lowering.gpu_run",
+           "mosaic_async_store.lowering.pallas_run", "mosaic_async_store.lowering.bench_kernels")
+
+# The user's program: jax is already loaded (its import sets variables of its own, e.g.
+# MOSAIC_GPU_CUDA_ROOT), then the package is imported and a real layout is planned.
+PROGRAM = r"""
+import json, os, sys
+from jax.experimental.mosaic.gpu import fragmented_array as fa
+before = dict(os.environ)
+import mosaic_async_store as mas
+plan = mas.plan_store(fa.WGMMA_LAYOUT, (64, 128), "bfloat16", swizzle=128)
+plan.summary()
+plan.verify()
+after = dict(os.environ)
+print(json.dumps({
+    "modules": sorted(m for m in sys.modules if m.startswith("mosaic_async_store")),
+    "changed": {k: [before.get(k), after.get(k)] for k in set(before) | set(after)
+                if before.get(k) != after.get(k)},
+    "instructions": len(plan.instructions),
+}))
+"""
+
+
+def _run(code: str, *, env_drop=("JAX_PLATFORMS", "TF_CPP_MIN_LOG_LEVEL")) -> dict:
+  # Without the test suite's defaults (test/conftest.py), as a user's process starts.
+  env = {k: v for k, v in os.environ.items() if k not in env_drop}
+  proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        env=env, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-5000:]
+  return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_plan_store_imports_no_test_helper_and_changes_no_environment():
+  got = _run(PROGRAM)
+  assert got["instructions"] > 0
+  loaded = sorted(set(HARNESS) & set(got["modules"]))
+  assert not loaded, f"planning a store imported test/harness modules: {loaded}"
+  assert got["changed"] == {}, f"importing mosaic_async_store changed os.environ: {got['changed']}"
+
+
+def test_bare_import_loads_neither_jax_nor_test_helpers():
+  got = _run(r"""
+import json, os, sys
+before = dict(os.environ)
+import mosaic_async_store
+print(json.dumps({"modules": sorted(sys.modules), "same_env": dict(os.environ) == before}))
+""")
+  assert got["same_env"]
+  heavy = [m for m in got["modules"] if m.split(".")[0] in ("jax", "jaxlib")]
+  assert not heavy, f"import mosaic_async_store loaded {heavy[:5]}"
+  loaded = sorted(set(HARNESS) & set(got["modules"]))
+  assert not loaded, f"import mosaic_async_store imported test/harness modules: {loaded}"
+
+
+def test_simulate_store_stays_public_and_lazy():
+  got = _run(r"""
+import json, sys
+import mosaic_async_store as mas
+lazy = "mosaic_async_store.simulate" not in sys.modules
+from mosaic_async_store import simulate_store
+from mosaic_async_store.simulate import simulate_store as direct
+print(json.dumps({"lazy": lazy, "same": simulate_store is direct is mas.simulate_store,
+                  "listed": "simulate_store" in mas.__all__ and "simulate_store" in dir(mas)}))
+""")
+  assert got == {"lazy": True, "same": True, "listed": True}
+
+
+def test_testing_helpers_change_no_environment():
+  """The lit helpers leave the environment to lit (test/lit.cfg.py) and pytest."""
+  got = _run(r"""
+import json, os
+before = dict(os.environ)
+import jax  # its own variables are not this project's
+before = dict(os.environ)
+import mosaic_async_store.testing
+print(json.dumps({"changed": sorted(k for k in set(before) | set(os.environ)
+                                    if before.get(k) != os.environ.get(k))}))
+""")
+  assert got["changed"] == []

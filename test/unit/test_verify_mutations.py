@@ -1,0 +1,244 @@
+"""Every check of the verifier can fail: each one, broken on a real plan.
+
+Each case builds a plan with ``plan_store``, corrupts one thing in it
+(``dataclasses.replace`` on the frozen plan, its instructions, values or
+register steps) and asserts that ``verify`` raises a PlanDefect naming the
+check that the corruption breaks (``verify.CHECKS`` lists them, in the order
+they run).  Several cases corrupt only a register step (a byte regrouping, a
+gather, an exchange), which the planner's own register map does not show:
+the verifier replays the steps itself, so it must still see them.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import pathlib
+
+import numpy as np
+import pytest
+
+from mosaic_async_store import verify
+from mosaic_async_store.config import resolve_layout
+from mosaic_async_store.geometry import RegisterMap
+from mosaic_async_store.planner import StorePlan, plan_store
+
+
+def _plan(layout, shape, dtype, **kwargs):
+  plan = plan_store(resolve_layout(layout, shape, dtype), shape, dtype, **kwargs)
+  plan.verify()  # the unbroken plan holds
+  return plan
+
+
+def _bf16(**kw):      # 32 st.async.b32, no register steps
+  return _plan("WGMMA", (64, 128), "bf16", swizzle=128, **kw)
+
+
+def _f32():           # 8-byte st.async, staggered against bank conflicts
+  return _plan("WGMMA", (64, 128), "f32", swizzle=128)
+
+
+def _i8():            # byte exchanges between lanes (shfl.bfly) before word stores
+  return _plan("WGMMA", (64, 128), "i8", swizzle=128)
+
+
+def _i4_one_column():  # source gather, in-thread byte regrouping, then two gathers
+  return _plan("TMEM_NATIVE_V1", (128, 1), "i4", swizzle=None)
+
+
+def _i4_in_thread():   # bytes assembled in the thread from two one-nibble registers
+  return _plan("TMEM_NATIVE_V1", (128, 256), "i4", swizzle=128)
+
+
+def _i4_lanes():       # 4-bit halves traded between lanes t and t ^ 4
+  return _plan("WGMMA_TRANSPOSED", (64, 256), "i4", swizzle=128)
+
+
+def _instr(plan, n, **changes):
+  instrs = list(plan.instructions)
+  instrs[n] = dataclasses.replace(instrs[n], **changes)
+  return dataclasses.replace(plan, instructions=tuple(instrs))
+
+
+def _value(plan, vid, **changes):
+  values = tuple(dataclasses.replace(v, **changes) if v.id == vid else v for v in plan.values)
+  return dataclasses.replace(plan, values=values)
+
+
+def _regroup(plan, **changes):
+  return dataclasses.replace(plan, register_regroup=dataclasses.replace(
+      plan.register_regroup, **changes))
+
+
+def _registers(plan, elements=None, writer=None):
+  regs = plan.registers
+  return dataclasses.replace(plan, registers=RegisterMap(
+      regs.elements if elements is None else elements,
+      regs.writer if writer is None else writer, regs.splat))
+
+
+class _AnnouncesMore(StorePlan):
+  """A plan whose thread 5 announces 4 bytes more than its stores complete."""
+
+  def bytes_for_thread(self, thread):
+    return super().bytes_for_thread(thread) + 4 * (thread == 5)
+
+
+def _with_tx_off_by_four(plan):
+  return _AnnouncesMore(**{f.name: getattr(plan, f.name) for f in dataclasses.fields(plan)})
+
+
+def _swapped_nibbles(plan):
+  own = plan.register_regroup.own
+  return _regroup(plan, own=own[:, :, ::-1].copy())       # high half stored low
+
+
+def _swapped_sends(plan):
+  send = plan.register_regroup.send
+  return _regroup(plan, send=np.roll(send, 1, axis=1))    # each slot gets another element
+
+
+def _flipped_keep_low(plan):
+  ex = plan.exchanges[0]
+  broken = dataclasses.replace(ex, keep_low=tuple(not k for k in ex.keep_low))
+  values = tuple(dataclasses.replace(v, exchange=broken) if v.exchange is ex else v
+                 for v in plan.values)
+  return dataclasses.replace(plan, values=values, exchanges=(broken,) + plan.exchanges[1:])
+
+
+def _other_value(plan):
+  ins = plan.instructions[0]
+  others = [v.id for v in plan.values if v.size == ins.parts[0].size
+            and v.id != ins.parts[0].value]
+  part = dataclasses.replace(ins.parts[0], value=others[0])
+  return _instr(plan, 0, parts=(part,) + ins.parts[1:])
+
+
+def _swapped_destinations(plan):
+  a, b = plan.instructions[:2]
+  return _instr(_instr(plan, 0, dst=b.dst), 1, dst=a.dst)
+
+
+def _misaligned(plan):
+  ins = plan.instructions[0]          # 8 bytes: moved to byte 4 of its 16-byte chunk
+  return _instr(plan, 0, dst=ins.dst // 16 * 16 + 4)
+
+
+def _beyond_the_array(plan):
+  ins = plan.instructions[0]          # a whole swizzle period further: same phase
+  return _instr(plan, 0, dst=ins.dst + 1024 * (-(-plan.geometry.footprint_bytes // 1024)))
+
+
+def _short_part(plan):
+  ins = plan.instructions[0]
+  part = dataclasses.replace(ins.parts[0], size=ins.parts[0].size - 2)
+  return _instr(plan, 0, parts=(part,) + ins.parts[1:])
+
+
+def _copied_first_instruction(plan):
+  instrs = list(plan.instructions)
+  instrs[1] = instrs[0]
+  return dataclasses.replace(plan, instructions=tuple(instrs))
+
+
+def _replicas_write(plan):
+  return _registers(plan, writer=np.ones(128, bool))
+
+
+def _one_writer_silent(plan):
+  writer = plan.registers.writer.copy()
+  writer[7] = False
+  return _registers(plan, writer=writer)
+
+
+def _value_past_register(plan):
+  v = next(v for v in plan.values if v.exchange is None)
+  return _value(plan, v.id, byte=plan.registers.vector_length * plan.dtype.bits // 8)
+
+
+def _conflicting_but_optimized():
+  plan = _plan("WGMMA", (64, 64), "f32", swizzle=None, optimized=False)
+  assert plan.verify().bank_conflicts > 0
+  return dataclasses.replace(plan, optimized=True)
+
+
+# (check, what is corrupted, plan builder, corruption)
+MUTATIONS = [
+    ("form", "type of the wrong width", _bf16, lambda p: _instr(p, 0, ptx_type="v2.b32")),
+    ("form", "st.async in a reduction plan",
+     lambda: _plan("WGMMA", (64, 64), "i32", swizzle=128, atomic="add"),
+     lambda p: _instr(p, 0, kind="st.async", op="")),
+    ("form", "unsigned min of int32",
+     lambda: _plan("WGMMA", (64, 64), "i32", swizzle=128, atomic="min"),
+     lambda p: _instr(p, 0, ptx_type="u32")),
+    ("form", "red.async into the executing CTA",
+     lambda: _plan("WGMMA", (64, 64), "i32", swizzle=128, atomic="add"),
+     lambda p: dataclasses.replace(p, peer=False)),
+    ("steps", "gather lane mask outside the warp", _i4_one_column,
+     lambda p: dataclasses.replace(p, gathers=(32,) + p.gathers[1:])),
+    ("steps", "registers the steps do not make", _bf16,
+     lambda p: _registers(p, elements=p.registers.elements[:, :-1])),
+    ("steps", "regrouping reads a register that does not exist", _i4_in_thread,
+     lambda p: _regroup(p, own=p.register_regroup.own + [1000, 0])),
+    ("values", "slice past the end of its register", _bf16, _value_past_register),
+    ("data width", "an instruction two bytes short", _bf16, _short_part),
+    ("swizzle chunk", "store across a 16-byte chunk", _bf16,
+     lambda p: _instr(p, 0, dst=p.instructions[0].dst // 16 * 16 + 14)),
+    ("alignment", "8-byte store at byte 4", _f32, _misaligned),
+    ("stray", "store beyond the array", _bf16, _beyond_the_array),
+    ("contents", "wrong destination offsets", _bf16, _swapped_destinations),
+    ("contents", "wrong source value", _bf16, _other_value),
+    ("contents", "nibbles assembled high first", _i4_in_thread, _swapped_nibbles),
+    ("contents", "lanes trade the wrong halves", _i4_lanes, _swapped_sends),
+    ("contents", "gather from the wrong partner", _i4_one_column,
+     lambda p: dataclasses.replace(p, gathers=(1,) + p.gathers[1:])),
+    ("contents", "source gather from the wrong partner", _i4_one_column,
+     lambda p: dataclasses.replace(p, source_gathers=(2,))),
+    ("contents", "exchange keeps the wrong half low", _i8, _flipped_keep_low),
+    ("duplicate", "one store issued twice", _bf16, _copied_first_instruction),
+    ("duplicate", "replicas write too", lambda: _plan("WGMMA_ROW", (64,), "f32", swizzle=None),
+     _replicas_write),
+    ("missing", "a store dropped", _bf16,
+     lambda p: dataclasses.replace(p, instructions=p.instructions[:-1])),
+    ("missing", "a writer thread silent", _bf16, _one_writer_silent),
+    ("tx bytes", "a thread announces more than it stores", _bf16, _with_tx_off_by_four),
+    ("bank conflicts", "conflicting stores claimed optimized", _conflicting_but_optimized,
+     lambda p: p),
+]
+
+
+@pytest.mark.parametrize("check,what,build,corrupt", MUTATIONS,
+                         ids=[f"{m[0]}: {m[1]}" for m in MUTATIONS])
+def test_corruption_is_caught_by_its_check(check, what, build, corrupt):
+  broken = corrupt(build())
+  with pytest.raises(verify.PlanDefect) as info:
+    broken.verify()
+  assert info.value.check == check, (what, str(info.value))
+  assert f"internal planner defect ({check}:" in str(info.value)
+  assert info.value.param == "plan"
+
+
+def test_every_check_has_a_mutation():
+  assert {m[0] for m in MUTATIONS} == set(verify.CHECKS)
+
+
+def test_the_planners_register_map_is_not_consulted():
+  """``plan.registers.elements`` is the planner's account of the register steps;
+  the verifier replays the steps instead, so scrambling it changes nothing."""
+  for plan in (_i4_one_column(), _i4_lanes(), _i8()):
+    scrambled = _registers(plan, elements=np.zeros_like(plan.registers.elements))
+    assert scrambled.verify() == plan.verify()
+
+
+def test_the_verifier_imports_no_planner_code():
+  """verify and its landing model may use plan types, geometry, dtypes, errors."""
+  allowed = {"mosaic_async_store.errors", "mosaic_async_store.geometry",
+             "mosaic_async_store.plan_types", "mosaic_async_store.dtypes",
+             "mosaic_async_store.landing"}
+  package = pathlib.Path(verify.__file__).parent
+  for name in ("verify.py", "landing.py"):
+    tree = ast.parse((package / name).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    ours = {m for m in imported if m and m.startswith("mosaic_async_store")}
+    assert ours <= allowed, (name, ours - allowed)
