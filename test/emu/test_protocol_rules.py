@@ -22,6 +22,19 @@ def _once(pattern, repl, text, count=1):
   return out
 
 
+def _barrier_count(ptx, n):
+  """The kernel's barrier initialised for ``n`` arrivals instead of 128."""
+  return _once(r"mov\.b32 \t(%r\d+), 128;(\s*// begin inline asm\s*@%p\d+ mbarrier\.init)",
+               rf"mov.b32 \t\1, {n};\2", ptx)
+
+
+def _announced_bytes(ptx, n):
+  """Every thread announcing ``n`` bytes instead of its 128."""
+  arrive = re.search(r"mbarrier\.arrive\.expect_tx\S*\s+_, \[%\w+\], (%r\d+);", ptx)
+  return _once(rf"mov\.b32 \t{re.escape(arrive.group(1))}, 128;",
+               f"mov.b32 \t{arrive.group(1)}, {n};", ptx)
+
+
 def _rule(cfg, ptx, schedule, cluster=None):
   with pytest.raises(ProtocolError) as err:
     run_ptx(cfg, ptx, schedule, cluster=cluster)
@@ -58,8 +71,7 @@ def test_one_arrival_too_few_expected_completes_early_and_is_caught(schedule):
   """The barrier expects 127 arrivals, 128 come: the phase completes before the
   last thread's bytes are accounted for (or the 128th arrival overflows it)."""
   cfg = S()
-  ptx = _once(r"mov\.b32 \t(%r\d+), 128;(\s*// begin inline asm\s*@%p\d+ mbarrier\.init)",
-              r"mov.b32 \t\1, 127;\2", _ptx(cfg))
+  ptx = _barrier_count(_ptx(cfg), 127)
   assert _rule(cfg, ptx, schedule) in ("early-read", "arrival-overflow")
 
 
@@ -67,8 +79,7 @@ def test_arrival_overflow_when_tx_is_still_pending():
   """Schedule 1 lands nothing while threads run: the 127th arrival leaves tx
   pending, so the 128th finds no arrival left in the phase."""
   cfg = S()
-  ptx = _once(r"mov\.b32 \t(%r\d+), 128;(\s*// begin inline asm\s*@%p\d+ mbarrier\.init)",
-              r"mov.b32 \t\1, 127;\2", _ptx(cfg))
+  ptx = _barrier_count(_ptx(cfg), 127)
   assert _rule(cfg, ptx, 1) == "arrival-overflow"
 
 
@@ -89,16 +100,13 @@ def test_st_async_in_a_cluster_of_one_cta_is_undefined():
 def test_tx_count_out_of_range():
   cfg = S()
   ptx = _ptx(cfg)
-  arrive = re.search(r"mbarrier\.arrive\.expect_tx\S*\s+_, \[%\w+\], (%r\d+);", ptx)
-  ptx = _once(rf"mov\.b32 \t{re.escape(arrive.group(1))}, 128;",
-              f"mov.b32 \t{arrive.group(1)}, {1 << 20};", ptx)
+  ptx = _announced_bytes(ptx, 1 << 20)
   assert _rule(cfg, ptx, 0) == "tx-range"
 
 
 def test_barrier_count_out_of_range():
   cfg = S()
-  ptx = _once(r"mov\.b32 \t(%r\d+), 128;(\s*// begin inline asm\s*@%p\d+ mbarrier\.init)",
-              r"mov.b32 \t\1, 0;\2", _ptx(cfg))
+  ptx = _barrier_count(_ptx(cfg), 0)
   assert _rule(cfg, ptx, 0) == "count-range"
 
 
@@ -123,9 +131,7 @@ def test_unbounded_wait_on_a_short_count_hangs():
   """tx one byte more than arrives and a wait loop with no bound: a hang."""
   cfg = S()
   ptx = _ptx(cfg)
-  arrive = re.search(r"mbarrier\.arrive\.expect_tx\S*\s+_, \[%\w+\], (%r\d+);", ptx)
-  ptx = _once(rf"mov\.b32 \t{re.escape(arrive.group(1))}, 128;",
-              f"mov.b32 \t{arrive.group(1)}, 129;", ptx)
+  ptx = _announced_bytes(ptx, 129)
   ptx = _once(r"@%p1 bra WAIT", "bra WAIT", ptx)
   with pytest.raises(ProtocolError, match="^deadlock") as err:
     run_ptx(cfg, ptx, 0)
