@@ -45,50 +45,51 @@ def emit_mapa(addr: ir.Value, rank: ir.Value) -> ir.Value:
                          "=r,r,r", has_side_effects=False)
 
 
-def emit_st_async(addr: ir.Value, imm: int, words: list[ir.Value], ptx_type: str,
+def emit_st_async(addr: ir.Value, imm: int, words: list[ir.Value], opcode: str,
                   barrier: ir.Value) -> None:
-  """``st.async.shared::cluster.mbarrier::complete_tx::bytes.<type> [$0+imm], {..}, [$n];``
+  """``<opcode> [$0+imm], {..}, [$n];`` for an ``st.async`` opcode from the plan
+  (``Instruction.opcode``, e.g. ``st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32``).
 
   ``words`` are i32 values (1, 2 or 4 of them for b32, v2.b32, v4.b32).
   """
   n = len(words)
-  asm = (f"st.async.shared::cluster.mbarrier::complete_tx::bytes.{ptx_type} "
-         f"{_addr(imm)}, {_data(1, n)}, [${n + 1}];")
+  asm = f"{opcode} {_addr(imm)}, {_data(1, n)}, [${n + 1}];"
   llvm.inline_asm(_void(), [addr, *words, barrier], asm, "r," + "r," * n + "r",
                   has_side_effects=True)
 
 
-def emit_red_async(addr: ir.Value, imm: int, value: ir.Value, op: str,
-                   ptx_type: str, barrier: ir.Value) -> None:
-  """``red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.<op>.<type> [$0+imm], $1, [$2];``"""
-  asm = ("red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes."
-         f"{op}.{ptx_type} {_addr(imm)}, $1, [$2];")
+def emit_red_async(addr: ir.Value, imm: int, value: ir.Value, opcode: str,
+                   barrier: ir.Value) -> None:
+  """``<opcode> [$0+imm], $1, [$2];`` for a ``red.async`` opcode from the plan, e.g.
+  ``red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.add.u32``."""
+  asm = f"{opcode} {_addr(imm)}, $1, [$2];"
   llvm.inline_asm(_void(), [addr, value, barrier], asm,
                   f"r,{_constraint(value)},r", has_side_effects=True)
 
 
-def emit_st_plain(addr: ir.Value, imm: int, words: list[ir.Value], ptx_type: str,
-                  *, space: str = "shared::cluster") -> None:
-  """``st.shared::cluster.<type> [$0+imm], $1;`` (u8/u16 take the low bits of an i32).
+def emit_st_plain(addr: ir.Value, imm: int, words: list[ir.Value], opcode: str) -> None:
+  """``<opcode> [$0+imm], $1;`` for a plain ``st`` opcode from the plan, e.g.
+  ``st.shared::cluster.u16`` (u8/u16 take the low bits of an i32).
 
-  ``space="shared::cta"`` spells the executing CTA's own window (``st.shared``),
-  which takes the ordinary local STS path.
+  The plan spells the executing CTA's own window ``st.shared::cta``, which
+  takes the ordinary local STS path (``ptx_forms.state_space``).
   """
   n = len(words)
-  asm = f"st.{space}.{ptx_type} {_addr(imm)}, {_data(1, n)};"
+  asm = f"{opcode} {_addr(imm)}, {_data(1, n)};"
   llvm.inline_asm(_void(), [addr, *words], asm, "r" + ",r" * n, has_side_effects=True)
 
 
-def emit_red_plain(addr: ir.Value, imm: int, value: ir.Value, op: str, ptx_type: str,
-                   *, space: str = "shared::cluster") -> None:
-  """``red.relaxed.cluster.shared::cluster.<op>.<type> [$0+imm], $1;``
+def emit_red_plain(addr: ir.Value, imm: int, value: ir.Value, opcode: str) -> None:
+  """``<opcode> [$0+imm], $1;`` for a plain ``red`` opcode from the plan, e.g.
+  ``red.relaxed.cluster.shared::cta.add.f32``.
 
-  ``space="shared::cta"`` for the executing CTA's own window: ptxas then emits
-  native shared-memory atomics (ATOMS, or an ATOMS.CAST loop for float adds)
-  instead of a generic ATOM with a state-space check and fallbacks, which is
-  what a ``.shared::cluster`` address gets (f32 add: 562 vs 1514 SASS).
+  ``.shared::cta`` (the executing CTA's own window, ``ptx_forms.state_space``)
+  makes ptxas emit native shared-memory atomics (ATOMS, or an ATOMS.CAST loop
+  for float adds) instead of a generic ATOM with a state-space check and
+  fallbacks, which is what a ``.shared::cluster`` address gets (f32 add: 562
+  vs 1514 SASS).
   """
-  asm = f"red.relaxed.cluster.{space}.{op}.{ptx_type} {_addr(imm)}, $1;"
+  asm = f"{opcode} {_addr(imm)}, $1;"
   llvm.inline_asm(_void(), [addr, value], asm, f"r,{_constraint(value)}",
                   has_side_effects=True)
 

@@ -12,7 +12,6 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import arith, gpu, scf
 
 from mosaic_async_store import compat, validate
-from mosaic_async_store.addressing import plan_addresses
 from mosaic_async_store.errors import AsyncStoreError, refuse, refuse_type
 from mosaic_async_store.geometry import WARPGROUP_SIZE
 from mosaic_async_store.lowering import ptx, target
@@ -161,12 +160,10 @@ def _swizzle_ir(offset: ir.Value, swizzle) -> ir.Value:
 
 
 def _emit_addresses(plan, base_addr, tid):
-  """(address value, immediate) for every instruction, reusing bases."""
-  steps = plan_addresses([i.dst for i in plan.instructions], plan.geometry.byte_address,
-                         plan.registers.writer)
+  """(address value, immediate) for every instruction, as ``plan.address_steps`` say."""
   i32 = ir.IntegerType.get_signless(32)
   offsets, out = [], []  # offsets: swizzled offset (from the ref base) of each new base
-  for step in steps:
+  for step in plan.address_steps:
     if step.kind == "compute":
       off = _swizzle_ir(_affine_ir(step.linear, tid), plan.geometry.swizzle)
       offsets.append((off, arith.addi(base_addr, off)))
@@ -181,19 +178,17 @@ def _emit_addresses(plan, base_addr, tid):
 
 
 def _emit_stores(plan, builder, addresses, barrier_addr):
-  space = "shared::cluster" if plan.peer else "shared::cta"
+  """Each instruction as the plan spells it (``Instruction.opcode``, state space included)."""
   for ins, (addr, imm) in zip(plan.instructions, addresses):
     data = builder.instruction_data(ins)
     if ins.kind == "st.async":
-      ptx.emit_st_async(addr, imm, builder.words(data, ins.width), ins.ptx_type, barrier_addr)
+      ptx.emit_st_async(addr, imm, builder.words(data, ins.width), ins.opcode, barrier_addr)
     elif ins.kind == "st":
-      ptx.emit_st_plain(addr, imm, builder.words(data, ins.width), ins.ptx_type, space=space)
+      ptx.emit_st_plain(addr, imm, builder.words(data, ins.width), ins.opcode)
     elif ins.kind == "red.async":
-      ptx.emit_red_async(addr, imm, builder.scalar(data, ins.width), ins.op,
-                         ins.ptx_type, barrier_addr)
+      ptx.emit_red_async(addr, imm, builder.scalar(data, ins.width), ins.opcode, barrier_addr)
     else:
-      ptx.emit_red_plain(addr, imm, builder.scalar(data, ins.width), ins.op, ins.ptx_type,
-                         space=space)
+      ptx.emit_red_plain(addr, imm, builder.scalar(data, ins.width), ins.opcode)
 
 
 def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,

@@ -12,6 +12,8 @@ import dataclasses
 
 import numpy as np
 
+from mosaic_async_store import ptx_forms
+
 __all__ = ["Value", "Exchange", "Part", "Instruction", "ASYNC_KINDS"]
 
 # Instruction kinds that complete on the barrier's tx count.
@@ -65,7 +67,7 @@ class Instruction:
 
   Attributes:
     kind: "st.async" | "red.async" (complete on the barrier's tx count) or
-      "st" | "red" (plain weak ``.shared::cluster`` forms, ordered
+      "st" | "red" (plain weak forms, ordered
       before the destination barrier by the thread's release arrive).
     width: bytes stored per thread.
     ptx_type: the PTX type suffix, e.g. "v4.b32", "b32", "u16", "s32",
@@ -73,6 +75,9 @@ class Instruction:
     op: the reduction operation for "red"/"red.async", else "".
     parts: where the data comes from, low bytes first.
     dst: int array [thread]: unswizzled byte offset in the ref.
+    space: the destination's PTX state space, set by the planner from the
+      plan's target (``ptx_forms.state_space``): "shared::cluster", or
+      "shared::cta" for plain st/red into the executing CTA's own window.
   """
 
   kind: str
@@ -86,6 +91,7 @@ class Instruction:
   # the lane bits in ``choice_bits`` (bit i of choice = lane bit choice_bits[i]).
   choices: tuple[tuple[Part, ...], ...] = ()
   choice_bits: tuple[int, ...] = ()
+  space: str = "shared::cluster"
 
   def parts_for(self, thread: int) -> tuple[Part, ...]:
     if not self.choices:
@@ -100,12 +106,5 @@ class Instruction:
 
   @property
   def opcode(self) -> str:
-    """The PTX opcode the emitter writes for this instruction."""
-    if self.kind == "st.async":
-      return f"st.async.shared::cluster.mbarrier::complete_tx::bytes.{self.ptx_type}"
-    if self.kind == "red.async":
-      return ("red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes."
-              f"{self.op}.{self.ptx_type}")
-    if self.kind == "red":
-      return f"red.relaxed.cluster.shared::cluster.{self.op}.{self.ptx_type}"  # ::cta if local
-    return f"st.shared::cluster.{self.ptx_type}"  # st.shared::cta into the own CTA
+    """The full PTX opcode, state space included, that the emitter writes."""
+    return ptx_forms.opcode(self.kind, self.space, self.op, self.ptx_type)

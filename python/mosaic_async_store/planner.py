@@ -13,6 +13,7 @@ import functools
 import numpy as np
 
 from mosaic_async_store import banks, packing, ptx_forms, subbyte, validate
+from mosaic_async_store.addressing import AddressStep, plan_addresses
 from mosaic_async_store.dtypes import DType
 from mosaic_async_store.errors import AsyncStoreError, refuse, refuse_type
 from mosaic_async_store.geometry import RefGeometry, RegisterMap, register_map
@@ -66,6 +67,9 @@ class StorePlan:
   # for a lane pair sharing a single byte (a one-column 4-bit array), one lane
   # takes both halves.
   source_gathers: tuple[int, ...] = ()
+  # How each instruction's address is formed (``addressing.plan_addresses``),
+  # one step per instruction, in order; the emitter replays them.
+  address_steps: tuple[AddressStep, ...] = ()
 
   def __post_init__(self):
     if self.source_registers is None:
@@ -121,10 +125,7 @@ class StorePlan:
   def instruction_counts(self) -> dict[str, int]:
     counts: dict[str, int] = {}
     for i in self.instructions:
-      opcode = i.opcode
-      if i.kind in ("st", "red") and not self.peer:  # the emitter uses the CTA window
-        opcode = opcode.replace("shared::cluster", "shared::cta")
-      counts[opcode] = counts.get(opcode, 0) + 1
+      counts[i.opcode] = counts.get(i.opcode, 0) + 1
     return counts
 
   def verify(self):
@@ -153,6 +154,10 @@ class StorePlan:
       steps.append(f"registers gathered from lanes t^{list(self.gathers)}")
     if steps:
       lines.append("  sub-word data: " + ", ".join(steps))
+    kinds = [s.kind for s in self.address_steps]
+    lines.append(f"  addresses: {kinds.count('compute')} computed bases, "
+                 f"{kinds.count('xor')} xor-derived bases, "
+                 f"{kinds.count('offset')} immediate reuses")
     for opcode, n in sorted(self.instruction_counts.items()):
       lines.append(f"  {n:4d} x {opcode}")
     return "\n".join(lines)
@@ -338,6 +343,12 @@ def plan_store(layout, shape, dtype, *, swizzle=None, tiling_rank=None,
   if atomic is None and not plain_stores:
     regs, gathers, schedule = _gather_plain_pieces(regs, geom, dt, peer, context, schedule)
   values, exchanges, instrs = schedule
+  # The destination's state space, decided once here: the opcodes spell it.
+  instrs = tuple(dataclasses.replace(i, space=ptx_forms.state_space(i.kind, peer))
+                 for i in instrs)
   plan = StorePlan(dt, geom, regs, values, exchanges, instrs, atomic, peer,
                    optimized, source_regs, regroup, gathers, source_gathers)
-  return banks.remove_bank_conflicts(plan) if optimized else plan
+  plan = banks.remove_bank_conflicts(plan) if optimized else plan
+  steps = plan_addresses([i.dst for i in plan.instructions], geom.byte_address,
+                         plan.registers.writer)
+  return dataclasses.replace(plan, address_steps=tuple(steps))

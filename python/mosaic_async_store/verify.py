@@ -40,6 +40,9 @@ CHECKS = {
     "duplicate": "no bit is written twice",
     "missing": "every bit of the array is written",
     "tx bytes": "each thread announces exactly the bytes its async instructions complete",
+    "address steps": "the plan's address steps, run as the emitter runs them, give each "
+                     "instruction's swizzled destination address for every writer thread, "
+                     "with immediates that ptxas folds into [reg+imm]",
     "bank conflicts": "an optimized plan costs no extra shared-memory wavefronts",
 }
 
@@ -179,9 +182,75 @@ def _check_tx(plan, landing) -> int:
   return int(covered.sum())
 
 
+_IMMEDIATE_LIMIT = 1 << 23  # |imm| in [reg+imm] must fit a signed 24-bit offset
+_I32 = (-(1 << 31), 1 << 31)
+_U32 = (1 << 32) - 1
+
+
+def _u32_affine(affine, tid: np.ndarray) -> np.ndarray:
+  """``offset + sum(((tid >> shift) & mask) * scale)`` in the emitter's i32 arithmetic."""
+  out = np.full(tid.shape, affine.offset & _U32, dtype=np.int64)
+  for shift, mask, scale in affine.terms:
+    out = (out + ((tid >> shift) & mask) * (scale & _U32)) & _U32
+  return out
+
+
+def _u32_swizzle(offset: np.ndarray, swizzle) -> np.ndarray:
+  """lowering/store.py's ``_swizzle_ir``: ``off ^ (((off >> 7) & (swizzle/16 - 1)) << 4)``."""
+  if not swizzle or swizzle == 16:
+    return offset
+  return offset ^ (((offset >> 7) & (swizzle // 16 - 1)) << 4)
+
+
+def _check_address_steps(plan) -> None:
+  """Runs ``plan.address_steps`` on all 128 threads and compares every writer
+  thread's address with its instruction's destination through the geometry."""
+  steps, instrs = plan.address_steps, plan.instructions
+  if len(steps) != len(instrs):
+    raise PlanDefect("address steps", f"{len(steps)} address steps for {len(instrs)} "
+                     "instructions", plan)
+  tid = np.arange(WARPGROUP_SIZE, dtype=np.int64)
+  bases: list[np.ndarray] = []      # swizzled offsets, from the ref base
+  for n, (step, ins) in enumerate(zip(steps, instrs)):
+    where = f"address step {n} ({step.kind}) of instruction {n} ({ins.kind}.{ins.ptx_type})"
+
+    def refuse(what: str):
+      raise PlanDefect("address steps", f"{where} {what}", plan)
+
+    if step.kind == "compute":
+      consts = [step.linear.offset] + [c for term in step.linear.terms for c in term]
+      if any(not _I32[0] <= int(c) < _I32[1] for c in consts) or \
+          any(not 0 <= int(t[0]) < 32 for t in step.linear.terms):
+        refuse(f"uses a constant outside i32: {step.linear}")
+      addr = _u32_swizzle(_u32_affine(step.linear, tid), plan.geometry.swizzle)
+    elif step.kind in ("xor", "offset"):
+      if not 0 <= step.base < len(bases):
+        refuse(f"reads base {step.base}, but {len(bases)} base(s) are formed before it")
+      if step.kind == "xor":
+        if not _I32[0] <= int(step.constant) < _I32[1]:
+          refuse(f"xors with {step.constant}, outside i32")
+        addr = bases[step.base] ^ (int(step.constant) & _U32)
+      else:
+        if not -_IMMEDIATE_LIMIT < int(step.constant) < _IMMEDIATE_LIMIT:
+          refuse(f"adds the immediate {step.constant}, beyond ptxas's [reg+imm] "
+                 f"(|imm| < {_IMMEDIATE_LIMIT})")
+        addr = (bases[step.base] + int(step.constant)) & _U32
+    else:
+      refuse("is neither compute, xor nor offset")
+    if step.kind != "offset":
+      bases.append(addr)
+    want = np.asarray(plan.geometry.byte_address(ins.dst), dtype=np.int64) & _U32
+    wrong = np.flatnonzero(plan.registers.writer & (addr != want))
+    if wrong.size:
+      t = int(wrong[0])
+      refuse(f"gives thread {t} address {int(addr[t])}, where its destination is byte "
+             f"{int(want[t])}")
+
+
 def verify_plan(plan) -> Report:
   """Raises PlanDefect (an AsyncStoreError) naming the first failed check of
-  ``CHECKS``: a byte lost, doubled, misplaced, misaligned or wrongly announced.
+  ``CHECKS``: a byte lost, doubled, misplaced, misaligned, wrongly
+  announced or wrongly addressed.
 
   Returns the bytes written and completed on the barrier, and the wavefronts.
   """
@@ -189,6 +258,7 @@ def verify_plan(plan) -> Report:
   _check_addresses(plan, landing)
   total = _check_bits(plan, landing)
   async_bytes = _check_tx(plan, landing)
+  _check_address_steps(plan)
   waves, ideal = plan_wavefronts(plan)
   if plan.optimized and waves > ideal:
     raise PlanDefect("bank conflicts", f"optimized=True, but the stores take {waves} "

@@ -74,7 +74,7 @@ show("plain_u16", lambda: kernels.kernel_parts(StoreConfig(dtype="int8"), bare=T
 # CHECK-LABEL: TEST: cluster_of_one_bf16
 # CHECK: cvt.u32.u64 %r[[SMEM:[0-9]+]], %rd{{[0-9]+}};
 # CHECK: add.s32 %r[[BAR:[0-9]+]], %r[[SMEM]], 16384;
-# CHECK: mbarrier.init.shared.b64 [%r[[BAR]]], %r{{[0-9]+}};
+# CHECK: mbarrier.init.shared{{(::cta)?}}.b64 [%r[[BAR]]], %r{{[0-9]+}};
 # CHECK-NOT: mapa
 # CHECK: add.s32 %r[[ADDR:[0-9]+]], %r{{[0-9]+}}, %r[[SMEM]];
 # CHECK: st.shared::cta.b32 [%r[[ADDR]]], %r{{[0-9]+}};

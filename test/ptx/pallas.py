@@ -16,7 +16,7 @@ def show(name, **kwargs):
 # CHECK-LABEL: TEST: lane_i8
 # CHECK: cvt.u32.u64 %r[[SMEM:[0-9]+]], %rd{{[0-9]+}};
 # CHECK: add.s32 %r[[OWN:[0-9]+]], %r[[SMEM]], {{[0-9]+}};
-# CHECK: mbarrier.init.shared.b64 [%r[[OWN]]], %r{{[0-9]+}};
+# CHECK: mbarrier.init.shared{{(::cta)?}}.b64 [%r[[OWN]]], %r{{[0-9]+}};
 # CHECK: shfl.sync.bfly.b32
 # CHECK: mapa.shared::cluster.u32 %r[[BUF:[0-9]+]], %r[[SMEM]], %r[[RANK:[0-9]+]];
 # CHECK: mapa.shared::cluster.u32 %r[[BAR:[0-9]+]], %r[[OWN]], %r[[RANK]];
@@ -31,7 +31,7 @@ show("lane_i8", dtype="int8", semantics="lane")
 # CHECK: cvt.u32.u64 %r[[SMEM:[0-9]+]], %rd{{[0-9]+}};
 # CHECK: add.s32 %r[[OWN:[0-9]+]], %r[[SMEM]], {{[0-9]+}};
 # CHECK: mov.b32 %r[[TX:[0-9]+]], 128;
-# CHECK: mbarrier.init.shared.b64 [%r[[OWN]]], %r{{[0-9]+}};
+# CHECK: mbarrier.init.shared{{(::cta)?}}.b64 [%r[[OWN]]], %r{{[0-9]+}};
 # CHECK: mapa.shared::cluster.u32 %r[[BUF:[0-9]+]], %r[[SMEM]], %r[[RANK:[0-9]+]];
 # CHECK: mapa.shared::cluster.u32 %r[[BAR:[0-9]+]], %r[[OWN]], %r[[RANK]];
 # CHECK: add.s32 %r[[ADDR:[0-9]+]], %r[[BUF]], %r{{[0-9]+}};

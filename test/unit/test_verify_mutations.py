@@ -156,6 +156,40 @@ def _value_past_register(plan):
   return _value(plan, v.id, byte=plan.registers.vector_length * plan.dtype.bits // 8)
 
 
+def _step(plan, n, **changes):
+  steps = list(plan.address_steps)
+  steps[n] = dataclasses.replace(steps[n], **changes)
+  return dataclasses.replace(plan, address_steps=tuple(steps))
+
+
+def _first_step(plan, kind):
+  return next(n for n, s in enumerate(plan.address_steps) if s.kind == kind)
+
+
+def _wrong_immediate(plan):       # an earlier base plus 16 bytes too many
+  n = _first_step(plan, "offset")
+  return _step(plan, n, constant=plan.address_steps[n].constant + 16)
+
+
+def _wrong_xor(plan):             # the right base, XORed into the wrong chunk
+  n = _first_step(plan, "xor")
+  return _step(plan, n, constant=plan.address_steps[n].constant ^ 32)
+
+
+def _wrong_base(plan):            # the right immediate on another base
+  n = next(n for n, s in enumerate(plan.address_steps) if s.kind == "offset" and s.base > 0)
+  return _step(plan, n, base=plan.address_steps[n].base - 1)
+
+
+def _base_not_formed_yet(plan):
+  return _step(plan, _first_step(plan, "xor"), base=len(plan.address_steps))
+
+
+def _wrong_affine(plan):          # the computed base one 16-byte chunk off
+  linear = plan.address_steps[0].linear
+  return _step(plan, 0, linear=dataclasses.replace(linear, offset=linear.offset + 16))
+
+
 def _conflicting_but_optimized():
   plan = _plan("WGMMA", (64, 64), "f32", swizzle=None, optimized=False)
   assert plan.verify().bank_conflicts > 0
@@ -202,6 +236,15 @@ MUTATIONS = [
      lambda p: dataclasses.replace(p, instructions=p.instructions[:-1])),
     ("missing", "a writer thread silent", _bf16, _one_writer_silent),
     ("tx bytes", "a thread announces more than it stores", _bf16, _with_tx_off_by_four),
+    ("address steps", "immediate reuse with the wrong constant", _bf16, _wrong_immediate),
+    ("address steps", "xor with the wrong constant", _f32, _wrong_xor),
+    ("address steps", "immediate reuse of the wrong base", _f32, _wrong_base),
+    ("address steps", "base index not formed yet", _i8, _base_not_formed_yet),
+    ("address steps", "computed base off by a chunk", _bf16, _wrong_affine),
+    ("address steps", "immediate beyond [reg+imm]", _bf16,
+     lambda p: _step(p, _first_step(p, "offset"), constant=1 << 24)),
+    ("address steps", "a step missing", _bf16,
+     lambda p: dataclasses.replace(p, address_steps=p.address_steps[:-1])),
     ("bank conflicts", "conflicting stores claimed optimized", _conflicting_but_optimized,
      lambda p: p),
 ]
