@@ -154,3 +154,40 @@ def test_moral_strength_needs_both_scopes_to_include_both_threads():
   assert morally_strong(0, cluster, 1, cluster)
   assert not morally_strong(0, cluster, 1, cta)     # a .cta wait in another CTA
   assert not morally_strong(0, cta, 1, cluster)     # a .cta release in another CTA
+
+
+# -- fences: the relaxed + fence forms of release and acquire -------------------
+
+_RELEASE_ARRIVE = "mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64"
+_RELAXED_ARRIVE = "mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64"
+_RELAXED_WAIT = "mbarrier.try_wait.parity.relaxed.cluster.shared::cta.b64"
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_relaxed_wait_needs_an_acquire_fence(schedule):
+  """A relaxed wait observes the phase but acquires nothing; a cluster-scope
+  fence after it acquires what it observed (the fence-based acquire pattern)."""
+  cfg = S(dtype="float32", atomic="add")
+  relaxed = _once(re.escape(_CLUSTER_WAIT), _RELAXED_WAIT, _ptx(cfg))
+  assert _rule(cfg, relaxed, schedule) == "race"
+  fenced = _once(r"DONE0:", "DONE0:\nfence.acq_rel.cluster;", relaxed)
+  out, flags, want, _ = run_ptx(cfg, fenced, schedule)
+  assert np.array_equal(out, want) and (flags == 1).all()
+  membar = _once(r"DONE0:", "DONE0:\nmembar.gl;", relaxed)   # gpu scope includes the cluster
+  out, flags, want, _ = run_ptx(cfg, membar, schedule)
+  assert np.array_equal(out, want) and (flags == 1).all()
+  cta_fenced = _once(r"DONE0:", "DONE0:\nfence.acq_rel.cta;", relaxed)   # scope too small
+  assert _rule(cfg, cta_fenced, schedule) == "race"
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_relaxed_arrive_needs_a_release_fence(schedule):
+  """The producer's plain reductions are released by a fence before a relaxed
+  arrive (the fence-based release pattern), not by the relaxed arrive alone."""
+  cfg = S(dtype="float32", atomic="add")
+  relaxed = _once(re.escape(_RELEASE_ARRIVE), _RELAXED_ARRIVE, _ptx(cfg))
+  assert _rule(cfg, relaxed, schedule) == "race"
+  fenced = _once(re.escape(_RELAXED_ARRIVE), "fence.acq_rel.cluster;\n" + _RELAXED_ARRIVE,
+                 relaxed)
+  out, flags, want, _ = run_ptx(cfg, fenced, schedule)
+  assert np.array_equal(out, want) and (flags == 1).all()
