@@ -2,8 +2,8 @@
 
 Test folders import each other's helpers plainly (``from configs import ...``,
 ``from ptx_interp import ...``): pyproject's ``[tool.pytest.ini_options] pythonpath``
-puts test/emu, test/gpu and test/unit on ``sys.path``. The lit suites (test/ir,
-test/ptx) get their environment from test/lit.cfg.py.
+puts test/emu, test/gpu and test/unit on ``sys.path``. The lit suites
+(test/lit) get their environment from test/lit/lit.cfg.py.
 """
 
 import importlib.metadata

@@ -1,4 +1,4 @@
-"""Runs the lit + FileCheck suites from pytest, so pytest is the one entry point.
+"""Runs the lit + FileCheck suites (test/lit) from pytest, so pytest is the one entry point.
 
 A failing lit test fails this test, with lit's report in the message.
 """
@@ -12,7 +12,7 @@ import pytest
 
 HERE = pathlib.Path(__file__).parent
 SUITES = sorted(p.name for p in HERE.iterdir()
-                if p.is_dir() and p.name in ("ir", "ptx") and any(p.glob("*.py")))
+                if p.is_dir() and p.name == "lit" and any(p.glob("*.py")))
 
 
 def _lit() -> str:

@@ -2,7 +2,7 @@
 
 Each lit test file calls ``print_ir`` / ``print_ptx`` under a ``TEST: name``
 label, following MLIR's Python test habit (``# CHECK-LABEL: TEST: name``).
-Importing this module changes no environment: lit (test/lit.cfg.py) and pytest
+Importing this module changes no environment: lit (test/lit/lit.cfg.py) and pytest
 (test/conftest.py) set ``JAX_PLATFORMS`` and ``TF_CPP_MIN_LOG_LEVEL``.
 """
 

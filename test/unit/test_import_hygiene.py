@@ -83,7 +83,7 @@ print(json.dumps({"lazy": lazy, "same": simulate_store is direct is mas.simulate
 
 
 def test_testing_helpers_change_no_environment():
-  """The lit helpers leave the environment to lit (test/lit.cfg.py) and pytest."""
+  """The lit helpers leave the environment to lit (test/lit/lit.cfg.py) and pytest."""
   got = _run(r"""
 import json, os
 before = dict(os.environ)

@@ -1,7 +1,8 @@
 # RUN: %PYTHON %s ir | FileCheck %s
 # RUN: %PYTHON %s ptx | FileCheck %s --check-prefix=PTX
 # Reductions: red.async where PTX has it (peer CTA, 32-bit ints, 64-bit add),
-# otherwise plain red.shared::cluster ordered by a release arrive.
+# otherwise plain red.shared::cluster ordered by a release arrive; into the
+# executing CTA plain red.shared::cta.
 
 from mosaic_async_store.testing import emit
 
@@ -19,14 +20,17 @@ emit("u32_max_unsigned", dtype="uint32", atomic="max")
 
 # CHECK-LABEL: TEST: u32_inc
 # CHECK: red.async{{.*}}bytes.inc.u32 [$0
+# CHECK: "mbarrier.arrive.expect_tx.shared::cluster.b64 _, [$0], $1;", "r,r"
 emit("u32_inc", dtype="uint32", atomic="inc")
 
 # CHECK-LABEL: TEST: i32_xor_bits
 # CHECK: red.async{{.*}}bytes.xor.b32 [$0
+# CHECK: "mbarrier.arrive.expect_tx.shared::cluster.b64 _, [$0], $1;", "r,r"
 emit("i32_xor_bits", dtype="int32", atomic="xor")
 
 # CHECK-LABEL: TEST: i64_add
 # CHECK: red.async{{.*}}bytes.add.u64 [$0{{(\+[0-9]+)?}}], $1, [$2];", "r,l,r"
+# CHECK: "mbarrier.arrive.expect_tx.shared::cluster.b64 _, [$0], $1;", "r,r"
 emit("i64_add", dtype="int64", atomic="add", layout="STRIDED", swizzle=None, shape=(32, 64))
 
 # CHECK-LABEL: TEST: bf16_add_pairs
@@ -39,6 +43,7 @@ emit("bf16_add_pairs", dtype="bfloat16", atomic="add")
 
 # CHECK-LABEL: TEST: f32_add
 # CHECK: "red.relaxed.cluster.shared::cluster.add.f32 [$0{{(\+[0-9]+)?}}], $1;", "r,r"
+# CHECK: "mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64 _, [$0], $1;", "r,r"
 emit("f32_add", dtype="float32", atomic="add")
 
 # Into the executing CTA red.async is not allowed: plain red, no mapa, in the

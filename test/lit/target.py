@@ -1,13 +1,51 @@
 # RUN: %PYTHON %s ir | FileCheck %s
 # RUN: %PYTHON %s ptx | FileCheck %s --check-prefix=PTX
-# A target that is the executing CTA takes the local form: red.async into the
-# executing CTA is undefined (PTX ISA 9.1, red.async), plain red.shared::cta is
-# not.  Every CTA reducing into CTA 0 (cluster_idx=0) branches at run time on
-# the target's rank against %cluster_ctarank; each arm arrives once per thread
-# on the (own or mapped) barrier with exactly its own tx bytes: 0 after the
-# local arm's plain reductions (with .release.cluster), 256 after red.async.
+# The target: mapa of both the buffer and the barrier to the peer's rank (a
+# constant-folded cluster index when the cluster shape is static, no
+# cluster-dimension queries), or nothing for the executing CTA; one arrive.expect_tx
+# per thread with exactly that thread's bytes.  A target that is the executing CTA
+# takes the local form: red.async into the executing CTA is undefined (PTX ISA 9.1,
+# red.async), plain red.shared::cta is not.  Every CTA reducing into CTA 0
+# (cluster_idx=0) branches at run time on the target's rank against
+# %cluster_ctarank; each arm arrives once per thread on the (own or mapped) barrier
+# with exactly its own tx bytes: 0 after the local arm's plain reductions (with
+# .release.cluster), 256 after red.async.
 
 from mosaic_async_store.testing import emit
+
+# 64x128 bf16: 16 KiB over 128 threads = 128 bytes each (%c128_i32).
+# CHECK-LABEL: TEST: peer_bf16
+# CHECK-NOT: gpu.cluster_dim_blocks
+# CHECK: %[[PEER:[0-9]+]] = arith.remui %{{[0-9]+}}, %{{.+}} : index
+# CHECK: %[[RANK:[0-9]+]] = arith.index_cast %[[PEER]] : index to i32
+# CHECK: %[[BUF:[0-9]+]] = llvm.inline_asm "mapa.shared::cluster.u32 $0, $1, $2;", "=r,r,r" %{{[0-9]+}}, %[[RANK]] :
+# CHECK: %[[BAR:[0-9]+]] = llvm.inline_asm "mapa.shared::cluster.u32 $0, $1, $2;", "=r,r,r" %{{[0-9]+}}, %[[RANK]] :
+# CHECK: %[[ADDR:[0-9]+]] = arith.addi %[[BUF]], %{{[0-9]+}} : i32
+# CHECK: st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [$0], $1, [$2];", "r,r,r" %[[ADDR]], %{{[0-9]+}}, %[[BAR]] :
+# CHECK: "mbarrier.arrive.expect_tx.shared::cluster.b64 _, [$0], $1;", "r,r" %[[BAR]], %c128_i32{{[_0-9]*}} :
+# CHECK-NOT: mbarrier.arrive
+# PTX-LABEL: TEST: peer_bf16
+# PTX: mov.b32 [[TX:%r[0-9]+]], 128;
+# PTX: mbarrier.init.shared{{(::cta)?}}.b64 {{\[}}[[OWN:%r[0-9]+]]{{\]}}, %r{{[0-9]+}};
+# PTX: mapa.shared::cluster.u32 %r{{[0-9]+}}, %r{{[0-9]+}}, [[RANK:%r[0-9]+]];
+# PTX: mapa.shared::cluster.u32 [[BAR:%r[0-9]+]], [[OWN]], [[RANK]];
+# PTX: st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%r{{[0-9]+}}], %r{{[0-9]+}}, {{\[}}[[BAR]]{{\]}};
+# PTX: mbarrier.arrive.expect_tx.shared::cluster.b64 _, {{\[}}[[BAR]]{{\]}}, [[TX]];
+# PTX-NOT: mbarrier.arrive
+emit("peer_bf16")
+
+# CHECK-LABEL: TEST: local_bf16
+# CHECK-NOT: mapa
+# CHECK: st.async.shared::cluster
+# CHECK: "mbarrier.arrive.expect_tx.shared::cluster.b64 _, [$0], $1;", "r,r"
+# PTX-LABEL: TEST: local_bf16
+# PTX: mbarrier.init.shared{{(::cta)?}}.b64 {{\[}}[[OWN:%r[0-9]+]]{{\]}}, %r{{[0-9]+}};
+# PTX-NOT: mapa
+# PTX: st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%r{{[0-9]+}}], %r{{[0-9]+}}, {{\[}}[[OWN]]{{\]}};
+# PTX-NOT: mapa
+# PTX: mbarrier.arrive.expect_tx.shared::cluster.b64 _, {{\[}}[[OWN]]{{\]}}, %r{{[0-9]+}};
+emit("local_bf16", target="local")
+
 
 # CHECK-LABEL: TEST: cta0_i32_add
 # CHECK-NOT: mapa

@@ -1,4 +1,5 @@
-# Lit configuration for the FileCheck suites (test/ir: Mosaic/LLVM IR, test/ptx: PTX).
+# Lit configuration for the FileCheck suites in test/lit: one file per instruction
+# family, each with an IR RUN line (CHECK) and a PTX RUN line (PTX).
 # Only suffixes, substitutions and features live here (MLIR's habit).
 
 import os
@@ -11,8 +12,7 @@ config.name = "mosaic-async-store"
 config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".py"]
 config.test_source_root = os.path.dirname(__file__)
-config.excludes = ["lit.cfg.py", "unit", "gpu", "conftest.py", "__init__.py"]
-config.excludes += [f for f in os.listdir(config.test_source_root) if f.startswith("test_")]
+config.excludes = ["lit.cfg.py", "__init__.py"]
 
 
 def _filecheck():
