@@ -30,12 +30,12 @@ from typing import Hashable
 
 import numpy as np
 from jaxlib.mlir import ir
-from jaxlib.mlir.dialects import arith, gpu, memref
+from jaxlib.mlir.dialects import arith, gpu
 
 from mosaic_async_store import compat, validate
 from mosaic_async_store.dtypes import as_dtype
 from mosaic_async_store.errors import AsyncStoreError, refuse, refuse_type
-from mosaic_async_store.lowering import ptx, target
+from mosaic_async_store.lowering import debug
 from mosaic_async_store.lowering.store import async_store
 
 __all__ = ["async_store_smem", "async_store_smem_p", "install", "uninstall", "is_installed",
@@ -216,10 +216,6 @@ def _dialect_dispatch(ctx, op):
   return (_dialect_rule if ours else _upstream_dialect_rule)(ctx, op)
 
 
-# Upstream's BarrierRef.wait polls mbarrier.try_wait.parity with a suspend-time hint.
-_WAIT_TICKS = 10_000_000
-
-
 def _cluster_wait_rule(original):
   """Pallas' ``barrier_wait`` rule, waiting with ``.acquire.cluster`` (see install()).
 
@@ -245,11 +241,7 @@ def _cluster_wait_rule(original):
       barrier = barrier.barrier
     if barrier._ptx_scope != "cta":
       raise ValueError("Can only await on CTA-local barriers")  # as upstream's wait_parity
-    parity, flipped = barrier.update_parities(memref.load(barrier.phases, []))
-    memref.store(flipped, barrier.phases, [])
-    i32 = ir.IntegerType.get_signless(32)
-    ptx.emit_wait_parity_cluster(target.smem_address(barrier.get_ptr()),
-                                 arith.extui(i32, parity), arith.constant(i32, _WAIT_TICKS))
+    debug.wait(barrier, debug=False)   # mas.wait: upstream's loop, cluster-scoped
     return ()
   return rule
 
