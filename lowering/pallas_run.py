@@ -47,6 +47,8 @@ class PallasCase:
   optimized: bool = True
   api: str = "mas"               # "mas": our primitive; "upstream": plgpu's, routed by install()
   install: bool = False          # run under install() (api="upstream" implies it)
+  cta0: bool = False             # both CTAs reduce into CTA 0 (CTA 0 into itself: the
+                                 # local form, chosen at run time); only CTA 0 waits
 
   @property
   def installs(self) -> bool:
@@ -60,7 +62,8 @@ class PallasCase:
             f"swizzle={self.swizzle}" + (" transposed" if self.transposed else "") +
             ("" if self.optimized else " unoptimized") +
             (f" atomic={self.atomic}" if self.atomic else "") +
-            (" installed" if self.install and self.api == "mas" else ""))
+            (" installed" if self.install and self.api == "mas" else "") +
+            (" into cta0" if self.cta0 else ""))
 
 
 PALLAS_CASES = (
@@ -78,6 +81,8 @@ PALLAS_CASES = (
     PallasCase("uint32", "warpgroup", atomic="max", shape=(64, 64)),
     PallasCase("float32", "warpgroup", atomic="add", shape=(64, 64), install=True),
     PallasCase("int32", "warpgroup", atomic="min", shape=(64, 64), api="upstream"),
+    PallasCase("int32", "lane", atomic="add", shape=(64, 64), cta0=True),
+    PallasCase("int32", "warpgroup", atomic="max", shape=(64, 64), cta0=True),
 )
 
 
@@ -130,9 +135,12 @@ def roundtrip_kernel(case: PallasCase):
       _cluster_sync()
     x = compat.pallas_load(x_ref.at[cta], optimized=False, **wgmma)
     dst = compat.transpose_smem_ref(smem, (1, 0)) if case.transposed else smem
-    store(x, dst, bar.at[0], cluster_idx=1 - cta, cluster_dim="cluster",
+    store(x, dst, bar.at[0], cluster_idx=0 if case.cta0 else 1 - cta, cluster_dim="cluster",
           atomic=case.atomic, optimized=case.optimized)
-    plgpu.barrier_wait(bar.at[0])  # what the peer sent has landed (and is visible)
+    if case.cta0:  # CTA 0's barrier counts both CTAs' stores; CTA 1's receives none
+      jax.lax.cond(cta == 0, lambda: plgpu.barrier_wait(bar.at[0]), lambda: None)
+    else:
+      plgpu.barrier_wait(bar.at[0])  # what the peer sent has landed (and is visible)
     o_ref[cta] = compat.pallas_load(smem, optimized=False, **smem_layout)
 
   out = jax.ShapeDtypeStruct((2, *alloc), dt.numpy)
@@ -140,7 +148,7 @@ def roundtrip_kernel(case: PallasCase):
       body, out_type=out, grid=(1,), grid_names=("g",), cluster=(2,),
       cluster_names=("cluster",),
       scratch_types=[plgpu.SMEM(alloc, dt.numpy, transforms=transforms),
-                     plgpu.Barrier(num_arrivals=1, num_barriers=1)],
+                     plgpu.Barrier(num_arrivals=2 if case.cta0 else 1, num_barriers=1)],
       compiler_params=plgpu.CompilerParams(lowering_semantics=sem))
   return kernel, out
 
@@ -163,7 +171,11 @@ def make_inputs(case: PallasCase, seed: int = 0):
 
 
 def expected(case: PallasCase, x: np.ndarray, init: np.ndarray) -> np.ndarray:
-  """Every CTA's SMEM (in its allocated shape) after the kernel: the peer's data."""
+  """Every CTA's SMEM (in its allocated shape) after the kernel: the peer's data
+  (or, into CTA 0, both CTAs' reduced into its init; CTA 1 keeps its init)."""
+  if case.cta0:
+    op = {"add": np.add, "min": np.minimum, "max": np.maximum}[case.atomic]
+    return np.stack([op(op(init[0], x[0]), x[1]), init[1]]).astype(init.dtype)
   got = x[::-1]                                       # CTA c receives from CTA 1 - c
   if case.transposed:
     got = np.swapaxes(got, 1, 2)
