@@ -25,8 +25,8 @@ import time
 import numpy as np
 
 from mosaic_async_store import compat
-from mosaic_async_store.config import StoreConfig
-from mosaic_async_store.lowering.bench_kernels import STRATEGIES, bench_kernel_parts
+from mosaic_async_store.demo.config import StoreConfig
+from bench_kernels import STRATEGIES, bench_kernel_parts
 
 CONFIGS = [
     StoreConfig(dtype="bfloat16", shape=(64, 128)),
@@ -51,7 +51,7 @@ def _build(cfg, strategy, ctas, iters):
 
 def _compile_only(cfg, strategy, ctas, iters):
   from jaxlib.mlir import ir
-  from mosaic_async_store import toolchain
+  from mosaic_async_store.tools import toolchain
   with compat.enable_x64(), compat.make_ir_context(), ir.Location.unknown():
     k = bench_kernel_parts(cfg, strategy, ctas=ctas, iters=iters)
     module, *_ = compat.kernel_to_module(k.body, k.grid, k.block, k.in_shape, k.out_shape,

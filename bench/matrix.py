@@ -30,8 +30,8 @@ import threading
 import time
 import traceback
 
-from mosaic_async_store.config import StoreConfig
-from mosaic_async_store.dtypes import as_dtype
+from mosaic_async_store.demo.config import StoreConfig
+from mosaic_async_store.plan.dtypes import as_dtype
 
 __all__ = ["LAYOUTS", "DTYPES", "SWIZZLES", "ATOMICS", "Outcome", "shapes_for",
            "configurations", "run_config", "run_matrix", "summarize",
@@ -140,9 +140,9 @@ def _expected(cfg) -> tuple[int, int]:
   non-replica threads, except where the plan gathers partner lanes' registers
   (threads holding under a word): then only the gathering lanes write.
   """
-  from mosaic_async_store.config import resolve_layout
-  from mosaic_async_store.geometry import register_map
-  from mosaic_async_store.simulate import config_plan
+  from mosaic_async_store.demo.config import resolve_layout
+  from mosaic_async_store.plan.geometry import register_map
+  from mosaic_async_store.demo.config import config_plan
   bits = as_dtype(cfg.dtype).bits
   if cfg.impl == "mas":
     regs = config_plan(cfg).registers
@@ -154,10 +154,11 @@ def _expected(cfg) -> tuple[int, int]:
 def run_config(cfg: StoreConfig) -> Outcome:
   """Builds cfg's bare store kernel and assembles it (mlir-opt, ptxas)."""
   from jaxlib.mlir import ir
-  from mosaic_async_store import compat, toolchain
+  from mosaic_async_store import compat
+  from mosaic_async_store.tools import toolchain
   from mosaic_async_store.errors import AsyncStoreError
-  from mosaic_async_store.lowering.kernels import build_store_module
-  from mosaic_async_store.ptx_stats import ptx_opcodes
+  from mosaic_async_store.demo.kernel import build_store_module
+  from mosaic_async_store.tools.ptx_stats import ptx_opcodes
   try:
     with compat.make_ir_context(), ir.Location.unknown():
       module, _ = build_store_module(cfg, bare=True)

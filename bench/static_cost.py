@@ -22,8 +22,8 @@ import re
 import sys
 import time
 
-from mosaic_async_store import ptx_stats
-from mosaic_async_store.config import StoreConfig
+from mosaic_async_store.tools import ptx_stats
+from mosaic_async_store.demo.config import StoreConfig
 
 _HERE = pathlib.Path(__file__).resolve().parent
 if str(_HERE) not in sys.path:
@@ -102,8 +102,9 @@ def _span_without_loads(sass: str) -> int:
 def measure(cfg: StoreConfig) -> dict:
   """Compiles cfg's bare kernel; returns its costs (raises what the build raises)."""
   from jaxlib.mlir import ir
-  from mosaic_async_store import compat, toolchain
-  from mosaic_async_store.lowering.kernels import build_store_module
+  from mosaic_async_store import compat
+  from mosaic_async_store.tools import toolchain
+  from mosaic_async_store.demo.kernel import build_store_module
   with compat.make_ir_context(), ir.Location.unknown():
     module, _ = build_store_module(cfg, bare=True)
     compiled = toolchain.compile_module(module)

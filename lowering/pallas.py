@@ -32,8 +32,9 @@ import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import arith, gpu
 
-from mosaic_async_store import compat, validate
-from mosaic_async_store.dtypes import as_dtype
+from mosaic_async_store import compat
+from mosaic_async_store.plan import validate
+from mosaic_async_store.plan.dtypes import as_dtype
 from mosaic_async_store.errors import AsyncStoreError, refuse, refuse_type
 from mosaic_async_store.lowering import debug
 from mosaic_async_store.lowering.store import async_store

@@ -12,7 +12,7 @@ import math
 
 from jaxlib.mlir import ir
 
-from mosaic_async_store.validate import DYNAMIC
+from mosaic_async_store.plan.validate import DYNAMIC
 
 __all__ = ["ref_offset"]
 

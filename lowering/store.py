@@ -1,7 +1,7 @@
 """``async_store``: the Lane-semantics asynchronous store of a FragmentedArray.
 
 Data path: validate the Python-level inputs -> plan (pure NumPy, see
-``mosaic_async_store.planner``) -> verify the plan -> emit IR: lane exchanges,
+``mosaic_async_store.plan.planner``) -> verify the plan -> emit IR: lane exchanges,
 ``mapa`` of the buffer and the barrier, the stores, one ``arrive.expect_tx``.
 """
 
@@ -11,13 +11,14 @@ import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import arith, gpu, scf
 
-from mosaic_async_store import compat, validate
+from mosaic_async_store import compat
+from mosaic_async_store.plan import validate
 from mosaic_async_store.errors import AsyncStoreError, refuse, refuse_type
-from mosaic_async_store.geometry import WARPGROUP_SIZE
+from mosaic_async_store.plan.geometry import WARPGROUP_SIZE
 from mosaic_async_store.lowering import ptx, target
 from mosaic_async_store.lowering.ref_offset import ref_offset
 from mosaic_async_store.lowering.values_ir import ValueBuilder
-from mosaic_async_store.planner import plan_store
+from mosaic_async_store.plan.planner import plan_store
 
 __all__ = ["async_store", "dtype_name", "emit_plan", "emit_either"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import arith, gpu, llvm
 
-from mosaic_async_store import validate
+from mosaic_async_store.plan import validate
 from mosaic_async_store.errors import refuse
 from mosaic_async_store.lowering import ptx
 

@@ -93,6 +93,8 @@ SECTIONS = {
 def run_all() -> dict:
   results = {("plan_store", c.id): ec.run_plan(c) for c in ec.PLAN}
   env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
+  env["PYTHONPATH"] = os.pathsep.join(  # the Pallas case's kernel: test/harness
+      p for p in (str(ROOT / "test" / "harness"), os.environ.get("PYTHONPATH")) if p)
   surfaces = [s for s in ec.SURFACES if s != "plan_store"]
   proc = subprocess.run([sys.executable, str(CASES_DIR / "error_cases.py"), *surfaces],
                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)

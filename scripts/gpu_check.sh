@@ -36,7 +36,7 @@ fi
 $PY -c "import jax, jaxlib, mosaic_async_store.lowering as l; print('jax', jax.__version__, 'jaxlib', jaxlib.__version__, jax.devices())" 2>&1 | tail -1 | tee -a "$OUT/env.txt"
 
 # 1. Runtime tests: every config in test/gpu/configs.py and the Pallas checks
-#    (lowering/pallas_run.py, Lane and Warpgroup), each batch bounded in time
+#    (test/harness/pallas_run.py, Lane and Warpgroup), each batch bounded in time
 #    (170 + 60 + 45 s at most, inside the outer 300 s) and writing its JSON
 #    lines straight into $OUT, so a timeout keeps what finished.
 MAS_GPU_RESULTS="$OUT/runtime.jsonl" MAS_GPU_TIMEOUT=${MAS_GPU_TIMEOUT:-170} \

@@ -8,9 +8,9 @@ import sys
 def _expected_counts() -> tuple[int, int]:
   """(runtime configurations, Pallas checks) that a complete run reports."""
   root = pathlib.Path(__file__).resolve().parents[1]
-  sys.path.insert(0, str(root / "test" / "gpu"))
+  sys.path[:0] = [str(root / "test" / "gpu"), str(root / "test" / "harness")]
   from configs import RUNTIME_CONFIGS
-  from mosaic_async_store.lowering.pallas_run import PALLAS_CASES
+  from pallas_run import PALLAS_CASES
   return len(RUNTIME_CONFIGS), len(PALLAS_CASES)
 
 

@@ -5,16 +5,17 @@
     nbytes = mas.async_store(value, ref, barrier, cluster_dim=gpu.Dimension.x,
                              cluster_idx=peer, swizzle=128)     # inside a kernel
 
-The planner (``plan_store``) needs no MLIR; ``async_store`` lives in
-``mosaic_async_store.lowering`` and is imported on first use.
+The planner (``plan_store``, in ``mosaic_async_store.plan``) needs no MLIR;
+``async_store`` lives in ``mosaic_async_store.lowering`` and is imported on
+first use.  The layers and their import direction: docs/architecture.md.
 """
 
+from mosaic_async_store._version import __version__
 from mosaic_async_store.errors import AsyncStoreError
-from mosaic_async_store.planner import StorePlan, plan_store
+from mosaic_async_store.plan.planner import StorePlan, plan_store
 
 __all__ = ["AsyncStoreError", "StorePlan", "plan_store", "async_store", "simulate_store",
            "wait"]
-__version__ = "0.1.0"
 
 
 def async_store(value, ref, barrier, **kwargs) -> int:
@@ -30,11 +31,10 @@ def wait(barrier, **kwargs):
 
 
 def __getattr__(name: str):
-  # ``simulate_store`` is public, but its module also holds the runtime checks'
-  # helpers (hostdata, config): loaded on first access, so that importing the
-  # package loads no test code (test/unit/test_import_hygiene.py).
+  # ``simulate_store`` is public; the executor (and NumPy's ml_dtypes) load on
+  # first access, so that a bare import stays light (test/unit/test_import_hygiene.py).
   if name == "simulate_store":
-    from mosaic_async_store.simulate import simulate_store
+    from mosaic_async_store.plan.executor import simulate_store
     return simulate_store
   raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

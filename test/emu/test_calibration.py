@@ -29,8 +29,8 @@ import re
 import numpy as np
 import pytest
 
-from mosaic_async_store.config import StoreConfig
-from mosaic_async_store.testing import kernel_text
+from mosaic_async_store.demo.config import StoreConfig
+from kernel_text import kernel_text
 
 import upstream_kernels as upstream
 from ptx_interp import Memref, PtxKernel

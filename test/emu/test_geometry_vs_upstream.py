@@ -14,11 +14,13 @@ import numpy as np
 import pytest
 from jaxlib.mlir import ir
 
-from mosaic_async_store import compat, hostdata, toolchain
-from mosaic_async_store.config import StoreConfig
-from mosaic_async_store.dtypes import as_dtype
-from mosaic_async_store.lowering.gpu_run import make_inputs
-from mosaic_async_store.lowering.kernels import kernel_io, kernel_parts
+from mosaic_async_store import compat
+import hostdata
+from mosaic_async_store.tools import toolchain
+from mosaic_async_store.demo.config import StoreConfig
+from mosaic_async_store.plan.dtypes import as_dtype
+from gpu_run import make_inputs
+from mosaic_async_store.demo.kernel import kernel_io, kernel_parts
 
 from ptx_interp import PtxKernel
 

@@ -1,4 +1,4 @@
-"""Proof without a GPU for the Pallas runtime kernels (lowering/pallas_run.py).
+"""Proof without a GPU for the Pallas runtime kernels (test/harness/pallas_run.py).
 
 Every case of ``pallas_run.PALLAS_CASES`` (Lane and Warpgroup semantics, this
 project's primitive and upstream's through ``install()``, plain stores and
@@ -36,9 +36,9 @@ import numpy as np
 import pytest
 
 from mosaic_async_store import pallas as mas_pallas
-from mosaic_async_store import toolchain
-from mosaic_async_store.lowering import pallas_run
-from mosaic_async_store.pallas_capture import (lower_pallas_to_mosaic_modules,
+from mosaic_async_store.tools import toolchain
+import pallas_run
+from mosaic_async_store.tools.pallas_capture import (lower_pallas_to_mosaic_modules,
                                                lower_warpgroup_dialect)
 
 from ptx_interp import Memref, PtxKernel

@@ -22,13 +22,13 @@ import re
 import numpy as np
 import pytest
 
-from mosaic_async_store import hostdata
-from mosaic_async_store.config import StoreConfig, resolve_layout
-from mosaic_async_store.dtypes import as_dtype
-from mosaic_async_store.geometry import register_map
-from mosaic_async_store.lowering.gpu_run import make_inputs
-from mosaic_async_store.lowering.kernels import WAIT_POLLS, kernel_io
-from mosaic_async_store.testing import kernel_text
+import hostdata
+from mosaic_async_store.demo.config import StoreConfig, resolve_layout
+from mosaic_async_store.plan.dtypes import as_dtype
+from mosaic_async_store.plan.geometry import register_map
+from gpu_run import make_inputs
+from mosaic_async_store.demo.kernel import WAIT_POLLS, kernel_io
+from kernel_text import kernel_text
 
 from configs import RUNTIME_CONFIGS  # test/gpu (pyproject: pytest pythonpath)
 from ptx_interp import PtxKernel

@@ -13,9 +13,10 @@ and the result must equal our map.
 import numpy as np
 import pytest
 
-from mosaic_async_store import compat, toolchain
-from mosaic_async_store.config import resolve_layout
-from mosaic_async_store.geometry import register_map
+from mosaic_async_store import compat
+from mosaic_async_store.tools import toolchain
+from mosaic_async_store.demo.config import resolve_layout
+from mosaic_async_store.plan.geometry import register_map
 
 from ptx_interp import PtxKernel
 

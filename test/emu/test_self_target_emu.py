@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from mosaic_async_store.config import StoreConfig
+from mosaic_async_store.demo.config import StoreConfig
 
 from ptx_memory import ProtocolError
 from test_ptx_execution import _ptx, run_ptx

@@ -39,7 +39,8 @@ import numpy as np  # noqa: E402
 from jaxlib.mlir import ir  # noqa: E402
 from jaxlib.mlir.dialects import arith, gpu  # noqa: E402
 
-from mosaic_async_store import compat, toolchain  # noqa: E402
+from mosaic_async_store import compat
+from mosaic_async_store.tools import toolchain  # noqa: E402
 
 __all__ = ["UpstreamKernel", "REDUCTIONS", "cluster_ref_write", "cluster_red_async",
            "all_kernels"]

@@ -10,7 +10,7 @@ import pathlib
 import subprocess
 import sys
 
-from mosaic_async_store.config import StoreConfig
+from mosaic_async_store.demo.config import StoreConfig
 
 S = StoreConfig
 
@@ -88,16 +88,27 @@ def read_results(path: pathlib.Path) -> dict:
   return out
 
 
+HARNESS = pathlib.Path(__file__).resolve().parents[1] / "harness"
+
+
+def harness_script(name: str) -> str:
+  """The path of test/harness/<name>.py, run as a script (its folder then is on
+  ``sys.path``, so its sibling imports work in a subprocess too)."""
+  return str(HARNESS / f"{name}.py")
+
+
 def run_batch(args: list[str], out: pathlib.Path, timeout_s: int) -> dict:
-  """Runs ``python -m <args> --out <out>`` (a batch that appends a JSON line per
-  finished check) with a time limit; returns what finished (``read_results``).
+  """Runs ``python test/harness/<args[0]>.py <args[1:]> --out <out>`` (a batch that
+  appends a JSON line per finished check) with a time limit; returns what
+  finished (``read_results``).
 
   A hang or crash is cut off by the timeout, and the checks it never reached
   have no line, so the tests fail for exactly those.
   """
   out.unlink(missing_ok=True)
   try:
-    subprocess.run([sys.executable, "-m", *args, "--out", str(out)], timeout=timeout_s,
+    subprocess.run([sys.executable, harness_script(args[0]), *args[1:], "--out", str(out)],
+                   timeout=timeout_s,
                    check=False)
   except subprocess.TimeoutExpired:
     pass

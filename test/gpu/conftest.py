@@ -2,7 +2,7 @@
 
 import pytest
 
-from mosaic_async_store.lowering.gpu_run import has_sm90_gpu
+from gpu_run import has_sm90_gpu
 
 
 def pytest_collection_modifyitems(config, items):

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from mosaic_async_store.config import StoreConfig
+from configs import harness_script
+from mosaic_async_store.demo.config import StoreConfig
 
 
 @pytest.mark.gpu
@@ -16,7 +17,7 @@ def test_wrong_byte_count_is_reported(tmp_path):
   cfg = StoreConfig()
   batch, out = tmp_path / "c.json", tmp_path / "r.jsonl"
   batch.write_text(json.dumps([dataclasses.asdict(cfg)]))
-  proc = subprocess.run([sys.executable, "-m", "mosaic_async_store.lowering.gpu_run",
+  proc = subprocess.run([sys.executable, harness_script("gpu_run"),
                          "--batch", str(batch), "--out", str(out), "--tx-error", "16"],
                         capture_output=True, text=True,
                         timeout=int(os.environ.get("MAS_DEBUG_TIMEOUT", "180")))

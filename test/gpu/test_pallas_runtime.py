@@ -1,6 +1,6 @@
 """Pallas on Hopper: Lane and Warpgroup kernels store into the peer CTA, exactly.
 
-The checks (lowering/pallas_run.py) run in one subprocess that writes a JSON
+The checks (test/harness/pallas_run.py) run in one subprocess that writes a JSON
 line per finished check; a Pallas barrier wait has no time limit, so a store
 whose bytes never arrive is caught by the subprocess timeout and fails the
 checks that have no line.
@@ -11,7 +11,7 @@ import pathlib
 
 import pytest
 
-from mosaic_async_store.lowering.pallas_run import PALLAS_CASES
+from pallas_run import PALLAS_CASES
 
 from configs import run_batch
 
@@ -24,7 +24,7 @@ def results(tmp_path_factory):
   # gpu_check.sh's $OUT), so whatever finished survives an outer timeout.
   out = pathlib.Path(os.environ.get("MAS_PALLAS_RESULTS")
                      or tmp_path_factory.mktemp("pallas") / "results.jsonl")
-  return run_batch(["mosaic_async_store.lowering.pallas_run"], out, TIMEOUT_S)
+  return run_batch(["pallas_run"], out, TIMEOUT_S)
 
 
 @pytest.mark.gpu

@@ -26,7 +26,7 @@ def results(tmp_path_factory):
   # gpu_check.sh's $OUT), so whatever finished survives an outer timeout.
   out = pathlib.Path(os.environ.get("MAS_GPU_RESULTS") or tmp / "results.jsonl")
   batch.write_text(json.dumps([dataclasses.asdict(c) for c in RUNTIME_CONFIGS]))
-  return run_batch(["mosaic_async_store.lowering.gpu_run", "--batch", str(batch)], out,
+  return run_batch(["gpu_run", "--batch", str(batch)], out,
                    TIMEOUT_S)
 
 

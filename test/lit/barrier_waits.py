@@ -13,10 +13,13 @@ import jax
 import jax.numpy as jnp
 from jaxlib.mlir import ir
 
-from mosaic_async_store import compat, toolchain
-from mosaic_async_store.config import StoreConfig
-from mosaic_async_store.lowering import debug, kernels
-from mosaic_async_store.lowering.bench_kernels import bench_kernel_parts
+from mosaic_async_store import compat
+from mosaic_async_store.tools import toolchain
+from mosaic_async_store.demo.config import StoreConfig
+from mosaic_async_store.lowering import debug
+from mosaic_async_store.demo import kernel as demo_kernel
+from bench_kernels import bench_kernel_parts
+from gpu_run import announce_extra_bytes
 
 WHAT = sys.argv[1] if len(sys.argv) > 1 else "ir"
 
@@ -104,7 +107,8 @@ show_wait("debug_wait", debug=True)
 # PTX: mov.b32 %r[[EXTRA:[0-9]+]], 16;
 # PTX: mbarrier.expect_tx.relaxed.cluster.shared::cluster.b64 [%r[[BAR]]], %r[[EXTRA]];
 # PTX-NOT: mbarrier.expect_tx
-show("tx_error", lambda: kernels.kernel_parts(StoreConfig(), tx_error=16))
+show("tx_error", lambda: demo_kernel.kernel_parts(
+    StoreConfig(), after_store=announce_extra_bytes(StoreConfig(), 16)))
 
 # The bulk benchmark: plain local stores into a staging buffer, a proxy fence, then one
 # thread announces the tile's 16384 bytes on the peer's barrier and copies the tile

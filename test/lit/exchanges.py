@@ -5,7 +5,7 @@
 # t^4 (nibble exchange), and bytes assembled in the thread or gathered from lane
 # t^1 (nibble gather).
 
-from mosaic_async_store.testing import emit
+from kernel_text import emit
 
 # --- Subword exchanges: registers narrower than a word (8-bit and 4-bit data in
 # the WGMMA layout, 16-bit data stored column-major) are packed into b32 words by

@@ -9,9 +9,9 @@ import sys
 
 from mosaic_async_store import compat
 from mosaic_async_store import pallas as mas_pallas
-from mosaic_async_store import toolchain
-from mosaic_async_store.pallas_capture import lower_pallas_to_mosaic_modules
-from mosaic_async_store.testing import pallas_module, pallas_store_kernel
+from mosaic_async_store.tools import toolchain
+from mosaic_async_store.tools.pallas_capture import lower_pallas_to_mosaic_modules
+from kernel_text import pallas_module, pallas_store_kernel
 
 WHAT = sys.argv[1] if len(sys.argv) > 1 else "ir"
 ENTRY_POINTS = compat.dialect_lowering_entry_points()  # jax 0.10 and 0.11 differ

@@ -12,9 +12,10 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import arith, gpu
 
 import mosaic_async_store as mas
-from mosaic_async_store import compat, toolchain
-from mosaic_async_store.config import StoreConfig
-from mosaic_async_store.lowering import kernels
+from mosaic_async_store import compat
+from mosaic_async_store.tools import toolchain
+from mosaic_async_store.demo.config import StoreConfig
+from mosaic_async_store.demo import kernel as demo_kernel
 
 
 def show(name, parts):
@@ -66,7 +67,7 @@ def plain_into_peer(swizzle):
 # PTX: mov.b32 %r[[TX:[0-9]+]], 0;
 # PTX: mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64 _, [%r[[BAR]]], %r[[TX]];
 # PTX-NOT: st.async
-show("plain_u8", lambda: kernels.kernel_parts(
+show("plain_u8", lambda: demo_kernel.kernel_parts(
     StoreConfig(dtype="int8", shape=(64,), layout="WGMMA_ROW", swizzle=None), bare=True,
     store=plain_into_peer(None)))
 
@@ -91,7 +92,7 @@ show("plain_u8", lambda: kernels.kernel_parts(
 # PTX-NOT: st.async
 # PTX: mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64 _, [%r[[BAR]]], %r{{[0-9]+}};
 # PTX-NOT: st.async
-show("plain_u16", lambda: kernels.kernel_parts(StoreConfig(dtype="int8"), bare=True,
+show("plain_u16", lambda: demo_kernel.kernel_parts(StoreConfig(dtype="int8"), bare=True,
                                                store=plain_into_peer(128)))
 
 # A cluster of one CTA (st.async needs %cluster_nctarank > 1): plain stores through the
@@ -124,7 +125,7 @@ show("plain_u16", lambda: kernels.kernel_parts(StoreConfig(dtype="int8"), bare=T
 # PTX: mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64 _, [%r[[BAR]]], %r[[TX]];
 # PTX-NOT: mapa
 # PTX-NOT: st.async
-show("cluster_of_one_bf16", lambda: kernels.kernel_parts(
+show("cluster_of_one_bf16", lambda: demo_kernel.kernel_parts(
     StoreConfig(target="local", cluster=1), bare=True))
 
 # CHECK-LABEL: TEST: cluster_of_one_i8
@@ -139,7 +140,7 @@ show("cluster_of_one_bf16", lambda: kernels.kernel_parts(
 # PTX-NOT: st.shared
 # PTX: mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64
 # PTX-NOT: st.async
-show("cluster_of_one_i8", lambda: kernels.kernel_parts(
+show("cluster_of_one_i8", lambda: demo_kernel.kernel_parts(
     StoreConfig(target="local", cluster=1, dtype="int8"), bare=True))
 
 # CHECK-LABEL: TEST: cluster_of_one_row_i8
@@ -154,7 +155,7 @@ show("cluster_of_one_i8", lambda: kernels.kernel_parts(
 # PTX: st.shared::cta.u8 [%r[[ADDR]]+8], %r{{[0-9]+}};
 # PTX-NOT: st.shared
 # PTX: mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64
-show("cluster_of_one_row_i8", lambda: kernels.kernel_parts(
+show("cluster_of_one_row_i8", lambda: demo_kernel.kernel_parts(
     StoreConfig(target="local", cluster=1, dtype="int8", shape=(64,), layout="WGMMA_ROW",
                 swizzle=None), bare=True))
 

@@ -4,7 +4,7 @@
 # otherwise plain red.shared::cluster ordered by a release arrive; into the
 # executing CTA plain red.shared::cta.
 
-from mosaic_async_store.testing import emit
+from kernel_text import emit
 
 # CHECK-LABEL: TEST: i32_min_signed
 # CHECK-COUNT-64: "red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.min.s32 [$0{{(\+[0-9]+)?}}], $1, [$2];", "r,r,r"

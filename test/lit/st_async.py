@@ -5,7 +5,7 @@
 # are 32-bit ("r"), and stores that share a base use an immediate.  Replicated
 # layouts: only one replica of each element writes, the others arrive with 0 bytes.
 
-from mosaic_async_store.testing import emit
+from kernel_text import emit
 
 # CHECK-LABEL: TEST: wgmma_bf16_b32
 # CHECK: "mapa.shared::cluster.u32 $0, $1, $2;", "=r,r,r"

@@ -11,7 +11,7 @@
 # with exactly its own tx bytes: 0 after the local arm's plain reductions (with
 # .release.cluster), 256 after red.async.
 
-from mosaic_async_store.testing import emit
+from kernel_text import emit
 
 # 64x128 bf16: 16 KiB over 128 threads = 128 bytes each (%c128_i32).
 # CHECK-LABEL: TEST: peer_bf16

@@ -305,7 +305,7 @@ def plan_namespace() -> dict:
   import numpy as np
 
   import mosaic_async_store as mas
-  from mosaic_async_store.config import resolve_layout
+  from mosaic_async_store.demo.config import resolve_layout
   return dict(mas=mas, np=np, layout=resolve_layout,
               WGMMA=resolve_layout("WGMMA", (64, 128), "bf16"))
 
@@ -327,7 +327,7 @@ def run_cli(case: Case) -> dict:
   import contextlib
   import io
 
-  from mosaic_async_store import cli
+  from mosaic_async_store.tools import cli
   out, err = io.StringIO(), io.StringIO()
   with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
     status = cli.main(case.code.split())

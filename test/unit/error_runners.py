@@ -15,7 +15,8 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import arith, gpu
 
 import mosaic_async_store as mas
-from mosaic_async_store import compat, toolchain
+from mosaic_async_store import compat
+from mosaic_async_store.tools import toolchain
 from error_cases import _outcome
 
 _BF16 = jnp.bfloat16
@@ -98,7 +99,7 @@ def _pallas_store(*, dtype="int32", cluster=2, semantics="lane", api="mas", src=
   from jax.experimental.pallas import mosaic_gpu as plgpu
 
   from mosaic_async_store import pallas as mas_pallas
-  from mosaic_async_store.pallas_capture import lower_pallas_to_mosaic_modules
+  from mosaic_async_store.tools.pallas_capture import lower_pallas_to_mosaic_modules
   sem = {"lane": plgpu.LoweringSemantics.Lane,
          "warpgroup": plgpu.LoweringSemantics.Warpgroup}[semantics]
   dt = jnp.dtype(dtype)
@@ -151,15 +152,15 @@ def _with_env(var, value, fn):
 
 
 def _dialect_module():
-  from mosaic_async_store.pallas_capture import lower_pallas_to_mosaic_modules
-  from mosaic_async_store.testing import pallas_store_kernel
+  from mosaic_async_store.tools.pallas_capture import lower_pallas_to_mosaic_modules
+  from kernel_text import pallas_store_kernel
   [module] = lower_pallas_to_mosaic_modules(*pallas_store_kernel(semantics="warpgroup"))
   return module
 
 
 def _store_module():
-  from mosaic_async_store.config import StoreConfig
-  from mosaic_async_store.lowering.kernels import build_store_module
+  from mosaic_async_store.demo.config import StoreConfig
+  from mosaic_async_store.demo.kernel import build_store_module
   with compat.make_ir_context(), ir.Location.unknown():
     return build_store_module(StoreConfig(), bare=True)[0]
 

@@ -4,9 +4,10 @@ so a session with a GPU spends its minutes measuring, not debugging."""
 import pytest
 from jaxlib.mlir import ir
 
-from mosaic_async_store import compat, toolchain
-from mosaic_async_store.config import StoreConfig
-from mosaic_async_store.lowering.bench_kernels import STRATEGIES, bench_kernel_parts
+from mosaic_async_store import compat
+from mosaic_async_store.tools import toolchain
+from mosaic_async_store.demo.config import StoreConfig
+from bench_kernels import STRATEGIES, bench_kernel_parts
 
 EXPECTED = {
     "mas": "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32",

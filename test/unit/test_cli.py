@@ -18,11 +18,12 @@ import subprocess
 import sys
 import types
 
+import numpy as np
 import pytest
 
-from mosaic_async_store import cli, toolchain
-from mosaic_async_store.config import StoreConfig, resolve_layout
-from mosaic_async_store.planner import plan_store
+from mosaic_async_store.tools import cli, toolchain
+from mosaic_async_store.demo.config import StoreConfig, resolve_layout
+from mosaic_async_store.plan.planner import plan_store
 
 ST_ASYNC = "st.async.shared::cluster.mbarrier::complete_tx::bytes"
 ERROR_PREFIX = "mosaic-async-store: error: "
@@ -108,30 +109,54 @@ def test_demo_through_console_script_skips_runtime_check_without_gpu():
   assert "Traceback" not in proc.stderr
 
 
-def _fake_gpu_run(ok: bool, sm90: bool = True) -> types.ModuleType:
-  fake = types.ModuleType(cli._GPU_RUN)
-  fake.has_sm90_gpu = lambda: sm90
-  fake.run_and_check = lambda cfg: types.SimpleNamespace(
-      ok=ok, mismatched_bytes=0 if ok else 3, barrier_timeouts=0, seconds=0.5,
-      detail="" if ok else "first mismatches at bytes [0]")
-  return fake
+def _fake_check(monkeypatch, ok: bool, sm90: bool = True):
+  """demo.check as on a GPU machine: an sm_90 GPU (or not) and a run that passes or not."""
+  from mosaic_async_store.demo import check
+  monkeypatch.setattr(check, "has_sm90_gpu", lambda: sm90)
+  monkeypatch.setattr(check, "check_plain_store", lambda cfg: check.CheckResult(
+      cfg.describe(), ok, 0 if ok else 3, 0, 0.5, "" if ok else "first mismatches at bytes [0]"))
 
 
-def test_runtime_check_uses_gpu_run_when_a_gpu_is_visible(monkeypatch):
+def test_runtime_check_runs_the_demo_check_when_a_gpu_is_visible(monkeypatch):
   import jax
   gpu = types.SimpleNamespace(device_kind="NVIDIA H100")
   monkeypatch.setattr(jax, "devices", lambda backend=None: [gpu])
-  monkeypatch.setitem(sys.modules, cli._GPU_RUN, _fake_gpu_run(ok=True))
+  _fake_check(monkeypatch, ok=True)
   passed, what = cli._runtime_check(StoreConfig())
   assert passed and what.startswith("NVIDIA H100: OK")
-  monkeypatch.setitem(sys.modules, cli._GPU_RUN, _fake_gpu_run(ok=False))
+  _fake_check(monkeypatch, ok=False)
   passed, what = cli._runtime_check(StoreConfig())
   assert not passed and "FAILED (3 mismatched bytes" in what
-  monkeypatch.setitem(sys.modules, cli._GPU_RUN, _fake_gpu_run(True, sm90=False))
+  assert "first mismatches at bytes [0]" in what
+  _fake_check(monkeypatch, ok=True, sm90=False)
   assert "not an sm_90 GPU" in cli._runtime_check(StoreConfig())[1]
-  monkeypatch.setitem(sys.modules, cli._GPU_RUN, None)  # as if not installed
-  passed, what = cli._runtime_check(StoreConfig())
-  assert passed and "gpu_run is missing" in what
+
+
+def test_demo_check_refuses_reductions_and_its_reference_is_the_executor():
+  """check_plain_store compares with execute_config; a reduction needs valid operands
+  (test/harness/gpu_run.py), so the demo's check refuses it by name."""
+  from mosaic_async_store.demo import check
+  with pytest.raises(ValueError, match="checks plain stores"):
+    check.check_plain_store(StoreConfig(dtype="int32", atomic="add"))
+
+
+@pytest.mark.parametrize("stray", [False, True])
+def test_demo_check_compares_every_byte(monkeypatch, stray):
+  """With the GPU run replaced by the CPU executor, the check passes; one flipped
+  byte fails it and is reported."""
+  from mosaic_async_store.demo import check
+
+  def run_on_cpu(cfg, src, init, **kwargs):
+    out = check.execute_config(cfg, src, init)
+    if stray:
+      out = out.copy()
+      out[-1] ^= 0xFF
+    return out, np.ones(128 * cfg.cluster, np.int32)
+
+  monkeypatch.setattr(check, "run_kernel", run_on_cpu)
+  res = check.check_plain_store(StoreConfig(shape=(64, 136), swizzle=None))
+  assert res.ok is not stray and res.mismatched_bytes == int(stray)
+  assert ("first mismatches" in res.detail) is stray
 
 
 # --- compile ------------------------------------------------------------------

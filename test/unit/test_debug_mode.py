@@ -3,10 +3,12 @@
 import pytest
 from jaxlib.mlir import ir
 
-from mosaic_async_store import compat, toolchain
-from mosaic_async_store.config import StoreConfig
+from mosaic_async_store import compat
+from mosaic_async_store.tools import toolchain
+from mosaic_async_store.demo.config import StoreConfig
 from mosaic_async_store.lowering import debug
-from mosaic_async_store.lowering.kernels import kernel_parts
+from mosaic_async_store.demo.kernel import kernel_parts
+from gpu_run import announce_extra_bytes
 
 
 def _ptx(**kwargs):
@@ -18,7 +20,7 @@ def _ptx(**kwargs):
 
 
 def test_wrong_byte_count_kernel_has_bounded_reporting_wait():
-  ptx = _ptx(tx_error=16)
+  ptx = _ptx(after_store=announce_extra_bytes(StoreConfig(), 16))
   assert "mbarrier.expect_tx.relaxed.cluster.shared::cluster.b64" in ptx
   assert "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64" in ptx
   assert "vprintf" in ptx  # the report

@@ -16,18 +16,19 @@ import pytest  # noqa: E402
 from jaxlib.mlir import ir  # noqa: E402
 from jaxlib.mlir.dialects import arith, gpu  # noqa: E402
 
-from mosaic_async_store import compat, hostdata  # noqa: E402
-from mosaic_async_store.config import StoreConfig, resolve_layout  # noqa: E402
-from mosaic_async_store.lowering.kernels import kernel_parts  # noqa: E402
+from mosaic_async_store import compat
+from mosaic_async_store.demo.config import view_geometry  # noqa: E402
+from mosaic_async_store.demo.config import StoreConfig, resolve_layout  # noqa: E402
+from mosaic_async_store.demo.kernel import kernel_parts  # noqa: E402
 from mosaic_async_store.lowering.store import async_store  # noqa: E402
-from mosaic_async_store.planner import plan_store  # noqa: E402
+from mosaic_async_store.plan.planner import plan_store  # noqa: E402
 
 _ASM = re.compile(r'llvm\.inline_asm (?:has_side_effects )?(?:[a-z_]+ )*"((?:[^"\\]|\\.)*)"')
 _STORE_PREFIXES = ("st.", "red.")
 
 
 def _plan(cfg: StoreConfig, plain: bool):
-  view = hostdata.view_geometry(cfg)
+  view = view_geometry(cfg)
   return plan_store(resolve_layout(cfg.layout, cfg.shape, cfg.dtype), cfg.shape, cfg.dtype,
                     swizzle=cfg.swizzle, optimized=cfg.optimized, atomic=cfg.atomic,
                     ref_shape=view.ref_shape, ref_strides=view.strides,

@@ -44,6 +44,9 @@ def check(case: ec.Case, result: dict) -> None:
 def batches():
   """Runs the IR/tool cases: {(surface, id): result}, plus each batch's exit."""
   env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
+  # The Pallas case's kernel comes from the lit helpers (test/harness, not shipped).
+  env["PYTHONPATH"] = os.pathsep.join(
+      p for p in (str(ROOT / "test" / "harness"), os.environ.get("PYTHONPATH")) if p)
   procs = [(b, subprocess.Popen([sys.executable, str(HERE / "error_cases.py"), *b],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env=env, cwd=ROOT)) for b in BATCHES]
@@ -98,7 +101,7 @@ def test_batches_exit_cleanly_without_crashing(batch, batches):
 
 def test_console_script_misuse_is_one_line_and_exit_2():
   script = pathlib.Path(sys.executable).with_name("mosaic-async-store")
-  argv = [str(script)] if script.exists() else [sys.executable, "-m", "mosaic_async_store.cli"]
+  argv = [str(script)] if script.exists() else [sys.executable, "-m", "mosaic_async_store.tools.cli"]
   run = subprocess.run([*argv, "compile", "--dtype", "f32", "--atomic", "min", "--emit", "plan"],
                        capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, JAX_PLATFORMS="cpu"))

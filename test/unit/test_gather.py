@@ -10,9 +10,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from mosaic_async_store.config import resolve_layout
-from mosaic_async_store.planner import plan_store
-from mosaic_async_store.simulate import simulate_store
+from mosaic_async_store.demo.config import resolve_layout
+from mosaic_async_store.plan.planner import plan_store
+from mosaic_async_store.plan.executor import simulate_store
 
 
 @pytest.mark.parametrize("dtype,gathers,writers", [("bf16", (1,), 64), ("i8", (1, 2), 32)])

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
-# Test kernels, benchmark kernels, the runtime harness and the lit helpers: what a user
-# planning or emitting a store never needs.
-HARNESS = ("mosaic_async_store.config", "mosaic_async_store.hostdata",
-           "mosaic_async_store.testing", "mosaic_async_store.simulate",
-           "mosaic_async_store.lowering.kernels", "mosaic_async_store.lowering.gpu_run",
-           "mosaic_async_store.lowering.pallas_run", "mosaic_async_store.lowering.bench_kernels")
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+# Test kernels, benchmark kernels, the runtime harness and the lit helpers live in these
+# folders (not in the package): a user planning or emitting a store never loads them.
+TEST_TREES = [str(ROOT / "test"), str(ROOT / "bench")]
 
 # The user's program: jax is already loaded (its import sets variables of its own, e.g.
 # MOSAIC_GPU_CUDA_ROOT), then the package is imported and a real layout is planned.
@@ -31,6 +30,7 @@ plan.verify()
 after = dict(os.environ)
 print(json.dumps({
     "modules": sorted(m for m in sys.modules if m.startswith("mosaic_async_store")),
+    "files": sorted(str(getattr(m, "__file__", None) or "") for m in list(sys.modules.values())),
     "changed": {k: [before.get(k), after.get(k)] for k in set(before) | set(after)
                 if before.get(k) != after.get(k)},
     "instructions": len(plan.instructions),
@@ -38,20 +38,28 @@ print(json.dumps({
 """
 
 
-def _run(code: str, *, env_drop=("JAX_PLATFORMS", "TF_CPP_MIN_LOG_LEVEL")) -> dict:
-  # Without the test suite's defaults (test/conftest.py), as a user's process starts.
+def _run(code: str, *, env_drop=("JAX_PLATFORMS", "TF_CPP_MIN_LOG_LEVEL", "PYTHONPATH"),
+         pythonpath: str | None = None) -> dict:
+  # Without the test suite's defaults (test/conftest.py, pytest's pythonpath), as a
+  # user's process starts.
   env = {k: v for k, v in os.environ.items() if k not in env_drop}
+  if pythonpath:
+    env["PYTHONPATH"] = pythonpath
   proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                         env=env, timeout=300)
   assert proc.returncode == 0, proc.stderr[-5000:]
   return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _from_test_trees(files: list[str]) -> list[str]:
+  return [f for f in files if any(f.startswith(tree) for tree in TEST_TREES)]
+
+
 def test_plan_store_imports_no_test_helper_and_changes_no_environment():
   got = _run(PROGRAM)
   assert got["instructions"] > 0
-  loaded = sorted(set(HARNESS) & set(got["modules"]))
-  assert not loaded, f"planning a store imported test/harness modules: {loaded}"
+  loaded = _from_test_trees(got["files"])
+  assert not loaded, f"planning a store imported test/bench modules: {loaded}"
   assert got["changed"] == {}, f"importing mosaic_async_store changed os.environ: {got['changed']}"
 
 
@@ -60,22 +68,23 @@ def test_bare_import_loads_neither_jax_nor_test_helpers():
 import json, os, sys
 before = dict(os.environ)
 import mosaic_async_store
-print(json.dumps({"modules": sorted(sys.modules), "same_env": dict(os.environ) == before}))
+print(json.dumps({"modules": sorted(sys.modules), "same_env": dict(os.environ) == before,
+                  "files": sorted(str(getattr(m, "__file__", None) or "") for m in list(sys.modules.values()))}))
 """)
   assert got["same_env"]
   heavy = [m for m in got["modules"] if m.split(".")[0] in ("jax", "jaxlib")]
   assert not heavy, f"import mosaic_async_store loaded {heavy[:5]}"
-  loaded = sorted(set(HARNESS) & set(got["modules"]))
-  assert not loaded, f"import mosaic_async_store imported test/harness modules: {loaded}"
+  loaded = _from_test_trees(got["files"])
+  assert not loaded, f"import mosaic_async_store imported test/bench modules: {loaded}"
 
 
 def test_simulate_store_stays_public_and_lazy():
   got = _run(r"""
 import json, sys
 import mosaic_async_store as mas
-lazy = "mosaic_async_store.simulate" not in sys.modules
+lazy = "mosaic_async_store.plan.executor" not in sys.modules
 from mosaic_async_store import simulate_store
-from mosaic_async_store.simulate import simulate_store as direct
+from mosaic_async_store.plan.executor import simulate_store as direct
 print(json.dumps({"lazy": lazy, "same": simulate_store is direct is mas.simulate_store,
                   "listed": "simulate_store" in mas.__all__ and "simulate_store" in dir(mas)}))
 """)
@@ -89,8 +98,8 @@ import json, os
 before = dict(os.environ)
 import jax  # its own variables are not this project's
 before = dict(os.environ)
-import mosaic_async_store.testing
+import kernel_text
 print(json.dumps({"changed": sorted(k for k in set(before) | set(os.environ)
                                     if before.get(k) != os.environ.get(k))}))
-""")
+""", pythonpath=str(ROOT / "test" / "harness"))
   assert got["changed"] == []

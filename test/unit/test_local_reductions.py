@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from mosaic_async_store import cli
+from mosaic_async_store.tools import cli
 
 
 def _stats(**cfg) -> dict:

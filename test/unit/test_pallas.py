@@ -4,9 +4,10 @@ import jax
 import pytest
 
 from mosaic_async_store import pallas as mas_pallas
-from mosaic_async_store import compat, toolchain
-from mosaic_async_store.testing import pallas_module
-from mosaic_async_store.pallas_capture import lower_pallas_to_mosaic_modules
+from mosaic_async_store import compat
+from mosaic_async_store.tools import toolchain
+from kernel_text import pallas_module
+from mosaic_async_store.tools.pallas_capture import lower_pallas_to_mosaic_modules
 
 ST = "st.async.shared::cluster.mbarrier::complete_tx::bytes."
 RED = "red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes."

@@ -1,4 +1,4 @@
-"""The Pallas runtime checks (lowering/pallas_run.py), lowered for CUDA on the CPU.
+"""The Pallas runtime checks (test/harness/pallas_run.py), lowered for CUDA on the CPU.
 
 test/gpu/test_pallas_runtime.py runs them on an H200.  Here each kernel is
 traced and lowered for the ``cuda`` platform (Pallas, layout inference, this
@@ -16,7 +16,7 @@ import pytest
 
 import mosaic_async_store as mas
 from mosaic_async_store import pallas as mas_pallas
-from mosaic_async_store.lowering import pallas_run
+import pallas_run
 
 
 def _lower(case):

@@ -18,12 +18,12 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from mosaic_async_store import geometry
-from mosaic_async_store.config import resolve_layout
-from mosaic_async_store.dtypes import as_dtype
+from mosaic_async_store.plan import geometry
+from mosaic_async_store.demo.config import resolve_layout
+from mosaic_async_store.plan.dtypes import as_dtype
 from mosaic_async_store.errors import AsyncStoreError
-from mosaic_async_store.planner import plan_store
-from mosaic_async_store.validate import default_ref_shape
+from mosaic_async_store.plan.planner import plan_store
+from mosaic_async_store.plan.validate import default_ref_shape
 
 _TILED = {  # layout -> base tile (rows, cols)
     "WGMMA": (64, 8), "WGMMA_8BIT": (64, 16), "WGMMA_UPCAST_2X": (64, 16),
@@ -80,7 +80,7 @@ def store_cases(draw):
 
 def _transposed_ref(shape, dtype, swizzle):
   """The (shape, strides) of a transposed view of a row-major tiled allocation,
-  as lowering/kernels.py builds it with memref_transpose."""
+  as demo/kernel.py builds it with memref_transpose."""
   alloc, _ = default_ref_shape(tuple(shape[::-1]), as_dtype(dtype), swizzle)
   strides = [math.prod(alloc[i + 1:]) for i in range(len(alloc))]
   perm = [1, 0, 3, 2]

@@ -27,12 +27,12 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from mosaic_async_store import ptx_forms
-from mosaic_async_store.config import LAYOUT_NAMES, StoreConfig, resolve_layout
-from mosaic_async_store.dtypes import SUPPORTED_DTYPE_NAMES, as_dtype
+from mosaic_async_store.plan import ptx_forms
+from mosaic_async_store.demo.config import LAYOUT_NAMES, StoreConfig, resolve_layout
+from mosaic_async_store.plan.dtypes import SUPPORTED_DTYPE_NAMES, as_dtype
 from mosaic_async_store.errors import AsyncStoreError
-from mosaic_async_store.hostdata import view_geometry
-from mosaic_async_store.planner import plan_store
+from mosaic_async_store.demo.config import view_geometry
+from mosaic_async_store.plan.planner import plan_store
 
 MAX_ELEMENTS = 8192  # past 8192, vector-length-1 layouts hit numpy#31980 (see test_matrix)
 PLANS = int(os.environ.get("MAS_RANDOM_PLANS", "400"))
@@ -143,8 +143,9 @@ def ptx_store_bytes_per_thread(stores: dict[str, int]) -> int:
 def _compile(cfg: StoreConfig):
   from jaxlib.mlir import ir
 
-  from mosaic_async_store import compat, toolchain
-  from mosaic_async_store.lowering.kernels import build_store_module
+  from mosaic_async_store import compat
+  from mosaic_async_store.tools import toolchain
+  from mosaic_async_store.demo.kernel import build_store_module
   with compat.make_ir_context(), ir.Location.unknown():
     module, _ = build_store_module(cfg, bare=True)
     return toolchain.compile_module(module)

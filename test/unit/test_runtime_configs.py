@@ -7,10 +7,12 @@ import numpy as np
 import pytest
 from jaxlib.mlir import ir
 
-from mosaic_async_store import compat, hostdata, toolchain
-from mosaic_async_store.lowering.gpu_run import make_inputs
-from mosaic_async_store.lowering.kernels import build_store_module
-from mosaic_async_store.simulate import execute_config
+from mosaic_async_store import compat
+import hostdata
+from mosaic_async_store.tools import toolchain
+from gpu_run import make_inputs
+from mosaic_async_store.demo.kernel import build_store_module
+from mosaic_async_store.demo.check import execute_config
 
 from configs import RUNTIME_CONFIGS  # test/gpu (pyproject: pytest pythonpath)
 
@@ -34,8 +36,8 @@ def test_runtime_config_ready(cfg):
 
 def test_tiny_buffer_kernel_builds():
   """A 4-byte SMEM buffer: the barrier after it must stay 8-byte aligned (padded)."""
-  from mosaic_async_store.config import StoreConfig
-  from mosaic_async_store.testing import kernel_text
+  from mosaic_async_store.demo.config import StoreConfig
+  from kernel_text import kernel_text
   ptx = kernel_text(StoreConfig(dtype="uint4", shape=(8,), layout="TCGEN05_COL", swizzle=None),
                     "ptx", bare=False)
   assert "mbarrier.arrive.expect_tx" in ptx

@@ -14,8 +14,8 @@ import re
 import jax.numpy as jnp
 import pytest
 
-from mosaic_async_store.lowering import gpu_run
-from mosaic_async_store.lowering.kernels import kernel_io
+import gpu_run
+from mosaic_async_store.demo.kernel import kernel_io
 
 from configs import RUNTIME_CONFIGS  # test/gpu (pyproject: pytest pythonpath)
 
@@ -35,7 +35,7 @@ def test_runtime_kernel_lowers_for_cuda(cfg):
 
 def test_debug_mode_kernel_lowers_for_cuda():
   """test/gpu/test_debug.py's kernel: 16 bytes too many announced, printf on timeout."""
-  from mosaic_async_store.config import StoreConfig
+  from mosaic_async_store.demo.config import StoreConfig
   cfg = StoreConfig()
   _, src, init = gpu_run.make_inputs(cfg, seed=0)
   kernel = gpu_run.build_kernel(cfg, tx_error=16)

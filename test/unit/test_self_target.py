@@ -20,7 +20,8 @@ from jaxlib.mlir import ir  # noqa: E402
 from jaxlib.mlir.dialects import arith, gpu  # noqa: E402
 
 import mosaic_async_store as mas  # noqa: E402
-from mosaic_async_store import compat, validate  # noqa: E402
+from mosaic_async_store import compat
+from mosaic_async_store.plan import validate  # noqa: E402
 from mosaic_async_store.lowering import target  # noqa: E402
 from mosaic_async_store.lowering.ref_offset import ref_offset  # noqa: E402
 
@@ -234,7 +235,7 @@ def test_unknown_dynamic_offset_is_refused():
 @pytest.mark.parametrize("semantics", ["lane", "warpgroup"])
 def test_pallas_cluster_idx_zero_branches_in_both_semantics(semantics):
   """Pallas' Warpgroup rule reaches the same async_store with a run-time index."""
-  from mosaic_async_store.testing import pallas_module
+  from kernel_text import pallas_module
   text = pallas_module(semantics=semantics, dtype="int32", atomic="add", swizzle=128,
                        target="cta0").operation.get_asm(enable_debug_info=False)
   then, _, orelse = text.partition(CTARANK)[2].partition("} else {")
@@ -244,7 +245,7 @@ def test_pallas_cluster_idx_zero_branches_in_both_semantics(semantics):
 
 @pytest.mark.parametrize("semantics", ["lane", "warpgroup"])
 def test_pallas_one_minus_axis_index_is_a_peer(semantics):
-  from mosaic_async_store.testing import pallas_module
+  from kernel_text import pallas_module
   text = pallas_module(semantics=semantics, dtype="int32", atomic="add", swizzle=128,
                        ).operation.get_asm(enable_debug_info=False)
   assert CTARANK not in text and text.count(RED_ASYNC) == 64 and RED_LOCAL not in text

@@ -8,11 +8,12 @@ semantics the GPU tests will compare against.
 import numpy as np
 import pytest
 
-from mosaic_async_store import hostdata
-from mosaic_async_store.config import StoreConfig, resolve_layout
-from mosaic_async_store.planner import plan_store
-from mosaic_async_store.lowering.gpu_run import make_inputs
-from mosaic_async_store.simulate import execute_config, execute_plan
+import hostdata
+from mosaic_async_store.demo.config import StoreConfig, resolve_layout, view_geometry
+from mosaic_async_store.plan.planner import plan_store
+from gpu_run import make_inputs
+from mosaic_async_store.demo.check import execute_config
+from mosaic_async_store.plan.executor import execute_plan
 
 CONFIGS = [
     StoreConfig(),
@@ -98,7 +99,7 @@ def test_splat_goes_in_address_order_even_transposed():
   transposed plain ref (the logical order would be 4-byte, conflicting)."""
   cfg = StoreConfig(dtype="float32", shape=(64, 32), layout="SPLAT", swizzle=None,
                     transposed=True)
-  geom = hostdata.view_geometry(cfg)
+  geom = view_geometry(cfg)
   plan = plan_store(resolve_layout("SPLAT", cfg.shape, cfg.dtype), cfg.shape, cfg.dtype,
                     ref_shape=geom.ref_shape, ref_strides=geom.strides, optimized=True)
   assert plan.verify().bank_conflicts == 0

@@ -14,12 +14,13 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from mosaic_async_store import subbyte
-from mosaic_async_store.config import StoreConfig, resolve_layout
+from mosaic_async_store.plan import subbyte
+from mosaic_async_store.demo.config import StoreConfig, resolve_layout
 from mosaic_async_store.errors import AsyncStoreError
-from mosaic_async_store.geometry import RegisterMap
-from mosaic_async_store.planner import plan_store
-from mosaic_async_store.simulate import config_plan, simulate_store
+from mosaic_async_store.plan.geometry import RegisterMap
+from mosaic_async_store.plan.planner import plan_store
+from mosaic_async_store.demo.config import config_plan
+from mosaic_async_store.plan.executor import simulate_store
 
 
 @pytest.mark.parametrize("dtype", ["int4", "uint4", "float4_e2m1fn"])
@@ -77,8 +78,8 @@ def test_bytes_shared_between_threads_are_not_regrouped():
     ("TCGEN05", (128, 64), True, 32),
 ])
 def test_halves_in_two_lanes_are_exchanged(layout, shape, transposed, swizzle):
-  from mosaic_async_store.config import StoreConfig
-  from mosaic_async_store.simulate import config_plan
+  from mosaic_async_store.demo.config import StoreConfig
+  from mosaic_async_store.demo.config import config_plan
   cfg = StoreConfig(dtype="int4", layout=layout, shape=shape, transposed=transposed,
                     swizzle=swizzle, optimized=not transposed)
   plan = config_plan(cfg)

@@ -15,10 +15,10 @@ import pytest
 
 from mosaic_async_store import compat
 from mosaic_async_store import errors
-from mosaic_async_store import mlir_skew
-from mosaic_async_store import pallas_capture
-from mosaic_async_store import ptx_stats
-from mosaic_async_store import toolchain
+from mosaic_async_store.tools import mlir_skew
+from mosaic_async_store.tools import pallas_capture
+from mosaic_async_store.tools import ptx_stats
+from mosaic_async_store.tools import toolchain
 
 _ENV = {"mlir-opt": "MAS_MLIR_OPT", "ptxas": "MAS_PTXAS",
         "cuobjdump": "MAS_CUOBJDUMP", "FileCheck": "MAS_FILECHECK"}

@@ -18,10 +18,10 @@ import pathlib
 import numpy as np
 import pytest
 
-from mosaic_async_store import verify
-from mosaic_async_store.config import resolve_layout
-from mosaic_async_store.geometry import RegisterMap
-from mosaic_async_store.planner import StorePlan, plan_store
+from mosaic_async_store.plan import verify
+from mosaic_async_store.demo.config import resolve_layout
+from mosaic_async_store.plan.geometry import RegisterMap
+from mosaic_async_store.plan.planner import StorePlan, plan_store
 
 
 def _plan(layout, shape, dtype, **kwargs):
@@ -275,9 +275,9 @@ def test_the_planners_register_map_is_not_consulted():
 
 def test_the_verifier_imports_no_planner_code():
   """verify and its landing model may use plan types, geometry, dtypes, errors."""
-  allowed = {"mosaic_async_store.errors", "mosaic_async_store.geometry",
-             "mosaic_async_store.plan_types", "mosaic_async_store.dtypes",
-             "mosaic_async_store.landing"}
+  allowed = {"mosaic_async_store.errors", "mosaic_async_store.plan.geometry",
+             "mosaic_async_store.plan.plan_types", "mosaic_async_store.plan.dtypes",
+             "mosaic_async_store.plan.landing"}
   package = pathlib.Path(verify.__file__).parent
   for name in ("verify.py", "landing.py"):
     tree = ast.parse((package / name).read_text())

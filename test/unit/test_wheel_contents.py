@@ -1,5 +1,5 @@
-"""What the built wheel ships: the product, and (once they move, issue 12) no test,
-benchmark or runtime-harness module.
+"""What the built wheel ships: exactly the product's modules, and no test, benchmark or
+runtime-harness module (those live in test/ and bench/).
 
 The wheel is built from a copy of the checkout (so that a stale ``build/lib`` cannot
 bring back moved modules) with ``pip wheel --no-deps --no-build-isolation --no-index``:
@@ -21,19 +21,24 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
-# Modules of the product (package face, planning, tools, and what a user's kernel runs),
-# by name: the redesign may move them into sub-packages, not out of the wheel.
+# Modules of the product, by layer (docs/architecture.md): the faces and base modules,
+# the plan, what a user's kernel runs, the CLI's store kernel (demo), the tools.  The
+# wheel ships exactly these.
 PRODUCT = {
-    "mosaic_async_store": ("errors", "compat", "dtypes", "validate", "geometry", "subbyte",
-                           "packing", "plan_types", "ptx_forms", "planner", "banks",
-                           "verify", "addressing", "simulate", "mlir_skew", "toolchain",
-                           "ptx_stats", "pallas", "pallas_capture", "cli"),
-    "mosaic_async_store/lowering": ("store", "values_ir", "ptx", "target", "ref_offset",
-                                    "debug"),
+    "mosaic_async_store": ("__init__", "_version", "errors", "compat", "pallas", "toolchain"),
+    "mosaic_async_store/plan": ("__init__", "dtypes", "validate", "geometry", "subbyte",
+                                "packing", "plan_types", "ptx_forms", "planner", "banks",
+                                "verify", "landing", "addressing", "executor"),
+    "mosaic_async_store/lowering": ("__init__", "store", "values_ir", "ptx", "target",
+                                    "ref_offset", "debug", "pallas"),
+    "mosaic_async_store/demo": ("__init__", "config", "kernel", "check"),
+    "mosaic_async_store/tools": ("__init__", "toolchain", "mlir_skew", "ptx_stats",
+                                 "pallas_capture", "cli"),
 }
-# Test kernels, benchmark kernels, the runtime harness and the lit helpers.
-HARNESS = ("kernels", "bench_kernels", "gpu_run", "pallas_run", "config", "hostdata",
-           "testing")
+# The test and benchmark kernels, the runtime harness and the lit helpers (test/harness,
+# bench/), under their present and former names.
+HARNESS = ("kernels", "bench_kernels", "gpu_run", "pallas_run", "hostdata", "testing",
+           "kernel_text")
 
 
 def _setuptools_version() -> tuple[int, ...]:
@@ -82,29 +87,21 @@ def _modules(files: list[str]) -> set[str]:
 
 
 def test_wheel_ships_the_product(wheel):
-  files = set(wheel.files)
-  assert "mosaic_async_store/__init__.py" in files
-  assert "mosaic_async_store/lowering/__init__.py" in files
-  for package, names in PRODUCT.items():
-    under = [f for f in files if f.startswith(package + "/") and f.endswith(".py")]
-    stems = {pathlib.PurePosixPath(f).stem for f in under}
-    missing = sorted(set(names) - stems)
-    assert not missing, f"product modules missing from the wheel under {package}/: {missing}"
+  shipped = _modules(wheel.files)
+  want = {f"{package}/{name}".replace("/", ".") for package, names in PRODUCT.items()
+          for name in names}
+  assert sorted(want - shipped) == [], "product modules missing from the wheel"
+  assert sorted(shipped - want) == [], "modules in the wheel that are not the product"
   # Nothing from the test or benchmark trees, and no test modules.
-  tops = {f.split("/", 1)[0] for f in files}
+  tops = {f.split("/", 1)[0] for f in wheel.files}
   assert {t for t in tops if not t.endswith(".dist-info")} == {"mosaic_async_store"}, tops
-  tests = sorted(m for m in _modules(wheel.files) if m.rsplit(".", 1)[-1].startswith("test_"))
-  assert not tests, tests
   # pyproject.toml uses no form setuptools deprecates (the license table was one).
   assert "DeprecationWarning" not in wheel.build_log, [
       l for l in wheel.build_log.splitlines() if "Deprecat" in l]
-  assert "mosaic-async-store = mosaic_async_store.cli:main" in wheel.entry_points
+  assert "mosaic-async-store = mosaic_async_store.tools.cli:main" in wheel.entry_points
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: the test/benchmark kernels, the runtime "
-                   "harness (lowering/kernels.py, bench_kernels.py, gpu_run.py, pallas_run.py, "
-                   "config.py, hostdata.py) and testing.py still ship; this flips when they "
-                   "move under test/ and bench/")
 def test_wheel_ships_no_test_bench_or_harness_module(wheel):
-  shipped = sorted(m for m in _modules(wheel.files) if m.rsplit(".", 1)[-1] in HARNESS)
+  shipped = sorted(m for m in _modules(wheel.files) if m.rsplit(".", 1)[-1] in HARNESS
+                   or m.rsplit(".", 1)[-1].startswith("test_"))
   assert not shipped, f"test/benchmark/harness modules in the wheel: {shipped}"

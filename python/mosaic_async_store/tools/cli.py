@@ -17,26 +17,24 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import json
 import os
 import re
 import sys
 from typing import Sequence
 
-import mosaic_async_store
-from mosaic_async_store.config import LAYOUT_NAMES, TARGETS, StoreConfig
-from mosaic_async_store.dtypes import SUPPORTED_DTYPE_NAMES, as_dtype
+from mosaic_async_store._version import __version__
+from mosaic_async_store.demo.config import LAYOUT_NAMES, TARGETS, StoreConfig
+from mosaic_async_store.plan.dtypes import SUPPORTED_DTYPE_NAMES, as_dtype
 from mosaic_async_store.errors import AsyncStoreError
-from mosaic_async_store.ptx_forms import ATOMIC_OPS
-from mosaic_async_store.validate import SWIZZLES
+from mosaic_async_store.plan.ptx_forms import ATOMIC_OPS
+from mosaic_async_store.plan.validate import SWIZZLES
 
 __all__ = ["main", "build_parser"]
 
 PROG = "mosaic-async-store"
 EMIT_KINDS = ("mlir", "ptx", "sass", "stats", "plan")
 EXIT_MISUSE, EXIT_TOOLCHAIN = 2, 3
-_GPU_RUN = "mosaic_async_store.lowering.gpu_run"  # the GPU half; may be absent
 _DEFAULT = StoreConfig()
 
 # SASS stores/reductions into shared memory (mirrors ptx_stats' store span).
@@ -138,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
       "Plan, emit and check asynchronous register -> (cluster) shared-memory "
       "stores for JAX Mosaic GPU, without a GPU (mlir-opt, ptxas, cuobjdump)."))
   parser.add_argument("--version", action="version",
-                      version=f"{PROG} {mosaic_async_store.__version__}")
+                      version=f"{PROG} {__version__}")
   sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
   sub.add_parser("demo", help="the main job on the embedded default configuration",
                  description=(
@@ -173,7 +171,7 @@ def _config(args: argparse.Namespace) -> StoreConfig:
 
 def _plan(cfg: StoreConfig):
   """This project's plan for ``cfg`` (as its test kernel makes it) and its report."""
-  from mosaic_async_store.simulate import config_plan
+  from mosaic_async_store.demo.config import config_plan
   plan = config_plan(cfg)
   return plan, plan.verify()
 
@@ -181,8 +179,9 @@ def _plan(cfg: StoreConfig):
 def _build(cfg: StoreConfig, *, bare: bool, compile_it: bool):
   """(module asm, Compiled or None) for ``cfg``'s kernel."""
   from jaxlib.mlir import ir
-  from mosaic_async_store import compat, toolchain
-  from mosaic_async_store.lowering.kernels import build_store_module
+  from mosaic_async_store import compat
+  from mosaic_async_store.tools import toolchain
+  from mosaic_async_store.demo.kernel import build_store_module
   upstream_refusals = compat.upstream_store_errors()
   with compat.make_ir_context(), ir.Location.unknown():
     try:
@@ -258,22 +257,16 @@ def store_lines(ptx: str, stores: dict[str, int], examples: int = 6) -> str:
 def _runtime_check(cfg: StoreConfig) -> tuple[bool, str]:
   """Runs the kernel where jax sees an sm_90 GPU; (passed, what happened)."""
   import jax
+  from mosaic_async_store.demo import check
   try:
     gpus = jax.devices("gpu")
   except RuntimeError:
     return True, "no GPU here: runtime check skipped (see docs/gpu.md)"
   kind = getattr(gpus[0], "device_kind", "GPU")
-  try:  # import_module, not `from ... import`: that hides the module's name
-    gpu_run = importlib.import_module(_GPU_RUN)
-  except ModuleNotFoundError as e:
-    if e.name != _GPU_RUN:  # gpu_run exists but one of its imports does not
-      raise
-    return True, (f"{kind} present, but {_GPU_RUN} is missing from this "
-                  "installation: runtime check skipped")
-  if not gpu_run.has_sm90_gpu():
+  if not check.has_sm90_gpu():
     return True, f"{kind} is not an sm_90 GPU: runtime check skipped (see docs/gpu.md)"
-  r = gpu_run.run_and_check(cfg)
-  verdict = "OK, received data matches" if r.ok else "FAILED"
+  r = check.check_plain_store(cfg)
+  verdict = "OK, received data matches the plan run on the CPU" if r.ok else "FAILED"
   detail = f"; {r.detail}" if r.detail else ""
   return r.ok, (f"{kind}: {verdict} ({r.mismatched_bytes} mismatched bytes, "
                 f"{r.barrier_timeouts} barrier timeouts, {r.seconds:.2f} s){detail}")
@@ -281,7 +274,7 @@ def _runtime_check(cfg: StoreConfig) -> tuple[bool, str]:
 
 def _demo(out) -> int:
   cfg = _DEFAULT
-  print(f"{PROG} {mosaic_async_store.__version__} demo", file=out)
+  print(f"{PROG} {__version__} demo", file=out)
   print(f"configuration: {cfg.describe()}\n  a {'x'.join(map(str, cfg.shape))} "
         f"{cfg.dtype} tile in the {cfg.layout} layout, {cfg.swizzle}-byte swizzle, "
         f"stored into the peer CTA of a {cfg.cluster}-CTA cluster", file=out)
@@ -357,7 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   # XLA's C++ INFO lines (PjRt device counts) would break the one-line
   # error contract on stderr; must be set before jax initialises a backend.
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-  from mosaic_async_store import toolchain
+  from mosaic_async_store.tools import toolchain
   try:
     try:
       args = build_parser().parse_args(_glue_dash_values(sys.argv[1:] if argv is None else argv))

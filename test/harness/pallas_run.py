@@ -14,7 +14,7 @@ Used by test/gpu/test_pallas_runtime.py (in a subprocess with a timeout: a
 Pallas barrier wait has no time limit) and, without a GPU, by
 test/unit/test_pallas_runtime_lowers.py, which lowers every kernel for CUDA:
 
-    python -m mosaic_async_store.lowering.pallas_run --out results.jsonl
+    python -m pallas_run --out results.jsonl
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from mosaic_async_store import compat
-from mosaic_async_store.dtypes import as_dtype
+from mosaic_async_store.plan.dtypes import as_dtype
 
 __all__ = ["PallasCase", "PALLAS_CASES", "roundtrip_kernel", "make_inputs", "expected",
            "run_case"]

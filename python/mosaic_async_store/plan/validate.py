@@ -10,10 +10,10 @@ import math
 
 import numpy as np
 
-from mosaic_async_store import ptx_forms
-from mosaic_async_store.dtypes import DType, as_dtype
+from mosaic_async_store.plan import ptx_forms
+from mosaic_async_store.plan.dtypes import DType, as_dtype
 from mosaic_async_store.errors import refuse, refuse_type
-from mosaic_async_store.geometry import RefGeometry
+from mosaic_async_store.plan.geometry import RefGeometry
 
 __all__ = ["plan_inputs", "check_shape", "check_swizzle", "check_atomic",
            "check_atomic_name", "check_flag", "check_strategy", "check_cluster_args",

@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from mosaic_async_store.errors import refuse
-from mosaic_async_store.geometry import RegisterMap, WARP_SIZE, WARPGROUP_SIZE
-from mosaic_async_store.plan_types import Exchange, Value
+from mosaic_async_store.plan.geometry import RegisterMap, WARP_SIZE, WARPGROUP_SIZE
+from mosaic_async_store.plan.plan_types import Exchange, Value
 
 __all__ = ["register_values", "register_runs", "exchange_small_values", "chain_values",
            "gather_partner", "with_partner"]

@@ -14,7 +14,7 @@ Two models, and neither uses the planner's code:
   (``plan.registers.elements``) is never read, so a defect in regrouping,
   gathering or exchanging shows up as bits in the wrong place.
 
-``verify`` compares the two; ``simulate.execute_plan`` runs the landing on real
+``verify`` compares the two; ``executor.execute_plan`` runs the landing on real
 bytes.  A plan the landing cannot run (an unknown form, a malformed step, a
 value outside its register, parts of the wrong size) raises :class:`PlanDefect`
 with the check it breaks: "form", "steps", "values" or "data width".
@@ -29,8 +29,8 @@ import re
 import numpy as np
 
 from mosaic_async_store.errors import AsyncStoreError
-from mosaic_async_store.geometry import WARP_SIZE, WARPGROUP_SIZE, RefGeometry
-from mosaic_async_store.plan_types import Instruction
+from mosaic_async_store.plan.geometry import WARP_SIZE, WARPGROUP_SIZE, RefGeometry
+from mosaic_async_store.plan.plan_types import Instruction
 
 __all__ = ["PlanDefect", "Store", "Landing", "plan_landing", "source_bit_elements",
            "element_bit_positions"]

@@ -5,7 +5,7 @@ The planner consults these tables; the emitters only spell what they say.
 
 from __future__ import annotations
 
-from mosaic_async_store.dtypes import DType
+from mosaic_async_store.plan.dtypes import DType
 
 __all__ = ["ATOMIC_OPS", "ST_ASYNC_TYPES", "PLAIN_ST_TYPES", "atomic_forms", "opcode",
            "state_space"]

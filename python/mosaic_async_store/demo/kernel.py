@@ -1,9 +1,10 @@
-"""Complete store kernels for a StoreConfig: for the CLI, the tests and the benchmarks.
+"""The store kernel of a StoreConfig: what the CLI compiles and the demo runs (the
+tests and benchmarks build theirs on it).
 
 The kernel reads each thread's registers from global memory in *register
 order* (thread-major, then register, then byte), so any layout and dtype can be
-built without upstream's loaders and their limits; the host packs and unpacks
-with the planner's NumPy maps (``mosaic_async_store.hostdata``).  Then:
+built without upstream's loaders and their limits; the host packs the input
+with the planner's NumPy register map (``pack_registers``).  Then:
 
   init own SMEM from ``init`` -> cluster sync -> store into the target CTA ->
   bounded wait on the own barrier (flag per thread) -> copy own SMEM bytes to
@@ -21,17 +22,15 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import arith, gpu, llvm, nvvm, scf, vector
 
 from mosaic_async_store import compat
-from mosaic_async_store.config import StoreConfig, resolve_layout, transpose_permutation
-from mosaic_async_store.dtypes import as_dtype
-from mosaic_async_store.geometry import register_map
+from mosaic_async_store.demo.config import StoreConfig, resolve_layout, transpose_permutation
+from mosaic_async_store.plan.dtypes import as_dtype
+from mosaic_async_store.plan.geometry import register_map
 from mosaic_async_store.lowering import debug, ptx
-from mosaic_async_store.lowering.target import target_rank
 from mosaic_async_store.lowering.store import async_store
-from mosaic_async_store.lowering.target import smem_address
-from mosaic_async_store.validate import default_ref_shape
+from mosaic_async_store.plan.validate import default_ref_shape
 
 __all__ = ["KernelIO", "KernelParts", "kernel_io", "kernel_parts", "build_store_module",
-           "WAIT_POLLS"]
+           "build_kernel", "pack_registers", "WAIT_POLLS"]
 
 # try_wait polls before a kernel gives up on its barrier (each poll may
 # suspend the thread for a hardware-chosen time; this bounds the run to well
@@ -174,8 +173,8 @@ def build_store_module(cfg: StoreConfig, *, bare: bool = False):
   return module, parts.io
 
 
-def kernel_parts(cfg: StoreConfig, *, bare: bool = False, tx_error: int = 0,
-                 store=None) -> KernelParts:
+def kernel_parts(cfg: StoreConfig, *, bare: bool = False, store=None,
+                 after_store=None) -> KernelParts:
   """The body, launch shape and buffers of ``cfg``'s store kernel.
 
   Inputs: ``src`` (each CTA's registers in register order, CTA-major) and
@@ -184,11 +183,11 @@ def kernel_parts(cfg: StoreConfig, *, bare: bool = False, tx_error: int = 0,
   (or into itself for a local target; every CTA reduces into CTA 0 for target
   "cta0", whose store branches at run time on whether it is CTA 0).  With
   ``offset_rows`` the store's ref is a slice of a larger allocation (the data
-  starts ``offset_rows`` rows in).  ``tx_error`` makes thread 0 announce
-  that many extra bytes on the target barrier: a deliberately wrong count that
-  the debug-mode wait must report instead of hanging.  ``store(value, view,
-  barrier)``, if given, replaces the store; it must complete the barrier's
-  phase (tests use it to run upstream's local ``store_tiled`` as a reference).
+  starts ``offset_rows`` rows in).  ``store(value, view, barrier)``, if
+  given, replaces the store; it must complete the barrier's phase (tests use
+  it to run upstream's local ``store_tiled`` as a reference).
+  ``after_store(barrier, peer)``, if given, runs between the store and the
+  wait (the debug-mode test announces bytes that never arrive there).
   """
   mgpu, utils = compat.mosaic_gpu(), compat.mosaic_utils()
   dt = as_dtype(cfg.dtype)
@@ -246,8 +245,8 @@ def kernel_parts(cfg: StoreConfig, *, bare: bool = False, tx_error: int = 0,
                   atomic=cfg.atomic, **kwargs)
     if bare:
       return
-    if tx_error:
-      _announce_extra_bytes(bar[0], cfg, peer, tx_error)
+    if after_store is not None:
+      after_store(bar[0], peer)
     flag_off = arith.muli(arith.addi(arith.muli(cta, _i32(128)), arith.andi(_tid(), _i32(127))),
                           _i32(4))
     flag_ptr = utils.getelementptr(utils.memref_ptr(flags_ref), [flag_off],
@@ -285,12 +284,32 @@ def _wait_in_cta0(cta, bar, io, flag_ptr):
   nvvm.cluster_wait(aligned=True)
 
 
-def _announce_extra_bytes(bar, cfg, peer, nbytes: int) -> None:
-  utils = compat.mosaic_utils()
-  addr = smem_address(bar.get_ptr())
-  if cfg.target == "peer":
-    addr = ptx.emit_mapa(addr, target_rank(gpu.Dimension.x, peer, (cfg.cluster, 1, 1)))
-  if_op = scf.IfOp(utils.single_thread_predicate(utils.ThreadSubset.WARPGROUP))
-  with ir.InsertionPoint(if_op.then_block):
-    ptx.emit_expect_tx(addr, _i32(nbytes))
-    scf.yield_([])
+def build_kernel(cfg: StoreConfig, **kwargs):
+  """``cfg``'s kernel as a jax-callable (upstream's ``as_gpu_kernel``; needs an sm_90
+  GPU to run).  ``kwargs`` go to ``kernel_parts``.  Called (src, init), it returns
+  (every CTA's SMEM bytes, every thread's wait flag)."""
+  mgpu = compat.mosaic_gpu()
+  with compat.enable_x64(), compat.make_ir_context(), ir.Location.unknown():
+    p = kernel_parts(cfg, **kwargs)
+    return mgpu.as_gpu_kernel(p.body, p.grid, p.block, p.in_shape, p.out_shape, p.scratch,
+                              cluster=p.cluster)
+
+
+def pack_registers(cfg: StoreConfig, codes_per_cta: list[np.ndarray]) -> np.ndarray:
+  """The kernel's ``src`` buffer: each CTA's registers in register order, from each
+  CTA's element codes (bit patterns, row-major over the array)."""
+  from mosaic_async_store.plan.executor import code_bits
+  dt = as_dtype(cfg.dtype)
+  regs = register_map(resolve_layout(cfg.layout, cfg.shape, cfg.dtype), cfg.shape)
+  out = []
+  for codes in codes_per_cta:
+    if regs.splat:  # the kernel reads one scalar from the first bytes
+      reg_bytes = max(1, regs.vector_length * dt.bits // 8)
+      first = np.packbits(code_bits(codes[:1], dt.bits), bitorder="little")
+      buf = np.zeros(128 * reg_bytes, np.uint8)
+      buf[:first.size] = first
+      out.append(buf)
+      continue
+    bits = code_bits(codes[regs.elements], dt.bits)   # [t, r, V*bits]
+    out.append(np.packbits(bits, axis=-1, bitorder="little").reshape(-1))
+  return np.concatenate(out)

@@ -21,10 +21,10 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import arith, gpu, nvvm, scf
 
 from mosaic_async_store import compat
-from mosaic_async_store.config import StoreConfig, resolve_layout
-from mosaic_async_store.dtypes import as_dtype
+from mosaic_async_store.demo.config import StoreConfig, resolve_layout
+from mosaic_async_store.plan.dtypes import as_dtype
 from mosaic_async_store.lowering import debug, ptx
-from mosaic_async_store.lowering.kernels import (KernelParts, _i32, _load_value, _tid,
+from mosaic_async_store.demo.kernel import (KernelParts, _i32, _load_value, _tid,
                                                  kernel_io, upstream_store)
 from mosaic_async_store.lowering.store import async_store
 from mosaic_async_store.lowering.target import smem_address, target_rank

@@ -23,7 +23,7 @@ import dataclasses
 
 import numpy as np
 
-from mosaic_async_store.geometry import RegisterMap, WARP_SIZE, WARPGROUP_SIZE
+from mosaic_async_store.plan.geometry import RegisterMap, WARP_SIZE, WARPGROUP_SIZE
 
 __all__ = ["ByteRegroup", "byte_registers", "gather_register_bytes"]
 

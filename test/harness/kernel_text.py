@@ -8,7 +8,7 @@ Importing this module changes no environment: lit (test/lit/lit.cfg.py) and pyte
 
 from __future__ import annotations
 
-from mosaic_async_store.config import StoreConfig
+from mosaic_async_store.demo.config import StoreConfig
 
 __all__ = ["kernel_text", "print_ir", "print_ptx", "print_stats"]
 
@@ -16,8 +16,9 @@ __all__ = ["kernel_text", "print_ir", "print_ptx", "print_stats"]
 def kernel_text(cfg: StoreConfig, what: str, *, bare: bool = True) -> str:
   """The store kernel of ``cfg`` as "mlir" (generic IR), "ptx" or "sass"."""
   from jaxlib.mlir import ir
-  from mosaic_async_store import compat, toolchain
-  from mosaic_async_store.lowering.kernels import build_store_module
+  from mosaic_async_store import compat
+  from mosaic_async_store.tools import toolchain
+  from mosaic_async_store.demo.kernel import build_store_module
   with compat.make_ir_context(), ir.Location.unknown():
     module, _ = build_store_module(cfg, bare=bare)
     if what == "mlir":
@@ -38,8 +39,9 @@ def print_ptx(name: str, **cfg) -> None:
 
 def print_stats(name: str, **cfg) -> None:
   from jaxlib.mlir import ir
-  from mosaic_async_store import compat, toolchain
-  from mosaic_async_store.lowering.kernels import build_store_module
+  from mosaic_async_store import compat
+  from mosaic_async_store.tools import toolchain
+  from mosaic_async_store.demo.kernel import build_store_module
   print(f"TEST: {name}")
   with compat.make_ir_context(), ir.Location.unknown():
     module, _ = build_store_module(StoreConfig(**cfg), bare=True)
@@ -64,7 +66,7 @@ def pallas_store_kernel(*, dtype="bfloat16", shape=(64, 128), swizzle=128, seman
 
   from mosaic_async_store import compat
   from mosaic_async_store import pallas as mas_pallas
-  from mosaic_async_store.dtypes import as_dtype
+  from mosaic_async_store.plan.dtypes import as_dtype
   sem = {"lane": plgpu.LoweringSemantics.Lane,
          "warpgroup": plgpu.LoweringSemantics.Warpgroup}[semantics]
   dt = as_dtype(dtype)
@@ -98,7 +100,7 @@ def pallas_store_kernel(*, dtype="bfloat16", shape=(64, 128), swizzle=128, seman
 
 def pallas_module(**kwargs):
   """The Mosaic module of ``pallas_store_kernel(**kwargs)``, ready for compile_module."""
-  from mosaic_async_store.pallas_capture import (lower_pallas_to_mosaic_modules,
+  from mosaic_async_store.tools.pallas_capture import (lower_pallas_to_mosaic_modules,
                                                  lower_warpgroup_dialect)
   kernel, spec = pallas_store_kernel(**kwargs)
   [module] = lower_pallas_to_mosaic_modules(kernel, spec)

@@ -12,12 +12,12 @@ import functools
 
 import numpy as np
 
-from mosaic_async_store import banks, packing, ptx_forms, subbyte, validate
-from mosaic_async_store.addressing import AddressStep, plan_addresses
-from mosaic_async_store.dtypes import DType
+from mosaic_async_store.plan import banks, packing, ptx_forms, subbyte, validate
+from mosaic_async_store.plan.addressing import AddressStep, plan_addresses
+from mosaic_async_store.plan.dtypes import DType
 from mosaic_async_store.errors import AsyncStoreError, refuse, refuse_type
-from mosaic_async_store.geometry import RefGeometry, RegisterMap, register_map
-from mosaic_async_store.plan_types import Exchange, Instruction, Part, Value
+from mosaic_async_store.plan.geometry import RefGeometry, RegisterMap, register_map
+from mosaic_async_store.plan.plan_types import Exchange, Instruction, Part, Value
 
 __all__ = ["StorePlan", "plan_store"]
 
@@ -133,7 +133,7 @@ class StorePlan:
 
     Returns a :class:`verify.Report` (bank conflicts, bytes) when it holds.
     """
-    from mosaic_async_store import verify  # verify imports this module's types
+    from mosaic_async_store.plan import verify  # verify imports this module's types
     return verify.verify_plan(self)
 
   def summary(self) -> str:

@@ -1,7 +1,10 @@
-"""A store configuration as plain data: what the CLI, tests and benchmarks build.
+"""A store configuration as plain data: the unit the CLI compiles (and the tests
+and benchmarks build on).
 
 ``StoreConfig`` names everything that distinguishes one store kernel from
-another; ``resolve_layout`` turns a layout name into upstream's layout object.
+another; ``resolve_layout`` turns a layout name into upstream's layout object;
+``view_geometry`` is the destination ref exactly as the kernel passes it to the
+store, and ``config_plan`` the plan ``async_store`` makes for it there.
 """
 
 from __future__ import annotations
@@ -10,13 +13,15 @@ import dataclasses
 import math
 
 from mosaic_async_store import compat
-from mosaic_async_store.dtypes import as_dtype
+from mosaic_async_store.plan.dtypes import as_dtype
+from mosaic_async_store.plan.geometry import RefGeometry
 from mosaic_async_store.errors import refuse, refuse_type
-from mosaic_async_store.validate import (check_atomic_name, check_flag, check_shape,
-                                        check_smem_bytes, check_swizzle, is_int)
+from mosaic_async_store.plan.validate import (check_atomic_name, check_flag, check_shape,
+                                             check_smem_bytes, check_swizzle,
+                                             default_ref_shape, is_int)
 
 __all__ = ["StoreConfig", "LAYOUT_NAMES", "TARGETS", "resolve_layout",
-           "transpose_permutation"]
+           "transpose_permutation", "view_geometry", "view_offset_bytes", "config_plan"]
 
 # "cta0": CTA c of the cluster reduces into CTA 0, CTA 0 into itself.
 TARGETS = ("peer", "local", "cta0")
@@ -157,3 +162,38 @@ class StoreConfig:
             f"{' transposed' if self.transposed else ''}"
             f"{'' if self.optimized else ' unoptimized'} impl={self.impl}"
             f"{f' offset_rows={self.offset_rows}' if self.offset_rows else ''}")
+
+
+def view_geometry(cfg: StoreConfig) -> RefGeometry:
+  """The destination ref exactly as the kernel passes it to the store
+  (addresses from the view's own base, see ``view_offset_bytes``)."""
+  dt = as_dtype(cfg.dtype)
+  shape = cfg.ref_alloc_shape if cfg.transposed else tuple(cfg.shape)
+  alloc, rank = default_ref_shape(shape, dt, cfg.swizzle)
+  strides = [math.prod(alloc[i + 1:]) for i in range(len(alloc))]
+  if cfg.transposed:
+    perm = transpose_permutation(len(alloc), cfg.swizzle)
+    alloc, strides = [alloc[p] for p in perm], [strides[p] for p in perm]
+  return RefGeometry(tuple(cfg.shape), tuple(alloc), tuple(strides), rank, cfg.swizzle,
+                     dt.bits)
+
+
+def view_offset_bytes(cfg: StoreConfig) -> int:
+  """Where the view starts in the SMEM allocation: ``offset_rows`` whole rows in."""
+  return cfg.offset_rows * math.prod(cfg.shape[1:]) * as_dtype(cfg.dtype).bits // 8
+
+
+def config_plan(cfg, peer: bool | None = None):
+  """The plan ``async_store`` makes in ``cfg``'s kernel (same ref view, same
+  plain-store rule), for the CLI and the CPU reference of the runtime checks.
+
+  ``peer`` picks the form for target "cta0" (CTA 0 takes the local form); by
+  default the form of every CTA but CTA 0 (the peer form)."""
+  from mosaic_async_store.plan.planner import plan_store
+  view = view_geometry(cfg)
+  if peer is None:
+    peer = cfg.target != "local"
+  return plan_store(resolve_layout(cfg.layout, cfg.shape, cfg.dtype), cfg.shape, cfg.dtype,
+                    swizzle=cfg.swizzle, optimized=cfg.optimized, atomic=cfg.atomic,
+                    ref_shape=view.ref_shape, ref_strides=view.strides, peer=peer,
+                    cluster_size=cfg.cluster)

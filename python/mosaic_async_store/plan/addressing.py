@@ -14,7 +14,7 @@ import dataclasses
 import numpy as np
 
 from mosaic_async_store.errors import AsyncStoreError
-from mosaic_async_store.geometry import WARPGROUP_SIZE
+from mosaic_async_store.plan.geometry import WARPGROUP_SIZE
 
 __all__ = ["Affine", "AddressStep", "plan_addresses", "affine_in_thread"]
 

@@ -18,10 +18,10 @@ import dataclasses
 
 import numpy as np
 
-from mosaic_async_store.geometry import WARP_SIZE, WARPGROUP_SIZE
-from mosaic_async_store.landing import (PlanDefect, element_bit_positions, plan_landing,
+from mosaic_async_store.plan.geometry import WARP_SIZE, WARPGROUP_SIZE
+from mosaic_async_store.plan.landing import (PlanDefect, element_bit_positions, plan_landing,
                                         source_bit_elements)
-from mosaic_async_store.plan_types import ASYNC_KINDS
+from mosaic_async_store.plan.plan_types import ASYNC_KINDS
 
 __all__ = ["Report", "PlanDefect", "CHECKS", "verify_plan", "bank_wavefronts",
            "store_wavefronts", "plan_wavefronts"]

