@@ -18,6 +18,7 @@ from mosaic_async_store.plan.geometry import WARPGROUP_SIZE
 from mosaic_async_store.lowering import ptx, target
 from mosaic_async_store.lowering.ref_offset import ref_offset
 from mosaic_async_store.lowering.values_ir import ValueBuilder
+from mosaic_async_store.plan.plan_types import Target
 from mosaic_async_store.plan.planner import plan_store
 
 __all__ = ["async_store", "dtype_name", "emit_plan", "emit_either"]
@@ -242,15 +243,15 @@ def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
   target.check_cluster_args(cluster_dim, cluster_idx, cluster)
   kind = target.target_kind(cluster_dim, cluster_idx, cluster)
   strides, _ = ref_ty.get_strides_and_offset()
-  cluster_size = None if cluster is None else int(np.prod(cluster))
 
   def make_plan(peer):
+    where = Target(peer=peer, cluster_dim=cluster_dim, cluster_idx=cluster_idx,
+                   cluster_shape=cluster)
     plan = plan_store(value.layout, value.shape,
                       dtype_name(value.mlir_dtype, value.is_signed), swizzle=swizzle,
                       tiling_rank=tiling_rank, optimized=optimized, atomic=atomic,
                       ref_shape=tuple(ref_ty.shape), ref_strides=tuple(strides),
-                      peer=peer, plain_stores=strategy == "plain",
-                      cluster_size=cluster_size)
+                      plain_stores=strategy == "plain", target=where)
     plan.verify()
     return plan
 
@@ -290,14 +291,9 @@ def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
   offset, step = ref_offset(ref)
   validate.check_ref_offset(offset, step, plans[0].dtype.bits, plans[0].geometry.swizzle,
                             max(p.widest for p in plans))
-  if local_plan is None:
-    return emit_plan(peer_plan, value.registers, ref, barrier, cluster_dim, cluster_idx,
-                     cluster, expect_tx)
-  if peer_plan is None:
-    return emit_plan(local_plan, value.registers, ref, barrier, None, None, cluster,
-                     expect_tx)
-  return emit_either(local_plan, peer_plan, value.registers, ref, barrier, cluster_dim,
-                     cluster_idx, cluster, expect_tx)
+  if local_plan is None or peer_plan is None:
+    return emit_plan(local_plan or peer_plan, value.registers, ref, barrier, expect_tx)
+  return emit_either(local_plan, peer_plan, value.registers, ref, barrier, expect_tx)
 
 
 def _emit_form(plan, builder, base, bar, tid, expect_tx):
@@ -326,8 +322,14 @@ def _builder(plan, registers, tid):
   return builder
 
 
-def emit_plan(plan, registers, ref, barrier, cluster_dim, cluster_idx, cluster, expect_tx):
-  """Emits IR for a verified plan; returns its total bytes.
+def emit_plan(plan, registers, ref, barrier, expect_tx=True):
+  """Emits IR for a verified plan into ``plan.target``; returns its total bytes.
+
+  ``registers`` are the FragmentedArray's registers, ``ref`` and ``barrier`` the
+  executing CTA's (a peer target's copies are reached with ``mapa``, its rank
+  formed from the target's cluster dimension, index and shape).  ``expect_tx`` is
+  the arrival convention: each thread arrives once announcing its bytes, or
+  (False) nothing is announced and the caller accounts for the returned count.
 
   Every thread of the warpgroup arrives exactly once on the target barrier
   with the bytes its own asynchronous instructions complete (0 for threads
@@ -340,15 +342,19 @@ def emit_plan(plan, registers, ref, barrier, cluster_dim, cluster_idx, cluster, 
   builder = _builder(plan, registers, tid)
   base = target.smem_address(utils.memref_ptr(ref))
   bar = target.smem_address(barrier.get_ptr())
-  if cluster_dim is not None:
-    rank = target.target_rank(cluster_dim, cluster_idx, cluster)
+  if plan.target.peer:
+    rank = _target_rank(plan.target)
     base, bar = ptx.emit_mapa(base, rank), ptx.emit_mapa(bar, rank)
   _emit_form(plan, builder, base, bar, tid, expect_tx)
   return plan.total_bytes
 
 
-def emit_either(local_plan, peer_plan, registers, ref, barrier, cluster_dim, cluster_idx,
-                cluster, expect_tx):
+def _target_rank(where) -> ir.Value:
+  """The i32 rank of a plan's target CTA in the cluster."""
+  return target.target_rank(where.cluster_dim, where.cluster_idx, where.cluster_shape)
+
+
+def emit_either(local_plan, peer_plan, registers, ref, barrier, expect_tx=True):
   """``scf.if (target rank == %cluster_ctarank)``: the local form, else the peer form.
 
   For a target that is the executing CTA in some CTAs and not in others (a
@@ -364,7 +370,8 @@ def emit_either(local_plan, peer_plan, registers, ref, barrier, cluster_dim, clu
   builders = [_builder(p, registers, tid) for p in (local_plan, peer_plan)]
   base = target.smem_address(utils.memref_ptr(ref))
   bar = target.smem_address(barrier.get_ptr())
-  rank = target.target_rank(cluster_dim, cluster_idx, cluster)
+  assert not local_plan.peer and peer_plan.peer
+  rank = _target_rank(peer_plan.target)
   if_op = scf.IfOp(target.is_own_rank(rank), has_else=True)
   with ir.InsertionPoint(if_op.then_block):
     _emit_form(local_plan, builders[0], base, bar, tid, expect_tx)

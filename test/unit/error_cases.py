@@ -97,6 +97,15 @@ PLAN = _cases("plan_store", [
      "AsyncStoreError", ("optimized=True", "bank-conflict-free", "optimized=False")),
     ("peer-str", "mas.plan_store(WGMMA, (64, 128), 'bf16', peer='yes')", "TypeError",
      ("peer=", "'yes'")),
+    ("target-type", "mas.plan_store(WGMMA, (64, 128), 'bf16', target='peer')", "TypeError",
+     ("target=", "'peer'", "Target")),
+    ("target-peer-conflict",
+     "mas.plan_store(WGMMA, (64, 128), 'bf16', peer=True, target=Target(peer=False))",
+     "AsyncStoreError", ("peer=True", "target=local", "either peer or target")),
+    ("target-cluster-size-conflict",
+     "mas.plan_store(WGMMA, (64, 128), 'bf16', cluster_size=4, "
+     "target=Target(cluster_shape=(2, 1, 1)))",
+     "AsyncStoreError", ("cluster_size=4", "2, as the target's cluster has")),
     ("atomic-unknown", "mas.plan_store(WGMMA, (64, 128), 'i32', atomic='mul')",
      "AsyncStoreError", ("atomic='mul'", "add, min, max")),
     ("atomic-upper-case", "mas.plan_store(WGMMA, (64, 128), 'i32', atomic='ADD')",
@@ -306,7 +315,8 @@ def plan_namespace() -> dict:
 
   import mosaic_async_store as mas
   from mosaic_async_store.demo.config import resolve_layout
-  return dict(mas=mas, np=np, layout=resolve_layout,
+  from mosaic_async_store.plan.plan_types import Target
+  return dict(mas=mas, np=np, layout=resolve_layout, Target=Target,
               WGMMA=resolve_layout("WGMMA", (64, 128), "bf16"))
 
 

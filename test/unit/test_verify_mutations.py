@@ -207,7 +207,7 @@ MUTATIONS = [
      lambda p: _instr(p, 0, ptx_type="u32")),
     ("form", "red.async into the executing CTA",
      lambda: _plan("WGMMA", (64, 64), "i32", swizzle=128, atomic="add"),
-     lambda p: dataclasses.replace(p, peer=False)),
+     lambda p: dataclasses.replace(p, target=dataclasses.replace(p.target, peer=False))),
     ("steps", "gather lane mask outside the warp", _i4_one_column,
      lambda p: dataclasses.replace(p, gathers=(32,) + p.gathers[1:])),
     ("steps", "registers the steps do not make", _bf16,

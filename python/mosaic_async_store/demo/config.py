@@ -188,12 +188,17 @@ def config_plan(cfg, peer: bool | None = None):
   plain-store rule), for the CLI and the CPU reference of the runtime checks.
 
   ``peer`` picks the form for target "cta0" (CTA 0 takes the local form); by
-  default the form of every CTA but CTA 0 (the peer form)."""
+  default the form of every CTA but CTA 0 (the peer form).  The plan's target
+  names the kernel's cluster index: ``(own + 1) % n``, or 0 for "cta0"."""
+  from mosaic_async_store.plan.plan_types import Target
   from mosaic_async_store.plan.planner import plan_store
   view = view_geometry(cfg)
   if peer is None:
     peer = cfg.target != "local"
+  where = Target(peer=peer, cluster_shape=(cfg.cluster, 1, 1))
+  if cfg.target != "local":
+    where = dataclasses.replace(where, cluster_dim=0, cluster_idx=(
+        0 if cfg.target == "cta0" else f"(own + 1) % {cfg.cluster}"))
   return plan_store(resolve_layout(cfg.layout, cfg.shape, cfg.dtype), cfg.shape, cfg.dtype,
                     swizzle=cfg.swizzle, optimized=cfg.optimized, atomic=cfg.atomic,
-                    ref_shape=view.ref_shape, ref_strides=view.strides, peer=peer,
-                    cluster_size=cfg.cluster)
+                    ref_shape=view.ref_shape, ref_strides=view.strides, target=where)

@@ -14,10 +14,50 @@ import numpy as np
 
 from mosaic_async_store.plan import ptx_forms
 
-__all__ = ["Value", "Exchange", "Part", "Instruction", "ASYNC_KINDS"]
+__all__ = ["Value", "Exchange", "Part", "Instruction", "Target", "ASYNC_KINDS"]
 
 # Instruction kinds that complete on the barrier's tx count.
 ASYNC_KINDS = ("st.async", "red.async")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Target:
+  """Where a plan's stores land, resolved before planning (``lowering/target.py``'s
+  ``target_kind`` decides ``peer``).
+
+  ``peer``: another CTA of the cluster, reached through ``mapa``; else the executing
+  CTA's own shared memory.  ``cluster_dim`` and ``cluster_idx`` are the caller's
+  (a ``gpu.Dimension`` and an int or an ``ir.Value``, opaque to the plan; None for a
+  store into the own CTA): the emitter forms the target's rank from them and
+  ``cluster_shape`` (static (x, y, z), or None when unknown).  ``cluster_size`` is the
+  number of CTAs, when known (from the shape, or given alone to ``plan_store``).
+  """
+
+  peer: bool = True
+  cluster_dim: object = None
+  cluster_idx: object = None
+  cluster_shape: tuple[int, int, int] | None = None
+  cluster_size: int | None = None
+
+  def __post_init__(self):
+    if self.cluster_size is None and self.cluster_shape is not None:
+      object.__setattr__(self, "cluster_size", int(np.prod(self.cluster_shape)))
+
+  def state_space(self, kind: str) -> str:
+    """The state space an instruction of ``kind`` addresses this target in."""
+    return ptx_forms.state_space(kind, self.peer)
+
+  def describe(self) -> str:
+    """``peer (cluster x, index 1)``, ``peer (cluster x, run-time index)``, ``local``."""
+    where = "peer" if self.peer else "local"
+    if self.cluster_dim is None:
+      return where
+    dim = getattr(self.cluster_dim, "name", self.cluster_dim)
+    dim = "xyz"[dim] if isinstance(dim, int) and 0 <= dim < 3 else dim
+    idx = self.cluster_idx  # an int, a description (str), or an ir.Value
+    index = (f"index {int(idx)}" if isinstance(idx, (int, np.integer)) else
+             f"index {idx}" if isinstance(idx, str) else "run-time index")
+    return f"{where} (cluster {dim}, {index})"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

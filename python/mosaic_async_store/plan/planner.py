@@ -17,7 +17,7 @@ from mosaic_async_store.plan.addressing import AddressStep, plan_addresses
 from mosaic_async_store.plan.dtypes import DType
 from mosaic_async_store.errors import AsyncStoreError, refuse, refuse_type
 from mosaic_async_store.plan.geometry import RefGeometry, RegisterMap, register_map
-from mosaic_async_store.plan.plan_types import Exchange, Instruction, Part, Value
+from mosaic_async_store.plan.plan_types import Exchange, Instruction, Part, Target, Value
 
 __all__ = ["StorePlan", "plan_store"]
 
@@ -43,7 +43,8 @@ class StorePlan:
     exchanges: the lane exchanges to perform first, in order.
     instructions: the stores, in emission order.
     atomic: the reduction op or None.
-    peer: whether the target is another CTA of the cluster.
+    target: where the stores land (``Target``: peer or local, the caller's cluster
+      dimension and index, the cluster's shape); ``peer`` is ``target.peer``.
   """
 
   dtype: DType
@@ -53,7 +54,7 @@ class StorePlan:
   exchanges: tuple[Exchange, ...]
   instructions: tuple[Instruction, ...]
   atomic: str | None
-  peer: bool
+  target: Target
   optimized: bool
   # The registers as the FragmentedArray holds them; ``registers`` differs
   # only for sub-byte data regrouped into one-byte virtual registers, built
@@ -74,6 +75,11 @@ class StorePlan:
   def __post_init__(self):
     if self.source_registers is None:
       object.__setattr__(self, "source_registers", self.registers)
+
+  @property
+  def peer(self) -> bool:
+    """Whether the target is another CTA of the cluster (``target.peer``)."""
+    return self.target.peer
 
   @functools.cached_property
   def _per_thread_async(self) -> np.ndarray:
@@ -139,7 +145,7 @@ class StorePlan:
   def summary(self) -> str:
     lines = [f"dtype={self.dtype} shape={self.geometry.shape} "
              f"ref_shape={self.geometry.ref_shape} swizzle={self.geometry.swizzle} "
-             f"target={'peer' if self.peer else 'local'} atomic={self.atomic}",
+             f"target={self.target.describe()} atomic={self.atomic}",
              f"total bytes {self.total_bytes}, async (tx) bytes {self.async_bytes}, "
              f"writer threads {int(self.registers.writer.sum())}, "
              f"lane exchanges {len(self.exchanges)}"]
@@ -296,7 +302,8 @@ def _regroup_bytes(regs, bit_addr, geom, bits):
 
 def plan_store(layout, shape, dtype, *, swizzle=None, tiling_rank=None,
                optimized=True, atomic=None, ref_shape=None, ref_strides=None,
-               peer=True, plain_stores=False, cluster_size=None) -> StorePlan:
+               peer=None, plain_stores=False, cluster_size=None,
+               target=None) -> StorePlan:
   """Plans the asynchronous store of a fragmented array; no MLIR context needed.
 
   Args:
@@ -311,19 +318,24 @@ def plan_store(layout, shape, dtype, *, swizzle=None, tiling_rank=None,
     atomic: None or one of ``ptx_forms.ATOMIC_OPS``.
     ref_shape, ref_strides: the destination memref's shape and strides in
       elements (default: the canonical tiled ref for ``swizzle``, row-major).
-    peer: whether the target is another CTA (red.async needs one).
+    peer: whether the target is another CTA (red.async needs one); default True.
     plain_stores: carry everything with plain st.shared::cluster
       (``async_store(strategy="plain")``); reductions keep their own forms.
     cluster_size: the CTAs in the cluster, when known: a store into the
       executing CTA (``peer=False``) of a cluster of one CTA uses plain stores
       (st.async needs ``%cluster_nctarank > 1``).
+    target: a ``plan_types.Target`` (what ``async_store`` passes: peer or local,
+      its cluster dimension, index and shape), instead of ``peer`` and
+      ``cluster_size``; the plan carries it, and the emitter forms the rank
+      from it.
 
   Returns:
     A :class:`StorePlan`; call ``plan.verify()`` to check it.
   """
   optimized = validate.check_flag("optimized", optimized)
   plain_stores = validate.check_flag("plain_stores", plain_stores)
-  cluster_size = validate.check_cluster_size(cluster_size)
+  target = validate.check_target(target, peer, cluster_size)
+  peer, cluster_size = target.peer, target.cluster_size
   dt, geom, atomic = validate.plan_inputs(
       layout, shape, dtype, swizzle, tiling_rank, atomic, ref_shape, ref_strides, peer)
   plain_stores = _uses_plain_stores(peer=peer, cluster_size=cluster_size, atomic=atomic,
@@ -344,9 +356,8 @@ def plan_store(layout, shape, dtype, *, swizzle=None, tiling_rank=None,
     regs, gathers, schedule = _gather_plain_pieces(regs, geom, dt, peer, context, schedule)
   values, exchanges, instrs = schedule
   # The destination's state space, decided once here: the opcodes spell it.
-  instrs = tuple(dataclasses.replace(i, space=ptx_forms.state_space(i.kind, peer))
-                 for i in instrs)
-  plan = StorePlan(dt, geom, regs, values, exchanges, instrs, atomic, peer,
+  instrs = tuple(dataclasses.replace(i, space=target.state_space(i.kind)) for i in instrs)
+  plan = StorePlan(dt, geom, regs, values, exchanges, instrs, atomic, target,
                    optimized, source_regs, regroup, gathers, source_gathers)
   plan = banks.remove_bank_conflicts(plan) if optimized else plan
   steps = plan_addresses([i.dst for i in plan.instructions], geom.byte_address,

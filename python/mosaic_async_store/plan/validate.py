@@ -14,6 +14,7 @@ from mosaic_async_store.plan import ptx_forms
 from mosaic_async_store.plan.dtypes import DType, as_dtype
 from mosaic_async_store.errors import refuse, refuse_type
 from mosaic_async_store.plan.geometry import RefGeometry
+from mosaic_async_store.plan.plan_types import Target
 
 __all__ = ["plan_inputs", "check_shape", "check_swizzle", "check_atomic",
            "check_atomic_name", "check_flag", "check_strategy", "check_cluster_args",
@@ -378,14 +379,33 @@ def _geometry(shape, dt, swizzle, tiling_rank, ref_shape, ref_strides) -> RefGeo
   return geom
 
 
+def check_target(target, peer, cluster_size):
+  """plan_store's destination as one ``plan_types.Target``: the one given, or one made
+  from ``peer`` (default True) and ``cluster_size``; both forms at once must agree."""
+  peer = None if peer is None else check_flag("peer", peer)
+  cluster_size = check_cluster_size(cluster_size)
+  if target is None:
+    return Target(peer=True if peer is None else peer, cluster_size=cluster_size)
+  if not isinstance(target, Target):
+    raise refuse_type("target", target, "None or a plan_types.Target",
+                      "omit target and pass peer= (and cluster_size=)")
+  if peer is not None and peer != target.peer:
+    raise refuse("peer", peer, f"{target.peer}, as target={target.describe()} says, "
+                 "or None", "pass either peer or target")
+  if cluster_size is not None and cluster_size != target.cluster_size:
+    raise refuse("cluster_size", cluster_size,
+                 f"{target.cluster_size}, as the target's cluster has, or None",
+                 "pass either cluster_size or target")
+  return target
+
+
 def plan_inputs(layout, shape, dtype, swizzle, tiling_rank, atomic, ref_shape,
-                ref_strides, peer):
-  """Validates and normalises plan_store's arguments."""
+                ref_strides, peer: bool):
+  """Validates and normalises plan_store's arguments (``peer``: from check_target)."""
   dt = as_dtype(dtype)
   shape = check_shape(shape)
   swizzle = check_swizzle(swizzle)
   tiling_rank = check_tiling_rank(tiling_rank)
-  peer = check_flag("peer", peer)
   total_bits = math.prod(shape) * dt.bits
   if total_bits % 8:
     raise refuse(
