@@ -318,7 +318,7 @@ def _emit_form(plan, builder, base, bar, tid, expect_tx):
 def _builder(plan, registers, tid):
   lane = arith.andi(tid, arith.constant(ir.IntegerType.get_signless(32), 31))
   builder = ValueBuilder(plan, registers, lane)
-  builder.run_exchanges()  # every lane must take part in the shuffles
+  builder.prepare()  # every lane must take part in the shuffles
   return builder
 
 

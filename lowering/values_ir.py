@@ -12,6 +12,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import arith, vector
 
 from mosaic_async_store.lowering import ptx
+from mosaic_async_store.plan.register_steps import Gather
 
 __all__ = ["ValueBuilder"]
 
@@ -86,6 +87,16 @@ class ValueBuilder:
     self._made_registers: dict[int, ir.Value] = {}
     self._partner_words: dict[tuple[int, int, int], ir.Value] = {}     # (r, word, mask)
     self._partner_elements: dict[tuple[int, int, int], ir.Value] = {}  # (r, element, mask)
+    self._received: list[ir.Value] = []
+    # The register steps (register_steps): gathers before the byte regrouping act on
+    # the array's own sub-byte elements, those after it (or without one) on registers.
+    steps = plan.register_steps
+    self._position = {id(s): i for i, s in enumerate(steps)}
+    at = next((i for i, s in enumerate(steps) if not isinstance(s, Gather)), None)
+    self._regroup = None if at is None else steps[at]
+    self._regroup_at = -1 if at is None else at
+    self._source_masks = [s.mask for s in steps[:max(at or 0, 0)]]
+    self._gather_masks = [s.mask for s in steps[self._regroup_at + 1:]]
 
   def lane_bit(self, bit: int) -> ir.Value:
     """i1: whether lane bit ``bit`` is set."""
@@ -98,11 +109,11 @@ class ValueBuilder:
   def _source_element(self, r: int, j: int) -> ir.Value:
     """Lane ``j`` of the array's register ``r`` as an i8 (a sub-byte element, zero-extended).
 
-    Registers past the array's own come from the plan's ``source_gathers``:
-    after gather ``i`` (mask ``m``), registers ``[n, 2n)`` are lane
+    Registers past the array's own come from the gathers before the byte
+    regrouping: after gather ``i`` (mask ``m``), registers ``[n, 2n)`` are lane
     ``t ^ m``'s registers ``[0, n)``.
     """
-    levels = _gather_levels(self.plan.source_registers.num_registers, self.plan.source_gathers)
+    levels = _gather_levels(self.plan.source_registers.num_registers, self._source_masks)
     for size, mask in reversed(levels):
       if r >= size:
         return self._partner_element(r - size, j, mask)
@@ -131,7 +142,7 @@ class ValueBuilder:
           el = arith.shli(el, arith.constant(i32, (k - first) * bits))
         word = el if word is None else arith.ori(word, el)
       self._partner_words[key] = ptx.emit_shfl_bfly(word, mask)
-    got = self._partner_words[key]  # built by run_source_gathers(), by every lane
+    got = self._partner_words[key]  # built by emit_gather(), by every lane
     shift = j % per_word * bits
     if shift:
       got = arith.shrui(got, arith.constant(_int(32), shift))
@@ -139,14 +150,31 @@ class ValueBuilder:
     self._partner_elements[r, j, mask] = el
     return el
 
-  def run_source_gathers(self) -> None:
-    """Shuffles every word the plan's ``source_gathers`` need, level by level,
-    before any store (every lane must take part)."""
-    for size, _ in _gather_levels(self.plan.source_registers.num_registers,
-                                  self.plan.source_gathers):
+  def emit_gather(self, step) -> None:
+    """A ``register_steps.Gather``: every lane shuffles (only the gathering ones use
+    the result), 32 bits per ``shfl.sync.bfly``.
+
+    Before the byte regrouping it receives the partner's elements, words of the
+    array's own registers; after it (or without one), whole registers: after
+    gather ``i`` the registers ``[n, 2n)`` are lane ``t ^ mask``'s ``[0, n)``.
+    """
+    at = self._position[id(step)]
+    if at < self._regroup_at:
+      size = self.plan.source_registers.num_registers << at
       for r in range(size, 2 * size):
         for j in range(self.plan.source_registers.vector_length):
           self._source_element(r, j)
+      return
+    n = self.plan.registers.num_registers >> len(self._gather_masks)
+    size = n << (at - self._regroup_at - 1)
+    for r in range(size):
+      self._made_registers[size + r] = _shuffle_bytes(self._register(r), step.mask)
+
+  def emit_regroup(self, step) -> None:
+    """A ``register_steps.ByteRegroup``: the nibble exchange it needs, if any (the
+    bytes themselves are assembled on first use, in ``_register``)."""
+    assert step is self._regroup
+    self.run_nibble_exchange()
 
   def run_nibble_exchange(self) -> None:
     """Sends the halves of the bytes each lane's partner assembles (``ByteRegroup``).
@@ -154,7 +182,7 @@ class ValueBuilder:
     Eight 4-bit halves share one 32-bit ``shfl.sync.bfly``; every lane takes
     part, so this runs before any store, like the byte exchanges.
     """
-    rg = self.plan.register_regroup
+    rg = self._regroup
     self._received = []
     if rg is None or not rg.mask:
       return
@@ -178,7 +206,7 @@ class ValueBuilder:
 
   def _piece(self, b: int, r: int, k: int) -> ir.Value:
     """Piece ``k`` of virtual register ``r`` for lanes whose mask bit is ``b`` (an i8)."""
-    rg = self.plan.register_regroup
+    rg = self._regroup
     src_reg, lane = map(int, rg.own[b, r, k])
     if src_reg < 0:
       return self._received[int(rg.slot[b, r, k])]
@@ -186,7 +214,7 @@ class ValueBuilder:
 
   def _regrouped_register(self, r: int) -> ir.Value:
     """Virtual register ``r`` of a regrouped plan: one byte assembled from its pieces."""
-    rg, bits = self.plan.register_regroup, self.plan.dtype.bits
+    rg, bits = self._regroup, self.plan.dtype.bits
     byte = None
     for k in range(rg.own.shape[2]):
       same = (np.array_equal(rg.own[0, r, k], rg.own[1, r, k])
@@ -199,24 +227,12 @@ class ValueBuilder:
       byte = el if byte is None else arith.ori(byte, el)
     return vector.broadcast(_bytes_ty(1), byte)
 
-  def run_gathers(self) -> None:
-    """Receives the partner lanes' registers of a plan with gathers.
-
-    After gather ``i`` the registers ``[n, 2n)`` are lane ``t ^ mask``'s
-    registers ``[0, n)``; every lane shuffles (only the gathering ones use
-    the result), 32 bits per ``shfl.sync.bfly``.
-    """
-    n = self.plan.registers.num_registers >> len(self.plan.gathers)
-    for size, mask in _gather_levels(n, self.plan.gathers):
-      for r in range(size):
-        self._made_registers[size + r] = _shuffle_bytes(self._register(r), mask)
-
   def _register(self, r: int) -> ir.Value:
     """Register ``r`` of the plan's register map, as ``vector<N x i8>``."""
     if r in self._made_registers:
       return self._made_registers[r]
     regs = self.plan.registers
-    if self.plan.register_regroup is not None:  # built once: gathers and values share it
+    if self._regroup is not None:  # built once: gathers and values share it
       self._made_registers[r] = self._regrouped_register(r)
       return self._made_registers[r]
     reg = self.registers.flat[r] if self.registers.ndim else self.registers.item()
@@ -229,15 +245,15 @@ class ValueBuilder:
     if vid not in self._values:
       v = self._by_id[vid]
       if v.exchange is not None:
-        raise AssertionError("exchanges are built by run_exchanges() first")
+        raise AssertionError("exchanges are built by prepare() first")
       self._values[vid] = _slice(self._register(v.reg), v.byte, v.size)
     return self._values[vid]
 
-  def run_exchanges(self) -> None:
-    """Emits the lane exchanges, packing several into each 32-bit shuffle."""
-    self.run_source_gathers()
-    self.run_nibble_exchange()
-    self.run_gathers()
+  def prepare(self) -> None:
+    """Emits the plan's register steps in order, then its lane exchanges (several
+    packed into each 32-bit shuffle): before any store, since every lane takes part."""
+    for step in self.plan.register_steps:
+      step.emit(self)
     made = {v.exchange: v for v in self.plan.values if v.exchange is not None}
     pending = list(self.plan.exchanges)
     while pending:

@@ -13,6 +13,7 @@ import pytest
 from mosaic_async_store.demo.config import resolve_layout
 from mosaic_async_store.plan.planner import plan_store
 from mosaic_async_store.plan.executor import simulate_store
+from mosaic_async_store.plan.register_steps import Gather
 
 
 @pytest.mark.parametrize("dtype,gathers,writers", [("bf16", (1,), 64), ("i8", (1, 2), 32)])
@@ -20,7 +21,7 @@ def test_one_element_per_thread_becomes_word_stores(dtype, gathers, writers):
   shape = (128, 1)
   plan = plan_store(resolve_layout("TMEM_NATIVE_V1", shape, dtype), shape, dtype, swizzle=None)
   report = plan.verify()
-  assert plan.gathers == gathers
+  assert plan.register_steps == tuple(Gather(m) for m in gathers)
   assert int(plan.registers.writer.sum()) == writers
   assert {(i.kind, i.width) for i in plan.instructions} == {("st.async", 4)}
   assert not plan.needs_release_arrive
@@ -32,14 +33,14 @@ def test_replicated_row_gathers_only_from_distinct_lanes():
   shape = (64,)
   plan = plan_store(resolve_layout("WGMMA_ROW", shape, "i8"), shape, "i8", swizzle=None)
   plan.verify()
-  assert plan.gathers and {i.kind for i in plan.instructions} == {"st.async"}
+  assert plan.register_steps and {i.kind for i in plan.instructions} == {"st.async"}
   assert plan.total_bytes == plan.async_bytes == 64
 
 
 def test_plans_with_word_pieces_do_not_gather():
   shape = (64, 128)
   plan = plan_store(resolve_layout("WGMMA", shape, "bf16"), shape, "bf16", swizzle=128)
-  assert plan.gathers == () and int(plan.registers.writer.sum()) == 128
+  assert plan.register_steps == () and int(plan.registers.writer.sum()) == 128
 
 
 def test_gathered_store_lands_every_element():

@@ -101,3 +101,25 @@ def test_the_check_sees_a_wrong_import(tmp_path):
   [(line, target)] = imports_of(bad)
   assert (line, target) == (2, "mosaic_async_store.lowering.store")
   assert LAYERS.index(layer_of(target)) > LAYERS.index("plan")
+
+
+def _module_tables() -> list[str]:
+  """The file names the module tables of docs/architecture.md list (``| `x.py` |``)."""
+  import re
+  text = (ROOT / "docs" / "architecture.md").read_text()
+  section = text[text.index("## Modules"):]
+  section = section[:section.index("\n## ", 1)]
+  return re.findall(r"^\| `([\w/]+\.py)` \|", section, re.M)
+
+
+def test_the_module_tables_match_the_tree():
+  """Every shipped module has a row in docs/architecture.md, and every row's file exists."""
+  rows = _module_tables()
+  names = {pathlib.PurePosixPath(r).name for r in rows}
+  # A sub-package's __init__.py only holds its docstring; the package's own is a face.
+  tabled = [p for m, p in MODULES.items() if p.name != "__init__.py" or m == "mosaic_async_store"]
+  unlisted = sorted(str(p.relative_to(ROOT)) for p in tabled if p.name not in names)
+  assert not unlisted, f"modules missing from docs/architecture.md's tables: {unlisted}"
+  everything = {p.name for p in ROOT.glob("**/*.py") if ".venv" not in p.parts}
+  gone = sorted(r for r in rows if pathlib.PurePosixPath(r).name not in everything)
+  assert not gone, f"docs/architecture.md lists files that do not exist: {gone}"

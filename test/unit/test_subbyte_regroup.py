@@ -5,22 +5,20 @@ The planner regroups such elements into one-byte virtual registers
 the emitter assembles each byte with a shift and an OR.  Bytes that no such
 regrouping can put together stay refused, with the fixes.  A lane pair that
 shares a single byte (a one-column array) gathers first: one lane takes both
-halves (``StorePlan.source_gathers``).
+halves (a ``Gather`` step before the ``ByteRegroup``).
 """
-
-import types
 
 import ml_dtypes
 import numpy as np
 import pytest
 
-from mosaic_async_store.plan import subbyte
-from mosaic_async_store.demo.config import StoreConfig, resolve_layout
+from mosaic_async_store.demo.config import StoreConfig, config_plan, resolve_layout
 from mosaic_async_store.errors import AsyncStoreError
+from mosaic_async_store.plan import subbyte
+from mosaic_async_store.plan.executor import simulate_store
 from mosaic_async_store.plan.geometry import RegisterMap
 from mosaic_async_store.plan.planner import plan_store
-from mosaic_async_store.demo.config import config_plan
-from mosaic_async_store.plan.executor import simulate_store
+from mosaic_async_store.plan.register_steps import ByteRegroup, Gather, StepDefect
 
 
 @pytest.mark.parametrize("dtype", ["int4", "uint4", "float4_e2m1fn"])
@@ -31,7 +29,8 @@ def test_tmem_native_v1_is_planned_with_16_byte_stores(dtype, swizzle):
                     swizzle=swizzle, optimized=swizzle is not None)
   report = plan.verify()
   assert report.total_bytes == report.async_bytes == 128 * 256 // 2
-  assert plan.register_regroup is not None and plan.register_regroup.mask == 0
+  [rg] = plan.register_steps
+  assert isinstance(rg, ByteRegroup) and rg.mask == 0
   assert not plan.exchanges
   assert plan.registers.num_registers == 128          # one byte per virtual register
   assert plan.source_registers.num_registers == 256   # one nibble per real register
@@ -50,17 +49,22 @@ def test_regrouped_store_lands_every_element(dtype):
   assert np.array_equal(got.astype(np.int8), array.astype(np.int8))
 
 
-def test_gather_register_bytes_orders_low_then_high():
-  # Two threads, two one-nibble registers each: virtual byte = reg1 | reg0 << 4.
-  real = np.zeros((128, 2, 1), np.uint8)
-  real[:2] = [[[0x3], [0xA]], [[0xF], [0x1]]]
+def test_byte_regroup_apply_orders_low_then_high():
+  # Two one-nibble registers per thread: virtual byte = reg1 | reg0 << 4, so its low
+  # four bits are register 1's and its high four register 0's.
   own = np.array([[[1, 0], [0, 0]]] * 2).reshape(2, 1, 2, 2)
-  rg = subbyte.ByteRegroup(0, own, np.full((2, 1, 2), -1), np.zeros((2, 0, 2), np.int64))
-  plan = types.SimpleNamespace(register_regroup=rg, dtype=types.SimpleNamespace(bits=4),
-                               source_registers=types.SimpleNamespace(vector_length=1))
-  got = subbyte.gather_register_bytes(real, plan)
-  assert got.shape == (128, 1, 1)
-  assert got[:2, 0, 0].tolist() == [0x3A, 0xF1]
+  rg = ByteRegroup(0, own, np.full((2, 1, 2), -1), np.zeros((2, 0, 2), np.int64))
+  labels = np.arange(128 * 2 * 8).reshape(128, 2, 8)  # [t, register, bit]; 4 bits used
+  got = rg.apply(labels, bits=4, lanes=1)
+  assert got.shape == (128, 1, 8)
+  assert got[3, 0].tolist() == labels[3, 1, :4].tolist() + labels[3, 0, :4].tolist()
+
+
+def test_byte_regroup_apply_refuses_what_it_cannot_run():
+  own = np.array([[[5, 0], [0, 0]]] * 2).reshape(2, 1, 2, 2)  # register 5 of 2
+  rg = ByteRegroup(0, own, np.full((2, 1, 2), -1), np.zeros((2, 0, 2), np.int64))
+  with pytest.raises(StepDefect, match="reads an element outside the registers"):
+    rg.apply(np.zeros((128, 2, 8), np.int64), bits=4, lanes=1)
 
 
 def test_bytes_shared_between_threads_are_not_regrouped():
@@ -78,14 +82,12 @@ def test_bytes_shared_between_threads_are_not_regrouped():
     ("TCGEN05", (128, 64), True, 32),
 ])
 def test_halves_in_two_lanes_are_exchanged(layout, shape, transposed, swizzle):
-  from mosaic_async_store.demo.config import StoreConfig
-  from mosaic_async_store.demo.config import config_plan
   cfg = StoreConfig(dtype="int4", layout=layout, shape=shape, transposed=transposed,
                     swizzle=swizzle, optimized=not transposed)
   plan = config_plan(cfg)
   report = plan.verify()
-  rg = plan.register_regroup
-  assert rg is not None and rg.mask == 4   # rows r and r+1 sit in lanes 4 apart
+  [rg] = plan.register_steps
+  assert isinstance(rg, ByteRegroup) and rg.mask == 4   # rows r and r+1 sit in lanes 4 apart
   # each lane sends half of its elements, so the slots carry half the data
   assert rg.send.shape[1] * 2 == plan.source_registers.num_registers * \
       plan.source_registers.vector_length
@@ -119,16 +121,17 @@ def test_bytes_no_lane_pair_can_assemble_stay_refused_with_fixes():
 def test_one_column_gathers_the_partner_half_first(dtype):
   # One column: lane t holds row t, so a lane pair (t, t^1) shares only one
   # byte and has nothing to give in return.  The even lane gathers its
-  # partner's element (source_gathers), assembles the byte alone, then the
+  # partner's element (a Gather step), assembles the byte alone, then the
   # usual gathers build words: no plain store, every element lands.
   shape = (128, 1)
   layout_obj = resolve_layout("TMEM_NATIVE_V1", shape, dtype)
   plan = plan_store(layout_obj, shape, dtype, swizzle=None)
   plan.verify()
-  assert plan.source_gathers and plan.register_regroup.mask == 0
+  first, rg, *_ = plan.register_steps
+  assert first == Gather(1) and isinstance(rg, ByteRegroup) and rg.mask == 0
   assert {i.kind for i in plan.instructions} == {"st.async"}
   assert plan.total_bytes == plan.async_bytes == 64
-  assert "elements gathered from lanes t^[1], bytes assembled in-thread" in plan.summary()
+  assert "register steps: gathered from lanes t^1, bytes assembled in-thread" in plan.summary()
   array = np.random.default_rng(5).integers(0, 16, size=shape).astype(np.uint8)
   array = array.view(np.dtype(getattr(ml_dtypes, dtype)))
   got = simulate_store(array, layout_obj)

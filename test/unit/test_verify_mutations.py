@@ -22,6 +22,7 @@ from mosaic_async_store.plan import verify
 from mosaic_async_store.demo.config import resolve_layout
 from mosaic_async_store.plan.geometry import RegisterMap
 from mosaic_async_store.plan.planner import StorePlan, plan_store
+from mosaic_async_store.plan.register_steps import ByteRegroup, Gather
 
 
 def _plan(layout, shape, dtype, **kwargs):
@@ -66,8 +67,22 @@ def _value(plan, vid, **changes):
 
 
 def _regroup(plan, **changes):
-  return dataclasses.replace(plan, register_regroup=dataclasses.replace(
-      plan.register_regroup, **changes))
+  steps = tuple(dataclasses.replace(s, **changes) if isinstance(s, ByteRegroup) else s
+                for s in plan.register_steps)
+  return dataclasses.replace(plan, register_steps=steps)
+
+
+def _the_regroup(plan) -> ByteRegroup:
+  [rg] = [s for s in plan.register_steps if isinstance(s, ByteRegroup)]
+  return rg
+
+
+def _gather(plan, which: int, mask: int):
+  """The plan with the ``which``-th Gather step's mask changed (0: the first)."""
+  at = [i for i, s in enumerate(plan.register_steps) if isinstance(s, Gather)][which]
+  steps = list(plan.register_steps)
+  steps[at] = Gather(mask)
+  return dataclasses.replace(plan, register_steps=tuple(steps))
 
 
 def _registers(plan, elements=None, writer=None):
@@ -89,12 +104,12 @@ def _with_tx_off_by_four(plan):
 
 
 def _swapped_nibbles(plan):
-  own = plan.register_regroup.own
+  own = _the_regroup(plan).own
   return _regroup(plan, own=own[:, :, ::-1].copy())       # high half stored low
 
 
 def _swapped_sends(plan):
-  send = plan.register_regroup.send
+  send = _the_regroup(plan).send
   return _regroup(plan, send=np.roll(send, 1, axis=1))    # each slot gets another element
 
 
@@ -209,11 +224,13 @@ MUTATIONS = [
      lambda: _plan("WGMMA", (64, 64), "i32", swizzle=128, atomic="add"),
      lambda p: dataclasses.replace(p, target=dataclasses.replace(p.target, peer=False))),
     ("steps", "gather lane mask outside the warp", _i4_one_column,
-     lambda p: dataclasses.replace(p, gathers=(32,) + p.gathers[1:])),
+     lambda p: _gather(p, 1, 32)),
     ("steps", "registers the steps do not make", _bf16,
      lambda p: _registers(p, elements=p.registers.elements[:, :-1])),
+    ("steps", "two byte regroupings", _i4_in_thread,
+     lambda p: dataclasses.replace(p, register_steps=p.register_steps * 2)),
     ("steps", "regrouping reads a register that does not exist", _i4_in_thread,
-     lambda p: _regroup(p, own=p.register_regroup.own + [1000, 0])),
+     lambda p: _regroup(p, own=_the_regroup(p).own + [1000, 0])),
     ("values", "slice past the end of its register", _bf16, _value_past_register),
     ("data width", "an instruction two bytes short", _bf16, _short_part),
     ("swizzle chunk", "store across a 16-byte chunk", _bf16,
@@ -225,9 +242,9 @@ MUTATIONS = [
     ("contents", "nibbles assembled high first", _i4_in_thread, _swapped_nibbles),
     ("contents", "lanes trade the wrong halves", _i4_lanes, _swapped_sends),
     ("contents", "gather from the wrong partner", _i4_one_column,
-     lambda p: dataclasses.replace(p, gathers=(1,) + p.gathers[1:])),
+     lambda p: _gather(p, 1, 1)),
     ("contents", "source gather from the wrong partner", _i4_one_column,
-     lambda p: dataclasses.replace(p, source_gathers=(2,))),
+     lambda p: _gather(p, 0, 2)),
     ("contents", "exchange keeps the wrong half low", _i8, _flipped_keep_low),
     ("duplicate", "one store issued twice", _bf16, _copied_first_instruction),
     ("duplicate", "replicas write too", lambda: _plan("WGMMA_ROW", (64,), "f32", swizzle=None),
@@ -277,7 +294,7 @@ def test_the_verifier_imports_no_planner_code():
   """verify and its landing model may use plan types, geometry, dtypes, errors."""
   allowed = {"mosaic_async_store.errors", "mosaic_async_store.plan.geometry",
              "mosaic_async_store.plan.plan_types", "mosaic_async_store.plan.dtypes",
-             "mosaic_async_store.plan.landing"}
+             "mosaic_async_store.plan.landing", "mosaic_async_store.plan.register_steps"}
   package = pathlib.Path(verify.__file__).parent
   for name in ("verify.py", "landing.py"):
     tree = ast.parse((package / name).read_text())

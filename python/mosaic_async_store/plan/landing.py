@@ -7,9 +7,10 @@ Two models, and neither uses the planner's code:
 * **Where the plan puts each bit** (:func:`plan_landing`): the plan replayed as
   the emitted code runs it, on labels instead of data.  Each bit of the
   array's own registers (``plan.source_registers``, the layout's register map)
-  is labelled by its position; the plan's register steps move the labels as
-  their data types define them (source gathers, byte regrouping, gathers, lane
-  exchanges), and each instruction's parts take them to its swizzled address.
+  is labelled by its position; the plan's register steps move the labels by
+  their own ``apply`` (``register_steps``: gathers, byte regrouping), the lane
+  exchanges as ``plan_types.Exchange`` defines them, and each instruction's
+  parts take them to its swizzled address.
   The planner's own account of where the steps leave each element
   (``plan.registers.elements``) is never read, so a defect in regrouping,
   gathering or exchanging shows up as bits in the wrong place.
@@ -31,6 +32,8 @@ import numpy as np
 from mosaic_async_store.errors import AsyncStoreError
 from mosaic_async_store.plan.geometry import WARP_SIZE, WARPGROUP_SIZE, RefGeometry
 from mosaic_async_store.plan.plan_types import Instruction
+from mosaic_async_store.plan.register_steps import (ByteRegroup, Gather, StepDefect,
+                                                     is_lane_mask)
 
 __all__ = ["PlanDefect", "Store", "Landing", "plan_landing", "source_bit_elements",
            "element_bit_positions"]
@@ -149,10 +152,6 @@ def _form_defect(ins, plan) -> str | None:
 # --- the register steps, replayed on bit labels -------------------------------
 
 
-def _is_lane_mask(mask) -> bool:
-  return isinstance(mask, (int, np.integer)) and 0 < int(mask) < WARP_SIZE
-
-
 def _source_labels(plan) -> np.ndarray:
   """[thread, register, bit] -> index of that bit in the flattened source bits."""
   regs = plan.source_registers
@@ -163,74 +162,19 @@ def _source_labels(plan) -> np.ndarray:
   return labels
 
 
-def _gathered(labels: np.ndarray, mask, plan, step: str) -> np.ndarray:
-  """A gather (StorePlan.gathers / source_gathers): the registers doubled, the
-  second half received from lane ``t ^ mask``."""
-  if not _is_lane_mask(mask):
-    raise PlanDefect("steps", f"{step} lane mask {mask!r} is not within a warp", plan)
-  return np.concatenate([labels, labels[_THREADS ^ int(mask)]], axis=1)
-
-
-def _regroup_defect(rg, labels, plan) -> str | None:
-  """Why a ByteRegroup cannot be run on these registers, or None."""
-  bits, lanes = plan.dtype.bits, plan.source_registers.vector_length
-  own, slot, send = (np.asarray(a) for a in (rg.own, rg.slot, rg.send))
-  if bits >= 8 or 8 % bits:
-    return f"byte regrouping of {bits}-bit elements"
-  if rg.mask and not _is_lane_mask(rg.mask):
-    return f"byte regrouping lane mask {rg.mask!r} is not within a warp"
-  if (own.ndim != 4 or own.shape[0] != 2 or own.shape[2:] != (8 // bits, 2)
-      or slot.shape != own.shape[:3] or send.ndim != 3 or send.shape[::2] != (2, 2)):
-    return "byte regrouping tables of the wrong shape"
-  mine = own[..., 0] >= 0
-  if np.any(own[..., 0] >= labels.shape[1]) or np.any(own[..., 0] < -1) or \
-      np.any(mine & ((own[..., 1] < 0) | (own[..., 1] >= lanes))):
-    return "byte regrouping reads an element outside the registers"
-  if np.any(~mine & ((slot < 0) | (slot >= send.shape[1]))) or (np.any(~mine) and not rg.mask):
-    return "byte regrouping receives a slot no partner sends"
-  if send.size and (np.any(send < 0) or np.any(send[..., 0] >= labels.shape[1])
-                    or np.any(send[..., 1] >= lanes)):
-    return "byte regrouping sends an element outside the registers"
-  return None
-
-
-def _regrouped(labels: np.ndarray, rg, plan) -> np.ndarray:
-  """A byte regrouping (subbyte.ByteRegroup, as its docstring defines it): piece
-  ``k`` (bits ``k*bits`` up) of one-byte register ``R`` of a lane with mask bit
-  ``b`` is the lane's own element ``own[b, R, k] = (register, vector lane)``,
-  or, where that register is -1, what partner ``t ^ mask`` (bit ``1 - b``)
-  sends in slot ``slot[b, R, k]``: its element ``send[1 - b, slot]``."""
-  why = _regroup_defect(rg, labels, plan)
-  if why:
-    raise PlanDefect("steps", why, plan)
-  bits = plan.dtype.bits
-  own, slot, send = (np.asarray(a, dtype=np.int64) for a in (rg.own, rg.slot, rg.send))
-  b = ((_LANES & rg.mask) != 0).astype(np.int64)
-  partner = (_THREADS ^ rg.mask)[:, None, None]
-  piece = np.arange(bits)
-  out = np.full((WARPGROUP_SIZE, own.shape[1], 8), -1, dtype=np.int64)
-  for k in range(own.shape[2]):
-    reg, lane = own[b, :, k, 0], own[b, :, k, 1]                       # [t, R]
-    mine = labels[_THREADS[:, None, None], np.maximum(reg, 0)[..., None],
-                  np.maximum(lane, 0)[..., None] * bits + piece]       # [t, R, bits]
-    theirs = np.full_like(mine, -1)
-    if send.shape[1]:
-      s = np.clip(slot[b, :, k], 0, send.shape[1] - 1)
-      sent = send[1 - b][_THREADS[:, None], s]                          # [t, R, 2]
-      theirs = labels[partner, sent[..., 0][..., None], sent[..., 1][..., None] * bits + piece]
-    out[:, :, k * bits:(k + 1) * bits] = np.where((reg >= 0)[..., None], mine, theirs)
-  return out
-
-
 def _register_labels(plan) -> np.ndarray:
   """The registers the values are cut from, after every register step."""
   labels = _source_labels(plan)
-  for mask in plan.source_gathers:
-    labels = _gathered(labels, mask, plan, "source gather")
-  if plan.register_regroup is not None:
-    labels = _regrouped(labels, plan.register_regroup, plan)
-  for mask in plan.gathers:
-    labels = _gathered(labels, mask, plan, "gather")
+  steps = plan.register_steps
+  if not all(isinstance(s, (Gather, ByteRegroup)) for s in steps) or \
+      sum(isinstance(s, ByteRegroup) for s in steps) > 1:
+    raise PlanDefect("steps", "register steps other than gathers and at most one byte "
+                     f"regrouping: {[type(s).__name__ for s in steps]}", plan)
+  for step in steps:  # each step's own definition (register_steps), as the emitter runs it
+    try:
+      labels = step.apply(labels, plan.dtype.bits, plan.source_registers.vector_length)
+    except StepDefect as e:
+      raise PlanDefect("steps", str(e), plan) from None
   regs = plan.registers
   declared = (regs.num_registers, regs.vector_length * plan.dtype.bits)
   if labels.shape[1:] != declared or np.shape(regs.writer) != (WARPGROUP_SIZE,):
@@ -270,7 +214,7 @@ def _value_labels(plan, registers: np.ndarray) -> dict[int, np.ndarray]:
       out[vid] = registers[:, v.reg, 8 * v.byte:8 * (v.byte + v.size)]
       return out[vid]
     a, b = labels(ex.a.id, depth + 1), labels(ex.b.id, depth + 1)
-    if id(ex) not in listed or not _is_lane_mask(ex.lane_mask) or a.shape != b.shape \
+    if id(ex) not in listed or not is_lane_mask(ex.lane_mask) or a.shape != b.shape \
         or 2 * a.shape[1] != 8 * v.size:
       raise PlanDefect("values", f"value {vid} is not a listed exchange of two equal halves "
                        "within a warp", plan)

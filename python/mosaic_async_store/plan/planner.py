@@ -18,6 +18,7 @@ from mosaic_async_store.plan.dtypes import DType
 from mosaic_async_store.errors import AsyncStoreError, refuse, refuse_type
 from mosaic_async_store.plan.geometry import RefGeometry, RegisterMap, register_map
 from mosaic_async_store.plan.plan_types import Exchange, Instruction, Part, Target, Value
+from mosaic_async_store.plan.register_steps import ByteRegroup, Gather
 
 __all__ = ["StorePlan", "plan_store"]
 
@@ -56,18 +57,14 @@ class StorePlan:
   atomic: str | None
   target: Target
   optimized: bool
-  # The registers as the FragmentedArray holds them; ``registers`` differs
-  # only for sub-byte data regrouped into one-byte virtual registers, built
-  # as ``register_regroup`` says (``subbyte.byte_registers``).
+  # The registers as the FragmentedArray holds them; ``registers`` are what the
+  # ``register_steps`` leave (after gathers, or sub-byte data regrouped into
+  # one-byte virtual registers).
   source_registers: RegisterMap | None = None
-  register_regroup: "subbyte.ByteRegroup | None" = None
-  # Lane masks of partner gathers, in order (``packing.gather_partner``): each
-  # doubles the registers, the second half received from lane ``t ^ mask``.
-  gathers: tuple[int, ...] = ()
-  # The same, applied to the sub-byte source registers before the regrouping:
-  # for a lane pair sharing a single byte (a one-column 4-bit array), one lane
-  # takes both halves.
-  source_gathers: tuple[int, ...] = ()
+  # The register preparation, in order (``register_steps``: Gather, ByteRegroup),
+  # each with one NumPy ``apply`` (landing, the verifier, the executor) and one
+  # ``emit`` (the IR builder).
+  register_steps: tuple["Gather | ByteRegroup", ...] = ()
   # How each instruction's address is formed (``addressing.plan_addresses``),
   # one step per instruction, in order; the emitter replays them.
   address_steps: tuple[AddressStep, ...] = ()
@@ -149,17 +146,8 @@ class StorePlan:
              f"total bytes {self.total_bytes}, async (tx) bytes {self.async_bytes}, "
              f"writer threads {int(self.registers.writer.sum())}, "
              f"lane exchanges {len(self.exchanges)}"]
-    steps = []
-    if self.source_gathers:
-      steps.append(f"elements gathered from lanes t^{list(self.source_gathers)}")
-    if self.register_regroup is not None:
-      mask = self.register_regroup.mask
-      steps.append(f"4-bit halves exchanged with lane t^{mask}" if mask
-                   else "bytes assembled in-thread")
-    if self.gathers:
-      steps.append(f"registers gathered from lanes t^{list(self.gathers)}")
-    if steps:
-      lines.append("  sub-word data: " + ", ".join(steps))
+    if self.register_steps:
+      lines.append("  register steps: " + ", ".join(s.describe() for s in self.register_steps))
     kinds = [s.kind for s in self.address_steps]
     lines.append(f"  addresses: {kinds.count('compute')} computed bases, "
                  f"{kinds.count('xor')} xor-derived bases, "
@@ -357,9 +345,11 @@ def plan_store(layout, shape, dtype, *, swizzle=None, tiling_rank=None,
   values, exchanges, instrs = schedule
   # The destination's state space, decided once here: the opcodes spell it.
   instrs = tuple(dataclasses.replace(i, space=target.state_space(i.kind)) for i in instrs)
+  steps = (*(Gather(m) for m in source_gathers), *(() if regroup is None else (regroup,)),
+           *(Gather(m) for m in gathers))
   plan = StorePlan(dt, geom, regs, values, exchanges, instrs, atomic, target,
-                   optimized, source_regs, regroup, gathers, source_gathers)
+                   optimized, source_regs, steps)
   plan = banks.remove_bank_conflicts(plan) if optimized else plan
-  steps = plan_addresses([i.dst for i in plan.instructions], geom.byte_address,
-                         plan.registers.writer)
-  return dataclasses.replace(plan, address_steps=tuple(steps))
+  addresses = plan_addresses([i.dst for i in plan.instructions], geom.byte_address,
+                             plan.registers.writer)
+  return dataclasses.replace(plan, address_steps=tuple(addresses))

@@ -11,7 +11,9 @@ the elements first:
   out evenly, each sends the halves of the bytes its partner assembles with
   one ``shfl.sync.bfly`` per eight halves, and assembles its own.
 
-Every virtual register is then one byte, ``low | high << 4``; the rest of the
+The result is a ``register_steps.ByteRegroup`` step (its ``apply`` is the one
+definition of what it does).  Every virtual register is then one byte,
+``low | high << 4``; the rest of the
 planner treats them like any other register.  Decided on NumPy arrays over
 all 128 threads: a regrouping is used only if it is the same for every lane
 with the same ``mask`` bit (SIMT) and puts every byte together.
@@ -19,48 +21,20 @@ with the same ``mask`` bit (SIMT) and puts every byte together.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
-from mosaic_async_store.plan.geometry import RegisterMap, WARP_SIZE, WARPGROUP_SIZE
+from mosaic_async_store.plan.geometry import RegisterMap, WARPGROUP_SIZE
+from mosaic_async_store.plan.register_steps import ByteRegroup, lane_bit
 
-__all__ = ["ByteRegroup", "byte_registers", "gather_register_bytes"]
+__all__ = ["byte_registers"]
 
 _THREADS = np.arange(WARPGROUP_SIZE)
 _MASKS = (0, 1, 2, 4, 8, 16)  # 0: within the thread; else the lane XOR of the exchange
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class ByteRegroup:
-  """How lanes build one-byte virtual registers from their sub-byte elements.
-
-  Arrays are indexed first by ``b``, the lane's ``mask`` bit (both rows are
-  equal when ``mask == 0``).  Piece ``k`` (bits ``k*bits`` and up) of virtual
-  register ``R`` is the lane's own element ``own[b, R, k] = (register, lane)``,
-  or, where that register is -1, the element received in shuffle slot
-  ``slot[b, R, k]``.  ``send[b, i] = (register, lane)`` is what a lane sends
-  in slot ``i`` (its partner ``t ^ mask`` assembles that byte).
-  """
-
-  mask: int
-  own: np.ndarray    # [2, R, per_byte, 2]
-  slot: np.ndarray   # [2, R, per_byte]
-  send: np.ndarray   # [2, slots, 2]
-
-  @property
-  def num_registers(self) -> int:
-    return self.own.shape[1]
-
-
-def _lane_bit(mask: int) -> np.ndarray:
-  return ((_THREADS % WARP_SIZE) & mask != 0).astype(np.int64) if mask else \
-      np.zeros(WARPGROUP_SIZE, np.int64)
-
-
 def _virtual(table: np.ndarray, rg: ByteRegroup) -> np.ndarray:
   """A per-(thread, register, lane) table seen through the regrouping: [t, R, k]."""
-  b = _lane_bit(rg.mask)
+  b = lane_bit(rg.mask)
   own = rg.own[b]                                        # [t, R, k, 2]
   t = _THREADS[:, None, None]
   mine = table[t, np.maximum(own[..., 0], 0), own[..., 1]]
@@ -152,24 +126,8 @@ def byte_registers(regs: RegisterMap, bit_addr: np.ndarray, bits: int):
   for mask in _MASKS:
     if mask and (bits != 4 or np.any(regs.writer != regs.writer[_THREADS ^ mask])):
       continue
-    lanes = np.flatnonzero(regs.writer & (_lane_bit(mask) == 0))
+    lanes = np.flatnonzero(regs.writer & (lane_bit(mask) == 0))
     rg = _build(regs, bit_addr, bits, mask, int(lanes[0])) if lanes.size else None
     if rg is not None and _holds(rg, regs, bit_addr, bits):
       return RegisterMap(_virtual(regs.elements, rg), regs.writer), rg
   return None
-
-
-def gather_register_bytes(register_bytes: np.ndarray, plan) -> np.ndarray:
-  """A plan's real register bytes [t, r, n] -> its one-byte virtual registers [t, R, 1].
-
-  ``register_bytes`` are after the plan's ``source_gathers``, if any.
-  """
-  rg, bits = plan.register_regroup, plan.dtype.bits
-  vector_length = plan.source_registers.vector_length
-  raw = np.unpackbits(register_bytes, axis=-1, bitorder="little")
-  t, r = raw.shape[:2]
-  lanes = raw[:, :, :vector_length * bits].reshape(t, r, vector_length, bits)
-  codes = (lanes.astype(np.int64) << np.arange(bits)).sum(-1)   # [t, r, lane]
-  virtual = _virtual(codes, rg)                                  # [t, R, k]
-  byte = (virtual << (np.arange(virtual.shape[2]) * bits)).sum(-1)
-  return byte.astype(np.uint8)[:, :, None]
