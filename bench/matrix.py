@@ -10,7 +10,11 @@ Mosaic has no 1-D swizzled tile.
 
 Usage (the full matrix, in worker processes that survive crashes):
 
-  python bench/matrix.py [--full] [--every N] [--jobs J] [--json out.json]
+  python bench/matrix.py [--full] [--every N] [--jobs J] [--json out.json] [--plan-only]
+
+``--plan-only`` plans and verifies each configuration (no IR, no compiler):
+accepted, refused by reason, and which accepted plans carry plain st/red
+pieces and why (``plain_reason``); docs/matrix.md records the full run.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from mosaic_async_store.plan.dtypes import as_dtype
 __all__ = ["LAYOUTS", "DTYPES", "SWIZZLES", "ATOMICS", "Outcome", "shapes_for",
            "configurations", "run_config", "run_matrix", "summarize",
            "format_summary", "refusal_key", "store_width", "ptx_store_bytes",
-           "SAMPLE_EVERY", "MAX_ELEMENTS"]
+           "SAMPLE_EVERY", "MAX_ELEMENTS", "plan_config", "plain_reason"]
 
 LAYOUTS = ("WGMMA", "WGMMA_8BIT", "WGMMA_UPCAST_2X", "WGMMA_UPCAST_4X",
            "WGMMA_TRANSPOSED", "WGMMA_ACC_32BIT", "TCGEN05", "TCGEN05_TRANSPOSED",
@@ -112,6 +116,7 @@ class Outcome:
   message: str = ""
   store_bytes: int = 0       # bytes the PTX's store instructions move
   expected_bytes: int = 0
+  plain: str = ""            # --plan-only: why an accepted plan has plain st/red pieces
 
 
 _STORE_OP = re.compile(r"^(?:st|red)\.(?!global|local|param)")
@@ -176,11 +181,49 @@ def run_config(cfg: StoreConfig) -> Outcome:
                  f"PTX stores {got} bytes, expected {expected}", got, expected)
 
 
+def plain_reason(plan) -> str:
+  """Why an accepted plan carries plain ``st``/``red`` pieces ("" when it has none)."""
+  plain = [i for i in plan.instructions if not i.is_async]
+  if not plain:
+    return ""
+  if plan.atomic is not None:
+    if not plan.peer:
+      return "reduction into the executing CTA (red.async is undefined there)"
+    return f"no red.async form for {plan.atomic} on {plan.dtype.bits}-bit {plan.dtype.kind}"
+  from mosaic_async_store.plan.ptx_forms import ST_ASYNC_TYPES
+  widths = sorted({i.width for i in plain})
+  if set(widths) <= set(ST_ASYNC_TYPES):
+    return "plain stores asked for (strategy=\"plain\") or a one-CTA cluster"
+  return f"pieces of {'/'.join(map(str, widths))} bytes that no st.async width carries"
+
+
+def plan_config(cfg: StoreConfig) -> Outcome:
+  """Plans and verifies cfg (no IR): accepted (with ``plain``), refused, or error."""
+  from mosaic_async_store.demo.config import config_plan
+  from mosaic_async_store.errors import AsyncStoreError
+  try:
+    plan = config_plan(cfg)
+    report = plan.verify()
+  except AsyncStoreError as e:
+    return Outcome("refused", str(e))
+  except Exception as e:  # noqa: BLE001  (any other type is a finding)
+    tb = traceback.format_exception(e, limit=-3)
+    return Outcome("error", f"{type(e).__name__}: {e}\n{''.join(tb)[-1500:]}")
+  expected = math.prod(cfg.shape) * as_dtype(cfg.dtype).bits // 8
+  status = "accepted" if report.total_bytes == expected else "wrong"
+  return Outcome(status, "" if status == "accepted" else
+                 f"plan stores {report.total_bytes} bytes, expected {expected}",
+                 report.total_bytes, expected, plain_reason(plan))
+
+
 def refusal_key(message: str, words: int = 6) -> str:
-  """The first words of a refusal, with numbers and values blurred."""
+  """The first words of a refusal, with numbers and values blurred; a refused atomic
+  also names the element type it was refused for."""
   head = message.split(": allowed")[0]
   head = re.sub(r"\(.*?\)|\[.*?\]|[0-9]+", "#", head)
-  return " ".join(head.split()[:words])
+  key = " ".join(head.split()[:words])
+  dtype = re.match(r"atomic=\S+ is not supported: allowed for (\w+)", message)
+  return f"{key} for {dtype.group(1)}" if dtype else key
 
 
 def summarize(configs, outcomes) -> dict:
@@ -190,8 +233,10 @@ def summarize(configs, outcomes) -> dict:
                                  if o.status == "refused")
   bad = [(c.describe(), o.status, o.message) for c, o in zip(configs, outcomes)
          if o.status not in ("accepted", "refused")]
+  plain = collections.Counter(o.plain for o in outcomes if o.status == "accepted" and o.plain)
   return {"total": len(outcomes), "counts": dict(counts),
-          "refusals": dict(refusals.most_common()), "bad": bad}
+          "refusals": dict(refusals.most_common()), "plain": dict(plain.most_common()),
+          "bad": bad}
 
 
 def format_summary(summary: dict) -> str:
@@ -203,27 +248,32 @@ def format_summary(summary: dict) -> str:
     lines.append(f"  {status:9s} {n:6d} ({100 * n / max(total, 1):5.1f} %)")
   lines.append("refusals by first words:")
   lines += [f"  {n:6d}  {key}" for key, n in summary["refusals"].items()]
+  if summary.get("plain"):
+    lines.append("accepted plans with plain st/red pieces, by reason:")
+    lines += [f"  {n:6d}  {key}" for key, n in summary["plain"].items()]
   lines += [f"  BAD {status}: {what}: {msg[:300]}" for what, status, msg in summary["bad"]]
   return "\n".join(lines)
 
 
-def _worker(path: str) -> None:
+def _worker(path: str, plan_only: bool = False) -> None:
   """Worker mode: runs the configs in ``path``, one JSON line per event."""
   with open(path) as f:
     configs = [_config_from_json(d) for d in json.load(f)]
+  run = plan_config if plan_only else run_config
   for i, cfg in enumerate(configs):
     print(json.dumps({"i": i, "start": True}), flush=True)
-    print(json.dumps({"i": i, **dataclasses.asdict(run_config(cfg))}), flush=True)
+    print(json.dumps({"i": i, **dataclasses.asdict(run(cfg))}), flush=True)
 
 
-def _run_queue(configs, indices, outcomes, tmpdir, log):
+def _run_queue(configs, indices, outcomes, tmpdir, log, plan_only=False):
   """Runs ``indices`` in one worker at a time, restarting it after a crash."""
   while indices:
     path = os.path.join(tmpdir, f"q{indices[0]}.json")
     with open(path, "w") as f:
       json.dump([_config_to_json(configs[i]) for i in indices], f)
     err = open(path + ".err", "w+")
-    proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", path],
+    proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", path,
+                             *(["--plan-only"] if plan_only else [])],
                             stdout=subprocess.PIPE, stderr=err, text=True)
     done, current = 0, None
     for line in proc.stdout:
@@ -246,7 +296,8 @@ def _run_queue(configs, indices, outcomes, tmpdir, log):
     indices = indices[done:]
 
 
-def run_matrix(configs, jobs: int | None = None, log=None) -> list[Outcome]:
+def run_matrix(configs, jobs: int | None = None, log=None,
+               plan_only: bool = False) -> list[Outcome]:
   """Runs configs in ``jobs`` worker processes (interleaved); a worker that
   dies is restarted after recording a "crash" for the config it was on."""
   configs = list(configs)
@@ -254,7 +305,7 @@ def run_matrix(configs, jobs: int | None = None, log=None) -> list[Outcome]:
   outcomes: list[Outcome | None] = [None] * len(configs)
   with tempfile.TemporaryDirectory(prefix="mas-matrix-") as tmpdir:
     threads = [threading.Thread(target=_run_queue, args=(
-        configs, list(range(j, len(configs), jobs)), outcomes, tmpdir, log))
+        configs, list(range(j, len(configs), jobs)), outcomes, tmpdir, log, plan_only))
                for j in range(jobs)]
     for t in threads:
       t.start()
@@ -278,13 +329,15 @@ def _main(argv=None):
                       help="without --full: every Nth configuration")
   parser.add_argument("--jobs", type=int, default=os.cpu_count())
   parser.add_argument("--json", help="write counts, histogram and outcomes here")
+  parser.add_argument("--plan-only", action="store_true",
+                      help="plan and verify only (no IR, no compiler)")
   parser.add_argument("--worker", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   if args.worker:
-    return _worker(args.worker)
+    return _worker(args.worker, args.plan_only)
   configs = list(configurations(args.full, args.every))
   start = time.time()
-  outcomes = run_matrix(configs, args.jobs, log=sys.stderr)
+  outcomes = run_matrix(configs, args.jobs, log=sys.stderr, plan_only=args.plan_only)
   summary = summarize(configs, outcomes)
   summary["seconds"] = round(time.time() - start, 1)
   print(format_summary(summary))

@@ -28,6 +28,7 @@ import re
 import pytest
 
 import bench_scripts
+import mosaic_async_store as mas
 
 matrix = bench_scripts.load("matrix")
 SAMPLE = list(matrix.configurations(full=False))
@@ -141,3 +142,39 @@ def test_full_matrix(request):
       except AssertionError as e:
         failures.append(str(e)[:400])
   assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures[:50])
+
+
+# --- plan-only mode (bench/matrix.py --plan-only; the full run is docs/matrix.md) ----
+
+
+def matrix_layout(name, shape=(64, 128), dtype="bf16"):
+  from mosaic_async_store.demo.config import resolve_layout
+  return resolve_layout(name, shape, dtype)
+
+
+def test_plan_only_accepts_verified_plans_and_names_their_plain_pieces():
+  from mosaic_async_store.demo.config import StoreConfig
+  plain = matrix.plan_config(StoreConfig())
+  assert (plain.status, plain.plain) == ("accepted", "")
+  assert plain.store_bytes == plain.expected_bytes == 64 * 128 * 2
+  fadd = matrix.plan_config(StoreConfig(dtype="f32", atomic="add"))
+  assert fadd.status == "accepted" and fadd.plain == "no red.async form for add on 32-bit float"
+  local = matrix.plan_config(StoreConfig(dtype="i32", atomic="add", target="local"))
+  assert local.plain.startswith("reduction into the executing CTA")
+  gathered = matrix.plan_config(StoreConfig(dtype="i8", layout="WGMMA_ROW", shape=(64,),
+                                            swizzle=None))
+  assert (gathered.status, gathered.plain) == ("accepted", "")  # gathers, no plain piece
+  asked = mas.plan_store(matrix_layout("WGMMA"), (64, 128), "bf16", swizzle=128,
+                         plain_stores=True)
+  assert matrix.plain_reason(asked).startswith("plain stores asked for")
+
+
+def test_plan_only_refusals_are_grouped_by_reason_and_element_type():
+  from mosaic_async_store.demo.config import StoreConfig
+  out = matrix.plan_config(StoreConfig(dtype="f32", atomic="and"))
+  assert out.status == "refused"
+  assert matrix.refusal_key(out.message) == "atomic=and is not supported for float32"
+  summary = matrix.summarize([StoreConfig()] * 2, [out, matrix.plan_config(
+      StoreConfig(dtype="f32", atomic="add"))])
+  assert summary["refusals"] == {"atomic=and is not supported for float32": 1}
+  assert summary["plain"] == {"no red.async form for add on 32-bit float": 1}
