@@ -36,7 +36,7 @@ from mosaic_async_store import compat
 from mosaic_async_store.plan import validate
 from mosaic_async_store.plan.dtypes import as_dtype
 from mosaic_async_store.errors import AsyncStoreError, refuse, refuse_type
-from mosaic_async_store.lowering import debug
+from mosaic_async_store.lowering import debug, pallas_layouts
 from mosaic_async_store.lowering.store import async_store
 
 __all__ = ["async_store_smem", "async_store_smem_p", "install", "uninstall", "is_installed",
@@ -168,7 +168,7 @@ def _dialect_rule(ctx, op):
   """Lowers ``mosaic_gpu.async_store_smem`` (after layout inference) through async_store."""
   utils, dl = compat.mosaic_utils(), _p.dialect_lowering
   attrs = op.operation.attributes
-  signed = ir.BoolAttr(attrs["mas.signed"]).value if "mas.signed" in attrs else True
+  signed, atomic = pallas_layouts.op_signed_and_atomic(op)
   [layout] = _p.inference_utils.in_layouts(op)
   value = dl._fragmented_array_from_ir(
       op.valueToStore, layout,
@@ -184,12 +184,6 @@ def _dialect_rule(ctx, op):
               if hasattr(t, "tiling")]
     tiling_rank = len(tiling[0].tiling) if tiling else None
   barrier = utils.DialectBarrierRef.from_barrier_memref(op.barrier).barrier_ref
-  if "mas.atomic" in attrs:
-    atomic = ir.StringAttr(attrs["mas.atomic"]).value
-  elif op.atomic_type is not None:  # upstream's op, after install()
-    atomic = str(dl.mgpu.AtomicOpType(op.atomic_type.value))
-  else:
-    atomic = None
   optimized = op.optimized.value if op.optimized is not None else None
   kwargs = dict(cluster_dim=gpu.Dimension(op.cluster_dim.value),
                 cluster_idx=arith.index_cast(ir.IndexType.get(), op.cluster_idx),
@@ -204,17 +198,23 @@ def _dialect_rule(ctx, op):
   return []
 
 
-# Layout inference keeps upstream's rule: the layouts it admits for this op
-# (WGMMA even for 8- and 4-bit data) are all ones this store handles.
 _upstream_dialect_rule = compat.dialect_lowering_table()[_OP]
+
+
+def _is_ours(op) -> bool:
+  """Marked ops, and every op after install(), go through this project."""
+  return _state["installed"] or MARK in getattr(op, "operation", op).attributes
 
 
 @compat.register_dialect_lowering(_OP)
 def _dialect_dispatch(ctx, op):
-  """Marked ops, and every op after install(), through this project; others upstream's."""
-  attrs = getattr(op, "operation", op).attributes
-  ours = _state["installed"] or MARK in attrs
-  return (_dialect_rule if ours else _upstream_dialect_rule)(ctx, op)
+  """This project's ops through ``_dialect_rule``; others through upstream's."""
+  return (_dialect_rule if _is_ours(op) else _upstream_dialect_rule)(ctx, op)
+
+
+# Layout inference: this project's ops admit every layout the planner stores
+# (lowering/pallas_layouts.py); others keep upstream's constraints.
+pallas_layouts.register(_is_ours)
 
 
 def _cluster_wait_rule(original):

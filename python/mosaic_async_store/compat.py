@@ -176,6 +176,39 @@ def dialect_lowering_table() -> dict:
   return pallas_internals().dialect_lowering._lowerings
 
 
+def layout_constraints():
+  """Mosaic's layout-inference constraint classes (``constraints``, private) and its
+  table of per-op constraint derivation rules, keyed by operation name."""
+  from jax.experimental.mosaic.gpu import constraints
+  return constraints, pallas_internals().layout_inference._constraint_system_derivation_rules
+
+
+def vector_store_constraints(ctx, op):
+  """Upstream's constraint system of a register -> SMEM store op, before its
+  async-store extras (``layout_inference._vector_store_constraint_system``; jax 0.10.2
+  and 0.11.2)."""
+  return pallas_internals().layout_inference._vector_store_constraint_system(ctx, op)
+
+
+def smem_tiling_and_swizzle(smem, bitwidth: int) -> tuple[tuple[int, ...], int | None]:
+  """(tiling, swizzle bytes or None) of the SMEM side that ``IsTransferableSmemRegisters``
+  hands to ``_is_supported_smem_transfer``.  jax 0.11 passes ``SMEMTransforms``
+  (tiling and swizzle); jax 0.10 the ``TileTransform`` (or None) alone, whose swizzle
+  upstream derives from the minor tile bytes (``compute_swizzle``: 32, 64, 128, else 16)."""
+  if hasattr(smem, "swizzle"):  # jax 0.11: SMEMTransforms
+    tiling = tuple(smem.tiling.tiling) if smem.tiling is not None else ()
+    return tiling, (int(smem.swizzle) if smem.swizzle else None)
+  if smem is None:
+    return (), None
+  tiling = tuple(smem.tiling)
+  return tiling, pallas_internals().inference_utils.compute_swizzle(tiling[-1], bitwidth)
+
+
+def tile_strides(strides, tiling) -> tuple[int, ...]:
+  """A ref's strides after tiling (``dialect_lowering.tile_strides``, private)."""
+  return tuple(pallas_internals().dialect_lowering.tile_strides(tuple(strides), tuple(tiling)))
+
+
 def gpu_printf(fmt: str, *args) -> None:
   """``gpu.printf``; jaxlib's Python wrapper takes the values as varargs."""
   from jaxlib.mlir.dialects import gpu

@@ -72,11 +72,12 @@ def _lowered(case):
   if case.installs:
     mas_pallas.install()
   try:
-    kernel, _ = pallas_run.roundtrip_kernel(case)
-    x, init = pallas_run.make_inputs(case)
-    [module] = lower_pallas_to_mosaic_modules(
-        kernel, jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct(init.shape,
-                                                                             init.dtype))
+    with pallas_run.traced(case):
+      kernel, _ = pallas_run.roundtrip_kernel(case)
+      x, init = pallas_run.make_inputs(case)
+      [module] = lower_pallas_to_mosaic_modules(
+          kernel, jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct(init.shape,
+                                                                               init.dtype))
   finally:
     if case.installs:
       mas_pallas.uninstall()
@@ -91,13 +92,13 @@ def _lowered(case):
 def run_case(case, ptx, args, smem_bytes, schedule=0):
   """Runs ``ptx`` as ``case``'s kernel; returns (out bytes, want bytes, interpreter)."""
   x, init = pallas_run.make_inputs(case)
-  want = pallas_run.expected(case, x, init)
-  out0 = np.full(want.nbytes, 0xA5, np.uint8).view(want.dtype).reshape(want.shape)
-  buffers = [x, init, out0]   # bytes the kernel never writes show as 0xA5
+  want = pallas_run.device_bytes(pallas_run.expected(case, x, init))
+  out0 = np.full(want.shape, 0xA5, np.uint8)  # bytes the kernel never writes show as 0xA5
+  buffers = [pallas_run.device_bytes(x), pallas_run.device_bytes(init), out0]
   kernel = PtxKernel(ptx)
   got = kernel.launch([Memref(buffers[i]) for i in args], cluster=2, smem_bytes=smem_bytes,
                       schedule=schedule)
-  return got[args.index(2)], want.reshape(-1).view(np.uint8), kernel
+  return got[args.index(2)].reshape(-1).view(np.uint8), want.reshape(-1), kernel
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: f"schedule{s}")
@@ -114,6 +115,22 @@ def test_pallas_kernel_stores_exact_bytes(case, schedule):
                          f"got {out[bad[:8]].tolist()} want {want[bad[:8]].tolist()}")
   assert kernel.timeouts == 0 and not kernel.calls
   assert (CLUSTER_WAIT in ptx) == case.installs   # install() also reroutes barrier_wait
+
+
+# The layouts upstream's layout inference rejects under Warpgroup semantics, which this
+# project's store admits (lowering/pallas_layouts.py), in both semantics: one adversarial
+# schedule in CI (every schedule with MAS_EMU_SLOW=1).
+LAYOUT_SCHEDULES = SCHEDULES if len(SCHEDULES) > 3 else SCHEDULES[1:2]
+
+
+@pytest.mark.parametrize("schedule", LAYOUT_SCHEDULES, ids=lambda s: f"schedule{s}")
+@pytest.mark.parametrize("case", pallas_run.LAYOUT_CASES, ids=lambda c: c.describe())
+def test_every_layout_lane_stores_stores_under_warpgroup_too(case, schedule):
+  ptx, args, smem_bytes = _lowered(case)
+  out, want, kernel = run_case(case, ptx, args, smem_bytes, schedule)
+  bad = np.flatnonzero(out != want)
+  assert bad.size == 0, f"{bad.size} bytes differ, first at {bad[:8].tolist()}"
+  assert kernel.timeouts == 0 and not kernel.calls
 
 
 # -- the check must be able to fail --------------------------------------------

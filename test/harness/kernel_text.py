@@ -52,13 +52,15 @@ def print_stats(name: str, **cfg) -> None:
 
 def pallas_store_kernel(*, dtype="bfloat16", shape=(64, 128), swizzle=128, semantics="lane",
                         atomic=None, api="mas", transposed=False, optimized=True,
-                        target="peer"):
+                        target="peer", layout=None):
   """A 2-CTA Pallas MGPU kernel in which each CTA stores into the other's SMEM
   (``target="cta0"``: both CTAs store into CTA 0's, ``cluster_idx=0``; for lowering
   checks only, its barrier still expects one warpgroup's arrivals).
 
   ``api`` picks ``mas_pallas.async_store_smem`` ("mas") or upstream's
-  ``plgpu.async_store_smem`` ("upstream").  Returns (kernel, input spec).
+  ``plgpu.async_store_smem`` ("upstream").  ``layout`` names the registers'
+  ``plgpu.Layout`` (Lane: the load's, WGMMA if None; Warpgroup: a ``layout_cast``
+  after the load, none if None: layout inference picks).  Returns (kernel, input spec).
   """
   import jax
   import jax.numpy as jnp
@@ -81,9 +83,12 @@ def pallas_store_kernel(*, dtype="bfloat16", shape=(64, 128), swizzle=128, seman
     del o_ref
     peer = 0 if target == "cta0" else 1 - jax.lax.axis_index("cluster")
     if sem == plgpu.LoweringSemantics.Lane:
-      x = compat.pallas_load(x_ref, layout=plgpu.Layout.WGMMA, optimized=False)
+      x = compat.pallas_load(x_ref, layout=getattr(plgpu.Layout, layout or "WGMMA"),
+                             optimized=False)
     else:
       x = compat.pallas_load(x_ref, optimized=False)
+      if layout is not None:
+        x = plgpu.layout_cast(x, getattr(plgpu.Layout, layout))
     dst = compat.transpose_smem_ref(smem, (1, 0)) if transposed else smem
     store(x, dst, bar.at[0], cluster_idx=peer, cluster_dim="cluster", atomic=atomic,
           optimized=optimized)

@@ -20,6 +20,7 @@ test/unit/test_pallas_runtime_lowers.py, which lowers every kernel for CUDA:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import sys
@@ -30,8 +31,8 @@ import numpy as np
 from mosaic_async_store import compat
 from mosaic_async_store.plan.dtypes import as_dtype
 
-__all__ = ["PallasCase", "PALLAS_CASES", "roundtrip_kernel", "make_inputs", "expected",
-           "run_case"]
+__all__ = ["PallasCase", "PALLAS_CASES", "LAYOUT_CASES", "WIDENED_LAYOUTS", "layout_case",
+           "roundtrip_kernel", "make_inputs", "expected", "device_bytes", "traced", "run_case"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +50,8 @@ class PallasCase:
   install: bool = False          # run under install() (api="upstream" implies it)
   cta0: bool = False             # both CTAs reduce into CTA 0 (CTA 0 into itself: the
                                  # local form, chosen at run time); only CTA 0 waits
+  layout: str | None = None      # the registers' plgpu.Layout: Lane loads with it (default
+                                 # WGMMA), Warpgroup layout_casts to it (default: inferred)
 
   @property
   def installs(self) -> bool:
@@ -63,7 +66,8 @@ class PallasCase:
             ("" if self.optimized else " unoptimized") +
             (f" atomic={self.atomic}" if self.atomic else "") +
             (" installed" if self.install and self.api == "mas" else "") +
-            (" into cta0" if self.cta0 else ""))
+            (" into cta0" if self.cta0 else "") +
+            (f" layout={self.layout}" if self.layout else ""))
 
 
 PALLAS_CASES = (
@@ -84,6 +88,31 @@ PALLAS_CASES = (
     PallasCase("int32", "lane", atomic="add", shape=(64, 64), cta0=True),
     PallasCase("int32", "warpgroup", atomic="max", shape=(64, 64), cta0=True),
 )
+
+
+# Layouts by dtype that upstream's layout inference rejects under Warpgroup semantics
+# (upstream's store cannot transfer them; Lane semantics stores them through this
+# project): 64-bit data in every layout, 32-bit data in WGMMA_UPCAST_4X, the
+# TMEM-native layout for every width below 32 bits.  Each in both semantics.
+WIDENED_LAYOUTS = tuple(
+    (dtype, layout)
+    for dtype in ("float64", "int64")
+    for layout in ("WGMMA", "WGMMA_8BIT", "WGMMA_UPCAST_2X", "WGMMA_UPCAST_4X", "TCGEN05",
+                   "TCGEN05_TMEM_NATIVE")) + tuple(
+    (dtype, "WGMMA_UPCAST_4X") for dtype in ("float32", "int32", "uint32")) + tuple(
+    (dtype, "TCGEN05_TMEM_NATIVE") for dtype in (
+        "bfloat16", "float16", "int16", "float8_e4m3fn", "float8_e5m2", "int8", "uint8",
+        "int4", "uint4", "float4_e2m1fn"))
+
+
+def layout_case(dtype: str, layout: str, semantics: str) -> PallasCase:
+  """The roundtrip of a (128, 128) tile (4-bit: (128, 256)) in ``layout``, 128-byte swizzle."""
+  return PallasCase(dtype, semantics, shape=(128, 256 if as_dtype(dtype).bits == 4 else 128),
+                    layout=layout)
+
+
+LAYOUT_CASES = tuple(layout_case(d, l, s) for d, l in WIDENED_LAYOUTS
+                     for s in ("lane", "warpgroup"))
 
 
 def _cluster_sync():
@@ -125,15 +154,19 @@ def roundtrip_kernel(case: PallasCase):
   alloc = case.shape[::-1] if case.transposed else case.shape
   # Lane semantics needs a layout for register loads: WGMMA for the store and
   # for swizzled SMEM; plain SMEM and GMEM copies take the strided default.
-  wgmma = {"layout": plgpu.Layout.WGMMA} if sem == plgpu.LoweringSemantics.Lane else {}
+  lane = sem == plgpu.LoweringSemantics.Lane
+  wgmma = {"layout": plgpu.Layout.WGMMA} if lane else {}
   smem_layout = wgmma if case.swizzle else {}
+  x_layout = {"layout": getattr(plgpu.Layout, case.layout)} if lane and case.layout else wgmma
 
   def body(x_ref, init_ref, o_ref, smem, bar):
     cta = jax.lax.axis_index("cluster")
     if case.atomic:  # known starting values, visible before the peer reduces into them
       smem[...] = compat.pallas_load(init_ref.at[cta], optimized=False, **smem_layout)
       _cluster_sync()
-    x = compat.pallas_load(x_ref.at[cta], optimized=False, **wgmma)
+    x = compat.pallas_load(x_ref.at[cta], optimized=False, **x_layout)
+    if case.layout and not lane:  # the kernel fixes the layout; inference keeps it
+      x = plgpu.layout_cast(x, getattr(plgpu.Layout, case.layout))
     dst = compat.transpose_smem_ref(smem, (1, 0)) if case.transposed else smem
     store(x, dst, bar.at[0], cluster_idx=0 if case.cta0 else 1 - cta, cluster_dim="cluster",
           atomic=case.atomic, optimized=case.optimized)
@@ -170,6 +203,17 @@ def make_inputs(case: PallasCase, seed: int = 0):
   return draw((2, *case.shape)), draw((2, *alloc))
 
 
+def device_bytes(array: np.ndarray) -> np.ndarray:
+  """The bytes a kernel sees of ``array``, as uint8 of the same rank (the last dim in
+  bytes): as NumPy holds it, except 4-bit data, which NumPy keeps one element per byte
+  and the GPU two (element ``2k`` in the low nibble)."""
+  array = np.ascontiguousarray(array)
+  if as_dtype(array.dtype).bits != 4:
+    return array.view(np.uint8).reshape(*array.shape[:-1], -1)
+  nibbles = array.view(np.uint8) & 0xF
+  return (nibbles[..., 0::2] | (nibbles[..., 1::2] << 4)).astype(np.uint8)
+
+
 def expected(case: PallasCase, x: np.ndarray, init: np.ndarray) -> np.ndarray:
   """Every CTA's SMEM (in its allocated shape) after the kernel: the peer's data
   (or, into CTA 0, both CTAs' reduced into its init; CTA 1 keeps its init)."""
@@ -186,6 +230,12 @@ def expected(case: PallasCase, x: np.ndarray, init: np.ndarray) -> np.ndarray:
   return {"min": np.minimum, "max": np.maximum}[case.atomic](init, got)
 
 
+def traced(case: PallasCase):
+  """The context to build and run ``case`` in: jax's 64-bit mode for 64-bit data
+  (without it jax makes float64 arrays float32), else nothing."""
+  return compat.enable_x64() if as_dtype(case.dtype).bits == 64 else contextlib.nullcontext()
+
+
 def run_case(case: PallasCase, seed: int = 0) -> dict:
   """Runs one case on the GPU; returns a JSON-able result."""
   import jax.numpy as jnp
@@ -194,9 +244,10 @@ def run_case(case: PallasCase, seed: int = 0) -> dict:
   if case.installs:
     mas_pallas.install()
   try:
-    kernel, _ = roundtrip_kernel(case)
-    x, init = make_inputs(case, seed)
-    out = np.asarray(kernel(jnp.asarray(x), jnp.asarray(init)))
+    with traced(case):
+      kernel, _ = roundtrip_kernel(case)
+      x, init = make_inputs(case, seed)
+      out = np.asarray(kernel(jnp.asarray(x), jnp.asarray(init)))
   finally:
     if case.installs:
       mas_pallas.uninstall()

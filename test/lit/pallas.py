@@ -56,6 +56,43 @@ def show_dialect(name, **kwargs):
       setattr(owner, attr, original)
 
 
+# Layout inference admits every layout the planner stores (lowering/pallas_layouts.py),
+# where upstream's constraint ("Failed to infer a possible set of layouts") admits only
+# what upstream's store transfers: 64-bit data without a cast is inferred WGMMA; the
+# TMEM-native layout of 16-bit data and WGMMA_UPCAST_4X of 32-bit data, fixed by a
+# layout_cast, are kept; each goes out as 16-byte st.async.
+
+# CHECK-LABEL: TEST: f64_inferred
+# CHECK: mosaic_gpu.async_store_smem
+# CHECK-SAME: in_layouts = [#mosaic_gpu.TiledLayout<{{\[\[}}64, 8], [16, 8], [8, 8], [2]], warp_dims = [-7], lane_dims = [-3, -2], vector_dim = -1>]
+# CHECK-SAME: in_transforms = {{\[\[}}#mosaic_gpu.tile<[8, 16]>, #mosaic_gpu.swizzle<128 : i32>]]
+# CHECK-SAME: mas.async_store
+# CHECK-SAME: vector<128x128xf64>
+# PTX-LABEL: TEST: f64_inferred
+# PTX: st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%r{{[0-9]+}}{{(\+[0-9]+)?}}], {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, [%r{{[0-9]+}}];
+# PTX-NOT: st.async.shared::cluster.mbarrier::complete_tx::bytes.b32
+# PTX: mbarrier.arrive.expect_tx.shared::cluster.b64
+with compat.enable_x64():
+  show_dialect("f64_inferred", dtype="float64", shape=(128, 128))
+
+# CHECK-LABEL: TEST: bf16_tmem_native_cast
+# CHECK: mosaic_gpu.async_store_smem
+# CHECK-SAME: in_layouts = [#mosaic_gpu.TiledLayout<{{\[\[}}128, 2], [32, 2]], warp_dims = [-4], lane_dims = [-2], vector_dim = -1>]
+# CHECK-SAME: #mosaic_gpu.tile<[8, 64]>, #mosaic_gpu.swizzle<128 : i32>
+# PTX-LABEL: TEST: bf16_tmem_native_cast
+# PTX: st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32
+# PTX: mbarrier.arrive.expect_tx.shared::cluster.b64
+show_dialect("bf16_tmem_native_cast", dtype="bfloat16", shape=(128, 128),
+             layout="TCGEN05_TMEM_NATIVE")
+
+# CHECK-LABEL: TEST: f32_upcast_4x_cast
+# CHECK: mosaic_gpu.async_store_smem
+# CHECK-SAME: in_layouts = [#mosaic_gpu.TiledLayout<{{\[\[}}64, 32], [16, 32], [8, 32], [8]], warp_dims = [-7], lane_dims = [-3, -2], vector_dim = -1>]
+# CHECK-SAME: #mosaic_gpu.tile<[8, 32]>, #mosaic_gpu.swizzle<128 : i32>
+# PTX-LABEL: TEST: f32_upcast_4x_cast
+# PTX: st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32
+show_dialect("f32_upcast_4x_cast", dtype="float32", shape=(128, 128), layout="WGMMA_UPCAST_4X")
+
 # Under Warpgroup semantics the primitive emits the Mosaic GPU dialect op, marked
 # for this project and carrying what the dialect cannot express: signedness (for
 # min/max) and inc/dec.

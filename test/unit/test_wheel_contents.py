@@ -31,7 +31,7 @@ PRODUCT = {
                                 "verify", "landing", "addressing", "executor",
                                 "register_steps"),
     "mosaic_async_store/lowering": ("__init__", "store", "values_ir", "ptx", "target",
-                                    "ref_offset", "debug", "pallas"),
+                                    "ref_offset", "debug", "pallas", "pallas_layouts"),
     "mosaic_async_store/demo": ("__init__", "config", "kernel", "check"),
     "mosaic_async_store/tools": ("__init__", "toolchain", "mlir_skew", "ptx_stats",
                                  "pallas_capture", "cli"),
