@@ -13,9 +13,8 @@ stores, and steers free layouts to ones the planner can store.
 
 A value whose layout the kernel fixed with ``plgpu.layout_cast`` gets no layout
 constraint from the store: inference keeps the cast's layout, and the lowering
-refuses one the planner cannot store with its own ``AsyncStoreError``, which
-names the layout, instead of upstream's "Failed to infer a possible set of
-layouts".
+refuses one the planner cannot store with the planner's own ``AsyncStoreError``
+instead of upstream's "Failed to infer a possible set of layouts".
 
 Ops that are not this project's (upstream's, before ``install()``) keep
 upstream's rule; ``register(is_ours)`` puts a dispatcher in its place.

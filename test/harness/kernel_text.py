@@ -52,7 +52,7 @@ def print_stats(name: str, **cfg) -> None:
 
 def pallas_store_kernel(*, dtype="bfloat16", shape=(64, 128), swizzle=128, semantics="lane",
                         atomic=None, api="mas", transposed=False, optimized=True,
-                        target="peer", layout=None):
+                        target="peer", layout=None, tiling=None):
   """A 2-CTA Pallas MGPU kernel in which each CTA stores into the other's SMEM
   (``target="cta0"``: both CTAs store into CTA 0's, ``cluster_idx=0``; for lowering
   checks only, its barrier still expects one warpgroup's arrivals).
@@ -60,7 +60,9 @@ def pallas_store_kernel(*, dtype="bfloat16", shape=(64, 128), swizzle=128, seman
   ``api`` picks ``mas_pallas.async_store_smem`` ("mas") or upstream's
   ``plgpu.async_store_smem`` ("upstream").  ``layout`` names the registers'
   ``plgpu.Layout`` (Lane: the load's, WGMMA if None; Warpgroup: a ``layout_cast``
-  after the load, none if None: layout inference picks).  Returns (kernel, input spec).
+  after the load, none if None: layout inference picks).  ``tiling`` replaces the
+  swizzle's transforms by a bare ``TilingTransform`` (an unswizzled tiled ref).
+  Returns (kernel, input spec).
   """
   import jax
   import jax.numpy as jnp
@@ -77,6 +79,8 @@ def pallas_store_kernel(*, dtype="bfloat16", shape=(64, 128), swizzle=128, seman
   if swizzle:
     transforms = (plgpu.TilingTransform((8, swizzle * 8 // dt.bits)),
                   plgpu.SwizzleTransform(swizzle))
+  if tiling is not None:
+    transforms = (plgpu.TilingTransform(tuple(tiling)),)
   alloc = shape[::-1] if transposed else shape
 
   def body(x_ref, o_ref, smem, bar):

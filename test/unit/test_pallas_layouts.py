@@ -72,3 +72,16 @@ def test_the_rule_dispatches_on_the_op():
   rule = RULES["mosaic_gpu.async_store_smem"]
   assert rule.__module__ == pl.__name__
   assert pl._upstream_rule is not rule
+
+
+def test_a_cast_layout_the_planner_refuses_gets_the_planners_error():
+  """float64 WGMMA into an unswizzled (8, 2)-tiled ref has no conflict-free order: fixed
+  by a layout_cast, Warpgroup semantics refuses it with the planner's AsyncStoreError,
+  as Lane semantics does (not with upstream's "Failed to infer ...")."""
+  from kernel_text import pallas_module
+  from mosaic_async_store.errors import AsyncStoreError
+  for semantics in ("lane", "warpgroup"):
+    with compat.enable_x64(), pytest.raises(AsyncStoreError) as e:
+      pallas_module(semantics=semantics, dtype="float64", shape=(64, 16), swizzle=None,
+                    tiling=(8, 2), layout="WGMMA")
+    assert e.value.param == "optimized" and "pass optimized=False" in str(e.value)
