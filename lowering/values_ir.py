@@ -95,7 +95,7 @@ class ValueBuilder:
     at = next((i for i, s in enumerate(steps) if not isinstance(s, Gather)), None)
     self._regroup = None if at is None else steps[at]
     self._regroup_at = -1 if at is None else at
-    self._source_masks = [s.mask for s in steps[:max(at or 0, 0)]]
+    self._source_masks = [s.mask for s in steps[:self._regroup_at]] if at is not None else []
     self._gather_masks = [s.mask for s in steps[self._regroup_at + 1:]]
 
   def lane_bit(self, bit: int) -> ir.Value:
