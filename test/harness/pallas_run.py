@@ -26,6 +26,7 @@ import json
 import sys
 import time
 
+import ml_dtypes
 import numpy as np
 
 from mosaic_async_store import compat
@@ -189,15 +190,16 @@ def roundtrip_kernel(case: PallasCase):
 def make_inputs(case: PallasCase, seed: int = 0):
   """``(x, init)``: random, never-zero data for both CTAs (init in SMEM's shape)."""
   rng = np.random.default_rng(seed)
-  dt = as_dtype(case.dtype).numpy
+  info_of = as_dtype(case.dtype)
+  dt = info_of.numpy
   alloc = case.shape[::-1] if case.transposed else case.shape
 
   def draw(shape):
-    if np.issubdtype(dt, np.integer):
-      info = np.iinfo(dt)
-      lo, hi = max(info.min, -1000), min(info.max, 1000)
-      v = rng.integers(lo, hi, size=shape)
-      return np.where(v == 0, 7, v).astype(dt)
+    if not info_of.is_float:  # ml_dtypes.iinfo also knows int4 / uint4
+      info = ml_dtypes.iinfo(dt)
+      lo, hi = max(int(info.min), -1000), min(int(info.max), 1000)
+      v = rng.integers(lo, hi + 1, size=shape)
+      return np.where(v == 0, 1, v).astype(dt)
     v = rng.uniform(0.5, 4.0, size=shape) * rng.choice([-1, 1], size=shape)
     return v.astype(dt)
   return draw((2, *case.shape)), draw((2, *alloc))
