@@ -37,7 +37,7 @@ import traceback
 from mosaic_async_store.demo.config import StoreConfig
 from mosaic_async_store.plan.dtypes import as_dtype
 
-__all__ = ["LAYOUTS", "DTYPES", "SWIZZLES", "ATOMICS", "Outcome", "shapes_for",
+__all__ = ["LAYOUTS", "DTYPES", "SWIZZLES", "ATOMICS", "Outcome", "shapes_for", "fits",
            "configurations", "run_config", "run_matrix", "summarize",
            "format_summary", "refusal_key", "store_width", "ptx_store_bytes",
            "SAMPLE_EVERY", "MAX_ELEMENTS", "plan_config", "plain_reason"]
@@ -64,19 +64,35 @@ _BASE_TILE = {  # the layouts' base tiles (layout.tiling.tiles[0]), without jax
 }
 
 
-def shapes_for(layout: str, dtype: str, swizzle, transposed: bool) -> list[tuple[int, ...]]:
-  """One or two valid shapes: the smallest, and one with >= 128-element rows."""
+def _min_tile(layout: str, dtype: str, swizzle, transposed: bool) -> tuple[int, int]:
+  """The smallest 2-D shape of ``layout``: a multiple of its base tile and of the
+  swizzle tile (8 rows x ``swizzle`` bytes, both orientations when transposed)."""
   bits = as_dtype(dtype).bits
   base = _BASE_TILE[layout]
-  if len(base) == 1:
-    small = base[0] * max(1, 16 // base[0])
-    return [(small,), (math.lcm(base[0], 256),)]
   sw_cols = swizzle * 8 // bits if swizzle else 1
   sw_rows = 8 if swizzle else 1
   rows = math.lcm(base[0], sw_rows, sw_cols if transposed else 1)
   cols = math.lcm(base[1], sw_cols, sw_rows if transposed else 1)
   if layout in ("STRIDED", "SPLAT"):  # 128 threads must hold whole registers
     cols = math.lcm(cols, max(1, 128 * 8 // (rows * 8)))
+  return rows, cols
+
+
+def fits(layout: str, dtype: str, swizzle, transposed: bool, shape: tuple[int, ...]) -> bool:
+  """Whether ``shape`` is a valid 2-D shape of the matrix for these options."""
+  if layout in _ONE_D or len(shape) != 2 or math.prod(shape) > MAX_ELEMENTS:
+    return False
+  rows, cols = _min_tile(layout, dtype, swizzle, transposed)
+  return shape[0] % rows == 0 and shape[1] % cols == 0
+
+
+def shapes_for(layout: str, dtype: str, swizzle, transposed: bool) -> list[tuple[int, ...]]:
+  """One or two valid shapes: the smallest, and one with >= 128-element rows."""
+  base = _BASE_TILE[layout]
+  if len(base) == 1:
+    small = base[0] * max(1, 16 // base[0])
+    return [(small,), (math.lcm(base[0], 256),)]
+  rows, cols = _min_tile(layout, dtype, swizzle, transposed)
   second = (rows, math.lcm(cols, 128))
   if second == (rows, cols):
     second = (2 * rows, cols)

@@ -1,40 +1,76 @@
 """Static cost of the asynchronous store, ours vs upstream's store_tiled_async (CPU only).
 
-For every configuration that upstream also handles, both bare store kernels
-are compiled with the deviceless toolchain (mlir-opt -> PTX -> ptxas -> SASS)
-and compared: asynchronous stores (st.async / red.async) and their bytes per
-instruction, plain st/red pieces, the SASS store span (instructions from the
-first to the last store, both included) and registers per thread.  Writes a
-markdown report and a JSON file with every number.
+For every configuration of a documented slice of the matrix (``slice_configs``)
+that upstream also compiles, both implementations' kernels are built, compiled
+with the deviceless toolchain and run in the PTX checker (``cost_measure``), and
+compared column by column: store instructions, bytes per store instruction,
+SASS instructions of the whole kernel, registers per thread, modelled
+shared-memory wavefronts (better / equal / worse each); the SASS store span is
+shown as information only.  Writes a markdown report and a JSON file with every
+number.
 
-  python bench/static_cost.py [--full] [--every N] [--out docs/static_cost.md]
+  python bench/static_cost.py [--quick | --full [--every N]] [--jobs J] [--out docs/static_cost.md]
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import datetime
+import itertools
 import json
+import multiprocessing
 import os
 import pathlib
 import platform
-import re
 import sys
 import time
 
-from mosaic_async_store.tools import ptx_stats
 from mosaic_async_store.demo.config import StoreConfig
 
 _HERE = pathlib.Path(__file__).resolve().parent
 if str(_HERE) not in sys.path:
   sys.path.insert(0, str(_HERE))
 import matrix  # noqa: E402  (bench/matrix.py: the configuration matrix)
+from cost_measure import COLUMNS, compare, verdicts  # noqa: E402
 
-__all__ = ["default_configs", "measure", "compare", "main"]
+__all__ = ["slice_configs", "quick_configs", "summarize", "markdown", "main"]
+
+SLICE_SHAPES = ((64, 128), (128, 128))
+SLICE_SWIZZLES = (32, 128)
+# Upstream's atomics (upstream-baseline.md: 32-bit integers only).  uint32's and/or/xor
+# are the same .b32 instructions as int32's, so the slice has them on int32 only.
+UPSTREAM_ATOMICS = {"i32": ("add", "min", "max", "and", "or", "xor"),
+                    "u32": ("add", "min", "max")}
 
 
-def default_configs() -> list[StoreConfig]:
-  """A moderate set (~70) covering the cases upstream-baseline.md measures."""
+def slice_configs() -> list[StoreConfig]:
+  """The documented slice of the matrix (docs/static_cost.md says it in words).
+
+  Every 2-D layout and dtype of bench/matrix.py, swizzles 32 and 128, row- and
+  column-major destinations, each in the first of 64x128 and 128x128 that fits
+  (``matrix.fits``), optimized or not, peer and local targets; plain stores, and
+  upstream's atomics (add, min, max, and, or, xor) on the dtypes it has them for
+  (32-bit integers; ``UPSTREAM_ATOMICS``).  Upstream refuses most of it; what it compiles is compared.
+  """
+  out = []
+  for layout, dtype, swizzle, transposed in itertools.product(
+      matrix.LAYOUTS, matrix.DTYPES, SLICE_SWIZZLES, (False, True)):
+    shape = next((s for s in SLICE_SHAPES
+                  if matrix.fits(layout, dtype, swizzle, transposed, s)), None)
+    if shape is None:
+      continue
+    atomics = (None, *UPSTREAM_ATOMICS.get(dtype, ()))
+    for optimized, target, atomic in itertools.product((True, False), ("peer", "local"),
+                                                       atomics):
+      out.append(StoreConfig(dtype=dtype, shape=shape, layout=layout, swizzle=swizzle,
+                             transposed=transposed, optimized=optimized, target=target,
+                             atomic=atomic))
+  return out
+
+
+def quick_configs() -> list[StoreConfig]:
+  """A small set (~70) covering the cases upstream-baseline.md measures (--quick)."""
   out = []
   def add(**kw):  # a 64x128 tile with a 128-byte swizzle unless said otherwise
     out.append(StoreConfig(**{"shape": (64, 128), "swizzle": 128, **kw}))
@@ -73,102 +109,14 @@ def default_configs() -> list[StoreConfig]:
   return out
 
 
-def _kind(opcode: str) -> str | None:
-  if opcode.startswith(("st.async", "red.async")):
-    return "async"
-  if opcode.startswith(("st.", "red.")) and not opcode.startswith(("st.global", "st.local",
-                                                                    "st.param")):
-    return "plain"
-  return None
-
-
-_SASS_STORE = re.compile(r"^(?:STAS|REDAS|STS|ATOMS)|^(?:ST|RED)(?:\.|$)")
-
-
-def _span_without_loads(sass: str) -> int:
-  """The store span minus the register loads (LDG) that ptxas schedules into it.
-
-  The bare kernels load their registers from global memory; ptxas interleaves
-  those loads with the stores differently for each impl, which moves the
-  plain span by a few instructions that are not store code.
-  """
-  ops = ptx_stats.sass_instructions(sass)
-  pos = [i for i, op in enumerate(ops) if _SASS_STORE.match(op)]
-  if not pos:
-    return 0
-  return sum(not op.startswith("LDG") for op in ops[pos[0]:pos[-1] + 1])
-
-
-def measure(cfg: StoreConfig) -> dict:
-  """Compiles cfg's bare kernel; returns its costs (raises what the build raises)."""
-  from jaxlib.mlir import ir
-  from mosaic_async_store import compat
-  from mosaic_async_store.tools import toolchain
-  from mosaic_async_store.demo.kernel import build_store_module
-  with compat.make_ir_context(), ir.Location.unknown():
-    module, _ = build_store_module(cfg, bare=True)
-    compiled = toolchain.compile_module(module)
-  stats = compiled.stats
-  counts = {"async": 0, "plain": 0}
-  nbytes = {"async": 0, "plain": 0}
-  widths: dict[int, int] = {}
-  for opcode, n in stats.stores.items():
-    kind = _kind(opcode)
-    if kind is None:
-      continue
-    w = matrix.store_width(opcode)
-    counts[kind] += n
-    nbytes[kind] += w * n
-    if kind == "async":
-      widths[w] = widths.get(w, 0) + n
-  return {"async": counts["async"], "plain": counts["plain"],
-          "async_widths": dict(sorted(widths.items())),
-          "bytes_per_async": round(nbytes["async"] / counts["async"], 2) if counts["async"] else 0,
-          "bytes_per_store": round(sum(nbytes.values()) / max(1, sum(counts.values())), 2),
-          "span": stats.sass_store_span, "span_no_loads": _span_without_loads(compiled.sass),
-          "registers": stats.registers,
-          "sass_instructions": stats.sass_instructions}
-
-
-def compare(cfg: StoreConfig) -> dict:
-  """Both impls for one config; ``upstream`` / ``ours`` hold a cost dict or an error."""
-  row = {"config": cfg.describe().replace(" impl=mas", ""),
-         "params": {k: v for k, v in vars(cfg).items() if k != "impl"}}
-  for impl, key in (("upstream", "upstream"), ("mas", "ours")):
-    try:
-      row[key] = measure(StoreConfig(**{**vars(cfg), "impl": impl}))
-    except Exception as e:  # noqa: BLE001  (upstream refuses with many types)
-      row[key] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
-    if impl == "upstream" and "error" in row[key]:
-      return row  # upstream refuses: not compared
-  return row
-
-
-def _sign(a, b) -> str:
-  return "fewer" if a < b else "equal" if a == b else "more"
-
-
-def verdicts(row) -> dict | None:
-  """How ours compares on one config both impls compiled (None otherwise)."""
-  up, ours = row["upstream"], row.get("ours", {"error": "not compiled"})
-  if "error" in up or "error" in ours:
-    return None
-  return {
-      "instructions": _sign(ours["async"] + ours["plain"], up["async"] + up["plain"]),
-      "span": {"fewer": "shorter", "equal": "equal", "more": "longer"}[
-          _sign(ours["span"], up["span"])],
-      "span_no_loads": {"fewer": "shorter", "equal": "equal", "more": "longer"}[
-          _sign(ours["span_no_loads"], up["span_no_loads"])],
-      "total": _sign(ours["sass_instructions"], up["sass_instructions"]),
-      "worse": ours["span"] > up["span"] or ours["bytes_per_store"] < up["bytes_per_store"]
-               or ours["bytes_per_async"] < up["bytes_per_async"],
-  }
-
-
 def summarize(rows) -> dict:
-  """Counts of fewer/equal/more instructions and shorter/equal/longer spans."""
+  """Per column: how many configurations ours is better, equal, worse (or n/a) on."""
   compared = [(r, verdicts(r)) for r in rows if verdicts(r) is not None]
-  count = lambda key, value: sum(v[key] == value for _, v in compared)
+  columns = {}
+  for col in COLUMNS:
+    counts = {k: sum(v[col] == k for _, v in compared) for k in ("better", "equal", "worse", "n/a")}
+    columns[col] = {**counts, "worse_configs": [r["config"] for r, v in compared
+                                                if v[col] == "worse"]}
   return {
       "configs": len(rows),
       "upstream_refuses": sum("error" in r["upstream"] for r in rows),
@@ -176,118 +124,134 @@ def summarize(rows) -> dict:
           r["config"] for r in rows
           if "error" not in r["upstream"] and "error" in r.get("ours", {})],
       "compared": len(compared),
-      "instructions": {k: count("instructions", k) for k in ("fewer", "equal", "more")},
-      "span": {k: count("span", k) for k in ("shorter", "equal", "longer")},
-      "span_no_loads": {k: count("span_no_loads", k) for k in ("shorter", "equal", "longer")},
-      "total": {k: count("total", k) for k in ("fewer", "equal", "more")},
-      "worse": [r["config"] for r, v in compared if v["worse"]],
+      "columns": columns,
   }
 
 
+_TITLES = {"stores": "store instructions", "bytes_per_store": "bytes per store instruction",
+           "sass": "SASS instructions (whole kernel)", "registers": "registers per thread",
+           "wavefronts": "modelled wavefronts (CTA 0's stores)"}
+
+
 def _cell(m: dict, key: str) -> str:
-  return "-" if "error" in m else str(m[key])
+  if "error" in m:
+    return "-"
+  return "n/a" if m[key] is None else str(m[key])
 
 
 def _widths(m: dict) -> str:
   if "error" in m:
     return "refused"
-  text = " ".join(f"{n}x{w}B" for w, n in m["async_widths"].items()) or "0"
-  return text + (f" +{m['plain']} plain" if m["plain"] else "")
+  return " ".join(f"{n}x{w}B" for w, n in m["widths"].items()) or "0"
 
 
 def markdown(rows, summary, command: str, meta: dict) -> str:
-  """The report: how it was made, the summary, the table, upstream's refusals."""
+  """The report: how it was made, the summary per column, the table, the refusals."""
   s = summary
   lines = [
       "# Static cost: mosaic-async-store vs upstream store_tiled_async", "",
       f"Generated by `{command}` on {meta['date']} (jax {meta['jax']}, jaxlib "
-      f"{meta['jaxlib']}, {meta['machine']}, ptxas/cuobjdump from the deviceless "
-      f"toolchain, sm_90a, bare kernels, peer target, cluster of 2). {meta['seconds']} s.",
-      "",
-      "Per configuration: asynchronous stores per thread (count x bytes; `plain`: "
-      "st/red .shared::cluster pieces), bytes per store instruction, SASS store span "
-      "(first to last store, both included; `span-LDG`: the same without the register "
-      "loads from global memory that ptxas interleaves), SASS instructions of the "
-      "whole bare kernel, and registers per thread.",
-      "", "## Summary", "",
+      f"{meta['jaxlib']}, {meta['machine']}, deviceless toolchain, sm_90a, cluster of 2). "
+      f"{meta['seconds']} s with {meta['jobs']} worker processes.", "",
+      "Each configuration's full kernel (register loads from global memory, the store, "
+      "the bounded wait; SMEM init and copy-out, the same code for both) is compiled "
+      "for each implementation and run in the PTX checker with its store instructions "
+      "traced (bench/cost_measure.py). Columns: store instructions per thread and their "
+      "widths, bytes per store instruction, SASS instructions of the whole kernel, "
+      "registers per thread, and the shared-memory wavefronts of CTA 0's store "
+      "instructions priced by the planner's bank model (`verify.bank_wavefronts`: per "
+      "warp instruction, per 128-byte phase, the busiest bank). The SASS store span "
+      "(first to last store) is information only. n/a: the checker rejects the "
+      "kernel (upstream's red.async into the executing CTA is undefined behaviour), "
+      "so its wavefronts are not measured.", "",
+      "## Summary", "",
       f"- configurations: {s['configs']}; upstream refuses {s['upstream_refuses']} "
       f"(not compared); compared: {s['compared']}",
-      f"- store instructions: ours fewer on {s['instructions']['fewer']}, equal on "
-      f"{s['instructions']['equal']}, more on {s['instructions']['more']}",
-      f"- SASS store span: ours shorter on {s['span']['shorter']}, equal on "
-      f"{s['span']['equal']}, longer on {s['span']['longer']}; without the "
-      f"interleaved register loads (LDG): shorter on {s['span_no_loads']['shorter']}, "
-      f"equal on {s['span_no_loads']['equal']}, longer on {s['span_no_loads']['longer']}",
-      f"- SASS instructions of the whole kernel (prologue and register loads are the "
-      f"same code for both, so the difference is the store's own code, wherever "
-      f"ptxas scheduled it): ours fewer on {s['total']['fewer']}, equal on "
-      f"{s['total']['equal']}, more on {s['total']['more']}",
-      f"- ours worse (longer span or fewer bytes per instruction): {len(s['worse'])}"
-      + "".join(f"\n  - {c}" for c in s["worse"]),
       f"- upstream compiles but ours refuses: {len(s['ours_refuses_upstream_accepts'])}"
-      + "".join(f"\n  - {c}" for c in s["ours_refuses_upstream_accepts"]),
-      "", "## Table", "",
-      "| config | stores ours | stores upstream | B/store ours | B/store up | span ours "
-      "| span up | span-LDG ours | span-LDG up | SASS total ours | SASS total up "
-      "| regs ours | regs up |",
-      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+      + "".join(f"\n  - {c}" for c in s["ours_refuses_upstream_accepts"]), "",
+      "| column | ours better | equal | ours worse | n/a |", "| --- | --- | --- | --- | --- |",
   ]
+  for col, c in s["columns"].items():
+    lines.append(f"| {_TITLES[col]} | {c['better']} | {c['equal']} | {c['worse']} | {c['n/a']} |")
+  for col, c in s["columns"].items():
+    if c["worse_configs"]:
+      lines += ["", f"Ours worse in {_TITLES[col]}:"]
+      lines += [f"- {name}" for name in c["worse_configs"]]
+  lines += ["", "## Table", "",
+            "| config | stores ours | stores up | B/store ours | B/store up | SASS ours "
+            "| SASS up | regs ours | regs up | wavefronts ours | wavefronts up | span ours "
+            "| span up |", "| --- " * 13 + "|"]
   for r in rows:
     if "error" in r["upstream"]:
       continue
     up, ours = r["upstream"], r["ours"]
-    lines.append(
-        f"| {r['config']} | {_widths(ours)} | {_widths(up)} | "
-        f"{_cell(ours, 'bytes_per_store')} | {_cell(up, 'bytes_per_store')} | "
-        f"{_cell(ours, 'span')} | {_cell(up, 'span')} | "
-        f"{_cell(ours, 'span_no_loads')} | {_cell(up, 'span_no_loads')} | "
-        f"{_cell(ours, 'sass_instructions')} | {_cell(up, 'sass_instructions')} | "
-        f"{_cell(ours, 'registers')} | {_cell(up, 'registers')} |")
+    cells = [_widths(ours), _widths(up)]
+    for key in ("bytes_per_store", "sass", "registers", "wavefronts", "span"):
+      cells += [_cell(ours, key), _cell(up, key)]
+    lines.append(f"| {r['config']} | " + " | ".join(cells) + " |")
   refused = [r for r in rows if "error" in r["upstream"]]
   if refused:
-    lines += ["", "## Upstream refuses (not compared)", ""]
-    lines += [f"- {r['config']}: {r['upstream']['error']}" for r in refused]
+    reasons = {}
+    for r in refused:
+      reasons[r["upstream"]["error"][:90]] = reasons.get(r["upstream"]["error"][:90], 0) + 1
+    lines += ["", "## Upstream refuses (not compared), by message", ""]
+    lines += [f"- {n}: {msg}" for msg, n in sorted(reasons.items(), key=lambda kv: -kv[1])]
   return "\n".join(lines) + "\n"
 
 
-def _meta(seconds: float) -> dict:
+def _meta(seconds: float, jobs: int) -> dict:
   import jax
   import jaxlib
   return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
           "jax": jax.__version__, "jaxlib": jaxlib.__version__,
           "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, "
                      f"Python {platform.python_version()}",
-          "seconds": round(seconds)}
+          "seconds": round(seconds), "jobs": jobs}
+
+
+def _rows(configs, jobs: int) -> list[dict]:
+  """compare() of every config, in ``jobs`` worker processes (spawned: a fork of
+  a process that has loaded jaxlib is not safe), in the configs' order."""
+  if jobs <= 1:
+    return [compare(c) for c in configs]
+  ctx = multiprocessing.get_context("spawn")
+  with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
+    rows = []
+    for i, row in enumerate(pool.map(compare, configs, chunksize=4)):
+      rows.append(row)
+      print(f"[{i + 1}/{len(configs)}] {row['config']}", file=sys.stderr, flush=True)
+    return rows
 
 
 def main(argv=None) -> int:
   """Compares the configurations, writes the markdown and JSON reports."""
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--full", action="store_true",
-                      help="every peer configuration of bench/matrix.py (hours)")
-  parser.add_argument("--every", type=int, default=1, help="with --full: every Nth")
+  which = parser.add_mutually_exclusive_group()
+  which.add_argument("--quick", action="store_true", help="a small set of ~70 instead of the slice")
+  which.add_argument("--full", action="store_true",
+                     help="every configuration of bench/matrix.py (days)")
+  parser.add_argument("--every", type=int, default=1, help="only every Nth configuration")
+  parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
   parser.add_argument("--out", default="docs/static_cost.md",
                       help="markdown report; the JSON goes next to it")
   args = parser.parse_args(argv)
-  if args.full:
-    configs = [c for c in matrix.configurations(args.every == 1, args.every)
-               if c.target == "peer"]
-  else:
-    configs = default_configs()
+  if args.every < 1 or args.jobs < 1:
+    parser.error("--every and --jobs take a positive number")
+  configs = (list(matrix.configurations(True)) if args.full else
+             quick_configs() if args.quick else slice_configs())[args.every // 2::args.every]
   start = time.time()
-  rows = []
-  for i, cfg in enumerate(configs):
-    rows.append(compare(cfg))
-    print(f"[{i + 1}/{len(configs)}] {rows[-1]['config']}", file=sys.stderr, flush=True)
+  rows = _rows(configs, args.jobs)
   summary = summarize(rows)
-  meta = _meta(time.time() - start)
+  meta = _meta(time.time() - start, args.jobs)
   command = "python bench/static_cost.py " + " ".join(argv if argv is not None else sys.argv[1:])
   out = pathlib.Path(args.out)
   out.parent.mkdir(parents=True, exist_ok=True)
   out.with_suffix(".json").write_text(json.dumps(
       {"command": command.strip(), **meta, "summary": summary, "rows": rows}, indent=1))
   out.write_text(markdown(rows, summary, command.strip(), meta))
-  print(json.dumps(summary, indent=1))
+  print(json.dumps({k: v for k, v in summary.items() if k != "columns"}, indent=1))
+  for col, c in summary["columns"].items():
+    print(f"{col}: better {c['better']} equal {c['equal']} worse {c['worse']} n/a {c['n/a']}")
   return 0
 
 

@@ -34,8 +34,11 @@ class AccessSemantics:
   def _store_fn(self, space, addr, vals, size, red):
     """st / red (weak, or relaxed atomics): written at once, checked for races."""
     mask = (1 << (8 * size)) - 1
+    traced = "::" in (space or "")   # a store instruction's own spelling (see _trace)
     def store(th):
       buf, off = self._mem(th, space, addr(th), size * len(vals))
+      if traced and self.store_trace is not None:
+        self._trace(th, buf, off, size * len(vals))
       self._access(th, buf, off, size * len(vals), write=True, atomic=red is not None)
       self._write(buf, off, size, [g(th) & mask for g in vals], red)
     return store
@@ -54,6 +57,8 @@ class AccessSemantics:
       n = size * len(vals)
       buf, off = self._mem(th, "shared::cluster", addr(th), n)
       cta, key = self._cta_of(buf), self._bar_key(th, "shared::cluster", mbar(th))
+      if self.store_trace is not None:
+        self._trace(th, buf, off, n)
       where = f"CTA {th.cta} thread {th.tid}: {text} into CTA {cta}"
       if len(self.smem) == 1:
         raise ProtocolError("st.async-cluster-of-one", where)
@@ -70,6 +75,14 @@ class AccessSemantics:
       th.vc[th.slot] += 1
       return YIELD if self.sched.yields() else None
     return issue
+
+  def _trace(self, th, buf, off, n):
+    """Records one thread's store into SMEM for ``store_trace`` (ptx_run.Runner):
+    asynchronous stores, and plain st/red that spell their state space with a
+    ``::cta`` / ``::cluster`` qualifier, as both implementations' store code does;
+    the kernels' own SMEM copies (LLVM's ``st.shared``) are left out."""
+    if buf is not th.local:
+      self.store_trace.setdefault((th.cta, th.tid), []).append((self._cta_of(buf), off, n))
 
   def _land(self, op):
     """The data of ``op`` lands; then its complete_tx on the barrier."""

@@ -83,6 +83,7 @@ class PtxKernel(Runner, SyncSemantics, AccessSemantics):
     for name in re.findall(r"\.global\s[^;]*?(\w+)\[\d+\]", text[:m.start()]):
       self.symbols[name] = ("global", 0)   # printf formats: never read (address unmapped)
     self.code, self.texts, self.labels, self.collectives, self.local_bytes = [], [], {}, {}, 0
+    self.store_trace = None   # launch(trace_stores=True) fills it
     self._parse(text[text.index("{", m.end()):])
 
   # -- parsing -----------------------------------------------------------------

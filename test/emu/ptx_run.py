@@ -42,13 +42,17 @@ class Runner:
   """``launch`` and the scheduling loop."""
 
   def launch(self, buffers, *, cluster, smem_bytes, block=128, max_timeouts=64, schedule=0,
-             barrier_slots=64):
+             barrier_slots=64, trace_stores=False):
     """Runs one cluster of ``cluster`` CTAs of ``block`` threads under the seeded
     ``schedule`` (see ptx_memory.Schedule).  ``buffers`` (NumPy arrays or
     ``Memref``s, in parameter order: see _pack_params) are copied in; returns
     their contents afterwards, in argument order, as uint8 arrays.  Raises
-    ProtocolError on a violated rule."""
+    ProtocolError on a violated rule.  With ``trace_stores``, ``self.store_trace``
+    maps (cta, tid) to that thread's store instructions into SMEM, in program
+    order, each as (destination CTA, byte offset, bytes) (``AccessSemantics._trace``
+    says which stores count)."""
     self._pack_params(buffers)
+    self.store_trace = {} if trace_stores else None
     self.smem = [bytearray(b"\xcd" * smem_bytes) for _ in range(cluster)]  # uninitialised
     self.shadow = [Shadow(smem_bytes) for _ in range(cluster)]
     self.smem_cta = {id(b): i for i, b in enumerate(self.smem)}

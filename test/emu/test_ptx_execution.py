@@ -22,14 +22,11 @@ import re
 import numpy as np
 import pytest
 
-import hostdata
-from mosaic_async_store.demo.config import StoreConfig, resolve_layout
-from mosaic_async_store.plan.dtypes import as_dtype
-from mosaic_async_store.plan.geometry import register_map
-from gpu_run import make_inputs
-from mosaic_async_store.demo.kernel import WAIT_POLLS, kernel_io
+from mosaic_async_store.demo.config import StoreConfig
+from mosaic_async_store.demo.kernel import WAIT_POLLS
 from kernel_text import kernel_text
 
+from demo_kernels import run_ptx  # noqa: F401  (other test modules import it from here)
 from configs import RUNTIME_CONFIGS  # test/gpu (pyproject: pytest pythonpath)
 from ptx_interp import PtxKernel
 from ptx_memory import SCHEDULES, ProtocolError
@@ -54,36 +51,6 @@ CONFIGS = REQUIRED + [c for c in RUNTIME_CONFIGS if c not in REQUIRED]
 @functools.lru_cache(maxsize=None)
 def _ptx(cfg):
   return kernel_text(cfg, "ptx", bare=False)
-
-
-def _poison_spare_bits(cfg, src):
-  """A register narrower than a byte sits in the low bits of its byte and the
-  kernel must ignore the rest (kernels._load_value truncates): fill the spare
-  bits with random ones, so that a kernel that does not mask them shows."""
-  regs = register_map(resolve_layout(cfg.layout, cfg.shape, cfg.dtype), cfg.shape)
-  reg_bits = regs.vector_length * as_dtype(cfg.dtype).bits
-  if regs.splat or reg_bits >= 8:
-    return src
-  noise = np.random.default_rng(1).integers(0, 256, src.size, dtype=np.uint8)
-  return src | (noise & np.uint8(0xFF ^ ((1 << reg_bits) - 1)))
-
-
-def run_ptx(cfg, ptx, schedule=0, cluster=None):
-  """Runs ``ptx`` as ``cfg``'s kernel under ``schedule`` (on ``cluster`` CTAs,
-  default cfg's); returns (out, flags, want, interpreter)."""
-  codes, src, init = make_inputs(cfg, seed=0)
-  src = _poison_spare_bits(cfg, src)
-  io = kernel_io(cfg)
-  # Dynamic SMEM as kernel_parts lays it out: the buffer, a pad to 8 bytes, the
-  # 8-byte barrier.  Anything the kernel touches beyond it is an error.
-  alloc = int(np.prod(io.smem_shape)) * as_dtype(cfg.dtype).bits // 8
-  smem_bytes = alloc + (-alloc % 8) + 8
-  out0 = np.full(cfg.cluster * io.smem_bytes, 0xA5, np.uint8)   # unwritten bytes show
-  flags0 = np.full(cfg.cluster * 128, -1, np.int32)             # unwritten flags show
-  kernel = PtxKernel(ptx)
-  _, _, flags, out = kernel.launch([init, src, flags0, out0], cluster=cluster or cfg.cluster,
-                                   smem_bytes=smem_bytes, schedule=schedule)
-  return out, flags.view(np.int32), hostdata.expected_smem(cfg, codes, init), kernel
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: f"schedule{s}")

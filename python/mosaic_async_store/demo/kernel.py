@@ -136,7 +136,8 @@ def _mlir_type(dt) -> ir.Type:
 
 def upstream_store(value, view, bar, peer_idx, cfg):
   """Upstream's Lane path as its Pallas rule drives it: every thread arrives on
-  the peer's barrier announcing total/128 bytes, then store_tiled_async."""
+  the target CTA's barrier (``peer_idx``: the peer, or the own CTA for a local
+  target) announcing total/128 bytes, then store_tiled_async."""
   nbytes = int(np.prod(cfg.shape)) * as_dtype(cfg.dtype).bits // 8
   bar.remap_to_cluster(gpu.Dimension.x, peer_idx).arrive_expect_tx(nbytes // 128)
   value.store_tiled_async(view, bar, gpu.Dimension.x, peer_idx, swizzle=cfg.swizzle,
@@ -235,8 +236,9 @@ def kernel_parts(cfg: StoreConfig, *, bare: bool = False, store=None,
                        arith.constant(index, cfg.cluster))
     if store is not None:
       store(value, view, bar[0])
-    elif cfg.impl == "upstream":
-      upstream_store(value, view, bar[0], peer, cfg)
+    elif cfg.impl == "upstream":  # a local target: upstream's store into the own CTA
+      own = gpu.cluster_block_id(gpu.Dimension.x)
+      upstream_store(value, view, bar[0], own if cfg.target == "local" else peer, cfg)
     else:
       kwargs = {"peer": dict(cluster_dim=gpu.Dimension.x, cluster_idx=peer),
                 "cta0": dict(cluster_dim=gpu.Dimension.x, cluster_idx=0),

@@ -16,7 +16,7 @@ import numpy as np
 
 from mosaic_async_store.errors import AsyncStoreError
 from mosaic_async_store.plan.geometry import WARP_SIZE, WARPGROUP_SIZE
-from mosaic_async_store.plan.plan_types import Instruction
+from mosaic_async_store.plan.plan_types import Instruction, StoreOrder
 from mosaic_async_store.plan.verify import plan_wavefronts, store_wavefronts
 
 __all__ = ["remove_bank_conflicts", "plan_conflicts"]
@@ -102,15 +102,30 @@ def _staggered(plan, members, pairs) -> list[Instruction]:
   return out
 
 
+def _order(plan, members, pairs, cost) -> StoreOrder:
+  """The record of one group's order (``pairs`` staggered, ``cost`` extra left)."""
+  first = plan.instructions[members[0]]
+  choices = 1 << len(pairs)
+  selects = (choices - 1) * -(-first.width // 4) * len(members) if pairs else 0
+  saved = _group_cost(plan, members, []) - cost if pairs else 0
+  return StoreOrder(first.kind, first.width, len(members), tuple(lb for lb, _ in pairs),
+                    selects, saved)
+
+
 def remove_bank_conflicts(plan):
-  """Returns a conflict-free plan, or raises AsyncStoreError saying why."""
+  """Returns a conflict-free plan, or raises AsyncStoreError saying why.
+
+  The plan's ``store_orders`` record, per group, the lane bits staggered on,
+  the selects that adds and the wavefronts it saves (``StoreOrder.pays``).
+  """
   if plan_conflicts(plan) == 0:
     return plan
   instrs = list(plan.instructions)
-  left = 0
+  left, orders = 0, []
   for members in _groups(instrs):
     pairs, cost = _stagger_group(plan, members)
     left += cost
+    orders.append(_order(plan, members, pairs, cost))
     if pairs:
       for m, new in zip(members, _staggered(plan, members, pairs)):
         instrs[m] = new
@@ -123,4 +138,4 @@ def remove_bank_conflicts(plan):
         "register order and accepts the conflicts. Fix: pass optimized=False, or "
         "use a swizzle or layout that spreads rows over banks (e.g. swizzle=128)",
         param="optimized", value="True")
-  return dataclasses.replace(plan, instructions=tuple(instrs))
+  return dataclasses.replace(plan, instructions=tuple(instrs), store_orders=tuple(orders))

@@ -14,7 +14,8 @@ import numpy as np
 
 from mosaic_async_store.plan import ptx_forms
 
-__all__ = ["Value", "Exchange", "Part", "Instruction", "Target", "ASYNC_KINDS"]
+__all__ = ["Value", "Exchange", "Part", "Instruction", "Target", "StoreOrder", "ASYNC_KINDS",
+           "WARPS_PER_WARPGROUP"]
 
 # Instruction kinds that complete on the barrier's tx count.
 ASYNC_KINDS = ("st.async", "red.async")
@@ -148,3 +149,48 @@ class Instruction:
   def opcode(self) -> str:
     """The full PTX opcode, state space included, that the emitter writes."""
     return ptx_forms.opcode(self.kind, self.space, self.op, self.ptx_type)
+
+
+# A select costs each of the warpgroup's four warps one issue slot; a wavefront
+# costs the destination's shared-memory pipe one cycle.  An order pays when it
+# saves at least one wavefront per warp instruction it adds.
+WARPS_PER_WARPGROUP = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreOrder:
+  """What one group's bank-conflict-free order costs and what it saves.
+
+  A group is the instructions of one kind, width, type and op, which the
+  order may permute among each other (``banks``).  Attributes:
+    kind, width: the group's instructions.
+    stores: how many instructions the group has.
+    lane_bits: the lane bits the order staggers on (``()``: register order).
+    selects: selects per thread the staggered data choice adds, as emitted
+      (``(2 ** len(lane_bits) - 1)`` per 32-bit word of each store; LLVM may
+      fold some that consecutive stores share).
+    wavefronts_saved: shared-memory wavefronts of the warpgroup it removes,
+      against register order (``verify.store_wavefronts``).
+  """
+
+  kind: str
+  width: int
+  stores: int
+  lane_bits: tuple[int, ...]
+  selects: int
+  wavefronts_saved: int
+
+  @property
+  def pays(self) -> bool:
+    """Whether it saves at least one wavefront per warp instruction it adds."""
+    return self.wavefronts_saved >= WARPS_PER_WARPGROUP * self.selects
+
+  def describe(self) -> str:
+    head = f"{self.stores} x {self.kind} {self.width}B: "
+    if not self.lane_bits:
+      return head + "register order"
+    verdict = ("pays" if self.pays else
+               "costs more than it saves, kept because optimized=True promises "
+               "no bank conflicts")
+    return (head + f"staggered on lane bits {self.lane_bits}: +{self.selects} selects "
+            f"per thread, -{self.wavefronts_saved} wavefronts ({verdict})")

@@ -17,7 +17,8 @@ from mosaic_async_store.plan.addressing import AddressStep, plan_addresses
 from mosaic_async_store.plan.dtypes import DType
 from mosaic_async_store.errors import AsyncStoreError, refuse, refuse_type
 from mosaic_async_store.plan.geometry import RefGeometry, RegisterMap, register_map
-from mosaic_async_store.plan.plan_types import Exchange, Instruction, Part, Target, Value
+from mosaic_async_store.plan.plan_types import (Exchange, Instruction, Part, StoreOrder, Target,
+                                               Value)
 from mosaic_async_store.plan.register_steps import ByteRegroup, Gather
 
 __all__ = ["StorePlan", "plan_store"]
@@ -68,6 +69,9 @@ class StorePlan:
   # How each instruction's address is formed (``addressing.plan_addresses``),
   # one step per instruction, in order; the emitter replays them.
   address_steps: tuple[AddressStep, ...] = ()
+  # optimized=True with bank conflicts in register order: per group, the order
+  # taken, what its selects cost and what it saves (``banks``, ``StoreOrder``).
+  store_orders: tuple[StoreOrder, ...] = ()
 
   def __post_init__(self):
     if self.source_registers is None:
@@ -154,6 +158,7 @@ class StorePlan:
                  f"{kinds.count('offset')} immediate reuses")
     for opcode, n in sorted(self.instruction_counts.items()):
       lines.append(f"  {n:4d} x {opcode}")
+    lines += [f"  store order: {o.describe()}" for o in self.store_orders]
     return "\n".join(lines)
 
 

@@ -1,0 +1,116 @@
+"""What one store kernel costs, ours and upstream's, measured the same way (CPU only).
+
+For one ``StoreConfig``, both implementations' full kernels (register loads from
+global memory, the store, the bounded wait, SMEM init and copy-out, which are the
+same code for both) are compiled by the deviceless toolchain (mlir-opt -> PTX ->
+ptxas -> SASS) and run in the PTX checker (test/emu) with their store
+instructions traced.  Per implementation:
+
+  stores          store instructions per thread (st.async / red.async, and plain
+                  st / red .shared::cta|cluster pieces), and their widths
+  bytes_per_store bytes per store instruction
+  sass            SASS instructions of the whole kernel
+  registers       registers per thread (ptxas)
+  wavefronts      shared-memory wavefronts of CTA 0's store instructions, from the
+                  traced run, priced by the planner's bank model
+                  (``demo_kernels.traced_wavefronts``)
+  span            SASS instructions from the first to the last store (information)
+
+``verdicts`` says, per column, whether ours is better, equal or worse.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+from mosaic_async_store.demo.config import StoreConfig
+
+_ROOT = pathlib.Path(__file__).resolve().parent.parent
+for _p in ("bench", "test/emu", "test/harness"):   # matrix; the PTX checker; its inputs
+  if str(_ROOT / _p) not in sys.path:
+    sys.path.insert(0, str(_ROOT / _p))
+import matrix  # noqa: E402
+
+__all__ = ["COLUMNS", "measure", "compare", "verdicts"]
+
+# column -> True where more is better (bytes per store), False where fewer is.
+COLUMNS = {"stores": False, "bytes_per_store": True, "sass": False, "registers": False,
+           "wavefronts": False}
+
+
+def _kind(opcode: str) -> str | None:
+  if opcode.startswith(("st.async", "red.async")):
+    return "async"
+  if opcode.startswith(("st.", "red.")) and ".shared::" in opcode:
+    return "plain"
+  return None
+
+
+def measure(cfg: StoreConfig) -> dict:
+  """Compiles and runs cfg's kernel; returns its costs (raises what the build raises).
+
+  ``wavefronts`` is None, with ``checker`` saying why, when the PTX checker
+  rejects the kernel (upstream's red.async into the executing CTA is undefined).
+  """
+  from jaxlib.mlir import ir
+  from mosaic_async_store import compat
+  from mosaic_async_store.tools import toolchain
+  from mosaic_async_store.demo.kernel import build_store_module
+  import demo_kernels
+  from ptx_memory import ProtocolError
+  with compat.make_ir_context(), ir.Location.unknown():
+    module, _ = build_store_module(cfg)
+    compiled = toolchain.compile_module(module)
+  stats = compiled.stats
+  counts, nbytes, widths = {"async": 0, "plain": 0}, 0, {}
+  for opcode, n in stats.stores.items():
+    kind = _kind(opcode)
+    if kind is None:
+      continue
+    w = matrix.store_width(opcode)
+    counts[kind] += n
+    nbytes += w * n
+    widths[w] = widths.get(w, 0) + n
+  stores = counts["async"] + counts["plain"]
+  row = {"stores": stores, "async": counts["async"], "plain": counts["plain"],
+         "widths": dict(sorted(widths.items())),
+         "bytes_per_store": round(nbytes / stores, 2) if stores else 0,
+         "sass": stats.sass_instructions, "registers": stats.registers,
+         "span": stats.sass_store_span}
+  try:
+    row["wavefronts"] = demo_kernels.store_wavefronts_of(cfg, compiled.ptx)
+  except ProtocolError as e:
+    row["wavefronts"], row["checker"] = None, f"{e.rule}: {str(e)[:160]}"
+  return row
+
+
+def compare(cfg: StoreConfig) -> dict:
+  """Both impls for one config; ``upstream`` / ``ours`` hold a cost dict or an error."""
+  row = {"config": cfg.describe().replace(" impl=mas", ""),
+         "params": {k: v for k, v in vars(cfg).items() if k != "impl"}}
+  for impl, key in (("upstream", "upstream"), ("mas", "ours")):
+    try:
+      row[key] = measure(StoreConfig(**{**vars(cfg), "impl": impl}))
+    except Exception as e:  # noqa: BLE001  (upstream refuses with many types)
+      row[key] = {"error": f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}"}
+    if impl == "upstream" and "error" in row[key]:
+      return row  # upstream refuses: not compared
+  return row
+
+
+def _verdict(ours, up, more_is_better: bool) -> str:
+  if ours is None or up is None:
+    return "n/a"
+  if ours == up:
+    return "equal"
+  return "better" if (ours > up) == more_is_better else "worse"
+
+
+def verdicts(row) -> dict | None:
+  """Column -> better / equal / worse (n/a: not measurable) for a config both
+  impls compiled; None otherwise."""
+  up, ours = row["upstream"], row.get("ours", {"error": "not compiled"})
+  if "error" in up or "error" in ours:
+    return None
+  return {col: _verdict(ours[col], up[col], more) for col, more in COLUMNS.items()}

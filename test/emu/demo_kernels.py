@@ -1,0 +1,89 @@
+"""The demo's store kernels (``StoreConfig``) run in the PTX checker, and what their
+store instructions cost in shared-memory wavefronts.
+
+``run_ptx`` launches a configuration's full kernel (SMEM init, cluster sync,
+register loads, the store, bounded wait, copy-out) with the inputs of
+``gpu_run.make_inputs``.  ``traced_wavefronts`` prices the store instructions that
+a traced run executed with the planner's bank model (``verify.bank_wavefronts``),
+so that any kernel, upstream's included, is measured by the same model as our
+plans are (bench/static_cost.py uses it for both implementations).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import hostdata
+from gpu_run import make_inputs
+from mosaic_async_store.demo.config import StoreConfig, resolve_layout
+from mosaic_async_store.demo.kernel import kernel_io
+from mosaic_async_store.plan.dtypes import as_dtype
+from mosaic_async_store.plan.geometry import WARP_SIZE, register_map
+from mosaic_async_store.plan.verify import bank_wavefronts
+
+from ptx_interp import PtxKernel
+
+__all__ = ["run_ptx", "traced_wavefronts", "store_wavefronts_of"]
+
+
+def _poison_spare_bits(cfg, src):
+  """A register narrower than a byte sits in the low bits of its byte and the
+  kernel must ignore the rest (kernels._load_value truncates): fill the spare
+  bits with random ones, so that a kernel that does not mask them shows."""
+  regs = register_map(resolve_layout(cfg.layout, cfg.shape, cfg.dtype), cfg.shape)
+  reg_bits = regs.vector_length * as_dtype(cfg.dtype).bits
+  if regs.splat or reg_bits >= 8:
+    return src
+  noise = np.random.default_rng(1).integers(0, 256, src.size, dtype=np.uint8)
+  return src | (noise & np.uint8(0xFF ^ ((1 << reg_bits) - 1)))
+
+
+def run_ptx(cfg: StoreConfig, ptx: str, schedule=0, cluster=None, *, trace_stores=False):
+  """Runs ``ptx`` as ``cfg``'s kernel under ``schedule`` (on ``cluster`` CTAs,
+  default cfg's); returns (out, flags, want, interpreter)."""
+  codes, src, init = make_inputs(cfg, seed=0)
+  src = _poison_spare_bits(cfg, src)
+  io = kernel_io(cfg)
+  # Dynamic SMEM as kernel_parts lays it out: the buffer, a pad to 8 bytes, the
+  # 8-byte barrier.  Anything the kernel touches beyond it is an error.
+  alloc = int(np.prod(io.smem_shape)) * as_dtype(cfg.dtype).bits // 8
+  smem_bytes = alloc + (-alloc % 8) + 8
+  out0 = np.full(cfg.cluster * io.smem_bytes, 0xA5, np.uint8)   # unwritten bytes show
+  flags0 = np.full(cfg.cluster * 128, -1, np.int32)             # unwritten flags show
+  kernel = PtxKernel(ptx)
+  _, _, flags, out = kernel.launch([init, src, flags0, out0], cluster=cluster or cfg.cluster,
+                                   smem_bytes=smem_bytes, schedule=schedule,
+                                   trace_stores=trace_stores)
+  return out, flags.view(np.int32), hostdata.expected_smem(cfg, codes, init), kernel
+
+
+def traced_wavefronts(trace: dict, cta: int = 0) -> int:
+  """Shared-memory wavefronts of CTA ``cta``'s store instructions in ``trace``
+  (``PtxKernel.store_trace``).
+
+  A warp's k-th traced store of each thread is one SIMT instruction (the store
+  code of both implementations is straight-line: no thread skips a store that its
+  warp-mates execute, so the k-th stores line up); it is priced by
+  ``verify.bank_wavefronts`` on the byte offsets in the destination CTA, as the
+  planner prices its own plan.  Raises if a warp's k-th stores differ in width.
+  """
+  tids = sorted(t for c, t in trace if c == cta)
+  total = 0
+  for w in range(0, len(tids), WARP_SIZE):
+    lanes = [trace[(cta, t)] for t in tids[w:w + WARP_SIZE]]
+    for k in range(max(map(len, lanes))):
+      step = [lane[k] for lane in lanes if k < len(lane)]
+      widths = {n for _, _, n in step}
+      if len(widths) != 1:
+        raise ValueError(f"warp {w // WARP_SIZE} store {k}: widths {sorted(widths)} differ")
+      total += bank_wavefronts(np.array([off for _, off, _ in step]), widths.pop())
+  return total
+
+
+def store_wavefronts_of(cfg: StoreConfig, ptx: str) -> int:
+  """Runs ``ptx`` as ``cfg``'s kernel (checking its bytes) and returns CTA 0's
+  store wavefronts (``traced_wavefronts``)."""
+  out, flags, want, kernel = run_ptx(cfg, ptx, trace_stores=True)
+  if (out != want).any() or not (flags == 1).all():
+    raise AssertionError(f"{cfg.describe()}: the kernel's bytes or waits are wrong")
+  return traced_wavefronts(kernel.store_trace)

@@ -1,0 +1,76 @@
+"""The static cost comparison's wavefront instrument: the PTX checker's store trace
+priced by the planner's bank model (demo_kernels.traced_wavefronts), and the
+comparison built on it (bench/cost_measure.py, bench/static_cost.py)."""
+
+import pytest
+
+import bench_scripts
+from demo_kernels import run_ptx, traced_wavefronts
+from kernel_text import kernel_text
+from mosaic_async_store.demo.config import StoreConfig, config_plan
+from mosaic_async_store.plan.verify import plan_wavefronts
+
+S = StoreConfig
+TMEM_ADD = dict(dtype="int32", atomic="add", shape=(128, 128), layout="TMEM_NATIVE_V4")
+
+
+@pytest.mark.parametrize("cfg", [
+    S(), S(dtype="float32"), S(dtype="float32", optimized=False), S(**TMEM_ADD),
+    S(dtype="int8", layout="WGMMA_8BIT", swizzle=32), S(dtype="float32", atomic="add"),
+    S(target="local"), S(dtype="int4", layout="TMEM_NATIVE_V1", shape=(128, 256)),
+], ids=lambda c: c.describe())
+def test_traced_wavefronts_of_our_kernels_are_the_plans(cfg):
+  """The PTX the lowering emits, run, costs what the plan says it costs."""
+  *_, kernel = run_ptx(cfg, kernel_text(cfg, "ptx", bare=False), trace_stores=True)
+  assert traced_wavefronts(kernel.store_trace) == plan_wavefronts(config_plan(cfg))[0]
+
+
+def test_upstreams_unstaggered_reductions_are_four_way_conflicts():
+  """Upstream stores TMEM_NATIVE_V4 int32 in register order: lanes L, L+8, L+16,
+  L+24 of each warp hit one bank, 4 wavefronts per 4-byte red.async."""
+  cfg = S(**TMEM_ADD, impl="upstream")
+  *_, kernel = run_ptx(cfg, kernel_text(cfg, "ptx", bare=False), trace_stores=True)
+  assert traced_wavefronts(kernel.store_trace) == 4 * 128 * 4   # 4 warps x 128 reds x 4
+
+
+def test_the_trace_leaves_the_kernels_own_copies_out():
+  """Only store instructions count: one traced store per thread for a 64x8 f32
+  tile (8 bytes each), none from the SMEM init copy."""
+  cfg = S(dtype="float32", shape=(64, 8), swizzle=None)
+  *_, kernel = run_ptx(cfg, kernel_text(cfg, "ptx", bare=False), trace_stores=True)
+  per_thread = {len(v) for v in kernel.store_trace.values()}
+  assert per_thread == {len(config_plan(cfg).instructions)}
+
+
+def test_a_warp_with_mixed_widths_is_refused():
+  trace = {(0, t): [(1, 8 * t, 8 if t else 4)] for t in range(32)}
+  with pytest.raises(ValueError, match="widths"):
+    traced_wavefronts(trace)
+
+
+def test_comparison_counts_each_column():
+  cost = bench_scripts.load("cost_measure")
+  static = bench_scripts.load("static_cost")
+  rows = [cost.compare(S(**TMEM_ADD)), cost.compare(S(dtype="float64"))]
+  assert "error" in rows[1]["upstream"]                    # upstream refuses f64
+  summary = static.summarize(rows)
+  assert summary["compared"] == 1
+  cols = summary["columns"]
+  assert cols["wavefronts"]["better"] == 1                 # 512 against 2048
+  assert cols["stores"]["equal"] == 1                      # 128 red.async each
+  assert cols["sass"]["worse"] == 1                        # the order's selects
+  text = static.markdown(rows, summary, "cmd", {"date": "d", "jax": "j", "jaxlib": "j",
+                                                "machine": "m", "seconds": 1, "jobs": 1})
+  assert "| modelled wavefronts (CTA 0's stores) | 1 | 0 | 0 | 0 |" in text
+
+
+def test_slice_is_what_its_docstring_says():
+  static = bench_scripts.load("static_cost")
+  configs = static.slice_configs()
+  assert {c.swizzle for c in configs} == {32, 128}
+  assert {c.shape for c in configs} == {(64, 128), (128, 128)}
+  assert {c.target for c in configs} == {"peer", "local"}
+  assert {c.atomic for c in configs if c.dtype == "i32"} == {
+      None, "add", "min", "max", "and", "or", "xor"}
+  assert not any(c.atomic for c in configs if c.dtype not in ("i32", "u32"))
+  assert len(configs) == len(set(configs))
