@@ -1,10 +1,10 @@
 """What one store kernel costs, ours and upstream's, measured the same way (CPU only).
 
-For one ``StoreConfig``, both implementations' full kernels (register loads from
-global memory, the store, the bounded wait, SMEM init and copy-out, which are the
-same code for both) are compiled by the deviceless toolchain (mlir-opt -> PTX ->
-ptxas -> SASS) and run in the PTX checker (test/emu) with their store
-instructions traced.  Per implementation:
+For one ``StoreConfig``, both implementations' cost kernels (register loads from
+global memory, a fence, the store, the bounded wait: ``build_store_module(cost=True)``)
+are compiled by the deviceless toolchain (mlir-opt -> PTX -> ptxas -> SASS) and
+run in the PTX checker (test/emu), which checks their bytes and waits and traces
+their store instructions.  Per implementation:
 
   stores          store instructions per thread (st.async / red.async, and plain
                   st / red .shared::cta|cluster pieces), and their widths
@@ -60,7 +60,7 @@ def measure(cfg: StoreConfig) -> dict:
   import demo_kernels
   from ptx_memory import ProtocolError
   with compat.make_ir_context(), ir.Location.unknown():
-    module, _ = build_store_module(cfg)
+    module, _ = build_store_module(cfg, cost=True)
     compiled = toolchain.compile_module(module)
   stats = compiled.stats
   counts, nbytes, widths = {"async": 0, "plain": 0}, 0, {}

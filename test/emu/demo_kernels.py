@@ -23,7 +23,7 @@ from mosaic_async_store.plan.verify import bank_wavefronts
 
 from ptx_interp import PtxKernel
 
-__all__ = ["run_ptx", "traced_wavefronts", "store_wavefronts_of"]
+__all__ = ["run_ptx", "run_cost_kernel", "traced_wavefronts", "store_wavefronts_of"]
 
 
 def _poison_spare_bits(cfg, src):
@@ -80,10 +80,29 @@ def traced_wavefronts(trace: dict, cta: int = 0) -> int:
   return total
 
 
+def run_cost_kernel(cfg: StoreConfig, ptx: str, schedule=0):
+  """Runs ``ptx``, ``cfg``'s cost kernel (``build_store_module(cost=True)``: register
+  loads, the store, the bounded wait; parameters ``src`` and ``flags``), with each
+  CTA's SMEM starting as the full kernel's ``init`` would leave it and its store
+  instructions traced; raises AssertionError unless the bytes in every CTA's SMEM
+  and every wait flag are right.  Returns the interpreter."""
+  codes, src, init = make_inputs(cfg, seed=0)
+  io = kernel_io(cfg)
+  alloc = int(np.prod(io.smem_shape)) * as_dtype(cfg.dtype).bits // 8
+  per_cta = init.reshape(cfg.cluster, -1)
+  kernel = PtxKernel(ptx)
+  _, flags = kernel.launch([_poison_spare_bits(cfg, src), np.full(cfg.cluster * 128, -1, np.int32)],
+                           cluster=cfg.cluster, smem_bytes=alloc + (-alloc % 8) + 8,
+                           schedule=schedule, trace_stores=True, smem_init=list(per_cta))
+  got = np.concatenate([np.frombuffer(bytes(b[:io.smem_bytes]), np.uint8) for b in kernel.smem])
+  if (got != hostdata.expected_smem(cfg, codes, init)).any():
+    raise AssertionError(f"{cfg.describe()}: the kernel's bytes are wrong")
+  if not (flags.view(np.int32) == 1).all():
+    raise AssertionError(f"{cfg.describe()}: a wait did not complete")
+  return kernel
+
+
 def store_wavefronts_of(cfg: StoreConfig, ptx: str) -> int:
-  """Runs ``ptx`` as ``cfg``'s kernel (checking its bytes) and returns CTA 0's
-  store wavefronts (``traced_wavefronts``)."""
-  out, flags, want, kernel = run_ptx(cfg, ptx, trace_stores=True)
-  if (out != want).any() or not (flags == 1).all():
-    raise AssertionError(f"{cfg.describe()}: the kernel's bytes or waits are wrong")
-  return traced_wavefronts(kernel.store_trace)
+  """Runs ``ptx``, ``cfg``'s cost kernel (``run_cost_kernel``: bytes and waits
+  checked), and returns CTA 0's store wavefronts (``traced_wavefronts``)."""
+  return traced_wavefronts(run_cost_kernel(cfg, ptx).store_trace)

@@ -42,7 +42,7 @@ class Runner:
   """``launch`` and the scheduling loop."""
 
   def launch(self, buffers, *, cluster, smem_bytes, block=128, max_timeouts=64, schedule=0,
-             barrier_slots=64, trace_stores=False):
+             barrier_slots=64, trace_stores=False, smem_init=None):
     """Runs one cluster of ``cluster`` CTAs of ``block`` threads under the seeded
     ``schedule`` (see ptx_memory.Schedule).  ``buffers`` (NumPy arrays or
     ``Memref``s, in parameter order: see _pack_params) are copied in; returns
@@ -50,10 +50,13 @@ class Runner:
     ProtocolError on a violated rule.  With ``trace_stores``, ``self.store_trace``
     maps (cta, tid) to that thread's store instructions into SMEM, in program
     order, each as (destination CTA, byte offset, bytes) (``AccessSemantics._trace``
-    says which stores count)."""
+    says which stores count).  ``smem_init``, if given, holds each CTA's first SMEM
+    bytes at launch (as if written before the kernel; the rest is uninitialised)."""
     self._pack_params(buffers)
     self.store_trace = {} if trace_stores else None
     self.smem = [bytearray(b"\xcd" * smem_bytes) for _ in range(cluster)]  # uninitialised
+    for buf, first in zip(self.smem, smem_init or ()):
+      buf[:len(first)] = bytes(first)
     self.shadow = [Shadow(smem_bytes) for _ in range(cluster)]
     self.smem_cta = {id(b): i for i, b in enumerate(self.smem)}
     self.mbar, self.calls, self.timeouts, self.threads = {}, [], 0, []

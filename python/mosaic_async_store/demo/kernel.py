@@ -158,16 +158,18 @@ class KernelParts:
   io: KernelIO
 
 
-def build_store_module(cfg: StoreConfig, *, bare: bool = False):
+def build_store_module(cfg: StoreConfig, *, bare: bool = False, cost: bool = False):
   """Builds the Mosaic GPU module of ``cfg``'s store kernel (needs no GPU).
 
   ``bare=True`` leaves out the SMEM initialisation, the wait and the copy-out,
   so that the SASS holds only the register loads and the store itself (used to
-  measure the store's code size).  Returns (module, KernelIO).  Must be called
+  measure the store's code size).  ``cost=True`` is the bare kernel with the
+  bounded wait (and its flag store) kept: what bench/cost_measure.py compiles,
+  a kernel that loads its registers, stores and waits.  Returns (module, KernelIO).  Must be called
   inside an MLIR context from ``compat.make_ir_context()`` with a location.
   """
   with compat.enable_x64():
-    parts = kernel_parts(cfg, bare=bare)
+    parts = kernel_parts(cfg, bare=bare, cost=cost)
     module, *_ = compat.kernel_to_module(
         parts.body, parts.grid, parts.block, parts.in_shape, parts.out_shape,
         parts.scratch, cluster=parts.cluster)
@@ -175,7 +177,7 @@ def build_store_module(cfg: StoreConfig, *, bare: bool = False):
 
 
 def kernel_parts(cfg: StoreConfig, *, bare: bool = False, store=None,
-                 after_store=None) -> KernelParts:
+                 after_store=None, cost: bool = False) -> KernelParts:
   """The body, launch shape and buffers of ``cfg``'s store kernel.
 
   Inputs: ``src`` (each CTA's registers in register order, CTA-major) and
@@ -189,6 +191,7 @@ def kernel_parts(cfg: StoreConfig, *, bare: bool = False, store=None,
   it to run upstream's local ``store_tiled`` as a reference).
   ``after_store(barrier, peer)``, if given, runs between the store and the
   wait (the debug-mode test announces bytes that never arrive there).
+  ``bare`` / ``cost``: see build_store_module.
   """
   mgpu, utils = compat.mosaic_gpu(), compat.mosaic_utils()
   dt = as_dtype(cfg.dtype)
@@ -215,7 +218,7 @@ def kernel_parts(cfg: StoreConfig, *, bare: bool = False, store=None,
     cta = arith.index_cast(ir.IntegerType.get_signless(32), gpu.cluster_block_id(gpu.Dimension.x))
     base = arith.muli(cta, _i32(io.smem_bytes))
     smem_ptr = utils.memref_ptr(smem_ref)
-    if not bare:  # poison/initialise own SMEM, then make sure every CTA has
+    if not (bare or cost):  # poison/initialise own SMEM, then make sure every CTA has
       _copy_words(utils.memref_ptr(init_ref), smem_ptr, io.smem_bytes, base, _i32(0))
       nvvm.cluster_arrive(aligned=True)  # done so before any peer writes into it
       nvvm.cluster_wait(aligned=True)
@@ -228,8 +231,8 @@ def kernel_parts(cfg: StoreConfig, *, bare: bool = False, store=None,
       view = utils.memref_transpose(smem_ref, transpose_permutation(len(io.smem_shape), cfg.swizzle))
     value = _load_value(cfg, utils.memref_ptr(src_ref), layout, io,
                         arith.muli(cta, _i32(io.src_bytes)))
-    if bare:  # keep ptxas from sinking the register loads into the store code,
-      ptx.emit_fence_cta()  # which would blur the measured store span
+    if bare or cost:  # keep ptxas from sinking the register loads into the
+      ptx.emit_fence_cta()   # store code, which would blur the measured store code
     index = ir.IndexType.get()
     peer = arith.remui(arith.addi(gpu.cluster_block_id(gpu.Dimension.x),
                                   arith.constant(index, 1)),
@@ -257,6 +260,8 @@ def kernel_parts(cfg: StoreConfig, *, bare: bool = False, store=None,
       _wait_in_cta0(cta, bar[0], io, flag_ptr)
     else:
       llvm.store(_bounded_wait(bar[0], io), flag_ptr)
+    if cost:
+      return
     _copy_words(smem_ptr, utils.memref_ptr(out_ref), io.smem_bytes, _i32(0), base)
 
   return KernelParts(body, (cfg.cluster, 1, 1), (128, 1, 1), (src, init), out, scratch,
