@@ -15,6 +15,9 @@ their store instructions.  Per implementation:
                   traced run, priced by the planner's bank model
                   (``demo_kernels.traced_wavefronts``)
   span            SASS instructions from the first to the last store (information)
+  order_selects,  ours only: the selects its bank-conflict-free order adds and the
+  order_saved     wavefronts it saves (``StorePlan.store_orders``), which explain a
+                  larger SASS count where the order staggers
 
 ``verdicts`` says, per column, whether ours is better, equal or worse.
 """
@@ -78,6 +81,11 @@ def measure(cfg: StoreConfig) -> dict:
          "bytes_per_store": round(nbytes / stores, 2) if stores else 0,
          "sass": stats.sass_instructions, "registers": stats.registers,
          "span": stats.sass_store_span}
+  if cfg.impl == "mas":  # what the plan says its conflict-free order costs and saves
+    from mosaic_async_store.demo.config import config_plan
+    orders = config_plan(cfg).store_orders
+    row["order_selects"] = sum(o.selects for o in orders)
+    row["order_saved"] = sum(o.wavefronts_saved for o in orders)
   try:
     row["wavefronts"] = demo_kernels.store_wavefronts_of(cfg, compiled.ptx)
   except ProtocolError as e:

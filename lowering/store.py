@@ -162,21 +162,23 @@ def _swizzle_ir(offset: ir.Value, swizzle) -> ir.Value:
 
 
 def _emit_addresses(plan, base_addr, tid):
-  """(address value, immediate) for every instruction, as ``plan.address_steps`` say."""
+  """Yields (address value, immediate) for every instruction, as
+  ``plan.address_steps`` say, each emitted just before its store: an address
+  computed where it is used is live only from there, so ptxas needs fewer
+  registers than for every base computed up front."""
   i32 = ir.IntegerType.get_signless(32)
-  offsets, out = [], []  # offsets: swizzled offset (from the ref base) of each new base
+  offsets = []  # swizzled offset (from the ref base) and address of each new base
   for step in plan.address_steps:
     if step.kind == "compute":
       off = _swizzle_ir(_affine_ir(step.linear, tid), plan.geometry.swizzle)
       offsets.append((off, arith.addi(base_addr, off)))
-      out.append((offsets[-1][1], 0))
+      yield offsets[-1][1], 0
     elif step.kind == "xor":
       off = arith.xori(offsets[step.base][0], arith.constant(i32, step.constant))
       offsets.append((off, arith.addi(base_addr, off)))
-      out.append((offsets[-1][1], 0))
+      yield offsets[-1][1], 0
     else:
-      out.append((offsets[step.base][1], step.constant))
-  return out
+      yield offsets[step.base][1], step.constant
 
 
 def _emit_stores(plan, builder, addresses, barrier_addr):
