@@ -74,3 +74,14 @@ def test_slice_is_what_its_docstring_says():
       None, "add", "min", "max", "and", "or", "xor"}
   assert not any(c.atomic for c in configs if c.dtype not in ("i32", "u32"))
   assert len(configs) == len(set(configs))
+
+
+def test_the_command_writes_both_reports(tmp_path):
+  static = bench_scripts.load("static_cost")
+  out = tmp_path / "cost.md"
+  assert static.main(["--quick", "--every", "71", "--jobs", "1", "--out", str(out)]) == 0
+  import json
+  report = json.loads(out.with_suffix(".json").read_text())
+  assert report["summary"]["configs"] == 1 and len(report["rows"]) == 1
+  assert report["command"] == f"python bench/static_cost.py --quick --every 71 --jobs 1 --out {out}"
+  assert "## Summary" in out.read_text()
