@@ -26,7 +26,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 # wheel ships exactly these.
 PRODUCT = {
     "mosaic_async_store": ("__init__", "_version", "errors", "compat", "pallas", "toolchain"),
-    "mosaic_async_store/plan": ("__init__", "dtypes", "validate", "geometry", "subbyte",
+    "mosaic_async_store/plan": ("__init__", "dtypes", "validate", "validate_cluster", "geometry", "subbyte",
                                 "packing", "plan_types", "ptx_forms", "planner", "banks",
                                 "verify", "landing", "addressing", "executor",
                                 "register_steps"),
