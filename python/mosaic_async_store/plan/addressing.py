@@ -16,7 +16,7 @@ import numpy as np
 from mosaic_async_store.errors import AsyncStoreError
 from mosaic_async_store.plan.geometry import WARPGROUP_SIZE
 
-__all__ = ["Affine", "AddressStep", "plan_addresses", "affine_in_thread"]
+__all__ = ["Affine", "AddressStep", "plan_addresses", "base_order", "affine_in_thread"]
 
 _THREAD_BITS = 7  # 128 threads
 
@@ -95,13 +95,16 @@ def plan_addresses(linear: list[np.ndarray], swizzle_fn, writer: np.ndarray,
   for lin in linear:
     addr = swizzle_fn(lin)
     step = None
-    for i, b in enumerate(bases):
-      d = (addr - b)[writer]
+    # The most recent base first: an address derived from it keeps older bases
+    # from staying live (ptxas holds every base until its last use).
+    for i in reversed(range(len(bases))):
+      d = (addr - bases[i])[writer]
       if np.all(d == d[0]) and abs(int(d[0])) < max_imm:
         step = AddressStep("offset", base=i, constant=int(d[0]))
         break
     if step is None:
-      for i, b in enumerate(bases):
+      for i in reversed(range(len(bases))):
+        b = bases[i]
         x = (addr ^ b)[writer]
         if np.all(x == x[0]):
           step = AddressStep("xor", base=i, constant=int(x[0]))
@@ -112,3 +115,17 @@ def plan_addresses(linear: list[np.ndarray], swizzle_fn, writer: np.ndarray,
       bases.append(addr)
     steps.append(step)
   return steps
+
+
+def base_order(steps: list[AddressStep]) -> list[int]:
+  """A store order in which each base's stores are consecutive: instruction
+  indices sorted (stably) by the base their address comes from, so a base is
+  live only while its own stores issue."""
+  base_of, bases = [], 0
+  for step in steps:
+    if step.kind == "offset":
+      base_of.append(step.base)
+    else:
+      base_of.append(bases)
+      bases += 1
+  return sorted(range(len(steps)), key=lambda n: base_of[n])

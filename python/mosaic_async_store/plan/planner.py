@@ -13,7 +13,7 @@ import functools
 import numpy as np
 
 from mosaic_async_store.plan import banks, packing, ptx_forms, subbyte, validate
-from mosaic_async_store.plan.addressing import AddressStep, plan_addresses
+from mosaic_async_store.plan.addressing import AddressStep, base_order, plan_addresses
 from mosaic_async_store.plan.dtypes import DType
 from mosaic_async_store.errors import AsyncStoreError, refuse, refuse_type
 from mosaic_async_store.plan.geometry import RefGeometry, RegisterMap, register_map
@@ -357,4 +357,9 @@ def plan_store(layout, shape, dtype, *, swizzle=None, tiling_rank=None,
   plan = banks.remove_bank_conflicts(plan) if optimized else plan
   addresses = plan_addresses([i.dst for i in plan.instructions], geom.byte_address,
                              plan.registers.writer)
+  order = base_order(addresses)
+  if order != sorted(order):  # each base's stores together, then the steps again
+    plan = dataclasses.replace(plan, instructions=tuple(plan.instructions[n] for n in order))
+    addresses = plan_addresses([i.dst for i in plan.instructions], geom.byte_address,
+                               plan.registers.writer)
   return dataclasses.replace(plan, address_steps=tuple(addresses))
