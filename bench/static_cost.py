@@ -247,6 +247,15 @@ def _rows(configs, jobs: int) -> list[dict]:
     return rows
 
 
+def write_json(path: pathlib.Path, head: dict, rows: list[dict]) -> None:
+  """The JSON report: ``head``'s keys, then ``rows``, one compact row per line (a
+  few MB for the slice; a line per configuration keeps reruns diffable)."""
+  lines = [json.dumps(head)[:-1] + ', "rows": [']
+  lines += [json.dumps(r, separators=(",", ":")) + ("," if i + 1 < len(rows) else "")
+            for i, r in enumerate(rows)]
+  path.write_text("\n".join(lines) + "\n]}\n")
+
+
 def main(argv=None) -> int:
   """Compares the configurations, writes the markdown and JSON reports."""
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -270,8 +279,8 @@ def main(argv=None) -> int:
   command = "python bench/static_cost.py " + " ".join(argv if argv is not None else sys.argv[1:])
   out = pathlib.Path(args.out)
   out.parent.mkdir(parents=True, exist_ok=True)
-  out.with_suffix(".json").write_text(json.dumps(
-      {"command": command.strip(), **meta, "summary": summary, "rows": rows}, indent=1))
+  write_json(out.with_suffix(".json"),
+             {"command": command.strip(), **meta, "summary": summary}, rows)
   out.write_text(markdown(rows, summary, command.strip(), meta))
   print(json.dumps({k: v for k, v in summary.items() if k != "columns"}, indent=1))
   for col, c in summary["columns"].items():
