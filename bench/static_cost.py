@@ -46,13 +46,14 @@ UPSTREAM_ATOMICS = {"i32": ("add", "min", "max", "and", "or", "xor"),
 
 
 def slice_configs() -> list[StoreConfig]:
-  """The documented slice of the matrix (docs/static_cost.md says it in words).
+  """The documented slice of the matrix (docs/benchmarks.md says it in words).
 
   Every 2-D layout and dtype of bench/matrix.py, swizzles 32 and 128, row- and
   column-major destinations, each in the first of 64x128 and 128x128 that fits
   (``matrix.fits``), optimized or not, peer and local targets; plain stores, and
   upstream's atomics (add, min, max, and, or, xor) on the dtypes it has them for
-  (32-bit integers; ``UPSTREAM_ATOMICS``).  Upstream refuses most of it; what it compiles is compared.
+  (32-bit integers; ``UPSTREAM_ATOMICS``).  Upstream refuses most of it; what it
+  compiles is compared.
   """
   out = []
   for layout, dtype, swizzle, transposed in itertools.product(
