@@ -38,21 +38,24 @@ def _poison_spare_bits(cfg, src):
   return src | (noise & np.uint8(0xFF ^ ((1 << reg_bits) - 1)))
 
 
+def _smem_bytes(cfg: StoreConfig) -> int:
+  """Dynamic SMEM as kernel_parts lays it out: the buffer, a pad to 8 bytes, the
+  8-byte barrier.  Anything the kernel touches beyond it is an error."""
+  alloc = int(np.prod(kernel_io(cfg).smem_shape)) * as_dtype(cfg.dtype).bits // 8
+  return alloc + (-alloc % 8) + 8
+
+
 def run_ptx(cfg: StoreConfig, ptx: str, schedule=0, cluster=None, *, trace_stores=False):
   """Runs ``ptx`` as ``cfg``'s kernel under ``schedule`` (on ``cluster`` CTAs,
   default cfg's); returns (out, flags, want, interpreter)."""
   codes, src, init = make_inputs(cfg, seed=0)
   src = _poison_spare_bits(cfg, src)
   io = kernel_io(cfg)
-  # Dynamic SMEM as kernel_parts lays it out: the buffer, a pad to 8 bytes, the
-  # 8-byte barrier.  Anything the kernel touches beyond it is an error.
-  alloc = int(np.prod(io.smem_shape)) * as_dtype(cfg.dtype).bits // 8
-  smem_bytes = alloc + (-alloc % 8) + 8
   out0 = np.full(cfg.cluster * io.smem_bytes, 0xA5, np.uint8)   # unwritten bytes show
   flags0 = np.full(cfg.cluster * 128, -1, np.int32)             # unwritten flags show
   kernel = PtxKernel(ptx)
   _, _, flags, out = kernel.launch([init, src, flags0, out0], cluster=cluster or cfg.cluster,
-                                   smem_bytes=smem_bytes, schedule=schedule,
+                                   smem_bytes=_smem_bytes(cfg), schedule=schedule,
                                    trace_stores=trace_stores)
   return out, flags.view(np.int32), hostdata.expected_smem(cfg, codes, init), kernel
 
@@ -88,11 +91,10 @@ def run_cost_kernel(cfg: StoreConfig, ptx: str, schedule=0):
   and every wait flag are right.  Returns the interpreter."""
   codes, src, init = make_inputs(cfg, seed=0)
   io = kernel_io(cfg)
-  alloc = int(np.prod(io.smem_shape)) * as_dtype(cfg.dtype).bits // 8
   per_cta = init.reshape(cfg.cluster, -1)
   kernel = PtxKernel(ptx)
   _, flags = kernel.launch([_poison_spare_bits(cfg, src), np.full(cfg.cluster * 128, -1, np.int32)],
-                           cluster=cfg.cluster, smem_bytes=alloc + (-alloc % 8) + 8,
+                           cluster=cfg.cluster, smem_bytes=_smem_bytes(cfg),
                            schedule=schedule, trace_stores=True, smem_init=list(per_cta))
   got = np.concatenate([np.frombuffer(bytes(b[:io.smem_bytes]), np.uint8) for b in kernel.smem])
   if (got != hostdata.expected_smem(cfg, codes, init)).any():

@@ -165,8 +165,9 @@ def build_store_module(cfg: StoreConfig, *, bare: bool = False, cost: bool = Fal
   so that the SASS holds only the register loads and the store itself (used to
   measure the store's code size).  ``cost=True`` is the bare kernel with the
   bounded wait (and its flag store) kept: what bench/cost_measure.py compiles,
-  a kernel that loads its registers, stores and waits.  Returns (module, KernelIO).  Must be called
-  inside an MLIR context from ``compat.make_ir_context()`` with a location.
+  a kernel that loads its registers, stores and waits.  Returns (module,
+  KernelIO).  Must be called inside an MLIR context from
+  ``compat.make_ir_context()`` with a location.
   """
   with compat.enable_x64():
     parts = kernel_parts(cfg, bare=bare, cost=cost)

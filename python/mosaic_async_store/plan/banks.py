@@ -67,9 +67,10 @@ def _group_cost(plan, members, pairs) -> int:
 
 
 def _stagger_group(plan, members):
-  """Greedy search of up to three (lane bit, step bit) pairs for one group."""
+  """Greedy search of up to three (lane bit, step bit) pairs for one group.
+  Returns (pairs, extra wavefronts left, extra wavefronts in register order)."""
   pairs: list[tuple[int, int]] = []
-  best = _group_cost(plan, members, pairs)
+  best = unstaggered = _group_cost(plan, members, pairs)
   step_bits = max(1, (len(members) - 1).bit_length())
   while best and len(pairs) < 3:
     cands = [(lb, sb) for lb in range(5) for sb in range(step_bits)
@@ -81,7 +82,7 @@ def _stagger_group(plan, members):
     if cost >= best:
       break
     best, pairs = cost, pairs + [c]
-  return pairs, best
+  return pairs, best, unstaggered
 
 
 def _staggered(plan, members, pairs) -> list[Instruction]:
@@ -102,12 +103,13 @@ def _staggered(plan, members, pairs) -> list[Instruction]:
   return out
 
 
-def _order(plan, members, pairs, cost) -> StoreOrder:
-  """The record of one group's order (``pairs`` staggered, ``cost`` extra left)."""
+def _order(plan, members, pairs, cost, unstaggered) -> StoreOrder:
+  """The record of one group's order (``pairs`` staggered, ``cost`` extra wavefronts
+  left of ``unstaggered`` in register order)."""
   first = plan.instructions[members[0]]
   choices = 1 << len(pairs)
   selects = (choices - 1) * -(-first.width // 4) * len(members) if pairs else 0
-  saved = _group_cost(plan, members, []) - cost if pairs else 0
+  saved = unstaggered - cost if pairs else 0
   return StoreOrder(first.kind, first.width, len(members), tuple(lb for lb, _ in pairs),
                     selects, saved)
 
@@ -123,9 +125,9 @@ def remove_bank_conflicts(plan):
   instrs = list(plan.instructions)
   left, orders = 0, []
   for members in _groups(instrs):
-    pairs, cost = _stagger_group(plan, members)
+    pairs, cost, unstaggered = _stagger_group(plan, members)
     left += cost
-    orders.append(_order(plan, members, pairs, cost))
+    orders.append(_order(plan, members, pairs, cost, unstaggered))
     if pairs:
       for m, new in zip(members, _staggered(plan, members, pairs)):
         instrs[m] = new
