@@ -15,6 +15,9 @@ their store instructions.  Per implementation:
                   traced run, priced by the planner's bank model
                   (``demo_kernels.traced_wavefronts``)
   span            SASS instructions from the first to the last store (information)
+  sass_moves,     SASS register moves (MOV, IMAD.MOV) and selects (SEL) of the whole
+  sass_selects    kernel (information: where the SASS column's difference goes;
+                  ``sass_core`` is what is left without them)
   order_selects,  ours only: the selects its bank-conflict-free order adds and the
   order_saved     wavefronts it saves (``StorePlan.store_orders``), which explain a
                   larger SASS count where the order staggers
@@ -35,7 +38,8 @@ for _p in ("bench", "test/emu", "test/harness"):   # matrix; the PTX checker; it
     sys.path.insert(0, str(_ROOT / _p))
 import matrix  # noqa: E402
 
-__all__ = ["COLUMNS", "measure", "compare", "verdicts"]
+__all__ = ["COLUMNS", "measure", "compare", "verdicts", "sass_moves", "sass_selects",
+           "sass_core", "core_verdict"]
 
 # column -> True where more is better (bytes per store), False where fewer is.
 COLUMNS = {"stores": False, "bytes_per_store": True, "sass": False, "registers": False,
@@ -48,6 +52,23 @@ def _kind(opcode: str) -> str | None:
   if opcode.startswith(("st.", "red.")) and ".shared::" in opcode:
     return "plain"
   return None
+
+
+def sass_moves(opcodes: dict[str, int]) -> int:
+  """Register-to-register moves among SASS opcodes: MOV and IMAD.MOV (ptxas issues
+  moves on the integer multiply-add pipe too, to balance the pipes)."""
+  return sum(n for op, n in opcodes.items()
+             if op == "MOV" or op.startswith(("MOV.", "IMAD.MOV")))
+
+
+def sass_selects(opcodes: dict[str, int]) -> int:
+  """SEL instructions among SASS opcodes (a conflict-free order's data choice)."""
+  return sum(n for op, n in opcodes.items() if op == "SEL" or op.startswith("SEL."))
+
+
+def sass_core(m: dict) -> int:
+  """A measured kernel's SASS instructions less its moves and selects."""
+  return m["sass"] - m["sass_moves"] - m["sass_selects"]
 
 
 def measure(cfg: StoreConfig) -> dict:
@@ -80,7 +101,9 @@ def measure(cfg: StoreConfig) -> dict:
          "widths": dict(sorted(widths.items())),
          "bytes_per_store": round(nbytes / stores, 2) if stores else 0,
          "sass": stats.sass_instructions, "registers": stats.registers,
-         "span": stats.sass_store_span}
+         "span": stats.sass_store_span,
+         "sass_moves": sass_moves(stats.sass_opcodes),
+         "sass_selects": sass_selects(stats.sass_opcodes)}
   if cfg.impl == "mas":  # what the plan says its conflict-free order costs and saves
     from mosaic_async_store.demo.config import config_plan
     orders = config_plan(cfg).store_orders
@@ -122,3 +145,13 @@ def verdicts(row) -> dict | None:
   if "error" in up or "error" in ours:
     return None
   return {col: _verdict(ours[col], up[col], more) for col, more in COLUMNS.items()}
+
+
+def core_verdict(row) -> str | None:
+  """Ours against upstream in SASS instructions less moves and selects (information:
+  says whether a worse SASS count is more than register copies and the conflict-free
+  order's data choice); None where the two were not both compiled."""
+  up, ours = row["upstream"], row.get("ours", {"error": "not compiled"})
+  if "error" in up or "error" in ours:
+    return None
+  return _verdict(sass_core(ours), sass_core(up), False)

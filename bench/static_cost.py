@@ -32,7 +32,7 @@ _HERE = pathlib.Path(__file__).resolve().parent
 if str(_HERE) not in sys.path:
   sys.path.insert(0, str(_HERE))
 import matrix  # noqa: E402  (bench/matrix.py: the configuration matrix)
-from cost_measure import COLUMNS, compare, verdicts  # noqa: E402
+from cost_measure import COLUMNS, compare, core_verdict, verdicts  # noqa: E402
 
 __all__ = ["slice_configs", "quick_configs", "summarize", "order_explained", "markdown",
            "main"]
@@ -129,7 +129,19 @@ def summarize(rows) -> dict:
       "columns": columns,
       "sass_worse_within_order_selects": sum(
           v["sass"] == "worse" and order_explained(r) for r, v in compared),
+      "sass_less_moves_selects": _core_summary([r for r, _ in compared]),
   }
+
+
+def _core_summary(compared) -> dict:
+  """Information: better / equal / worse in SASS less moves and selects, over all
+  compared configurations and over those where ours has more SASS."""
+  def counts(rows):
+    got = [core_verdict(r) for r in rows]
+    return {k: got.count(k) for k in ("better", "equal", "worse")}
+  sass_worse = [r for r in compared if verdicts(r)["sass"] == "worse"]
+  return {"all": counts(compared), "sass_worse": counts(sass_worse),
+          "worse_configs": [r["config"] for r in compared if core_verdict(r) == "worse"]}
 
 
 _TITLES = {"stores": "store instructions", "bytes_per_store": "bytes per store instruction",
@@ -141,6 +153,10 @@ def _cell(m: dict, key: str) -> str:
   if "error" in m:
     return "-"
   return "n/a" if m[key] is None else str(m[key])
+
+
+def _moves_selects(m: dict) -> str:
+  return f"{m['sass_moves']}/{m['sass_selects']}" if "sass_moves" in m else "-"
 
 
 def _widths(m: dict) -> str:
@@ -198,6 +214,15 @@ def markdown(rows, summary, command: str, meta: dict) -> str:
             f"{s['sass_worse_within_order_selects']} have no more extra instructions than the "
             "selects of their bank-conflict-free order (`StorePlan.store_orders`); the "
             "wavefronts column shows what those selects buy."]
+  core = s.get("sass_less_moves_selects")
+  if core:  # information: where the SASS difference goes
+    a, w = core["all"], core["sass_worse"]
+    lines += ["", "Where the SASS difference goes (information, not a criterion): SASS "
+              "instructions less register moves (MOV, IMAD.MOV) and selects (SEL). Ours "
+              f"better / equal / worse: {a['better']} / {a['equal']} / {a['worse']} over "
+              f"all compared configurations; {w['better']} / {w['equal']} / {w['worse']} "
+              "over those where ours has more SASS instructions."]
+    lines += [f"- less moves and selects, still worse: {c}" for c in core["worse_configs"]]
   by_name = {r["config"]: r for r in rows}
   for col, c in s["columns"].items():
     if c["worse_configs"]:
@@ -206,7 +231,7 @@ def markdown(rows, summary, command: str, meta: dict) -> str:
   lines += ["", "## Table", "",
             "| config | stores ours | stores up | B/store ours | B/store up | SASS ours "
             "| SASS up | regs ours | regs up | wavefronts ours | wavefronts up | span ours "
-            "| span up |", "| --- " * 13 + "|"]
+            "| span up | moves/SEL ours | moves/SEL up |", "| --- " * 15 + "|"]
   for r in rows:
     if "error" in r["upstream"]:
       continue
@@ -214,6 +239,7 @@ def markdown(rows, summary, command: str, meta: dict) -> str:
     cells = [_widths(ours), _widths(up)]
     for key in ("bytes_per_store", "sass", "registers", "wavefronts", "span"):
       cells += [_cell(ours, key), _cell(up, key)]
+    cells += [_moves_selects(ours), _moves_selects(up)]
     lines.append(f"| {r['config']} | " + " | ".join(cells) + " |")
   refused = [r for r in rows if "error" in r["upstream"]]
   if refused:

@@ -85,3 +85,41 @@ def test_the_command_writes_both_reports(tmp_path):
   assert report["summary"]["configs"] == 1 and len(report["rows"]) == 1
   assert report["command"] == f"python bench/static_cost.py --quick --every 71 --jobs 1 --out {out}"
   assert "## Summary" in out.read_text()
+
+
+def test_moves_and_selects_are_counted_from_the_sass_opcodes():
+  cost = bench_scripts.load("cost_measure")
+  ops = {"MOV": 3, "IMAD.MOV.U32": 2, "IMAD.MOV": 1, "UMOV": 5, "IMAD.IADD": 7, "SEL": 4,
+         "STAS.64": 9}
+  assert cost.sass_moves(ops) == 6          # UMOV is the uniform datapath's, left out
+  assert cost.sass_selects(ops) == 4
+  assert cost.sass_core({"sass": 40, "sass_moves": 6, "sass_selects": 4}) == 30
+
+
+def test_the_staggered_reductions_selects_are_counted():
+  """TMEM_NATIVE_V4 int32 add: the conflict-free order (lane bits 3 and 4) chooses
+  each red.async's word with 2 SELs (a two-level butterfly after LLVM merges the
+  select trees' shared halves); upstream has none."""
+  cost = bench_scripts.load("cost_measure")
+  row = cost.compare(S(**TMEM_ADD))
+  assert row["ours"]["sass_selects"] == 2 * 128
+  assert row["upstream"]["sass_selects"] == 0
+
+
+def test_a_register_order_store_is_worse_only_by_its_moves():
+  """u32 TCGEN05 128x128, swizzle 32, unoptimized: ours has more SASS instructions
+  than upstream, and fewer once the register moves are left out (ptxas copies the
+  barrier address into each STAS's (address, mbarrier) register pair)."""
+  cost = bench_scripts.load("cost_measure")
+  static = bench_scripts.load("static_cost")
+  row = cost.compare(S(dtype="uint32", shape=(128, 128), layout="TCGEN05", swizzle=32,
+                       optimized=False))
+  assert cost.verdicts(row)["sass"] == "worse"
+  assert row["ours"]["sass_moves"] > row["upstream"]["sass_moves"]
+  assert cost.core_verdict(row) == "better"
+  core = static.summarize([row])["sass_less_moves_selects"]
+  assert core["sass_worse"] == {"better": 1, "equal": 0, "worse": 0}
+  assert core["worse_configs"] == []
+  text = static.markdown([row], static.summarize([row]), "cmd", {
+      "date": "d", "jax": "j", "jaxlib": "j", "machine": "m", "seconds": 1, "jobs": 1})
+  assert "1 / 0 / 0 over those where ours has more SASS instructions" in text
