@@ -26,16 +26,6 @@ __all__ = ["static_cluster_shape", "target_rank", "smem_address", "target_kind",
 _CLUSTER_SEGMENTS = (7, 8, 9)  # gpu.launch operand segments: deps, grid xyz, block xyz, cluster xyz
 
 
-def _constant(value: ir.Value) -> int | None:
-  owner = value.owner
-  if isinstance(owner, ir.Block) or owner is None:
-    return None
-  op = owner.operation if hasattr(owner, "operation") else owner
-  if op.name != "arith.constant":
-    return None
-  return ir.IntegerAttr(op.attributes["value"]).value
-
-
 def static_cluster_shape() -> tuple[int, int, int] | None:
   """The cluster shape of the enclosing gpu.launch, if it is made of constants."""
   try:
@@ -49,7 +39,8 @@ def static_cluster_shape() -> tuple[int, int, int] | None:
       starts = [sum(segs[:i]) for i in range(len(segs))]
       if any(segs[s] != 1 for s in _CLUSTER_SEGMENTS):
         return (1, 1, 1)
-      dims = [_constant(operation.operands[starts[s]]) for s in _CLUSTER_SEGMENTS]
+      # No CTA coordinate (dimension -1): constants and integer arithmetic on them.
+      dims = [_evaluate(operation.operands[starts[s]], -1, 0) for s in _CLUSTER_SEGMENTS]
       return None if None in dims else tuple(dims)
     op = operation.parent
   return None
