@@ -198,7 +198,9 @@ def markdown(rows, summary, command: str, meta: dict) -> str:
       "registers per thread, and the shared-memory wavefronts of CTA 0's store "
       "instructions priced by the planner's bank model (`verify.bank_wavefronts`: per "
       "warp instruction, per 128-byte phase, the busiest bank). The SASS store span "
-      "(first to last store) is information only. n/a: the checker rejects the "
+      "(first to last store) and the moves/SEL columns (register moves, `MOV` and "
+      "`IMAD.MOV`, and `SEL` instructions of the whole kernel) are information only. "
+      "n/a: the checker rejects the "
       "kernel (upstream's red.async into the executing CTA is undefined behaviour), "
       "so its wavefronts are not measured.", "",
       "## Summary", "",
