@@ -52,7 +52,9 @@ _WIDE_LOAD = re.compile(r"^(\s*)ld\.global\.b64\s+(%rd\d+),\s*(\[[^\]]+\]);\s*$"
 def split_wide_loads(ptx: str) -> tuple[str, int]:
   """``ptx`` with every ``ld.global.b64 %rdN, [a];`` written as
   ``ld.global.v2.b32 {%lo, %hi}, [a]; mov.b64 %rdN, {%lo, %hi};`` (the same value,
-  little-endian halves); returns the text and the number of loads rewritten."""
+  little-endian halves); returns the text and the number of loads rewritten.
+  The halves are declared before the first ``.reg`` line, so ``ptx`` must hold
+  one function (a cost kernel does)."""
   lines, n = [], 0
   for line in ptx.splitlines():
     m = _WIDE_LOAD.match(line)
