@@ -39,7 +39,7 @@ for _p in ("bench", "test/emu", "test/harness"):   # matrix; the PTX checker; it
 import matrix  # noqa: E402
 
 __all__ = ["COLUMNS", "measure", "compare", "verdicts", "sass_moves", "sass_selects",
-           "sass_core", "core_verdict"]
+           "sass_core", "sass_counts", "compile_cost_kernel", "core_verdict"]
 
 # column -> True where more is better (bytes per store), False where fewer is.
 COLUMNS = {"stores": False, "bytes_per_store": True, "sass": False, "registers": False,
@@ -71,21 +71,35 @@ def sass_core(m: dict) -> int:
   return m["sass"] - m["sass_moves"] - m["sass_selects"]
 
 
+def sass_counts(stats) -> dict:
+  """A compiled kernel's SASS instructions, moves, selects and registers
+  (from ``ptx_stats.Stats``)."""
+  return {"sass": stats.sass_instructions, "registers": stats.registers,
+          "sass_moves": sass_moves(stats.sass_opcodes),
+          "sass_selects": sass_selects(stats.sass_opcodes)}
+
+
+def compile_cost_kernel(cfg: StoreConfig):
+  """cfg's cost kernel (``build_store_module(cost=True)``) through the deviceless
+  toolchain; returns its ``toolchain.Compiled``."""
+  from jaxlib.mlir import ir
+  from mosaic_async_store import compat
+  from mosaic_async_store.tools import toolchain
+  from mosaic_async_store.demo.kernel import build_store_module
+  with compat.make_ir_context(), ir.Location.unknown():
+    module, _ = build_store_module(cfg, cost=True)
+    return toolchain.compile_module(module)
+
+
 def measure(cfg: StoreConfig) -> dict:
   """Compiles and runs cfg's kernel; returns its costs (raises what the build raises).
 
   ``wavefronts`` is None, with ``checker`` saying why, when the PTX checker
   rejects the kernel (upstream's red.async into the executing CTA is undefined).
   """
-  from jaxlib.mlir import ir
-  from mosaic_async_store import compat
-  from mosaic_async_store.tools import toolchain
-  from mosaic_async_store.demo.kernel import build_store_module
   import demo_kernels
   from ptx_memory import ProtocolError
-  with compat.make_ir_context(), ir.Location.unknown():
-    module, _ = build_store_module(cfg, cost=True)
-    compiled = toolchain.compile_module(module)
+  compiled = compile_cost_kernel(cfg)
   stats = compiled.stats
   counts, nbytes, widths = {"async": 0, "plain": 0}, 0, {}
   for opcode, n in stats.stores.items():
@@ -100,10 +114,7 @@ def measure(cfg: StoreConfig) -> dict:
   row = {"stores": stores, "async": counts["async"], "plain": counts["plain"],
          "widths": dict(sorted(widths.items())),
          "bytes_per_store": round(nbytes / stores, 2) if stores else 0,
-         "sass": stats.sass_instructions, "registers": stats.registers,
-         "span": stats.sass_store_span,
-         "sass_moves": sass_moves(stats.sass_opcodes),
-         "sass_selects": sass_selects(stats.sass_opcodes)}
+         **sass_counts(stats), "span": stats.sass_store_span}
   if cfg.impl == "mas":  # what the plan says its conflict-free order costs and saves
     from mosaic_async_store.demo.config import config_plan
     orders = config_plan(cfg).store_orders

@@ -77,20 +77,7 @@ def assemble(ptx: str) -> dict:
   from mosaic_async_store.tools import toolchain
   from mosaic_async_store.tools.ptx_stats import Stats
   cubin, report = toolchain.ptx_to_cubin(ptx)
-  stats = Stats.from_outputs(ptx, report, toolchain.cubin_to_sass(cubin))
-  return {"sass": stats.sass_instructions, "sass_moves": cost_measure.sass_moves(stats.sass_opcodes),
-          "sass_selects": cost_measure.sass_selects(stats.sass_opcodes),
-          "registers": stats.registers}
-
-
-def _cost_ptx(cfg: StoreConfig) -> str:
-  from jaxlib.mlir import ir
-  from mosaic_async_store import compat
-  from mosaic_async_store.demo.kernel import build_store_module
-  from mosaic_async_store.tools import toolchain
-  with compat.make_ir_context(), ir.Location.unknown():
-    module, _ = build_store_module(cfg, cost=True)
-    return toolchain.compile_module(module).ptx
+  return cost_measure.sass_counts(Stats.from_outputs(ptx, report, toolchain.cubin_to_sass(cubin)))
 
 
 def measure_case(cfg: StoreConfig) -> dict:
@@ -98,14 +85,14 @@ def measure_case(cfg: StoreConfig) -> dict:
   PTX checker: bytes and waits), and ours; each ``assemble``d."""
   import demo_kernels
   upstream_cfg = StoreConfig(**{**vars(cfg), "impl": "upstream"})
-  upstream = _cost_ptx(upstream_cfg)
+  upstream = cost_measure.compile_cost_kernel(upstream_cfg).ptx
   split, loads = split_wide_loads(upstream)
   if not loads:
     raise ValueError(f"{cfg.describe()}: upstream's kernel has no 64-bit register loads")
   demo_kernels.run_cost_kernel(upstream_cfg, split)   # raises unless bytes and waits are right
   return {"config": cfg.describe().replace(" impl=mas", ""), "loads_split": loads,
           "upstream": assemble(upstream), "upstream_split": assemble(split),
-          "ours": assemble(_cost_ptx(cfg))}
+          "ours": assemble(cost_measure.compile_cost_kernel(cfg).ptx)}
 
 
 def _versions() -> str:
