@@ -192,9 +192,10 @@ def _dialect_rule(ctx, op):
   try:
     async_store(value, ref, barrier, optimized=optimized is not False, **kwargs)
   except AsyncStoreError as e:
-    if optimized is not None or e.param != "optimized":
+    # Unset: upstream's "downgradable" on jax 0.10/0.11, "required" on 0.12.
+    if optimized is not None or e.param != "optimized" or not compat.unset_optimized_downgrades():
       raise
-    async_store(value, ref, barrier, optimized=False, **kwargs)  # upstream's "downgradable"
+    async_store(value, ref, barrier, optimized=False, **kwargs)
   return []
 
 

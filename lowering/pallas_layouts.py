@@ -56,10 +56,10 @@ def storable(layout, shape, strides, tiling, swizzle, dtype: str, atomic, optimi
   """Whether the planner plans the store of ``layout`` registers into a ref of logical
   ``shape`` and ``strides``, tiled by ``tiling`` (() for none) with ``swizzle``.
 
-  ``optimized``: upstream's ``OptimizedTransferKind``; DOWNGRADABLE (Pallas' default)
-  accepts a plan with bank conflicts where no conflict-free one exists, as the
-  lowering rule does."""
-  kinds = _cs.OptimizedTransferKind
+  ``optimized``: the constraint's value, read by ``compat.transfer_optimized_tries``
+  (jax 0.10/0.11: an ``OptimizedTransferKind``, whose DOWNGRADABLE accepts a plan with
+  bank conflicts where no conflict-free one exists, as the lowering rule does; jax
+  0.12: a bool)."""
   ref_shape, ref_strides = tuple(shape), tuple(strides)
   if tiling:
     if any(s % t for s, t in zip(shape[-len(tiling):], tiling)):
@@ -67,8 +67,7 @@ def storable(layout, shape, strides, tiling, swizzle, dtype: str, atomic, optimi
     ref_shape = (*shape[:-len(tiling)], *(s // t for s, t in zip(shape[-len(tiling):], tiling)),
                  *tiling)
     ref_strides = compat.tile_strides(strides, tiling)
-  tries = {kinds.OPTIMIZED: (True,), kinds.UNOPTIMIZED: (False,)}.get(optimized, (True, False))
-  for conflict_free in tries:
+  for conflict_free in compat.transfer_optimized_tries(optimized):
     try:
       plan_store(layout, tuple(shape), dtype, swizzle=swizzle if tiling else None,
                  tiling_rank=len(tiling) or None, optimized=conflict_free, atomic=atomic,

@@ -1,9 +1,9 @@
 """Everything that depends on the jax version lives here.
 
-CI runs jax 0.10.2 and the GPU machine jax 0.11.x.  Every import of a private
-``jax._src`` module, and every upstream name that moved or changed shape between
-those versions, goes through a function in this file so that the rest of the
-project imports only from here.  Imports are lazy: the planner must work (and
+CI runs jax 0.10.2, 0.11.2 and 0.12.0.1 (docs/jax-versions.md).  Every import of
+a private ``jax._src`` module, and every upstream name that moved or changed
+shape between those versions, goes through a function in this file so that the
+rest of the project imports only from here.  Imports are lazy: the planner must work (and
 give clear errors) before anything heavy is loaded.
 """
 
@@ -183,6 +183,39 @@ def layout_constraints():
   return constraints, pallas_internals().layout_inference._constraint_system_derivation_rules
 
 
+def transfer_optimized_tries(optimized) -> tuple[bool, ...]:
+  """The conflict-free requirements, in order of preference, that a layout-inference
+  transfer constraint's ``optimized`` admits.
+
+  jax 0.10 and 0.11: an ``OptimizedTransferKind``, OPTIMIZED, UNOPTIMIZED or
+  DOWNGRADABLE (an unset ``optimized``: conflict-free where possible, else with
+  conflicts).  jax 0.12: a plain bool, unset meaning "optimized required"."""
+  from jax.experimental.mosaic.gpu import constraints
+  kinds = getattr(constraints, "OptimizedTransferKind", None)
+  if kinds is None:
+    return (bool(optimized),)
+  return {kinds.OPTIMIZED: (True,), kinds.UNOPTIMIZED: (False,)}.get(optimized, (True, False))
+
+
+def transfer_optimized_values() -> dict[str, object]:
+  """This jax's values of a transfer constraint's ``optimized`` by meaning:
+  ``required``, ``unoptimized`` and, on jax 0.10 and 0.11 only, ``downgradable``."""
+  from jax.experimental.mosaic.gpu import constraints
+  kinds = getattr(constraints, "OptimizedTransferKind", None)
+  if kinds is None:
+    return {"required": True, "unoptimized": False}
+  return {"required": kinds.OPTIMIZED, "unoptimized": kinds.UNOPTIMIZED,
+          "downgradable": kinds.DOWNGRADABLE}
+
+
+def unset_optimized_downgrades() -> bool:
+  """Whether a dialect store op with no ``optimized`` attribute may fall back to a
+  store with bank conflicts: yes on jax 0.10 and 0.11 (upstream's "downgradable"),
+  no on 0.12, whose dialect lowering reads unset as ``optimized=True``."""
+  from jax.experimental.mosaic.gpu import constraints
+  return hasattr(constraints, "OptimizedTransferKind")
+
+
 def vector_store_constraints(ctx, op):
   """Upstream's constraint system of a register -> SMEM store op, before its
   async-store extras (``layout_inference._vector_store_constraint_system``; jax 0.10.2
@@ -262,3 +295,19 @@ def pallas_load(ref, **kwargs):
   if jax_version() >= (0, 11):
     return plgpu.load(ref, **kwargs)
   return plgpu.load(ref, (), **kwargs)
+
+
+def pallas_store(ref, value, *, optimized: bool = False) -> None:
+  """Stores the registers ``value`` into the whole of ``ref`` (GMEM or SMEM) in a
+  Pallas MGPU kernel, with ``optimized`` as this jax understands it.
+
+  jax 0.12 plans a GMEM store as optimized unless told otherwise
+  (``plgpu.store(ref, value, optimized=False)``) and refuses one that does not
+  write whole 32-byte sectors per instruction; jax 0.10 and 0.11 have no
+  ``plgpu.store``, and ``ref[...] = value`` stores unoptimized."""
+  from jax.experimental.pallas import mosaic_gpu as plgpu
+  store = getattr(plgpu, "store", None)
+  if store is None:
+    ref[...] = value
+  else:
+    store(ref, value, optimized=optimized)

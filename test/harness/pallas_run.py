@@ -179,7 +179,8 @@ def roundtrip_kernel(case: PallasCase):
       jax.lax.cond(cta == 0, lambda: plgpu.barrier_wait(bar.at[0]), lambda: None)
     else:
       plgpu.barrier_wait(bar.at[0])  # what the peer sent has landed (and is visible)
-    o_ref[cta] = compat.pallas_load(smem, optimized=False, **smem_layout)
+    compat.pallas_store(o_ref.at[cta], compat.pallas_load(smem, optimized=False,
+                                                           **smem_layout))
 
   out = jax.ShapeDtypeStruct((2, *alloc), dt.numpy)
   kernel = plgpu.kernel(

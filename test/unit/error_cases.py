@@ -258,6 +258,10 @@ PALLAS = _cases("pallas", [
 TOOLCHAIN = _cases("toolchain", [
     ("arch-malformed", "toolchain.pipeline_for('sm90')", "AsyncStoreError",
      ("arch=sm90", "sm_<digits>", "arch='sm_90a'")),
+    ("arch-no-suffix", "toolchain.compile_module('module {}', arch='sm_100')",
+     "AsyncStoreError", ("arch=sm_100", "sm_90a, sm_100a, sm_103a", "arch='sm_100a'")),
+    ("arch-unsupported", "toolchain.ptx_to_cubin('', arch='sm_80')", "AsyncStoreError",
+     ("arch=sm_80", "allowed one of sm_90a, sm_100a, sm_103a")),
     ("arch-not-str", "toolchain.compile_module('module {}', arch=90)", "TypeError",
      ("arch=", "90", "arch='sm_90a'")),
     ("module-not-module", "toolchain.compile_module(42)", "TypeError",
@@ -272,7 +276,7 @@ TOOLCHAIN = _cases("toolchain", [
     ("not-mlir", "toolchain.compile_module('this is not MLIR')", "CompileError",
      ("mlir-opt failed", "this is not MLIR")),
     ("arch-without-clusters", "toolchain.compile_module(store_module(), arch='sm_80')",
-     "CompileError", ("mlir-opt failed", "not supported on sm_80")),
+     "AsyncStoreError", ("arch=sm_80", "one of sm_90a, sm_100a, sm_103a")),
 ])
 
 # mosaic-async-store ARGV: exit status 2 and exactly one line on stderr.

@@ -15,14 +15,14 @@ from mosaic_async_store.demo.config import resolve_layout
 
 pl = pytest.importorskip("mosaic_async_store.lowering.pallas_layouts")
 CS, RULES = compat.layout_constraints()
-KIND = CS.OptimizedTransferKind
+OPTIMIZED = compat.transfer_optimized_values()
 
 
-def _storable(layout, shape, dtype, tiling, swizzle, strides=None, optimized=KIND.OPTIMIZED,
+def _storable(layout, shape, dtype, tiling, swizzle, strides=None, optimized="required",
               atomic=None):
   strides = strides or tuple(int(s) for s in _row_major(shape))
   return pl.storable(resolve_layout(layout, shape, dtype), shape, strides, tiling, swizzle,
-                     dtype, atomic, optimized)
+                     dtype, atomic, OPTIMIZED[optimized])
 
 
 def _row_major(shape):
@@ -44,14 +44,26 @@ def test_what_the_planner_refuses_is_not_storable():
   # 4-bit halves 64 threads apart (a column-major STRIDED destination): no lane pair can
   # assemble the bytes, so the planner refuses and the constraint does not hold.
   assert not _storable("STRIDED", (4, 2048), "int4", (), None, strides=(1, 4),
-                       optimized=KIND.UNOPTIMIZED)
+                       optimized="unoptimized")
   assert not _storable("WGMMA", (64, 128), "bfloat16", (8, 48), 128)  # tile does not divide
 
 
 def test_downgradable_accepts_a_plan_with_bank_conflicts():
   # float64 (64, 16) with a 16-byte swizzle has no conflict-free order.
-  assert not _storable("WGMMA", (64, 16), "float64", (8, 2), 16, optimized=KIND.OPTIMIZED)
-  assert _storable("WGMMA", (64, 16), "float64", (8, 2), 16, optimized=KIND.DOWNGRADABLE)
+  assert not _storable("WGMMA", (64, 16), "float64", (8, 2), 16, optimized="required")
+  assert _storable("WGMMA", (64, 16), "float64", (8, 2), 16, optimized="unoptimized")
+  if "downgradable" not in OPTIMIZED:
+    pytest.skip(f"jax {compat.jax_version()}: optimized is a bool (no DOWNGRADABLE)")
+  assert _storable("WGMMA", (64, 16), "float64", (8, 2), 16, optimized="downgradable")
+
+
+def test_optimized_has_each_versions_meaning():
+  # jax 0.12 made `optimized` a plain bool, unset meaning "required" (no downgrade).
+  downgrades = compat.jax_version() < (0, 12)
+  assert compat.unset_optimized_downgrades() is downgrades
+  assert ("downgradable" in OPTIMIZED) is downgrades
+  assert compat.transfer_optimized_tries(OPTIMIZED["required"]) == (True,)
+  assert compat.transfer_optimized_tries(OPTIMIZED["unoptimized"]) == (False,)
 
 
 def test_atomics_are_judged_with_their_forms():

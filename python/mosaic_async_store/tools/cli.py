@@ -130,6 +130,13 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
                  "default: only register loads + the store, for code-size stats")
 
 
+def _add_arch_arg(p: argparse.ArgumentParser) -> None:
+  from mosaic_async_store.tools.toolchain import ARCHS, DEFAULT_ARCH
+  p.add_argument("--arch", choices=tuple(ARCHS), default=DEFAULT_ARCH,
+                 help="the GPU to compile for: sm_90a (Hopper), sm_100a, sm_103a "
+                 f"(Blackwell) (default {DEFAULT_ARCH})")
+
+
 def build_parser() -> argparse.ArgumentParser:
   """The parser of ``mosaic-async-store`` and its subcommands."""
   parser = _Parser(prog=PROG, description=(
@@ -138,14 +145,16 @@ def build_parser() -> argparse.ArgumentParser:
   parser.add_argument("--version", action="version",
                       version=f"{PROG} {__version__}")
   sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-  sub.add_parser("demo", help="the main job on the embedded default configuration",
-                 description=(
-                     "Plans, verifies, compiles (PTX, SASS) and, where a GPU is "
-                     "present, runs a 64x128 bf16 WGMMA tile stored with a "
-                     "128-byte swizzle into the peer CTA of a 2-CTA cluster."))
+  demo = sub.add_parser("demo", help="the main job on the embedded default configuration",
+                        description=(
+                            "Plans, verifies, compiles (PTX, SASS) and, where a GPU is "
+                            "present, runs a 64x128 bf16 WGMMA tile stored with a "
+                            "128-byte swizzle into the peer CTA of a 2-CTA cluster."))
+  _add_arch_arg(demo)
   comp = sub.add_parser("compile", help="compile any configuration to mlir|ptx|sass|stats|plan",
                         description="Builds one store kernel and prints what is asked.")
   _add_config_args(comp)
+  _add_arch_arg(comp)
   comp.add_argument("--emit", choices=EMIT_KINDS, default="ptx",
                     help="mlir (Mosaic GPU IR as built), ptx, sass, stats (table), "
                     "or plan (this project's store plan + verification, no compiler; "
@@ -176,7 +185,7 @@ def _plan(cfg: StoreConfig):
   return plan, plan.verify()
 
 
-def _build(cfg: StoreConfig, *, bare: bool, compile_it: bool):
+def _build(cfg: StoreConfig, *, bare: bool, compile_it: bool, arch: str):
   """(module asm, Compiled or None) for ``cfg``'s kernel."""
   from jaxlib.mlir import ir
   from mosaic_async_store import compat
@@ -194,7 +203,7 @@ def _build(cfg: StoreConfig, *, bare: bool, compile_it: bool):
       raise _Refusal(f"upstream store_tiled_async refused {cfg.describe()}: "
                      f"{type(e).__name__}: {_one_line(e)}") from None
     asm = module.operation.get_asm(enable_debug_info=False)
-    return asm, toolchain.compile_module(module) if compile_it else None
+    return asm, toolchain.compile_module(module, arch) if compile_it else None
 
 
 # --- presentation -------------------------------------------------------------
@@ -210,7 +219,7 @@ def _sass_stores(stats) -> dict[str, int]:
   return {op: n for op, n in stats.sass_opcodes.items() if _SASS_STORE.match(op)}
 
 
-def stats_dict(cfg: StoreConfig, stats, *, bare: bool) -> dict:
+def stats_dict(cfg: StoreConfig, stats, *, bare: bool, arch: str) -> dict:
   """Stats as plain JSON-able data, with the configuration they belong to."""
   out = dataclasses.asdict(stats)
   out["st_async_by_width"] = {str(k): v for k, v in stats.st_async_by_width.items()}
@@ -218,6 +227,7 @@ def stats_dict(cfg: StoreConfig, stats, *, bare: bool) -> dict:
   out["sass_stores"] = _sass_stores(stats)
   out["config"] = dict(dataclasses.asdict(cfg), shape=list(cfg.shape))
   out["kernel"] = "store-only" if bare else "full"
+  out["arch"] = arch
   return out
 
 
@@ -272,20 +282,20 @@ def _runtime_check(cfg: StoreConfig) -> tuple[bool, str]:
                 f"{r.barrier_timeouts} barrier timeouts, {r.seconds:.2f} s){detail}")
 
 
-def _demo(out) -> int:
-  cfg = _DEFAULT
+def _demo(args: argparse.Namespace, out) -> int:
+  cfg, arch = _DEFAULT, args.arch
   print(f"{PROG} {__version__} demo", file=out)
   print(f"configuration: {cfg.describe()}\n  a {'x'.join(map(str, cfg.shape))} "
         f"{cfg.dtype} tile in the {cfg.layout} layout, {cfg.swizzle}-byte swizzle, "
         f"stored into the peer CTA of a {cfg.cluster}-CTA cluster", file=out)
   plan, report = _plan(cfg)
   print(f"\n== store plan ==\n{_plan_text(plan, report)}", file=out)
-  _, compiled = _build(cfg, bare=True, compile_it=True)
+  _, compiled = _build(cfg, bare=True, compile_it=True, arch=arch)
   stats = compiled.stats
   print("\n== emitted store instructions (PTX; kernel = register loads + store) ==",
         file=out)
   print(store_lines(compiled.ptx, stats.stores), file=out)
-  print(f"\n== ptxas (sm_90a) ==\nregisters {stats.registers}, spill stores "
+  print(f"\n== ptxas ({arch}) ==\nregisters {stats.registers}, spill stores "
         f"{stats.spill_stores} bytes, spill loads {stats.spill_loads} bytes, "
         f"static shared memory {stats.shared_memory} bytes", file=out)
   sass = ", ".join(f"{op} x{n}" for op, n in _sass_stores(stats).items()) or "none"
@@ -303,14 +313,15 @@ def _compile_text(args: argparse.Namespace) -> str:
   if args.emit == "plan":
     return _plan_text(*_plan(cfg)) + "\n"
   bare = not args.full
-  asm, compiled = _build(cfg, bare=bare, compile_it=args.emit != "mlir")
+  asm, compiled = _build(cfg, bare=bare, compile_it=args.emit != "mlir", arch=args.arch)
   if args.emit == "mlir":
     return asm
   if args.emit == "stats":
     if args.json:
-      return json.dumps(stats_dict(cfg, compiled.stats, bare=bare), indent=2) + "\n"
+      return json.dumps(stats_dict(cfg, compiled.stats, bare=bare, arch=args.arch),
+                        indent=2) + "\n"
     kernel = "store-only kernel" if bare else "full kernel"
-    return f"# {cfg.describe()} ({kernel})\n{stats_table(compiled.stats)}\n"
+    return f"# {cfg.describe()} ({kernel}, {args.arch})\n{stats_table(compiled.stats)}\n"
   return {"ptx": compiled.ptx, "sass": compiled.sass}[args.emit]
 
 
@@ -357,7 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # --help / --version: printed, status 0
       return int(e.code or 0)
     if args.command == "demo":
-      return _demo(sys.stdout)
+      return _demo(args, sys.stdout)
     return _compile(args, sys.stdout)
   except _Refusal as e:
     status, message = e.status, str(e)

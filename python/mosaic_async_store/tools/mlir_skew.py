@@ -63,6 +63,17 @@ RULES: tuple[Rule, ...] = (
         " SMEM). Mosaic leaves it empty; dropping its 0 size restores MLIR 22's"
         " layout, and a non-empty one is left alone (mlir-opt then says so).",
     ),
+    _rule(
+        "mbarrier-init-layout",
+        r'("nvvm\.mbarrier\.init"\([^)]*\)) <\{layout = 0 : i32\}>',
+        r"\1",
+        "jaxlib 0.12's nvvm.mbarrier.init has an optional `layout` property that"
+        " MLIR 22's op does not have (`this operation does not support"
+        " properties`). Mosaic leaves it at its default, 0, which is the only"
+        " form MLIR 22 lowers (mbarrier.init.shared.b64), so dropping it keeps"
+        " the meaning; any other value is left alone and mlir-opt says so."
+        " jaxlib 0.10 and 0.11 print no such property: the rule does not match.",
+    ),
 )
 
 

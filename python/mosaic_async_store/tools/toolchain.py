@@ -31,7 +31,8 @@ from mosaic_async_store.tools.mlir_skew import normalize_generic_mlir
 from mosaic_async_store.tools.ptx_stats import Stats
 
 __all__ = [
-    "ToolchainError", "CompileError", "Compiled", "Stats", "PIPELINE",
+    "ToolchainError", "CompileError", "Compiled", "Stats", "PIPELINE", "ARCHS",
+    "DEFAULT_ARCH", "check_arch",
     "find_tool", "pipeline_for", "generic_text", "mlir_to_ptx",
     "extract_ptx", "ptx_to_cubin", "cubin_to_sass", "compile_module",
 ]
@@ -157,39 +158,57 @@ def _run(tool: str, args: list[str],
 # The passes of Mosaic's own C++ pipeline minus its private ones;
 # gpu-launch-sink-index-computations stands in for Mosaic's descriptor sinking
 # (without it, constants become kernel parameters and the PTX grows 2-3x).
-# +ptx86: with the default PTX 8.0, ptxas rejects st.async.
+# The targets this project compiles for, each with the PTX ISA version mlir-opt
+# must emit (its ``features``).  All have st.async, red.async, mapa and cluster
+# barriers (PTX 8.1+).  With mlir-opt's default PTX 8.0, ptxas rejects st.async;
+# sm_100a needs PTX 8.6 and sm_103a 8.8 (ptxas: "PTX .version 8.6 does not
+# support .target sm_103a").  Each is assembled by ptxas 13 in the tests.
+ARCHS: dict[str, str] = {
+    "sm_90a": "+ptx86",    # Hopper (H100, H200)
+    "sm_100a": "+ptx86",   # Blackwell (B200, GB200)
+    "sm_103a": "+ptx88",   # Blackwell Ultra (B300, GB300)
+}
+DEFAULT_ARCH = "sm_90a"
+
 _PIPELINE_TEMPLATE = (
     "builtin.module(arith-expand,canonicalize,"
     "gpu-launch-sink-index-computations,convert-nvgpu-to-nvvm,"
     "gpu-kernel-outlining,"
     "convert-vector-to-scf{full-unroll=false target-rank=1},"
     "convert-scf-to-cf,convert-nvvm-to-llvm,expand-strided-metadata,"
-    "nvvm-attach-target{chip=@ARCH@ features=+ptx86 O=3},lower-affine,"
+    "nvvm-attach-target{chip=@ARCH@ features=@FEATURES@ O=3},lower-affine,"
     "convert-arith-to-llvm,convert-index-to-llvm{index-bitwidth=64},"
     "canonicalize,cse,gpu.module(convert-gpu-to-nvvm{index-bitwidth=64}),"
     "gpu.module(canonicalize),gpu.module(cse),"
     "gpu.module(reconcile-unrealized-casts),"
     "gpu-module-to-binary{format=isa})"
 )
-_ARCH = re.compile(r"sm_\d+a?")
 
 
-def _check_arch(arch: Any) -> str:
+def check_arch(arch: Any) -> str:
+  """``arch`` if it is one of ``ARCHS``; AsyncStoreError / TypeError otherwise."""
+  allowed = ", ".join(ARCHS)
   if not isinstance(arch, str):
-    raise errors.refuse_type("arch", arch, "a str such as 'sm_90a'",
-                             "pass arch='sm_90a'")
-  if _ARCH.fullmatch(arch) is None:
-    raise errors.refuse("arch", arch, "sm_<digits> with an optional 'a'"
-                        " (only sm_90a is tested)", "pass arch='sm_90a'")
+    raise errors.refuse_type("arch", arch, f"a str, one of {allowed}",
+                             f"pass arch='{DEFAULT_ARCH}'")
+  if arch not in ARCHS:
+    digits = re.sub(r"\D", "", arch)
+    close = [a for a in ARCHS if digits and re.sub(r"\D", "", a) == digits]
+    fix = (f"pass arch='{close[0]}' (sm_<digits>a: the arch-specific target, whose "
+           "features st.async and the cluster instructions need)" if close else
+           f"pass one of {allowed}")
+    raise errors.refuse("arch", arch, f"one of {allowed}", fix)
   return arch
 
 
-def pipeline_for(arch: str = "sm_90a") -> str:
-  """The mlir-opt pass pipeline for one target architecture."""
-  return _PIPELINE_TEMPLATE.replace("@ARCH@", _check_arch(arch))
+
+def pipeline_for(arch: str = DEFAULT_ARCH) -> str:
+  """The mlir-opt pass pipeline for one target architecture of ``ARCHS``."""
+  return (_PIPELINE_TEMPLATE.replace("@ARCH@", check_arch(arch))
+          .replace("@FEATURES@", ARCHS[arch]))
 
 
-PIPELINE = pipeline_for("sm_90a")
+PIPELINE = pipeline_for(DEFAULT_ARCH)
 
 # Ops (`"mosaic_gpu.x"(`), types (`!mosaic_gpu.`) and attributes
 # (`#mosaic_gpu.`) of the Mosaic GPU dialect, which mlir-opt does not know.
@@ -252,18 +271,18 @@ def extract_ptx(lowered: str) -> str:
   return raw.encode("latin-1").decode("utf-8", errors="replace")
 
 
-def mlir_to_ptx(text: Any, arch: str = "sm_90a") -> str:
+def mlir_to_ptx(text: Any, arch: str = DEFAULT_ARCH) -> str:
   """Lowers generic MLIR text (or a module) to PTX with mlir-opt."""
-  return extract_ptx(_run_mlir_opt(_prepare(text), _check_arch(arch)))
+  return extract_ptx(_run_mlir_opt(_prepare(text), check_arch(arch)))
 
 
-def ptx_to_cubin(ptx: str, arch: str = "sm_90a") -> tuple[bytes, str]:
+def ptx_to_cubin(ptx: str, arch: str = DEFAULT_ARCH) -> tuple[bytes, str]:
   """Assembles PTX with ``ptxas -v``; returns the cubin and ptxas' report.
 
   Raises:
     CompileError: with ptxas' message when it rejects the PTX.
   """
-  _check_arch(arch)
+  check_arch(arch)
   with tempfile.TemporaryDirectory(prefix="mas-ptxas-") as tmp:
     source = pathlib.Path(tmp, "kernel.ptx")
     cubin = pathlib.Path(tmp, "kernel.cubin")
@@ -302,15 +321,14 @@ class Compiled:
   stats: Stats
 
 
-def compile_module(module: Any, arch: str = "sm_90a", *,
+def compile_module(module: Any, arch: str = DEFAULT_ARCH, *,
                    keep_dir: str | os.PathLike[str] | None = None) -> Compiled:
   """Compiles a Lane-level Mosaic GPU module to PTX, cubin and SASS.
 
   Args:
     module: a ``jaxlib.mlir.ir.Module`` or its generic MLIR text; Mosaic GPU
       dialect ops must already be lowered.
-    arch: the target, ``sm_90a`` (other ``sm_XX[a]`` names are passed on but
-      untested).
+    arch: the target, one of ``ARCHS`` (``sm_90a``, ``sm_100a``, ``sm_103a``).
     keep_dir: if given, the intermediate files (kernel.mlir, lowered.mlir,
       kernel.ptx, ptxas.log, kernel.cubin, kernel.sass) are written there.
 
@@ -319,7 +337,7 @@ def compile_module(module: Any, arch: str = "sm_90a", *,
     ToolchainError: when a tool is missing.
     CompileError: when a tool rejects its input, with the tool's message.
   """
-  _check_arch(arch)
+  check_arch(arch)
   text = _prepare(module)
   lowered = _run_mlir_opt(text, arch)
   ptx = extract_ptx(lowered)
