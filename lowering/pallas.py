@@ -36,7 +36,7 @@ from mosaic_async_store import compat
 from mosaic_async_store.plan import validate
 from mosaic_async_store.plan.dtypes import as_dtype
 from mosaic_async_store.errors import AsyncStoreError, refuse, refuse_type
-from mosaic_async_store.lowering import debug, pallas_layouts
+from mosaic_async_store.lowering import debug, pallas_layouts, ptx
 from mosaic_async_store.lowering.store import async_store
 
 __all__ = ["async_store_smem", "async_store_smem_p", "install", "uninstall", "is_installed",
@@ -76,13 +76,6 @@ def _async_store_smem_abstract_eval(src, ref, barrier, cluster_idx, *flat_transf
   if bar.size != 1:
     raise TypeError(f"async_store_smem: barrier holds {bar.size} barriers; allowed: one. "
                     "Fix: index it, e.g. barrier.at[0]")
-  dtype = getattr(barrier, "dtype", None)
-  if isinstance(dtype, _p.gpu_core.BarrierType) and dtype.orders_tensor_core:
-    raise refuse("barrier", "Barrier(orders_tensor_core=True)",
-                 "a plain plgpu.Barrier: an orders_tensor_core barrier counts one "
-                 "arrival per warpgroup even under Lane semantics, so the 128 "
-                 "per-thread arrivals of this store would overrun its phase",
-                 "allocate plgpu.Barrier(num_arrivals=<stores per phase>)")
   if not src.shape:
     raise TypeError("async_store_smem: src is a scalar; allowed: arrays of rank >= 1. "
                     "Fix: broadcast it, e.g. jnp.full((128,), x)")
@@ -103,6 +96,15 @@ def _unpack(ctx, ref, barrier, flat_transforms, ref_treedef, bar_treedef):
   if base is not None:
     barrier = barrier[base]
   return ref_smem, remaining, barrier
+
+
+def _arrival(barrier_aval) -> str:
+  """``async_store``'s arrival for a Pallas barrier: Pallas counts 128 arrivals per
+  ``num_arrivals`` of a plain barrier (Lane; Warpgroup: its dialect initialisation),
+  and only ``num_arrivals`` of one allocated with ``orders_tensor_core=True``, on
+  which upstream arrives from one lane with the whole transfer (jax 0.10 to 0.12)."""
+  dtype = getattr(barrier_aval, "inner_aval", barrier_aval).dtype
+  return "tensor_core" if getattr(dtype, "orders_tensor_core", False) else "thread"
 
 
 def _swizzle_tiling(remaining):
@@ -129,7 +131,7 @@ def _lane_rule(ctx, src, ref, barrier, cluster_idx, *flat_transforms, ref_transf
   async_store(value, ref_smem, barrier, cluster_dim=dim,
               cluster_idx=_p.lowering._as_index(cluster_idx), swizzle=swizzle,
               tiling_rank=tiling_rank, optimized=optimized, atomic=atomic,
-              remote_plain_ok=_state["installed"])
+              remote_plain_ok=_state["installed"], arrival=_arrival(ctx.avals_in[2]))
   return ()
 
 
@@ -156,6 +158,8 @@ def _warpgroup_rule(ctx, src, ref, barrier, cluster_idx, *flat_transforms,
   op.attributes["mas.signed"] = ir.BoolAttr.get(bool(np.issubdtype(dtype, np.signedinteger)))
   if atomic is not None:
     op.attributes["mas.atomic"] = ir.StringAttr.get(atomic)
+  # The dialect's barrier type carries orders_tensor_core only from jax 0.12 on.
+  op.attributes["mas.arrival"] = ir.StringAttr.get(_arrival(ctx.avals_in[2]))
   return ()
 
 
@@ -183,12 +187,18 @@ def _dialect_rule(ctx, op):
     tiling = [t for t in dl.memref_transforms_from_transforms_attr(transforms)
               if hasattr(t, "tiling")]
     tiling_rank = len(tiling[0].tiling) if tiling else None
-  barrier = utils.DialectBarrierRef.from_barrier_memref(op.barrier).barrier_ref
+  dialect_barrier = utils.DialectBarrierRef.from_barrier_memref(op.barrier)
+  barrier = dialect_barrier.barrier_ref
+  if "mas.arrival" in attrs:
+    arrival = ir.StringAttr(attrs["mas.arrival"]).value
+  else:  # an op built without Pallas' rule: its barrier type says (jax 0.12)
+    arrival = ("tensor_core" if getattr(dialect_barrier, "orders_tensor_core", False)
+               else "thread")
   optimized = op.optimized.value if op.optimized is not None else None
   kwargs = dict(cluster_dim=gpu.Dimension(op.cluster_dim.value),
                 cluster_idx=arith.index_cast(ir.IndexType.get(), op.cluster_idx),
                 swizzle=swizzle, tiling_rank=tiling_rank, atomic=atomic,
-                remote_plain_ok=_state["installed"])
+                remote_plain_ok=_state["installed"], arrival=arrival)
   try:
     async_store(value, ref, barrier, optimized=optimized is not False, **kwargs)
   except AsyncStoreError as e:
@@ -218,7 +228,7 @@ def _dialect_dispatch(ctx, op):
 pallas_layouts.register(_is_ours)
 
 
-def _cluster_wait_rule(original):
+def _cluster_wait_rule(_upstream_rule):
   """Pallas' ``barrier_wait`` rule, waiting with ``.acquire.cluster`` (see install()).
 
   It does what upstream's rule (and ``BarrierRef.wait``) does: pick the
@@ -226,13 +236,14 @@ def _cluster_wait_rule(original):
   poll differs: ``mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64``
   instead of upstream's unqualified form, which is ``.acquire.cta`` (PTX ISA,
   mbarrier.try_wait: absent .sem means .acquire, absent .scope means .cta).
-  ``orders_tensor_core`` barriers keep upstream's rule (its tcgen05 fence).
+  An ``orders_tensor_core`` barrier's wait is followed, as upstream's is, by
+  ``tcgen05.fence::after_thread_sync`` (later tcgen05 operations after the wait).
+  It replaces upstream's rule (``_upstream_rule``) for every barrier.
   """
   def rule(ctx, barrier, *flat_transforms, transforms_treedef):
     utils = compat.mosaic_utils()
     aval = ctx.avals_in[0]
-    if getattr(aval.inner_aval.dtype, "orders_tensor_core", False):
-      return original(ctx, barrier, *flat_transforms, transforms_treedef=transforms_treedef)
+    tensor_core = getattr(aval.inner_aval.dtype, "orders_tensor_core", False)
     base = _p.primitives._get_barrier_base_index(aval,
                                                  transforms_treedef.unflatten(flat_transforms))
     if base is not None:
@@ -244,6 +255,8 @@ def _cluster_wait_rule(original):
     if barrier._ptx_scope != "cta":
       raise ValueError("Can only await on CTA-local barriers")  # as upstream's wait_parity
     debug.wait(barrier, debug=False)   # mas.wait: upstream's loop, cluster-scoped
+    if tensor_core:
+      ptx.emit_tcgen05_fence_after_thread_sync()
     return ()
   return rule
 
@@ -339,9 +352,13 @@ def async_store_smem(src, ref, barrier, *, cluster_idx, cluster_dim: Hashable | 
   Same signature and semantics as ``plgpu.async_store_smem``, with every dtype
   (down to 4-bit), layout and swizzle, exact tx accounting for any size, and
   the atomics "add", "min", "max", "and", "or", "xor", "inc", "dec"
-  (signedness from ``src.dtype``).  Every thread of the warpgroup arrives once
-  on the destination barrier, announcing its own bytes: allocate
-  ``plgpu.Barrier(num_arrivals=n)`` with ``n`` the stores that land per phase.
+  (signedness from ``src.dtype``).  Allocate ``plgpu.Barrier(num_arrivals=n)``
+  with ``n`` the stores that land per phase: on a plain barrier every thread
+  of the warpgroup arrives once, announcing its own bytes (Pallas counts 128
+  arrivals per ``num_arrivals``); on one allocated with
+  ``orders_tensor_core=True`` one thread arrives with the whole transfer, after
+  ``tcgen05.fence::before_thread_sync`` and a warpgroup barrier, as upstream's
+  store does (sm_100a and newer).
 
   Args:
     src: the array to store (registers of the warpgroup).

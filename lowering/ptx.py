@@ -12,7 +12,9 @@ from jaxlib.mlir.dialects import llvm
 
 __all__ = [
     "emit_mapa", "emit_cluster_ctarank", "emit_st_async", "emit_red_async", "emit_st_plain",
-    "emit_red_plain", "emit_arrive_expect_tx", "emit_shfl_bfly",
+    "emit_red_plain", "emit_arrive_expect_tx", "emit_tcgen05_fence_before_thread_sync",
+    "emit_tcgen05_fence_after_thread_sync",
+    "emit_shfl_bfly",
     "emit_bounded_wait", "emit_wait_parity_cluster", "emit_expect_tx", "emit_fence_cta", "emit_fence_proxy_async_shared", "emit_cp_async_bulk_to_cluster",
 ]
 
@@ -106,6 +108,23 @@ def emit_arrive_expect_tx(barrier: ir.Value, tx: ir.Value, *, release_cluster: b
   sem = ".release.cluster" if release_cluster else ""
   asm = f"mbarrier.arrive.expect_tx{sem}.shared::cluster.b64 _, [$0], $1;"
   llvm.inline_asm(_void(), [barrier, tx], asm, "r,r", has_side_effects=True)
+
+
+def emit_tcgen05_fence_before_thread_sync() -> None:
+  """``tcgen05.fence::before_thread_sync;``: orders this thread's earlier tcgen05
+  operations (tensor-memory loads, MMAs) before the thread synchronisation that
+  follows, as an arrival on an ``orders_tensor_core`` barrier must (PTX ISA,
+  tcgen05 memory consistency; sm_100a and newer)."""
+  llvm.inline_asm(_void(), [], "tcgen05.fence::before_thread_sync;", "",
+                  has_side_effects=True)
+
+
+def emit_tcgen05_fence_after_thread_sync() -> None:
+  """``tcgen05.fence::after_thread_sync;``: orders this thread's later tcgen05
+  operations after the thread synchronisation before it (a wait on an
+  ``orders_tensor_core`` barrier); sm_100a and newer."""
+  llvm.inline_asm(_void(), [], "tcgen05.fence::after_thread_sync;", "",
+                  has_side_effects=True)
 
 
 def emit_expect_tx(barrier: ir.Value, tx: ir.Value) -> None:

@@ -64,10 +64,11 @@ def _check_context():
       raise refuse("context", f"an MLIR context with no {what}", _WHERE, _IN_KERNEL) from None
 
 
-def _check_options(expect_tx, strategy):
+def _check_options(expect_tx, strategy, arrival):
   """The plain-Python options that the planner does not see (it checks the rest)."""
   validate.check_flag("expect_tx", expect_tx)
   validate.check_strategy(strategy)
+  validate.check_arrival(arrival, expect_tx)
 
 
 def _check_same_context(param, v):
@@ -197,7 +198,8 @@ def _emit_stores(plan, builder, addresses, barrier_addr):
 
 def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
                 swizzle=None, tiling_rank=None, optimized=True, atomic=None,
-                expect_tx=True, strategy="st.async", remote_plain_ok=True) -> int:
+                expect_tx=True, strategy="st.async", remote_plain_ok=True,
+                arrival="thread") -> int:
   """Stores ``value`` asynchronously into ``ref`` (this CTA's or a peer's SMEM).
 
   Args:
@@ -228,6 +230,14 @@ def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
     remote_plain_ok: False refuses a store into a peer that has plain pieces
       (ordered only by the ``.release.cluster`` arrive): for callers whose
       consumer waits with ``.acquire.cta`` (Pallas' barrier_wait before install()).
+    arrival: who arrives on the target barrier (with ``expect_tx``).  "thread":
+      each thread once, with its own bytes (a barrier counting 128 arrivals per
+      store: Pallas' ``plgpu.Barrier``).  "warpgroup": one elected thread, with the
+      whole warpgroup's bytes, after a warpgroup barrier (``bar.sync``) that
+      orders every thread's stores before it (a barrier counting one arrival per
+      store).  "tensor_core": "warpgroup" with ``tcgen05.fence::before_thread_sync``
+      before the warpgroup barrier, as upstream arrives on a barrier allocated with
+      ``orders_tensor_core=True`` (sm_100a and newer only).
 
   Returns:
     The bytes the warpgroup writes (a Python int).
@@ -238,7 +248,7 @@ def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
   ``mbarrier.arrive.expect_tx{.release.cluster}.shared::cluster.b64``.
   """
   _check_context()
-  _check_options(expect_tx, strategy)
+  _check_options(expect_tx, strategy, arrival)
   ref_ty = _check_ref(ref, value)
   barrier = _check_barrier(barrier)
   cluster = target.static_cluster_shape()
@@ -294,12 +304,38 @@ def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
   validate.check_ref_offset(offset, step, plans[0].dtype.bits, plans[0].geometry.swizzle,
                             max(p.widest for p in plans))
   if local_plan is None or peer_plan is None:
-    return emit_plan(local_plan or peer_plan, value.registers, ref, barrier, expect_tx)
-  return emit_either(local_plan, peer_plan, value.registers, ref, barrier, expect_tx)
+    return emit_plan(local_plan or peer_plan, value.registers, ref, barrier, expect_tx,
+                     arrival)
+  return emit_either(local_plan, peer_plan, value.registers, ref, barrier, expect_tx,
+                     arrival)
 
 
-def _emit_form(plan, builder, base, bar, tid, expect_tx):
-  """The stores of one verified plan from ``base``, and each thread's one arrive on ``bar``."""
+def _emit_elected_arrive(plan, bar, tid, arrival):
+  """One arrival for the warpgroup, by thread 0, announcing every thread's tx bytes.
+
+  The warpgroup barrier (upstream's ``warpgroup_barrier``: ``bar.sync 1 + wg, 128``)
+  makes every thread's stores happen before thread 0's arrive, whose
+  ``.release.cluster`` (plans with plain pieces) then releases them to the
+  target CTA by cumulativity.  For a tensor-core barrier,
+  ``tcgen05.fence::before_thread_sync`` first orders this warpgroup's earlier
+  tcgen05 operations before the barrier, as upstream's ``arrive_expect_tx``
+  with a ``tensor_core_order_scope`` does."""
+  i32 = ir.IntegerType.get_signless(32)
+  tx = sum(plan.bytes_for_thread(t) for t in range(WARPGROUP_SIZE))
+  assert tx == plan.async_bytes, (tx, plan.async_bytes)
+  if arrival == "tensor_core":
+    ptx.emit_tcgen05_fence_before_thread_sync()
+  compat.mosaic_utils().warpgroup_barrier()
+  elected = scf.IfOp(arith.cmpi(arith.CmpIPredicate.eq, tid, arith.constant(i32, 0)))
+  with ir.InsertionPoint(elected.then_block):
+    ptx.emit_arrive_expect_tx(bar, arith.constant(i32, tx),
+                              release_cluster=plan.needs_release_arrive)
+    scf.yield_([])
+
+
+def _emit_form(plan, builder, base, bar, tid, expect_tx, arrival="thread"):
+  """The stores of one verified plan from ``base``, and the arrival on ``bar``:
+  each thread's (``arrival="thread"``) or the warpgroup's elected one."""
   i32 = ir.IntegerType.get_signless(32)
   writer = _writer_predicate(plan.registers.writer, tid)
   if writer is None:
@@ -309,7 +345,9 @@ def _emit_form(plan, builder, base, bar, tid, expect_tx):
     with ir.InsertionPoint(if_op.then_block):
       _emit_stores(plan, builder, _emit_addresses(plan, base, tid), bar)
       scf.yield_([])
-  if expect_tx:
+  if expect_tx and arrival != "thread":
+    _emit_elected_arrive(plan, bar, tid, arrival)
+  elif expect_tx:
     nbytes = plan.bytes_for_thread(int(np.flatnonzero(plan.registers.writer)[0]))
     tx = arith.constant(i32, nbytes)
     if writer is not None:
@@ -324,20 +362,22 @@ def _builder(plan, registers, tid):
   return builder
 
 
-def emit_plan(plan, registers, ref, barrier, expect_tx=True):
+def emit_plan(plan, registers, ref, barrier, expect_tx=True, arrival="thread"):
   """Emits IR for a verified plan into ``plan.target``; returns its total bytes.
 
   ``registers`` are the FragmentedArray's registers, ``ref`` and ``barrier`` the
   executing CTA's (a peer target's copies are reached with ``mapa``, its rank
   formed from the target's cluster dimension, index and shape).  ``expect_tx`` is
-  the arrival convention: each thread arrives once announcing its bytes, or
-  (False) nothing is announced and the caller accounts for the returned count.
+  whether anyone arrives ((False) nothing is announced and the caller accounts
+  for the returned count), ``arrival`` who (``async_store``'s parameter).
 
-  Every thread of the warpgroup arrives exactly once on the target barrier
-  with the bytes its own asynchronous instructions complete (0 for threads
-  that write nothing).  Pallas initialises a barrier with 128 arrivals per
-  ``num_arrivals`` under Lane and Warpgroup semantics alike, and upstream's
-  own Warpgroup rule also arrives from every thread.
+  With ``arrival="thread"`` every thread of the warpgroup arrives exactly once
+  on the target barrier with the bytes its own asynchronous instructions
+  complete (0 for threads that write nothing): Pallas initialises a plain
+  barrier with 128 arrivals per ``num_arrivals`` under Lane and Warpgroup
+  semantics alike, and upstream's own Warpgroup rule also arrives from every
+  thread.  An ``orders_tensor_core`` barrier keeps its count (one arrival per
+  store): ``arrival="tensor_core"``.
   """
   utils = compat.mosaic_utils()
   tid = _thread_index()
@@ -347,7 +387,7 @@ def emit_plan(plan, registers, ref, barrier, expect_tx=True):
   if plan.target.peer:
     rank = _target_rank(plan.target)
     base, bar = ptx.emit_mapa(base, rank), ptx.emit_mapa(bar, rank)
-  _emit_form(plan, builder, base, bar, tid, expect_tx)
+  _emit_form(plan, builder, base, bar, tid, expect_tx, arrival)
   return plan.total_bytes
 
 
@@ -356,7 +396,8 @@ def _target_rank(where) -> ir.Value:
   return target.target_rank(where.cluster_dim, where.cluster_idx, where.cluster_shape)
 
 
-def emit_either(local_plan, peer_plan, registers, ref, barrier, expect_tx=True):
+def emit_either(local_plan, peer_plan, registers, ref, barrier, expect_tx=True,
+                arrival="thread"):
   """``scf.if (target rank == %cluster_ctarank)``: the local form, else the peer form.
 
   For a target that is the executing CTA in some CTAs and not in others (a
@@ -376,10 +417,10 @@ def emit_either(local_plan, peer_plan, registers, ref, barrier, expect_tx=True):
   rank = _target_rank(peer_plan.target)
   if_op = scf.IfOp(target.is_own_rank(rank), has_else=True)
   with ir.InsertionPoint(if_op.then_block):
-    _emit_form(local_plan, builders[0], base, bar, tid, expect_tx)
+    _emit_form(local_plan, builders[0], base, bar, tid, expect_tx, arrival)
     scf.yield_([])
   with ir.InsertionPoint(if_op.else_block):
     _emit_form(peer_plan, builders[1], ptx.emit_mapa(base, rank), ptx.emit_mapa(bar, rank),
-               tid, expect_tx)
+               tid, expect_tx, arrival)
     scf.yield_([])
   return peer_plan.total_bytes

@@ -204,6 +204,11 @@ class PtxKernel(Runner, SyncSemantics, AccessSemantics):
     vals = [self._get(o) for o in ops[1][1]] if len(ops) > 1 and ops[1][0] == "vec" else src[1:2]
     if base in ("fence", "membar"):
       return self._fence(mods)
+    if opcode in ("tcgen05.fence::before_thread_sync", "tcgen05.fence::after_thread_sync"):
+      # They order tcgen05 operations around a thread synchronisation; every other
+      # tcgen05 opcode is refused here, so between what the checker runs they order
+      # nothing.
+      return lambda th: None
     if base in ("ret", "exit"):
       return lambda th: EXIT
     if base == "call":   # only the kernel's failure report (vprintf) calls: log it

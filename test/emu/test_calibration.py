@@ -158,7 +158,7 @@ def _ref_write_sites(ptx):
   """(init predicate, init count register, announce register) of ref_write's PTX."""
   (pred, count), = re.findall(r"@(%p\d+) mbarrier\.init\.shared\.b64 \[%r\d+\], (%r\d+);", ptx)
   (tx,) = re.findall(r"mbarrier\.arrive\.expect_tx\.release\.cluster\.shared::cluster\.b64"
-                     r" _, \[%rd\d+\], (%r\d+);", ptx)
+                     r" _, \[%rd?\d+\], (%r\d+);", ptx)
   writes = re.findall(rf"^\s*[\w.]+\s+{re.escape(pred)},", ptx, re.M)
   assert len(writes) == 1, f"{pred} is written {len(writes)} times: not one thread"
   return pred, count, tx
@@ -211,7 +211,7 @@ def one_arrival_fewer_expected(ptx):
 def thread0_arrives_twice(ptx):
   pred, _, _ = _ref_write_sites(ptx)
   return replace(ptx, r"(mbarrier\.arrive\.expect_tx\.release\.cluster\.shared::cluster\.b64"
-                      r" _, \[(%rd\d+)\], %r\d+;)",
+                      r" _, \[(%rd?\d+)\], %r\d+;)",
                  rf"\1\n\t@{pred} mbarrier.arrive.release.cluster.shared::cluster.b64 _, [\2];")
 
 

@@ -44,7 +44,7 @@ from mosaic_async_store.tools.pallas_capture import (lower_pallas_to_mosaic_modu
 from ptx_interp import Memref, PtxKernel
 from ptx_memory import SCHEDULES, ProtocolError
 
-CASES = pallas_run.PALLAS_CASES
+CASES = pallas_run.PALLAS_CASES + pallas_run.TENSOR_CORE_CASES
 CLUSTER_WAIT = "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64"
 
 
@@ -86,7 +86,7 @@ def _lowered(case):
   mlir = str(module)
   ctas, smem_bytes = _launch(mlir)
   assert ctas == 2, f"the kernel launches {ctas} CTAs, the interpreter runs one 2-CTA cluster"
-  return toolchain.compile_module(module).ptx, tuple(_kernel_args(mlir)), smem_bytes
+  return toolchain.compile_module(module, case.arch).ptx, tuple(_kernel_args(mlir)), smem_bytes
 
 
 def run_case(case, ptx, args, smem_bytes, schedule=0):
@@ -171,3 +171,34 @@ def test_float_add_with_cta_scope_wait_is_caught(schedule):
   with pytest.raises(ProtocolError) as err:
     run_case(case, cta_wait, args, smem_bytes, schedule)
   assert err.value.rule == "race"
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: f"schedule{s}")
+@pytest.mark.parametrize("semantics", ["lane", "warpgroup"])
+def test_per_thread_arrivals_on_a_tensor_core_barrier_are_caught(semantics, schedule,
+                                                                  monkeypatch):
+  """Before this project followed upstream's convention, every thread arrived on an
+  orders_tensor_core barrier of count 1: 127 arrivals too many."""
+  from mosaic_async_store.lowering import pallas as rules
+  case = next(c for c in pallas_run.TENSOR_CORE_CASES
+              if c.semantics == semantics and c.api == "mas" and not c.atomic)
+  monkeypatch.setattr(rules, "_arrival", lambda aval: "thread")
+  ptx, args, smem_bytes = _lowered.__wrapped__(case)
+  assert "tcgen05.fence::before_thread_sync" not in ptx
+  # The first arrival completes the phase (or the next ones overrun it): data is read
+  # before it lands, or arrivals spill into the next phase; either is reported.
+  with pytest.raises(ProtocolError):
+    run_case(case, ptx, args, smem_bytes, schedule)
+
+
+def test_tensor_core_stores_arrive_once_per_warpgroup():
+  """The PTX of every tensor-core case: the fence, the warpgroup barrier and one
+  arrive (behind the elected thread's branch) per store form."""
+  for case in pallas_run.TENSOR_CORE_CASES:
+    ptx, _, _ = _lowered(case)
+    arrives = re.findall(r"mbarrier\.arrive\.expect_tx\S*", ptx)
+    forms = 2 if case.cta0 else 1     # cta0: the local and the peer form
+    assert len(arrives) == forms, (case.describe(), arrives)
+    assert ptx.count("tcgen05.fence::before_thread_sync;") == forms, case.describe()
+    assert ptx.count("tcgen05.fence::after_thread_sync;") == (1 if case.installs else
+                                                              ptx.count("tcgen05.fence::after"))

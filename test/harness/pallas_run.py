@@ -32,7 +32,7 @@ import numpy as np
 from mosaic_async_store import compat
 from mosaic_async_store.plan.dtypes import as_dtype
 
-__all__ = ["PallasCase", "PALLAS_CASES", "LAYOUT_CASES", "WIDENED_LAYOUTS", "layout_case",
+__all__ = ["PallasCase", "PALLAS_CASES", "TENSOR_CORE_CASES", "LAYOUT_CASES", "WIDENED_LAYOUTS", "layout_case",
            "roundtrip_kernel", "make_inputs", "expected", "device_bytes", "traced", "run_case"]
 
 
@@ -53,6 +53,14 @@ class PallasCase:
                                  # local form, chosen at run time); only CTA 0 waits
   layout: str | None = None      # the registers' plgpu.Layout: Lane loads with it (default
                                  # WGMMA), Warpgroup layout_casts to it (default: inferred)
+  tensor_core: bool = False      # the barrier is Barrier(orders_tensor_core=True): one
+                                 # arrival per store (Blackwell: compiled for sm_100a)
+  barrier_index: int = 0         # store and wait on barrier k of an array of k + 1
+
+  @property
+  def arch(self) -> str:
+    """The target the case compiles for: tcgen05 fences need Blackwell."""
+    return "sm_100a" if self.tensor_core else "sm_90a"
 
   @property
   def installs(self) -> bool:
@@ -68,7 +76,9 @@ class PallasCase:
             (f" atomic={self.atomic}" if self.atomic else "") +
             (" installed" if self.install and self.api == "mas" else "") +
             (" into cta0" if self.cta0 else "") +
-            (f" layout={self.layout}" if self.layout else ""))
+            (f" layout={self.layout}" if self.layout else "") +
+            (" orders_tensor_core" if self.tensor_core else "") +
+            (f" barrier[{self.barrier_index}]" if self.barrier_index else ""))
 
 
 PALLAS_CASES = (
@@ -88,7 +98,30 @@ PALLAS_CASES = (
     PallasCase("int32", "warpgroup", atomic="min", shape=(64, 64), api="upstream"),
     PallasCase("int32", "lane", atomic="add", shape=(64, 64), cta0=True),
     PallasCase("int32", "warpgroup", atomic="max", shape=(64, 64), cta0=True),
+    # Barrier k of an array: the peer's barrier k gets the arrival (upstream's
+    # remap_to_cluster offset it twice before jax 0.12; this project forms its own mapa).
+    PallasCase("bfloat16", "lane", barrier_index=1),
+    PallasCase("int32", "warpgroup", atomic="max", shape=(64, 64), api="upstream",
+               barrier_index=2),
 )
+
+# Barriers allocated with orders_tensor_core=True (Blackwell only: run in the PTX
+# checker, not on the Hopper GPU): one elected arrival per store with the whole tx,
+# after tcgen05.fence::before_thread_sync and a warpgroup barrier, as upstream's
+# store arrives on them; plain stores and reductions, both semantics, both primitives.
+TENSOR_CORE_CASES = tuple(
+    dataclasses.replace(c, tensor_core=True) for c in (
+        PallasCase("bfloat16", "lane"),
+        PallasCase("bfloat16", "warpgroup"),
+        PallasCase("int8", "lane", api="upstream"),
+        PallasCase("int8", "warpgroup", api="upstream"),
+        PallasCase("bfloat16", "warpgroup", api="upstream", barrier_index=1),
+        PallasCase("int32", "lane", atomic="min", shape=(64, 64)),
+        PallasCase("int32", "warpgroup", atomic="min", shape=(64, 64), api="upstream"),
+        PallasCase("float32", "lane", atomic="add", shape=(64, 64), install=True),
+        PallasCase("float32", "warpgroup", atomic="add", shape=(64, 64), install=True),
+        PallasCase("int32", "lane", atomic="add", shape=(64, 64), cta0=True),
+        PallasCase("uint32", "warpgroup", atomic="max", shape=(64, 64), cta0=True)))
 
 
 # Layouts by dtype that upstream's layout inference rejects under Warpgroup semantics
@@ -173,12 +206,13 @@ def roundtrip_kernel(case: PallasCase):
     if case.layout and not lane:  # the kernel fixes the layout; inference keeps it
       x = plgpu.layout_cast(x, getattr(plgpu.Layout, case.layout))
     dst = compat.transpose_smem_ref(smem, (1, 0)) if case.transposed else smem
-    store(x, dst, bar.at[0], cluster_idx=0 if case.cta0 else 1 - cta, cluster_dim="cluster",
+    k = case.barrier_index
+    store(x, dst, bar.at[k], cluster_idx=0 if case.cta0 else 1 - cta, cluster_dim="cluster",
           atomic=case.atomic, optimized=case.optimized)
     if case.cta0:  # CTA 0's barrier counts both CTAs' stores; CTA 1's receives none
-      jax.lax.cond(cta == 0, lambda: plgpu.barrier_wait(bar.at[0]), lambda: None)
+      jax.lax.cond(cta == 0, lambda: plgpu.barrier_wait(bar.at[k]), lambda: None)
     else:
-      plgpu.barrier_wait(bar.at[0])  # what the peer sent has landed (and is visible)
+      plgpu.barrier_wait(bar.at[k])  # what the peer sent has landed (and is visible)
     compat.pallas_store(o_ref.at[cta], compat.pallas_load(smem, optimized=False,
                                                            **smem_layout))
 
@@ -187,7 +221,10 @@ def roundtrip_kernel(case: PallasCase):
       body, out_type=out, grid=(1,), grid_names=("g",), cluster=(2,),
       cluster_names=("cluster",),
       scratch_types=[plgpu.SMEM(alloc, dt.numpy, transforms=transforms),
-                     plgpu.Barrier(num_arrivals=2 if case.cta0 else 1, num_barriers=1)],
+                     plgpu.Barrier(num_arrivals=2 if case.cta0 else 1,
+                                   num_barriers=case.barrier_index + 1,
+                                   **({"orders_tensor_core": True} if case.tensor_core
+                                      else {}))],
       compiler_params=plgpu.CompilerParams(lowering_semantics=sem))
   return kernel, out
 

@@ -19,7 +19,8 @@ from mosaic_async_store.plan.validate_cluster import (  # noqa: F401  (validate'
     check_target, is_int, check_flag)
 
 __all__ = ["plan_inputs", "check_shape", "check_swizzle", "check_atomic",
-           "check_atomic_name", "check_flag", "check_strategy", "check_cluster_args",
+           "check_atomic_name", "check_flag", "check_strategy", "check_arrival", "ARRIVALS",
+           "check_cluster_args",
            "check_cluster_idx", "check_cluster_size", "check_smem_bytes",
            "check_tiling_rank", "check_strides", "check_ref_offset", "offset_granule",
            "is_int", "default_ref_shape", "SWIZZLES", "MAX_SMEM_BYTES", "DYNAMIC",
@@ -121,6 +122,25 @@ def check_strategy(strategy) -> str:
     raise refuse("strategy", strategy, '"st.async" or "plain"',
                  'omit strategy (the default "st.async" is the fast path)')
   return strategy
+
+
+# async_store's arrival conventions (lowering/store.py): who arrives on the target
+# barrier, and with which tx bytes.
+ARRIVALS = ("thread", "warpgroup", "tensor_core")
+
+
+def check_arrival(arrival, expect_tx: bool) -> str:
+  """async_store's ``arrival``: one of ``ARRIVALS``; the elected forms announce the
+  warpgroup's bytes, so they need ``expect_tx=True``."""
+  if not isinstance(arrival, str) or arrival not in ARRIVALS:
+    raise refuse("arrival", arrival, ", ".join(f'"{a}"' for a in ARRIVALS),
+                 'pass "thread" for a barrier counting every thread\'s arrival (Pallas\' '
+                 'plgpu.Barrier), "warpgroup" for one arrival per store, "tensor_core" for '
+                 'a barrier allocated with orders_tensor_core=True')
+  if arrival != "thread" and not expect_tx:
+    raise refuse("arrival", arrival, '"thread" with expect_tx=False (no thread arrives)',
+                 "pass expect_tx=True, or omit arrival")
+  return arrival
 
 
 def default_ref_shape(shape, dtype: DType, swizzle):
