@@ -13,8 +13,9 @@ from mosaic_async_store.demo.config import StoreConfig
 __all__ = ["kernel_text", "print_ir", "print_ptx", "print_stats"]
 
 
-def kernel_text(cfg: StoreConfig, what: str, *, bare: bool = True) -> str:
-  """The store kernel of ``cfg`` as "mlir" (generic IR), "ptx" or "sass"."""
+def kernel_text(cfg: StoreConfig, what: str, *, bare: bool = True,
+                arch: str = "sm_90a") -> str:
+  """The store kernel of ``cfg`` as "mlir" (generic IR), "ptx" or "sass" for ``arch``."""
   from jaxlib.mlir import ir
   from mosaic_async_store import compat
   from mosaic_async_store.tools import toolchain
@@ -23,7 +24,7 @@ def kernel_text(cfg: StoreConfig, what: str, *, bare: bool = True) -> str:
     module, _ = build_store_module(cfg, bare=bare)
     if what == "mlir":
       return module.operation.get_asm(enable_debug_info=False)
-    compiled = toolchain.compile_module(module)
+    compiled = toolchain.compile_module(module, arch)
   return {"ptx": compiled.ptx, "sass": compiled.sass}[what]
 
 
@@ -52,7 +53,7 @@ def print_stats(name: str, **cfg) -> None:
 
 def pallas_store_kernel(*, dtype="bfloat16", shape=(64, 128), swizzle=128, semantics="lane",
                         atomic=None, api="mas", transposed=False, optimized=True,
-                        target="peer", layout=None, tiling=None):
+                        target="peer", layout=None, tiling=None, tensor_core=False):
   """A 2-CTA Pallas MGPU kernel in which each CTA stores into the other's SMEM
   (``target="cta0"``: both CTAs store into CTA 0's, ``cluster_idx=0``; for lowering
   checks only, its barrier still expects one warpgroup's arrivals).
@@ -62,6 +63,7 @@ def pallas_store_kernel(*, dtype="bfloat16", shape=(64, 128), swizzle=128, seman
   ``plgpu.Layout`` (Lane: the load's, WGMMA if None; Warpgroup: a ``layout_cast``
   after the load, none if None: layout inference picks).  ``tiling`` replaces the
   swizzle's transforms by a bare ``TilingTransform`` (an unswizzled tiled ref).
+  ``tensor_core`` allocates the barrier with ``orders_tensor_core=True`` (Blackwell).
   Returns (kernel, input spec).
   """
   import jax
@@ -102,7 +104,8 @@ def pallas_store_kernel(*, dtype="bfloat16", shape=(64, 128), swizzle=128, seman
       body, out_type=jax.ShapeDtypeStruct(shape, dt.numpy), grid=(2,), grid_names=("g",),
       cluster=(2,), cluster_names=("cluster",),
       scratch_types=[plgpu.SMEM(alloc, dt.numpy, transforms=transforms),
-                     plgpu.Barrier(num_arrivals=1, num_barriers=1)],
+                     plgpu.Barrier(num_arrivals=1, num_barriers=1,
+                                   **({"orders_tensor_core": True} if tensor_core else {}))],
       compiler_params=plgpu.CompilerParams(lowering_semantics=sem))
   return kernel, jax.ShapeDtypeStruct(shape, jnp.dtype(dt.numpy))
 
@@ -121,12 +124,15 @@ def pallas_module(**kwargs):
 def emit(name: str, **cfg) -> None:
   """Prints IR or PTX for a lit test, by the first command-line argument.
 
-  One lit file then carries two RUN lines (IREE's habit)::
+  One lit file then carries two RUN lines (IREE's habit), and a PTX line per
+  architecture where the text differs (the second argument, default sm_90a)::
 
       # RUN: %PYTHON %s ir  | FileCheck %s
       # RUN: %PYTHON %s ptx | FileCheck %s --check-prefix=PTX
+      # RUN: %PYTHON %s ptx sm_100a | FileCheck %s --check-prefix=PTX100
   """
   import sys
   what = sys.argv[1] if len(sys.argv) > 1 else "ir"
+  arch = sys.argv[2] if len(sys.argv) > 2 else "sm_90a"
   print(f"TEST: {name}")
-  print(kernel_text(StoreConfig(**cfg), "mlir" if what == "ir" else what))
+  print(kernel_text(StoreConfig(**cfg), "mlir" if what == "ir" else what, arch=arch))

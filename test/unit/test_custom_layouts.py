@@ -63,3 +63,24 @@ def test_hand_built_layouts_plan_and_verify_or_refuse(dtype, swizzle):
     assert report.total_bytes == math.prod(shape) * plan.dtype.bits // 8
     planned += 1
   assert planned >= len(LAYOUTS) // 2, planned
+
+
+@pytest.mark.parametrize("where", ["warp_dims", "lane_dims"])
+def test_unreduced_layouts_are_refused_naming_the_layout(where):
+  """jax 0.12's Unreduced dims: threads hold partial values of one element.  Storing
+  one would write a partial value; the planner refuses it (it used to fail with a
+  TypeError inside the register map)."""
+  fa = compat.fragmented_array()
+  if not hasattr(fa, "Unreduced"):
+    pytest.skip(f"jax {compat.jax_version()} has no Unreduced layout dimensions")
+  import dataclasses
+  base = fa.WGMMA_LAYOUT
+  dims = getattr(base, where)
+  # The first warp (lane) dim becomes an Unreduced one of the same size.
+  times = base.tiling.tile_shape((64, 128))[dims[0]]
+  layout = dataclasses.replace(base, **{where: (fa.Unreduced(times), *dims[1:])},
+                               unreduced_operation="max")
+  with pytest.raises(AsyncStoreError) as err:
+    plan_store(layout, (64, 128), "bfloat16", swizzle=128)
+  assert err.value.param == "layout"
+  assert "Unreduced" in str(err.value) and "value.reduce('max', axis=())" in str(err.value)

@@ -74,18 +74,6 @@ def test_install_reroutes_barrier_wait_everywhere_upstream_registers_it():
   assert {k: t[prim] for k, t in compat.rule_tables_with(prim).items()} == before
 
 
-def test_tensor_core_barriers_keep_upstreams_wait():
-  import types
-  from mosaic_async_store.lowering.pallas import _cluster_wait_rule
-  calls = []
-  rule = _cluster_wait_rule(lambda *a, **k: calls.append((a, k)) or ())
-  dtype = types.SimpleNamespace(orders_tensor_core=True)
-  ctx = types.SimpleNamespace(avals_in=[types.SimpleNamespace(
-      inner_aval=types.SimpleNamespace(dtype=dtype))])
-  assert rule(ctx, "barrier", transforms_treedef=None) == ()
-  assert calls == [((ctx, "barrier"), {"transforms_treedef": None})]
-
-
 def test_upstream_warpgroup_signed_min_bug_is_real():
   """Without install(), upstream emits min.u32 for int32 (wrong for negatives)."""
   stores = _stores(dtype="int32", atomic="min", semantics="warpgroup", api="upstream")

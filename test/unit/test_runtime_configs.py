@@ -34,6 +34,19 @@ def test_runtime_config_ready(cfg):
              for k in stats.stores), stats.stores
 
 
+@pytest.mark.parametrize("arch", [a for a in toolchain.ARCHS if a != toolchain.DEFAULT_ARCH])
+@pytest.mark.parametrize("cfg", RUNTIME_CONFIGS, ids=lambda c: c.describe())
+def test_runtime_kernel_assembles_for_blackwell(cfg, arch):
+  """Every GPU runtime kernel (ours and upstream's store) through mlir-opt and ptxas for
+  each other target: st.async, red.async, mapa and the cluster barriers exist there."""
+  with compat.make_ir_context(), ir.Location.unknown():
+    module, _ = build_store_module(cfg)
+    ptx = toolchain.mlir_to_ptx(module, arch)
+  assert f".target {arch}" in ptx
+  cubin, _ = toolchain.ptx_to_cubin(ptx, arch)
+  assert cubin[:4] == b"\x7fELF"
+
+
 def test_tiny_buffer_kernel_builds():
   """A 4-byte SMEM buffer: the barrier after it must stay 8-byte aligned (padded)."""
   from mosaic_async_store.demo.config import StoreConfig

@@ -94,11 +94,25 @@ def _tiled_map(layout, shape: tuple[int, ...]) -> RegisterMap:
   return RegisterMap(elements, writer)
 
 
+def _refuse_unreduced(layout) -> None:
+  """jax 0.12's ``Unreduced`` dimensions: several threads hold partial values of one
+  element, still to be combined with ``layout.unreduced_operation``.  Storing them
+  would write a partial value (upstream refuses them too)."""
+  operation = getattr(layout, "unreduced_operation", None)  # jax 0.12
+  if operation is not None:
+    raise refuse("layout", layout,
+                 "a layout whose elements are fully reduced (no Unreduced warp or lane "
+                 "dimension)",
+                 f"combine the partial values first, value.reduce({operation!r}, axis=()), "
+                 "and store the result")
+
+
 def register_map(layout, shape: tuple[int, ...]) -> RegisterMap:
   """Element map of a Mosaic GPU layout (TiledLayout, strided or splat)."""
   fa = compat.fragmented_array()
   shape = tuple(int(d) for d in shape)
   if isinstance(layout, fa.TiledLayout):
+    _refuse_unreduced(layout)
     return _tiled_map(layout, shape)
   if isinstance(layout, fa.WGStridedFragLayout):
     if tuple(layout.shape) != shape:
