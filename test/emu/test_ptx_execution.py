@@ -44,6 +44,12 @@ REQUIRED = [
     S(dtype="int32", atomic="add"), S(dtype="int32", atomic="min"),
     S(dtype="float32", atomic="add"), S(dtype="bfloat16", atomic="add", swizzle=64),
     S(dtype="float32", optimized=False),
+    # One elected arrival per warpgroup (a barrier of count 1): plain, plain pieces
+    # (f32 add), the run-time local/peer branch, local, and the tensor-core form.
+    S(arrival="warpgroup"), S(dtype="float32", atomic="add", arrival="warpgroup"),
+    S(dtype="int32", atomic="add", target="cta0", cluster=4, arrival="warpgroup"),
+    S(target="local", arrival="warpgroup"), S(dtype="int8", arrival="tensor_core"),
+    S(dtype="float32", atomic="add", shape=(64, 64), arrival="tensor_core"),
 ]
 CONFIGS = REQUIRED + [c for c in RUNTIME_CONFIGS if c not in REQUIRED]
 
@@ -151,3 +157,17 @@ def test_wrong_gather_partner_is_caught():
   out, flags, want, _ = run_ptx(cfg, ptx.replace(", 1, 31, -1;", ", 4, 31, -1;", 1))
   assert (flags == 1).all()
   assert np.count_nonzero(out != want) > 0
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: f"schedule{s}")
+def test_elected_arrival_without_the_warpgroup_barrier_is_caught(schedule):
+  """Thread 0's .release.cluster arrive releases only what happened before it: without
+  the warpgroup barrier, the other threads' plain reductions (f32 add) into the peer are
+  not ordered before the barrier's phase, and the peer's read of them races."""
+  cfg = S(dtype="float32", atomic="add", arrival="warpgroup")
+  ptx = _ptx(cfg)
+  bar = re.findall(r"\tbar\.sync %r\d+, 128;\n", ptx)
+  assert len(bar) == 1, bar
+  with pytest.raises(ProtocolError) as err:
+    run_ptx(cfg, ptx.replace(bar[0], "\n"), schedule)
+  assert err.value.rule == "race"

@@ -14,8 +14,9 @@ __all__ = ["kernel_text", "print_ir", "print_ptx", "print_stats"]
 
 
 def kernel_text(cfg: StoreConfig, what: str, *, bare: bool = True,
-                arch: str = "sm_90a") -> str:
-  """The store kernel of ``cfg`` as "mlir" (generic IR), "ptx" or "sass" for ``arch``."""
+                arch: str | None = None) -> str:
+  """The store kernel of ``cfg`` as "mlir" (generic IR), "ptx" or "sass" for ``arch``
+  (default: the oldest target ``cfg`` runs on, ``cfg.arch``)."""
   from jaxlib.mlir import ir
   from mosaic_async_store import compat
   from mosaic_async_store.tools import toolchain
@@ -24,7 +25,7 @@ def kernel_text(cfg: StoreConfig, what: str, *, bare: bool = True,
     module, _ = build_store_module(cfg, bare=bare)
     if what == "mlir":
       return module.operation.get_asm(enable_debug_info=False)
-    compiled = toolchain.compile_module(module, arch)
+    compiled = toolchain.compile_module(module, arch or cfg.arch)
   return {"ptx": compiled.ptx, "sass": compiled.sass}[what]
 
 
@@ -133,6 +134,6 @@ def emit(name: str, **cfg) -> None:
   """
   import sys
   what = sys.argv[1] if len(sys.argv) > 1 else "ir"
-  arch = sys.argv[2] if len(sys.argv) > 2 else "sm_90a"
+  arch = sys.argv[2] if len(sys.argv) > 2 else None
   print(f"TEST: {name}")
   print(kernel_text(StoreConfig(**cfg), "mlir" if what == "ir" else what, arch=arch))

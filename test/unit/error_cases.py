@@ -202,6 +202,12 @@ ASYNC = _cases("async_store", [
      "TypeError", ("optimized=", "None", "True or False")),
     ("expect_tx-str", "mas.async_store(value, tiled, bar, swizzle=128, expect_tx='no')",
      "TypeError", ("expect_tx=", "'no'", "True or False")),
+    ("arrival-unknown", "mas.async_store(value, tiled, bar, swizzle=128, arrival='elected')",
+     "AsyncStoreError", ("arrival=elected", '"thread", "warpgroup", "tensor_core"',
+                         "orders_tensor_core=True")),
+    ("arrival-without-expect_tx", "mas.async_store(value, tiled, bar, swizzle=128, "
+     "arrival='warpgroup', expect_tx=False)", "AsyncStoreError",
+     ("arrival=warpgroup", "expect_tx=False", "pass expect_tx=True")),
     ("expect_tx-false-plain", f"mas.async_store(value, tiled, bar, swizzle=128, {_X}, "
      "cluster_idx=peer, atomic='add', expect_tx=False)", "AsyncStoreError",
      ("expect_tx=False", "release arrive")),

@@ -243,6 +243,9 @@ MISUSE = {
     "unknown flag": ["demo", "--fast"],
     "upstream refusal": ["compile", "--dtype", "int8", "--impl", "upstream",
                          "--emit", "mlir"],
+    "arch without suffix": ["compile", "--arch", "sm_100"],
+    "tcgen05 on Hopper": ["compile", "--arrival", "tensor_core"],
+    "elected upstream": ["compile", "--arrival", "warpgroup", "--impl", "upstream"],
 }
 
 
@@ -254,6 +257,27 @@ def test_misuse_exits_2_with_one_line(argv, capsys):
   lines = captured.err.splitlines()
   assert len(lines) == 1, captured.err
   assert lines[0].startswith(ERROR_PREFIX) and "Traceback" not in captured.err
+
+
+@pytest.mark.parametrize("arch", toolchain.ARCHS)
+def test_compile_sass_for_every_arch(arch):
+  """`compile --arch A --emit sass` (the issue's command for sm_100a) and the stats that
+  name their target."""
+  status, sass = _run(["compile", "--arch", arch, "--emit", "sass"])
+  assert status == 0
+  assert f"code for {arch}" in sass and len(re.findall(r"\bSTAS\b", sass)) == 32
+  status, out = _run(["compile", "--arch", arch, "--emit", "stats", "--json"])
+  assert status == 0 and json.loads(out)["arch"] == arch
+
+
+def test_tensor_core_arrival_on_blackwell(capsys):
+  status, ptx = _run(["compile", "--arrival", "tensor_core", "--arch", "sm_100a",
+                      "--emit", "ptx"])
+  assert status == 0 and ".target sm_100a" in ptx
+  assert ptx.count("tcgen05.fence::before_thread_sync;") == 1
+  assert len(re.findall(r"mbarrier\.arrive\.expect_tx", ptx)) == 1
+  assert cli.main(["compile", "--arrival", "tensor_core"]) == 2
+  assert "--arch sm_100a" in capsys.readouterr().err
 
 
 def test_negative_shape_reaches_the_shape_check(capsys):

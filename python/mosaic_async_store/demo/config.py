@@ -16,7 +16,8 @@ from mosaic_async_store import compat
 from mosaic_async_store.plan.dtypes import as_dtype
 from mosaic_async_store.plan.geometry import RefGeometry
 from mosaic_async_store.errors import refuse, refuse_type
-from mosaic_async_store.plan.validate import (check_atomic_name, check_flag, check_shape,
+from mosaic_async_store.plan.validate import (ARRIVALS, check_atomic_name, check_flag,
+                                             check_shape,
                                              check_smem_bytes, check_swizzle,
                                              default_ref_shape, is_int)
 
@@ -96,6 +97,7 @@ class StoreConfig:
   optimized: bool = True
   impl: str = "mas"             # "mas" (this project) | "upstream"
   offset_rows: int = 0          # store into a slice of a larger SMEM ref, this many rows in
+  arrival: str = "thread"       # async_store's arrival: "thread" | "warpgroup" | "tensor_core"
 
   def __post_init__(self):
     check_smem_bytes(check_shape(self.shape), as_dtype(self.dtype))
@@ -130,6 +132,11 @@ class StoreConfig:
                    "uses red.async, undefined into the executing CTA)", "pass --impl mas")
     if self.transposed and len(self.shape) != 2:
       raise refuse("transposed", True, "2-D arrays only", "drop --transposed")
+    if self.arrival not in ARRIVALS:
+      raise refuse("arrival", self.arrival, ", ".join(ARRIVALS), "pass --arrival thread")
+    if self.arrival != "thread" and self.impl != "mas":
+      raise refuse("impl", self.impl, "mas with --arrival " + self.arrival + " (upstream's "
+                   "store_tiled_async arrives from every thread)", "pass --impl mas")
     self._check_offset_rows()
 
   def _check_offset_rows(self):
@@ -161,7 +168,14 @@ class StoreConfig:
             f"{' atomic=' + self.atomic if self.atomic else ''}"
             f"{' transposed' if self.transposed else ''}"
             f"{'' if self.optimized else ' unoptimized'} impl={self.impl}"
-            f"{f' offset_rows={self.offset_rows}' if self.offset_rows else ''}")
+            f"{f' offset_rows={self.offset_rows}' if self.offset_rows else ''}"
+            f"{'' if self.arrival == 'thread' else f' arrival={self.arrival}'}")
+
+  @property
+  def arch(self) -> str:
+    """The target the kernel needs at least: tcgen05 fences (``arrival="tensor_core"``)
+    exist on Blackwell only."""
+    return "sm_100a" if self.arrival == "tensor_core" else "sm_90a"
 
 
 def view_geometry(cfg: StoreConfig) -> RefGeometry:

@@ -203,14 +203,16 @@ def kernel_parts(cfg: StoreConfig, *, bare: bool = False, store=None,
   out = (jax.ShapeDtypeStruct((cfg.cluster * io.smem_bytes,), jnp.uint8),
          jax.ShapeDtypeStruct((cfg.cluster * 128,), jnp.int32))  # SMEM bytes, wait flags
   smem = jax.ShapeDtypeStruct(io.smem_shape, dt.numpy)
-  # Each CTA receives one warpgroup's stores: 128 arrivals (one per thread).
+  # Each CTA receives one warpgroup's stores: 128 arrivals (one per thread), or one
+  # (the warpgroup's elected arrival: cfg.arrival "warpgroup" / "tensor_core").
   # Mosaic places the barrier right after the buffer and needs it 8-byte
   # aligned, so a tiny buffer gets a pad.
   alloc = int(np.prod(io.smem_shape)) * dt.bits // 8
   pad = (jax.ShapeDtypeStruct((-alloc % 8,), jnp.uint8),) if alloc % 8 else ()
   # With target "cta0" CTA 0's barrier receives every CTA's warpgroup (the
   # others' barriers, initialised alike, receive nothing and are not waited on).
-  arrivals = 128 * (cfg.cluster if cfg.target == "cta0" else 1)
+  arrivals = ((128 if cfg.arrival == "thread" else 1) *
+              (cfg.cluster if cfg.target == "cta0" else 1))
   scratch = (smem, *pad, mgpu.Barrier(arrival_count=arrivals, num_barriers=1))
 
   def body(ctx, src_ref, init_ref, out_ref, flags_ref, scratch_refs):
@@ -248,7 +250,7 @@ def kernel_parts(cfg: StoreConfig, *, bare: bool = False, store=None,
                 "cta0": dict(cluster_dim=gpu.Dimension.x, cluster_idx=0),
                 "local": {}}[cfg.target]
       async_store(value, view, bar[0], swizzle=cfg.swizzle, optimized=cfg.optimized,
-                  atomic=cfg.atomic, **kwargs)
+                  atomic=cfg.atomic, arrival=cfg.arrival, **kwargs)
     if bare:
       return
     if after_store is not None:

@@ -28,7 +28,7 @@ from mosaic_async_store.demo.config import LAYOUT_NAMES, TARGETS, StoreConfig
 from mosaic_async_store.plan.dtypes import SUPPORTED_DTYPE_NAMES, as_dtype
 from mosaic_async_store.errors import AsyncStoreError
 from mosaic_async_store.plan.ptx_forms import ATOMIC_OPS
-from mosaic_async_store.plan.validate import SWIZZLES
+from mosaic_async_store.plan.validate import ARRIVALS, SWIZZLES
 
 __all__ = ["main", "build_parser"]
 
@@ -125,6 +125,11 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
                  help="allow a plan with shared-memory bank conflicts (optimized=False)")
   p.add_argument("--impl", choices=("mas", "upstream"), default=d.impl,
                  help="this project's store (mas) or upstream's store_tiled_async")
+  p.add_argument("--arrival", choices=ARRIVALS, default=d.arrival,
+                 help="who arrives on the target barrier: every thread with its bytes "
+                 "(thread), thread 0 with the warpgroup's after a warpgroup barrier "
+                 "(warpgroup), or that after a tcgen05 fence (tensor_core: needs --arch "
+                 f"sm_100a or sm_103a) (default {d.arrival})")
   p.add_argument("--full", action="store_true",
                  help="compile the whole test kernel (init, store, wait, copy-out); "
                  "default: only register loads + the store, for code-size stats")
@@ -170,7 +175,7 @@ def _config(args: argparse.Namespace) -> StoreConfig:
         dtype=args.dtype, shape=args.shape, layout=args.layout, swizzle=args.swizzle,
         target=args.target, cluster=args.cluster, atomic=args.atomic,
         transposed=args.transposed, optimized=not args.unoptimized, impl=args.impl,
-        offset_rows=args.offset_rows)
+        offset_rows=args.offset_rows, arrival=args.arrival)
   except (AsyncStoreError, TypeError) as e:
     raise _Refusal(str(e)) from None
 
@@ -310,6 +315,9 @@ def _compile_text(args: argparse.Namespace) -> str:
   if args.json and args.emit != "stats":
     raise _Refusal(f"--json goes with --emit stats, not --emit {args.emit}")
   cfg = _config(args)
+  if cfg.arch != "sm_90a" and args.arch == "sm_90a" and args.emit not in ("plan", "mlir"):
+    raise _Refusal(f"--arrival {cfg.arrival} emits tcgen05 fences, which sm_90a does not "
+                   "have: pass --arch sm_100a (or sm_103a)")
   if args.emit == "plan":
     return _plan_text(*_plan(cfg)) + "\n"
   bare = not args.full
