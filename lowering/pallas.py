@@ -40,7 +40,7 @@ from mosaic_async_store.lowering import debug, pallas_layouts, ptx
 from mosaic_async_store.lowering.store import async_store
 
 __all__ = ["async_store_smem", "async_store_smem_p", "install", "uninstall", "is_installed",
-           "MARK"]
+           "MARK", "retries_unoptimized"]
 
 _p = compat.pallas_internals()
 _LANE = compat.mosaic_gpu().LoweringSemantics.Lane
@@ -202,11 +202,19 @@ def _dialect_rule(ctx, op):
   try:
     async_store(value, ref, barrier, optimized=optimized is not False, **kwargs)
   except AsyncStoreError as e:
-    # Unset: upstream's "downgradable" on jax 0.10/0.11, "required" on 0.12.
-    if optimized is not None or e.param != "optimized" or not compat.unset_optimized_downgrades():
+    if not retries_unoptimized(optimized, e):
       raise
     async_store(value, ref, barrier, optimized=False, **kwargs)
   return []
+
+
+def retries_unoptimized(optimized: bool | None, error: AsyncStoreError) -> bool:
+  """Whether the dialect rule retries a store refused for ``error`` with bank conflicts
+  allowed: only for an op whose ``optimized`` is unset, refused for having no
+  conflict-free plan, on a jax whose unset means "downgradable" (0.10, 0.11; on 0.12
+  unset means "optimized required", as upstream's dialect lowering reads it)."""
+  return (optimized is None and error.param == "optimized"
+          and compat.unset_optimized_downgrades())
 
 
 _upstream_dialect_rule = compat.dialect_lowering_table()[_OP]

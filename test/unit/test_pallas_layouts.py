@@ -97,3 +97,13 @@ def test_a_cast_layout_the_planner_refuses_gets_the_planners_error():
       pallas_module(semantics=semantics, dtype="float64", shape=(64, 16), swizzle=None,
                     tiling=(8, 2), layout="WGMMA")
     assert e.value.param == "optimized" and "pass optimized=False" in str(e.value)
+
+
+def test_the_dialect_rule_downgrades_an_unset_optimized_only_before_jax_012():
+  from mosaic_async_store.errors import AsyncStoreError
+  from mosaic_async_store.lowering.pallas import retries_unoptimized
+  conflicts = AsyncStoreError("no conflict-free plan", param="optimized", value=True)
+  other = AsyncStoreError("bad swizzle", param="swizzle", value=48)
+  assert retries_unoptimized(None, conflicts) is (compat.jax_version() < (0, 12))
+  assert not retries_unoptimized(True, conflicts)    # asked for: never downgraded
+  assert not retries_unoptimized(None, other)

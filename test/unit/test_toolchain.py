@@ -142,6 +142,34 @@ def test_jax_011_skews_still_exist():
   assert fixed.returncode == 0, fixed.stderr
 
 
+_INIT_012 = ('"nvvm.mbarrier.init"(%103, %104, %102) <{layout = 0 : i32}> :'
+             ' (!llvm.ptr<3>, i32, i1) -> ()')
+
+
+def test_skew_drops_only_the_default_mbarrier_init_layout():
+  plain = '"nvvm.mbarrier.init"(%103, %104, %102) : (!llvm.ptr<3>, i32, i1) -> ()'
+  assert mlir_skew.normalize_generic_mlir(_INIT_012) == plain
+  assert mlir_skew.normalize_generic_mlir(plain) == plain   # jax 0.10 / 0.11: untouched
+  other = _INIT_012.replace("layout = 0", "layout = 1")
+  assert mlir_skew.normalize_generic_mlir(other) == other   # a meaning: mlir-opt says why
+
+
+def test_jax_012_skew_still_exists():
+  """mlir-opt 22 rejects jax 0.12's mbarrier.init property; when this fails, mlir-opt
+  has caught up and the mbarrier-init-layout rule can go."""
+  import subprocess
+  text = ('"builtin.module"() ({\n  "llvm.func"() <{function_type = !llvm.func<void '
+          '(ptr<3>, i32)>, sym_name = "f"}> ({\n  ^bb0(%0: !llvm.ptr<3>, %1: i32):\n'
+          '    "nvvm.mbarrier.init"(%0, %1) <{layout = 0 : i32}> : (!llvm.ptr<3>, i32) -> ()\n'
+          '    "llvm.return"() : () -> ()\n  }) : () -> ()\n}) : () -> ()\n')
+  opt = [str(toolchain.find_tool("mlir-opt"))]
+  raw = subprocess.run(opt, input=text, capture_output=True, text=True)
+  assert raw.returncode != 0 and "does not support properties" in raw.stderr, raw.stderr
+  fixed = subprocess.run(opt, input=mlir_skew.normalize_generic_mlir(text),
+                         capture_output=True, text=True)
+  assert fixed.returncode == 0, fixed.stderr
+
+
 def test_skew_rules_are_documented():
   for rule in mlir_skew.RULES:
     assert rule.name and rule.why and rule.pattern.pattern
