@@ -110,6 +110,10 @@ class AccessSemantics:
     """Raises unless the access is ordered after the conflicting earlier ones;
     then records it (``stamp``: the (slot, clock) it is known by)."""
     sh = self.shadow[cta]
+    if sh.barrier_bytes(off, n):
+      raise ProtocolError("barrier-memory", f"{who} {'writes' if write else 'reads'} CTA "
+                          f"{cta} SMEM bytes {off}..{off + n - 1}, which hold an initialised "
+                          "mbarrier")
     bad = sh.conflict(vc, off, n, write=write, atomic=atomic)
     if bad is not None:
       what = f"{who} {'writes' if write else 'reads'} CTA {cta} SMEM bytes {off}..{off + n - 1}"

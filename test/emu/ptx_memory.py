@@ -20,13 +20,13 @@ observed that phase complete (any wait scope: the mbarrier's complete-tx
 mechanism makes async-proxy writes visible to the threads that observe the
 phase; upstream's hardware-tested kernels wait with ``.acquire.cta``).
 
-The shadow of each SMEM byte holds its last write (slot, clock, atomic?), its
-last read (slot, clock) and how many asynchronous writes to it are in flight.
-A read or write not ordered after the conflicting accesses raises
-``ProtocolError`` (concurrent atomics do not conflict).  The last-reader epoch
-keeps one reader per byte: a race between two earlier readers and a later
-writer is only seen for the last of them (FastTrack's read-epoch shortcut,
-without promotion to a read vector).
+The shadow of each SMEM byte holds its last write (slot, clock, atomic?), every
+read since that write (slot -> clock: a full read set, so a later write that
+is not ordered after *any* of them is reported whatever the interleaving), how
+many asynchronous writes to it are in flight, and whether it belongs to an
+initialised mbarrier (then only mbarrier operations may touch it).  A read or
+write not ordered after the conflicting accesses raises ``ProtocolError``
+(concurrent atomics do not conflict).
 """
 
 from __future__ import annotations
@@ -62,6 +62,12 @@ RULES = {
                     "then a cluster barrier, for other CTAs)",
     "barrier-uninit": "PTX ISA, mbarrier: an mbarrier operation on memory that "
                       "mbarrier.init never initialised",
+    "barrier-memory": "PTX ISA, mbarrier: an access other than an mbarrier operation to "
+                      "the 8 bytes of an initialised mbarrier (undefined until "
+                      "mbarrier.inval)",
+    "exit": "CUDA Programming Guide, distributed shared memory: every access to a "
+            "CTA's shared memory (and arrive on its mbarriers) from another CTA must "
+            "complete before the target CTA exits",
 }
 
 SCOPES = {"cta": 0, "cluster": 1, "gpu": 2, "sys": 3}
@@ -125,10 +131,31 @@ class Shadow:
 
   def __init__(self, nbytes: int):
     # slot 0, clock 0: the initial contents, visible to everyone
-    self.w_slot, self.w_clk, self.r_slot, self.r_clk = ([0] * nbytes for _ in range(4))
+    self.w_slot, self.w_clk = [0] * nbytes, [0] * nbytes
+    # every read since the byte's last write: None, or {slot: clock}
+    self.readers: list[dict | None] = [None] * nbytes
     # asynchronous writes in flight: st.async (conflicts with any access) and
     # red.async (an atomic: conflicts with everything but other atomics)
     self.w_atomic, self.inflight, self.inflight_red = [False] * nbytes, [0] * nbytes, [0] * nbytes
+    # the bytes of initialised mbarriers (mbarrier.init .. mbarrier.inval)
+    self.mbar_bytes = bytearray(nbytes)
+
+  def barrier_bytes(self, off: int, n: int) -> bool:
+    """Whether any of these bytes belongs to an initialised mbarrier."""
+    return any(self.mbar_bytes[off:off + n])
+
+  def remote_accesses(self, cta_of_slot, cta: int):
+    """(slot, clock) of every access recorded here by threads of other CTAs than
+    ``cta`` (``cta_of_slot(slot)``: the CTA of a thread slot, None for others)."""
+    out = {}
+    for b, slot in enumerate(self.w_slot):
+      if cta_of_slot(slot) not in (None, cta):
+        out[slot] = max(out.get(slot, 0), self.w_clk[b])
+    for readers in self.readers:
+      for slot, clk in (readers or {}).items():
+        if cta_of_slot(slot) not in (None, cta):
+          out[slot] = max(out.get(slot, 0), clk)
+    return out
 
   def mark_inflight(self, off: int, n: int, delta: int, *, atomic: bool) -> None:
     inflight = self.inflight_red if atomic else self.inflight
@@ -139,15 +166,17 @@ class Shadow:
     """None, or (how, slot, clock) of the first earlier access to these bytes that
     this one is not ordered after (``how``: "in flight", "written by", "read by").
     Concurrent atomics do not conflict."""
-    w_slot, w_clk, r_slot, r_clk = self.w_slot, self.w_clk, self.r_slot, self.r_clk
+    w_slot, w_clk, readers = self.w_slot, self.w_clk, self.readers
     for b in range(off, off + n):
       if self.inflight[b] or (self.inflight_red[b] and not (write and atomic)):
         return "in flight", 0, 0
       s = w_slot[b]
       if vc[s] < w_clk[b] and not (write and atomic and self.w_atomic[b]):
         return "written by", s, w_clk[b]
-      if write and vc[r_slot[b]] < r_clk[b]:
-        return "read by", r_slot[b], r_clk[b]
+      if write and readers[b]:
+        for r, clk in readers[b].items():
+          if vc[r] < clk:
+            return "read by", r, clk
     return None
 
   def record(self, off: int, n: int, *, write: bool, atomic: bool, stamp) -> None:
@@ -155,8 +184,14 @@ class Shadow:
     if write:
       self.w_slot[off:off + n], self.w_clk[off:off + n] = [slot] * n, [clk] * n
       self.w_atomic[off:off + n] = [atomic] * n
+      self.readers[off:off + n] = [None] * n
     else:
-      self.r_slot[off:off + n], self.r_clk[off:off + n] = [slot] * n, [clk] * n
+      readers = self.readers
+      for b in range(off, off + n):
+        if readers[b] is None:
+          readers[b] = {slot: clk}
+        else:
+          readers[b][slot] = clk
 
 
 class Schedule:

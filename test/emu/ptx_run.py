@@ -24,18 +24,22 @@ EXIT = object()   # returned by an instruction: this thread stops
 class Thread:
   """One thread: registers, where it is, and its memory-model state (``vc``: its
   vector clock; ``unscoped``: clocks it saw through pairs whose scopes do not
-  include each other; ``fence_rel``: the clock its last fence releases with a
-  later relaxed arrive; ``pending_obs``: phases a relaxed wait observed)."""
+  include each other; ``seen``: the phases it observed complete, whatever the
+  wait's semantics; ``fence_rel``: the clock its last fence releases with a
+  later relaxed arrive; ``pending_obs``: phases a relaxed wait observed;
+  ``remote_since``: its clock at its first access to another CTA's shared
+  memory, which a ``.sync_restrict::shared::cta`` fence does not release)."""
 
   __slots__ = ("regs", "pc", "cta", "tid", "state", "wait", "cluster_arrived", "local",
-               "slot", "vc", "unscoped", "fence_rel", "pending_obs")
+               "slot", "vc", "unscoped", "seen", "fence_rel", "pending_obs", "remote_since")
 
   def __init__(self, cta, tid, special, local_bytes, slot, nslots):
     self.regs, self.pc, self.cta, self.tid = dict(special), 0, cta, tid
     self.state, self.wait, self.cluster_arrived = "run", None, 0
     self.local = bytearray(local_bytes)
     self.slot, self.vc, self.unscoped = slot, np.zeros(nslots, np.int64), np.zeros(nslots, np.int64)
-    self.vc[slot], self.fence_rel, self.pending_obs = 1, None, []
+    self.seen = np.zeros(nslots, np.int64)
+    self.vc[slot], self.fence_rel, self.pending_obs, self.remote_since = 1, None, [], None
 
 
 class Runner:
@@ -62,7 +66,10 @@ class Runner:
     self.mbar, self.calls, self.timeouts, self.threads = {}, [], 0, []
     self.sched, self.inflight, self.cluster_gens = Schedule(schedule), [], []
     self.barrier_slot0 = 1 + cluster * block   # slot 0: initial memory; then the threads
-    nslots = self.barrier_slot0 + barrier_slots
+    nslots = self.barrier_slot0 + 2 * barrier_slots   # per barrier: its data, its init
+    self.barriers_made, self.block = 0, block
+    self.exited = [False] * cluster
+    self.remote_arrivals = [{} for _ in range(cluster)]   # CTA -> {thread slot: clock}
     for c in range(cluster):
       for t in range(block):
         special = {"%tid.x": t, "%ntid.x": block, "%ctaid.x": c, "%nctaid.x": cluster,
@@ -84,6 +91,8 @@ class Runner:
         if th.state != "run":   # blocked or done: out of the run queue
           self._unqueue(self.runnable, i)
           self.dirty = True
+        elif len(self.runnable) > 1:   # it yielded: to the back of the queue, so that
+          self.runnable.append(self.runnable.pop(i))   # a spin (nanosleep) lets others run
         for op in self.sched.landing_now(self.inflight):
           self._land(op)
         if self.dirty:
@@ -106,6 +115,42 @@ class Runner:
         th.regs[th.wait[3]] = 0
         self._resume(th)
 
+  def _thread_exits(self, th):
+    """When the last thread of a CTA exits, the CTA exits: every access that other
+    CTAs made to its shared memory or mbarriers must have completed before, which
+    the checker takes as: each is known to its threads (happens-before, or seen
+    through a pair that is not morally strong, or a phase they observed), and
+    none is in flight; any later one is refused (``_mem``)."""
+    c = th.cta
+    mine = [t for t in self.threads if t.cta == c]
+    if any(t.state != "done" for t in mine):
+      return
+    self.exited[c] = True
+    known = np.maximum.reduce([np.maximum(np.maximum(t.vc, t.unscoped), t.seen) for t in mine])
+    for op in self.inflight:
+      if op.cta == c:
+        raise ProtocolError("exit", f"CTA {c} exits while {op.text} is in flight")
+    # Thread slots of other CTAs; and the data slots of this CTA's mbarriers, whose
+    # landed asynchronous stores count as known once a thread observed their phase.
+    def owner(slot):
+      if 1 <= slot < self.barrier_slot0:
+        return self.threads[slot - 1].cta
+      return -1 if slot >= self.barrier_slot0 else None
+    late = self.shadow[c].remote_accesses(owner, c)
+    for slot, clk in self.remote_arrivals[c].items():
+      late[slot] = max(late.get(slot, 0), clk)
+    for slot, clk in sorted(late.items()):
+      if known[slot] >= clk:
+        continue
+      if slot >= self.barrier_slot0:
+        bar = next(b for b in self.mbar.values() if b.slot == slot)
+        who = f"the asynchronous stores of phase {clk - 1} of {bar.describe()}"
+      else:
+        who = f"the access of CTA {self.threads[slot - 1].cta} thread {self.threads[slot - 1].tid}"
+      raise ProtocolError("exit", f"CTA {c} exits (its last thread: {th.tid}) with no thread "
+                          f"of it knowing that {who} to its shared memory or mbarriers "
+                          "completed")
+
   def _describe_wait(self, th):
     if th.wait[0] == "mbar":
       return f"CTA {th.cta} waits for parity {th.wait[2]} of {self.mbar[th.wait[1]].describe()}"
@@ -121,6 +166,8 @@ class Runner:
           pc += 1
         elif r is BLOCK or r is EXIT:
           th.pc, th.state = pc, "block" if r is BLOCK else "done"
+          if r is EXIT:
+            self._thread_exits(th)
           return
         elif r is YIELD:   # done; the schedule lets another thread go first
           th.pc = pc + 1
@@ -154,7 +201,8 @@ class Runner:
     woke, groups, self.dirty = False, {}, False
     blocked = [th for th in self.threads if th.state == "block"]
     if any(th.wait[0] == "cluster" for th in blocked):
-      min_arrived = min(th.cluster_arrived for th in self.threads)
+      # barrier.cluster.wait waits for the cluster's non-exited threads (PTX ISA)
+      min_arrived = min(th.cluster_arrived for th in self.threads if th.state != "done")
     for th in blocked:
       kind = th.wait[0]
       if (kind == "mbar" and self.mbar[th.wait[1]].phase & 1 != th.wait[2]) or \

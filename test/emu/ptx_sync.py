@@ -36,12 +36,15 @@ class Mbarrier:
   a thread that observes it may acquire."""
 
   __slots__ = ("key", "slot", "phase", "pending", "tx", "count", "init", "releases",
-               "records")
+               "records", "arrivals", "arrival_records")
 
   def __init__(self, key, slot, count, init_epoch):
     self.key, self.slot, self.init = key, slot, init_epoch
     self.phase, self.pending, self.tx, self.count = 0, count, 0, count
     self.releases, self.records = Releases(), []
+    # each arrival's (thread slot -> clock) in the current phase, and per completed
+    # phase: a thread that observes the phase knows those arrivals happened
+    self.arrivals, self.arrival_records = {}, []
 
   def describe(self) -> str:
     return (f"mbarrier of CTA {self.key[0]} at offset {self.key[1]:#x} [phase {self.phase}, "
@@ -59,11 +62,23 @@ class SyncSemantics:
         key, n = self._bar_key(th, space, addr(th)), count(th)
         if not 1 <= n <= TX_LIMIT:
           raise ProtocolError("count-range", f"mbarrier.init with count {n}")
-        slot = self.barrier_slot0 + len(self.mbar)
-        if slot >= len(th.vc):
+        # Two clock slots per barrier: its asynchronous data, and its initialisation
+        # (so that fence.mbarrier_init can release the inits alone).
+        slot = self.barrier_slot0 + 2 * self.barriers_made
+        if slot + 1 >= len(th.vc):
           raise NotImplementedError("more mbarriers than the checker has clock slots")
-        self.mbar[key] = Mbarrier(key, slot, n, (th.slot, th.vc[th.slot]))
+        self.barriers_made += 1
+        th.vc[slot + 1] = 1
+        self.mbar[key] = Mbarrier(key, slot, n, (slot + 1, 1))
+        self.shadow[key[0]].mbar_bytes[key[1]:key[1] + 8] = b"\x01" * 8
       return init
+    if mods[0] == "inval":
+      def inval(th, addr=src[0]):
+        key = self._bar_key(th, space, addr(th))
+        self._barrier(th, th.vc, key)
+        del self.mbar[key]
+        self.shadow[key[0]].mbar_bytes[key[1]:key[1] + 8] = bytes(8)
+      return inval
     if mods[0] == "arrive" and len(ops) in (2, 3):
       # [state,] [addr], tx-count with .expect_tx; else [state,] [addr], arrive-count
       expect, zero, one = "expect_tx" in mods, (lambda th: 0), (lambda th: 1)
@@ -73,6 +88,9 @@ class SyncSemantics:
       sem, scope = sem_scope(mods, "release")
       def arrive(th):  # the expect-tx operation first, then the arrive-on operation
         bar = self._barrier(th, th.vc, space, addr(th))
+        if bar.key[0] != th.cta:   # the exit rule: it must complete before that CTA exits
+          self.remote_arrivals[bar.key[0]][th.slot] = int(th.vc[th.slot])
+        bar.arrivals[th.slot] = int(th.vc[th.slot])
         self._release(th, sem, scope, bar.releases)
         self._add_tx(bar, tx(th))
         bar.pending -= count(th)
@@ -87,7 +105,19 @@ class SyncSemantics:
       def expect(th, addr=src[0], tx=src[1]):
         self._add_tx(self._barrier(th, th.vc, space, addr(th)), tx(th))
       return expect
-    if mods[:2] == ["try_wait", "parity"] and len(ops) in (3, 4):
+    if mods[0] == "complete_tx" and len(ops) == 2:
+      # tx-count decremented as an asynchronous transfer's completion does (no data,
+      # no ordering: the ISA's only .sem for it is .relaxed)
+      def complete(th, addr=src[0], tx=src[1]):
+        bar = self._barrier(th, th.vc, space, addr(th))
+        self._add_tx(bar, -tx(th))
+        self._advance(bar)
+      return complete
+    if mods[0] in ("try_wait", "test_wait") and len(ops) in (3, 4):
+      # .parity: the operand is the parity of the phase to wait for; otherwise it is
+      # the state an arrive returned (here: the phase number), whose parity it is.
+      # test_wait (non-blocking) is run as try_wait: a poll loop around it waits the
+      # same way; its early "false" answers are not explored.
       pred, addr, parity = ops[0][1], src[1], src[2]
       sem, scope = sem_scope(mods, "acquire")
       def try_wait(th):
@@ -125,7 +155,8 @@ class SyncSemantics:
     if bar.pending == 0 and bar.tx == 0:
       prev = bar.records[-1] if bar.records else Releases()
       bar.records.append(prev.merged(bar.releases))
-      bar.releases = Releases()
+      bar.arrival_records.append(bar.arrivals)
+      bar.releases, bar.arrivals = Releases(), {}
       bar.phase, bar.pending = bar.phase + 1, bar.count
       self.dirty = True   # waiters may wake
 
@@ -134,11 +165,14 @@ class SyncSemantics:
     q = bar.phase - 1
     if q < 0:
       return
-    th.vc[bar.slot] = max(th.vc[bar.slot], q + 1)  # its asynchronous data is visible
+    th.seen[bar.slot] = max(th.seen[bar.slot], q + 1)   # it has landed (the exit rule),
+    for slot, clk in bar.arrival_records[q].items():     # and so have its arrivals
+      th.seen[slot] = max(th.seen[slot], clk)
     if sem in ("acquire", "acq_rel", "sc"):
+      th.vc[bar.slot] = max(th.vc[bar.slot], q + 1)  # its asynchronous data is visible
       bar.records[q].acquire_into(th, scope)
-    else:  # a relaxed wait: a later fence may still acquire it
-      th.pending_obs.append((bar.records[q], scope))
+    else:  # a relaxed wait: neither data nor visibility, until a later acquire fence
+      th.pending_obs.append((bar.records[q], scope, bar.slot, q + 1))
 
   # -- release / acquire helpers ----------------------------------------------
 
@@ -153,25 +187,54 @@ class SyncSemantics:
     th.vc[th.slot] += 1
 
   def _fence(self, mods):
-    """fence.{acq_rel,sc}.scope, membar.level, fence.mbarrier_init.release.cluster:
-    acquires what earlier relaxed waits observed, and lets later relaxed
-    arrives release.  fence.proxy.* orders proxies, which are not modelled."""
+    """The fences, by their ``.sem`` (PTX ISA, membar/fence): ``.acquire`` acquires
+    what earlier relaxed waits observed; ``.release`` lets later relaxed arrives
+    release this thread's earlier accesses; ``.acq_rel`` (the default), ``.sc``
+    and ``membar`` do both.  ``.sync_restrict::shared::cta`` (release only) orders
+    only operations on the thread's own CTA's shared memory: accesses it made to
+    other CTAs' shared memory are left out of what it releases (from the first
+    such access on: conservative).  ``.sync_restrict::shared::cluster`` (acquire
+    only) covers all shared memory, which is all the checker tracks.
+    ``fence.mbarrier_init.release.cluster`` releases the thread's earlier
+    ``mbarrier.init``s and nothing else.  ``fence.proxy.*`` orders proxies, which
+    are not modelled."""
     if mods and mods[0].startswith("proxy"):
       return lambda th: None
+    restrict = next((m for m in mods if m.startswith("sync_restrict")), None)
     if mods and mods[0] == "mbarrier_init":
-      scope, acquire = SCOPES["cluster"], False
+      if mods[1:] != ["release", "cluster"]:
+        raise NotImplementedError(f"opcode fence.{'.'.join(mods)}")
+      scope, acquire, release = SCOPES["cluster"], False, "inits"
     elif mods and mods[0] in _MEMBAR_SCOPE:   # membar.cta / .gl / .sys
-      scope, acquire = SCOPES[_MEMBAR_SCOPE[mods[0]]], True
+      scope, acquire, release = SCOPES[_MEMBAR_SCOPE[mods[0]]], True, "all"
     else:
-      _, scope = sem_scope(mods, "acq_rel")
-      acquire = True
-
+      sem, scope = sem_scope([m for m in mods if m != restrict], "acq_rel")
+      if (restrict, sem) not in ((None, "acq_rel"), (None, "sc"), (None, "acquire"),
+                                 (None, "release"), ("sync_restrict::shared::cta", "release"),
+                                 ("sync_restrict::shared::cluster", "acquire")):
+        raise NotImplementedError(f"opcode fence.{'.'.join(mods)}")
+      acquire = sem != "release"
+      release = None if sem == "acquire" else (
+          "own-cta" if restrict == "sync_restrict::shared::cta" else "all")
     def fence(th):
+      init_slots = slice(self.barrier_slot0 + 1, None, 2)   # (known once launched)
       if acquire:
-        for rec, wscope in th.pending_obs:
+        for rec, wscope, data_slot, phase in th.pending_obs:
+          # the observed phase's asynchronous data (in this CTA), then its releases
+          th.vc[data_slot] = max(th.vc[data_slot], phase)
           rec.acquire_into(th, min(scope, wscope))
         th.pending_obs.clear()
-      th.fence_rel = (th.vc.copy(), scope)
+      if release == "inits":
+        vc = np.zeros_like(th.vc)
+        vc[init_slots] = th.vc[init_slots]
+        th.fence_rel = (vc, scope)
+      elif release == "own-cta":
+        vc = th.vc.copy()
+        if th.remote_since is not None:
+          vc[th.slot] = min(vc[th.slot], th.remote_since - 1)
+        th.fence_rel = (vc, scope)
+      elif release == "all":
+        th.fence_rel = (th.vc.copy(), scope)
       th.vc[th.slot] += 1
     return fence
 
@@ -235,6 +298,23 @@ class SyncSemantics:
         puts[0](th, j)
         if len(puts) > 1:
           puts[1](th, ok)
+    self.collectives[k] = resolve
+
+    def block(th):
+      th.wait = ("warp", k)
+      return BLOCK
+    return block
+
+  def _warp_sync(self, mask):
+    """``bar.warp.sync mask`` (full mask only): the warp's lanes meet, and each one's
+    earlier accesses happen before every lane's later ones (PTX ISA, bar.warp.sync:
+    it "guarantees memory ordering among threads participating in barrier")."""
+    k = len(self.code)
+
+    def resolve(lanes):
+      if any(mask(th) & 0xFFFFFFFF != 0xFFFFFFFF for th in lanes):
+        raise NotImplementedError("bar.warp.sync with a partial member mask")
+      self._cta_barrier_woken(lanes)
     self.collectives[k] = resolve
 
     def block(th):

@@ -164,16 +164,19 @@ def test_wrong_parameter_order_is_caught():
   assert np.count_nonzero(out != want) > 0
 
 
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: f"schedule{s}")
 @pytest.mark.parametrize("semantics", ["lane", "warpgroup"])
-def test_reduction_without_cluster_sync_is_caught(semantics):
+def test_reduction_without_cluster_sync_is_caught(semantics, schedule):
   """Without the cluster barrier after the SMEM initialisation, the peer's
-  reductions race with the CTA's own init stores."""
+  reductions race with the CTA's own init stores (or with its reads of them): in
+  every schedule, since every reader of a byte is remembered."""
   case = _case(semantics=semantics, dtype="int32", atomic="min", api="mas")
   ptx, args, smem_bytes = _lowered(case)
   sync = "barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;"
   assert ptx.count(sync) == 1
-  with pytest.raises(ProtocolError):
-    run_case(case, ptx.replace(sync, ""), args, smem_bytes)
+  with pytest.raises(ProtocolError) as err:
+    run_case(case, ptx.replace(sync, ""), args, smem_bytes, schedule)
+  assert err.value.rule in ("race", "early-read"), err.value
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES[:2])

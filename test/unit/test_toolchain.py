@@ -126,20 +126,26 @@ def test_skew_drops_only_an_empty_twelfth_launch_group():
   assert mlir_skew.normalize_generic_mlir(head + used) == head + used  # mlir-opt says why
 
 
+def _mlir_opt_rejects_then_accepts_normalized(text: str, error: str) -> None:
+  """mlir-opt 22 refuses ``text`` with ``error`` in its message, and takes it after
+  mlir_skew: the skew still exists and the rule bridges it."""
+  import subprocess
+  opt = [str(toolchain.find_tool("mlir-opt"))]
+  raw = subprocess.run(opt, input=text, capture_output=True, text=True)
+  assert raw.returncode != 0 and error in raw.stderr, raw.stderr
+  fixed = subprocess.run(opt, input=mlir_skew.normalize_generic_mlir(text),
+                         capture_output=True, text=True)
+  assert fixed.returncode == 0, fixed.stderr
+
+
 def test_jax_011_skews_still_exist():
   """mlir-opt 22 rejects jax 0.11's spellings; when this fails, mlir-opt has caught
   up and the dotted-enum-attrs rule of mlir_skew can go."""
-  import subprocess
   text = ('"builtin.module"() ({\n  "func.func"() <{function_type = () -> index,'
           ' sym_name = "f"}> ({\n    %0 = "gpu.thread_id"() <{dimension = #gpu.dim<x>}>'
           ' : () -> index\n    "func.return"(%0) : (index) -> ()\n  }) : () -> ()\n})'
           ' : () -> ()\n')
-  opt = [str(toolchain.find_tool("mlir-opt"))]
-  raw = subprocess.run(opt, input=text, capture_output=True, text=True)
-  assert raw.returncode != 0 and "GPU_DimensionAttr" in raw.stderr
-  fixed = subprocess.run(opt, input=mlir_skew.normalize_generic_mlir(text),
-                         capture_output=True, text=True)
-  assert fixed.returncode == 0, fixed.stderr
+  _mlir_opt_rejects_then_accepts_normalized(text, "GPU_DimensionAttr")
 
 
 _INIT_012 = ('"nvvm.mbarrier.init"(%103, %104, %102) <{layout = 0 : i32}> :'
@@ -157,17 +163,11 @@ def test_skew_drops_only_the_default_mbarrier_init_layout():
 def test_jax_012_skew_still_exists():
   """mlir-opt 22 rejects jax 0.12's mbarrier.init property; when this fails, mlir-opt
   has caught up and the mbarrier-init-layout rule can go."""
-  import subprocess
   text = ('"builtin.module"() ({\n  "llvm.func"() <{function_type = !llvm.func<void '
           '(ptr<3>, i32)>, sym_name = "f"}> ({\n  ^bb0(%0: !llvm.ptr<3>, %1: i32):\n'
           '    "nvvm.mbarrier.init"(%0, %1) <{layout = 0 : i32}> : (!llvm.ptr<3>, i32) -> ()\n'
           '    "llvm.return"() : () -> ()\n  }) : () -> ()\n}) : () -> ()\n')
-  opt = [str(toolchain.find_tool("mlir-opt"))]
-  raw = subprocess.run(opt, input=text, capture_output=True, text=True)
-  assert raw.returncode != 0 and "does not support properties" in raw.stderr, raw.stderr
-  fixed = subprocess.run(opt, input=mlir_skew.normalize_generic_mlir(text),
-                         capture_output=True, text=True)
-  assert fixed.returncode == 0, fixed.stderr
+  _mlir_opt_rejects_then_accepts_normalized(text, "does not support properties")
 
 
 def test_skew_rules_are_documented():

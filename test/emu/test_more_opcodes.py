@@ -1,0 +1,157 @@
+"""Opcodes the checker runs beyond the shipped kernels' own, on small hand-written
+kernels, each next to a broken variant it reports, in every CI schedule.
+
+A producer (thread 0) writes a word of SMEM and arrives on an mbarrier of count 1;
+the other threads wait for the phase (``test_wait`` / ``try_wait`` forms) and copy the
+word to GMEM.  The barrier sits at SMEM offset 16, the word at 0.
+"""
+
+import numpy as np
+import pytest
+
+from ptx_interp import PtxKernel
+from ptx_memory import SCHEDULES, ProtocolError
+from test_interp_features import kernel
+
+_SETUP = """
+  ld.param.u64 %rd1, [k_param_0];
+  mov.b64 %rd2, __dynamic_shmem__0;
+  cvt.u32.u64 %r3, %rd2;
+  add.s32 %r4, %r3, 16;
+  setp.eq.u32 %p1, %r1, 0;
+  mov.b32 %r5, 1;
+  @%p1 mbarrier.init.shared.b64 [%r4], %r5;
+  bar.sync 0;
+  @!%p1 bra CONSUMER;
+  mov.b32 %r6, 4242;
+  st.shared.u32 [%r3], %r6;
+  {arrive}
+  bra END;
+CONSUMER:
+  {wait}
+  ld.shared.u32 %r7, [%r3];
+  mul.wide.u32 %rd3, %r1, 4;
+  add.s64 %rd4, %rd1, %rd3;
+  st.global.u32 [%rd4], %r7;
+END:
+  bar.sync 0;
+"""
+_POLL = """
+POLL:
+  mbarrier.{test}.shared::cta.b64 %p2, [%r4], {operand};
+  @!%p2 nanosleep.u32 20;
+  @!%p2 bra POLL;
+  {after}"""
+
+
+def _run(arrive, wait, schedule):
+  ptx = kernel(_SETUP.format(arrive=arrive, wait=wait), regs=".reg .b64 %state;")
+  out = PtxKernel(ptx).launch([np.zeros(32, np.int32)], cluster=1, smem_bytes=32, block=32,
+                              schedule=schedule)[0].view(np.int32)
+  assert out[1:].tolist() == [4242] * 31
+
+
+_ARRIVE = "mbarrier.arrive.shared::cta.b64 %state, [%r4];"
+_WAITS = {
+    "test_wait.parity": _POLL.format(test="test_wait.parity", operand="0", after=""),
+    "try_wait.parity": _POLL.format(test="try_wait.parity", operand="0", after=""),
+    # the state form: the phase the arrive returned (here: read before anyone arrives)
+    "try_wait state": "mov.b64 %state, 0;" + _POLL.format(test="try_wait", operand="%state",
+                                                          after=""),
+    "test_wait.relaxed + fence.acquire": _POLL.format(
+        test="test_wait.parity.relaxed.cta", operand="0", after="fence.acquire.cta;"),
+}
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("wait", _WAITS, ids=list(_WAITS))
+def test_waits_on_an_mbarrier_phase(wait, schedule):
+  _run(_ARRIVE, _WAITS[wait], schedule)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_a_relaxed_test_wait_alone_is_a_race(schedule):
+  relaxed = _POLL.format(test="test_wait.parity.relaxed.cta", operand="0", after="")
+  with pytest.raises(ProtocolError) as err:
+    _run(_ARRIVE, relaxed, schedule)
+  assert err.value.rule == "race"
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_complete_tx_completes_the_phase_tx_count(schedule):
+  """expect_tx 8 with the arrive, complete_tx 8 after it: the phase completes."""
+  arrive = ("mbarrier.arrive.expect_tx.shared::cta.b64 %state, [%r4], 8;\n"
+            "  mbarrier.complete_tx.shared::cta.b64 [%r4], 8;")
+  _run(arrive, _WAITS["try_wait.parity"], schedule)
+  short = arrive.replace("complete_tx.shared::cta.b64 [%r4], 8", "complete_tx.shared::cta.b64 "
+                         "[%r4], 4")
+  with pytest.raises(ProtocolError) as err:
+    _run(short, _WAITS["try_wait.parity"], schedule)
+  assert err.value.rule == "hang"
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_bar_warp_sync_orders_the_warp(schedule):
+  """Lane 0 writes, bar.warp.sync, the other lanes read: ordered; without it, a race."""
+  body = """
+  mov.b64 %rd2, __dynamic_shmem__0;
+  cvt.u32.u64 %r3, %rd2;
+  ld.param.u64 %rd1, [k_param_0];
+  setp.eq.u32 %p1, %r1, 0;
+  mov.b32 %r6, 7;
+  @%p1 st.shared.u32 [%r3], %r6;
+  {sync}
+  ld.shared.u32 %r7, [%r3];
+  mul.wide.u32 %rd3, %r1, 4;
+  add.s64 %rd4, %rd1, %rd3;
+  st.global.u32 [%rd4], %r7;
+"""
+  ptx = kernel(body.format(sync="bar.warp.sync -1;"))
+  out = PtxKernel(ptx).launch([np.zeros(32, np.int32)], cluster=1, smem_bytes=16, block=32,
+                              schedule=schedule)[0].view(np.int32)
+  assert (out == 7).all()
+  with pytest.raises(ProtocolError) as err:
+    PtxKernel(kernel(body.format(sync=""))).launch(
+        [np.zeros(32, np.int32)], cluster=1, smem_bytes=16, block=32, schedule=schedule)
+  assert err.value.rule == "race"
+
+
+@pytest.mark.parametrize("op", ["vote.sync.all.pred %p2, %p1, -1;", "activemask.b32 %r9;",
+                                "atom.shared.add.u32 %r9, [%r3], 1;",
+                                "ld.acquire.cluster.shared.u32 %r9, [%r3];",
+                                "st.release.cta.shared.u32 [%r3], %r1;",
+                                "red.release.cluster.shared.add.u32 [%r3], 1;"])
+def test_what_is_not_modelled_is_refused_by_name(op):
+  with pytest.raises(NotImplementedError, match=op.split(".")[0].split(" ")[0]):
+    PtxKernel(kernel("  mov.b64 %rd2, __dynamic_shmem__0;\n  cvt.u32.u64 %r3, %rd2;\n  "
+                     + op))
+
+
+_INVAL = """
+  mov.b64 %rd2, __dynamic_shmem__0;
+  cvt.u32.u64 %r3, %rd2;
+  setp.eq.u32 %p1, %r1, 0;
+  mov.b32 %r5, 1;
+  @%p1 mbarrier.init.shared.b64 [%r3], %r5;
+  bar.sync 0;
+  @%p1 mbarrier.arrive.shared::cta.b64 %state, [%r3];
+  bar.sync 0;
+  @%p1 mbarrier.inval.shared.b64 [%r3];
+  bar.sync 0;
+  {after}
+"""
+
+
+def test_mbarrier_inval_turns_the_bytes_back_into_memory():
+  ok = kernel(_INVAL.format(after="@%p1 st.shared.u32 [%r3], %r1;"), regs=".reg .b64 %state;")
+  PtxKernel(ok).launch([np.zeros(1, np.int32)], cluster=1, smem_bytes=16, block=32)
+  early = kernel(_INVAL.replace("@%p1 mbarrier.inval.shared.b64 [%r3];", "").format(
+      after="@%p1 st.shared.u32 [%r3], %r1;"), regs=".reg .b64 %state;")
+  with pytest.raises(ProtocolError) as err:
+    PtxKernel(early).launch([np.zeros(1, np.int32)], cluster=1, smem_bytes=16, block=32)
+  assert err.value.rule == "barrier-memory"
+  used = kernel(_INVAL.format(after="@%p1 mbarrier.arrive.shared::cta.b64 %state, [%r3];"),
+                regs=".reg .b64 %state;")
+  with pytest.raises(ProtocolError) as err:
+    PtxKernel(used).launch([np.zeros(1, np.int32)], cluster=1, smem_bytes=16, block=32)
+  assert err.value.rule == "barrier-uninit"
