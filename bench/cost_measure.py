@@ -98,7 +98,7 @@ def measure(cfg: StoreConfig) -> dict:
   rejects the kernel (upstream's red.async into the executing CTA is undefined).
   """
   import demo_kernels
-  from ptx_memory import ProtocolError
+  from mosaic_async_store.check.memory import ProtocolError
   compiled = compile_cost_kernel(cfg)
   stats = compiled.stats
   counts, nbytes, widths = {"async": 0, "plain": 0}, 0, {}

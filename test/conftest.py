@@ -1,7 +1,7 @@
 """The test suite's environment, set once here (the package itself changes none).
 
 Test folders import each other's helpers plainly (``from configs import ...``,
-``from ptx_interp import ...``): pyproject's ``[tool.pytest.ini_options] pythonpath``
+``from mosaic_async_store.check.interp import ...``): pyproject's ``[tool.pytest.ini_options] pythonpath``
 puts test/emu, test/gpu and test/unit on ``sys.path``. The lit suites
 (test/lit) get their environment from test/lit/lit.cfg.py.
 """

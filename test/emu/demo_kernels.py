@@ -21,7 +21,7 @@ from mosaic_async_store.plan.dtypes import as_dtype
 from mosaic_async_store.plan.geometry import WARP_SIZE, register_map
 from mosaic_async_store.plan.verify import bank_wavefronts
 
-from ptx_interp import PtxKernel
+from mosaic_async_store.check.interp import PtxKernel
 
 __all__ = ["run_ptx", "run_cost_kernel", "traced_wavefronts", "store_wavefronts_of"]
 

@@ -33,8 +33,8 @@ from mosaic_async_store.demo.config import StoreConfig
 from kernel_text import kernel_text
 
 import upstream_kernels as upstream
-from ptx_interp import Memref, PtxKernel
-from ptx_memory import SCHEDULES, ProtocolError
+from mosaic_async_store.check.interp import Memref, PtxKernel
+from mosaic_async_store.check.memory import SCHEDULES, ProtocolError
 from test_ptx_execution import run_ptx
 
 schedules = pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: f"sched{s}")

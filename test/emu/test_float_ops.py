@@ -10,7 +10,7 @@ import struct
 import numpy as np
 import pytest
 
-from ptx_interp import PtxKernel
+from mosaic_async_store.check.interp import PtxKernel
 from test_interp_features import kernel
 
 

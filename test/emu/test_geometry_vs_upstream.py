@@ -22,7 +22,7 @@ from mosaic_async_store.plan.dtypes import as_dtype
 from gpu_run import make_inputs
 from mosaic_async_store.demo.kernel import kernel_io, kernel_parts
 
-from ptx_interp import PtxKernel
+from mosaic_async_store.check.interp import PtxKernel
 
 S = StoreConfig
 CONFIGS = [S(dtype=dt, swizzle=sw, target="local", shape=shape)

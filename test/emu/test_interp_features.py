@@ -10,7 +10,7 @@
 import numpy as np
 import pytest
 
-from ptx_interp import Memref, PtxKernel
+from mosaic_async_store.check.interp import Memref, PtxKernel
 
 
 def kernel(body, nparams=1, regs=""):

@@ -13,7 +13,7 @@ import re
 import numpy as np
 import pytest
 
-from ptx_memory import SCHEDULES, ProtocolError, Shadow
+from mosaic_async_store.check.memory import SCHEDULES, ProtocolError, Shadow
 from test_ptx_execution import S, _ptx, run_ptx
 
 _FILL_SYNC = "barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;"
@@ -129,7 +129,7 @@ def test_the_shadow_remembers_every_reader():
 def test_barrier_cluster_waits_for_the_non_exited_threads(schedule):
   """CTA 1 exits at once; CTA 0's cluster barrier completes over the threads left
   (PTX ISA, barrier.cluster: it waits for all non-exited threads of the cluster)."""
-  from ptx_interp import PtxKernel
+  from mosaic_async_store.check.interp import PtxKernel
   from test_interp_features import kernel
   ptx = kernel("""
   setp.ne.u32 %p1, %r2, 0;

@@ -9,8 +9,8 @@ word to GMEM.  The barrier sits at SMEM offset 16, the word at 0.
 import numpy as np
 import pytest
 
-from ptx_interp import PtxKernel
-from ptx_memory import SCHEDULES, ProtocolError
+from mosaic_async_store.check.interp import PtxKernel
+from mosaic_async_store.check.memory import SCHEDULES, ProtocolError
 from test_interp_features import kernel
 
 _SETUP = """

@@ -4,7 +4,7 @@ Every case of ``pallas_run.PALLAS_CASES`` (Lane and Warpgroup semantics, this
 project's primitive and upstream's through ``install()``, plain stores and
 reductions) is lowered by Pallas on the CPU (``pallas_capture``), compiled to
 PTX by the deviceless toolchain and executed over every thread of a 2-CTA
-cluster by ``ptx_interp.py``, under each schedule of ``ptx_memory.SCHEDULES``,
+cluster by ``mosaic_async_store.check``, under each schedule of ``check.memory.SCHEDULES``,
 with the inputs of ``pallas_run.make_inputs``.  The bytes left in ``out`` must
 equal ``pallas_run.expected`` exactly; every memory-ordering rule is checked.
 The kernel's launch is exactly that cluster (``grid=(1,)``, ``cluster=(2,)``).
@@ -41,8 +41,8 @@ import pallas_run
 from mosaic_async_store.tools.pallas_capture import (lower_pallas_to_mosaic_modules,
                                                lower_warpgroup_dialect)
 
-from ptx_interp import Memref, PtxKernel
-from ptx_memory import SCHEDULES, ProtocolError
+from mosaic_async_store.check.interp import Memref, PtxKernel
+from mosaic_async_store.check.memory import SCHEDULES, ProtocolError
 
 CASES = pallas_run.PALLAS_CASES + pallas_run.TENSOR_CORE_CASES
 CLUSTER_WAIT = "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64"

@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pytest
 
-from ptx_memory import SCHEDULES, ProtocolError, morally_strong, SCOPES
+from mosaic_async_store.check.memory import SCHEDULES, ProtocolError, morally_strong, SCOPES
 from test_ptx_execution import S, _ptx, run_ptx
 
 

@@ -3,8 +3,8 @@
 Each configuration's complete test kernel (SMEM init, cluster sync, register
 loads, the store into the target CTA, bounded barrier wait, copy-out) is
 compiled to PTX by the deviceless toolchain and executed over every thread of
-the cluster by the small interpreter in ``ptx_interp.py``, under each schedule
-of ``ptx_memory.SCHEDULES`` (asynchronous stores landing late and out of order,
+the cluster by the small interpreter in ``mosaic_async_store.check``, under each schedule
+of ``check.memory.SCHEDULES`` (asynchronous stores landing late and out of order,
 threads interleaved; every memory-ordering rule checked).  The bytes it leaves
 in ``out`` must equal the geometry-only expectation of
 ``hostdata.expected_smem`` exactly, and every thread's wait flag must be 1.
@@ -28,8 +28,8 @@ from kernel_text import kernel_text
 
 from demo_kernels import run_ptx  # noqa: F401  (other test modules import it from here)
 from configs import RUNTIME_CONFIGS  # test/gpu (pyproject: pytest pythonpath)
-from ptx_interp import PtxKernel
-from ptx_memory import SCHEDULES, ProtocolError
+from mosaic_async_store.check.interp import PtxKernel
+from mosaic_async_store.check.memory import SCHEDULES, ProtocolError
 
 S = StoreConfig
 # The configurations named in the task first, then the rest of the GPU matrix.

@@ -18,7 +18,7 @@ from mosaic_async_store.tools import toolchain
 from mosaic_async_store.demo.config import resolve_layout
 from mosaic_async_store.plan.geometry import register_map
 
-from ptx_interp import PtxKernel
+from mosaic_async_store.check.interp import PtxKernel
 
 # (layout name, shape): each shipped TiledLayout at a shape that is a small
 # multiple of its base tile; replicated layouts included.

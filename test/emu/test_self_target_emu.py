@@ -12,7 +12,7 @@ import pytest
 
 from mosaic_async_store.demo.config import StoreConfig
 
-from ptx_memory import ProtocolError
+from mosaic_async_store.check.memory import ProtocolError
 from test_ptx_execution import _ptx, run_ptx
 
 CFG = StoreConfig(dtype="int32", atomic="add", target="cta0", cluster=2)

@@ -61,7 +61,7 @@ class UpstreamKernel:
     name: the upstream test (and parameters) it reproduces.
     ptx: its PTX from the deviceless toolchain.
     args: host buffers in kernel-parameter order, each passed as a memref descriptor
-      (wrap each in ``ptx_interp.Memref``); ``dst`` is poisoned with 0xA5 bytes.
+      (wrap each in ``mosaic_async_store.check.Memref``); ``dst`` is poisoned with 0xA5 bytes.
     arg_names: "src" / "dst" for each entry of ``args``.
     expected: name -> the contents upstream's test asserts after the kernel.
     cluster, block, smem_bytes: the launch, from the module (module docstring).

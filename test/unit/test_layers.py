@@ -9,6 +9,7 @@ layer below it:
     lowering  mosaic_async_store.lowering.* (what a user's kernel runs)
     demo      mosaic_async_store.demo.*     (the CLI's store kernel)
     tools     mosaic_async_store.tools.*
+    check     mosaic_async_store.check.*    (the PTX checker; it will lower kernels with tools)
     faces     mosaic_async_store (__init__), .pallas, .toolchain
 
 Run it alone with ``pytest test/unit/test_layers.py``.
@@ -24,7 +25,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SOURCES = {"mosaic_async_store": ROOT / "python" / "mosaic_async_store",
            "mosaic_async_store.lowering": ROOT / "lowering"}
-LAYERS = ("base", "plan", "lowering", "demo", "tools", "faces")
+LAYERS = ("base", "plan", "lowering", "demo", "tools", "check", "faces")
 BASE = {"mosaic_async_store._version", "mosaic_async_store.errors", "mosaic_async_store.compat"}
 FACES = {"mosaic_async_store", "mosaic_async_store.pallas", "mosaic_async_store.toolchain"}
 

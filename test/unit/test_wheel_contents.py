@@ -22,7 +22,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 # Modules of the product, by layer (docs/architecture.md): the faces and base modules,
-# the plan, what a user's kernel runs, the CLI's store kernel (demo), the tools.  The
+# the plan, what a user's kernel runs, the CLI's store kernel (demo), the tools, the
+# PTX checker.  The
 # wheel ships exactly these.
 PRODUCT = {
     "mosaic_async_store": ("__init__", "_version", "errors", "compat", "pallas", "toolchain"),
@@ -35,6 +36,8 @@ PRODUCT = {
     "mosaic_async_store/demo": ("__init__", "config", "kernel", "check"),
     "mosaic_async_store/tools": ("__init__", "toolchain", "mlir_skew", "ptx_stats",
                                  "pallas_capture", "cli"),
+    "mosaic_async_store/check": ("__init__", "interp", "run", "sync", "access", "memory",
+                                 "ops", "floats", "report"),
 }
 # The test and benchmark kernels, the runtime harness and the lit helpers (test/harness,
 # bench/), under their present and former names.

@@ -1,4 +1,4 @@
-"""Value-level PTX semantics for ``ptx_interp``: operand parsing helpers and the
+"""Value-level PTX semantics for ``interp``: operand parsing helpers and the
 arithmetic of the instructions the store kernels use (no state, no memory)."""
 
 from __future__ import annotations

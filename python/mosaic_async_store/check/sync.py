@@ -1,7 +1,7 @@
 """Synchronisation semantics of the PTX checker: mbarriers, cluster and CTA
 barriers, fences, warp collectives, each with its memory-ordering effect.
 
-Mixed into ``ptx_interp.PtxKernel``, which provides ``self.mbar`` (barrier key
+Mixed into ``interp.PtxKernel``, which provides ``self.mbar`` (barrier key
 -> ``Mbarrier``), ``self.code``, ``self.collectives``, ``self.sched``,
 ``_set``, ``_mem`` and ``_bar_key``.  Semantics and scopes come from the
 opcode's qualifiers with the ISA's defaults: ``mbarrier.arrive`` is
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ptx_memory import SCOPES, TX_LIMIT, ProtocolError, Releases
+from mosaic_async_store.check.memory import SCOPES, TX_LIMIT, ProtocolError, Releases
 
 BLOCK = object()  # returned by an instruction: this thread waits for the scheduler
 YIELD = object()  # returned by an instruction: done, but let other threads run first

@@ -14,9 +14,9 @@ forms, ``cvt`` between float types) is refused when the kernel is parsed.
 
 from __future__ import annotations
 
-import numpy as np
-
 import re
+
+import numpy as np
 
 __all__ = ["FLOAT_OPS", "FLOAT_TYPE", "float_op"]
 

@@ -84,10 +84,14 @@ SCHEDULES = SLOW_SCHEDULES if os.environ.get("MAS_EMU_SLOW", "") not in ("", "0"
 
 
 class ProtocolError(RuntimeError):
-  """A violated synchronisation rule; ``rule`` is a key of RULES."""
+  """A violated synchronisation rule; ``rule`` is a key of RULES.  Where one thread's
+  instruction broke it: ``cta``, ``thread``, ``ptx_line`` (1-based, in the PTX text)
+  and ``instruction``; else they are None (a hang, a landing asynchronous store)."""
 
-  def __init__(self, rule: str, detail: str):
-    self.rule = rule
+  def __init__(self, rule: str, detail: str, *, cta=None, thread=None, ptx_line=None,
+               instruction=None):
+    self.rule, self.detail = rule, detail
+    self.cta, self.thread, self.ptx_line, self.instruction = cta, thread, ptx_line, instruction
     super().__init__(f"{detail} [{rule}: {RULES[rule]}]")
 
 

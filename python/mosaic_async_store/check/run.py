@@ -1,20 +1,20 @@
 """Running a cluster: threads, the run queue, and the scheduler of the PTX checker.
 
-Mixed into ``ptx_interp.PtxKernel``, which provides ``self.code`` /
+Mixed into ``interp.PtxKernel``, which provides ``self.code`` /
 ``self.texts`` (the compiled instructions and their text), ``self.params``,
 ``_pack_params``, ``self.local_bytes`` and ``self.collectives``; the
 synchronisation methods (``_observe``, ``_cluster_woken``,
-``_cta_barrier_woken``) come from ``ptx_sync`` and ``_land`` from
-``ptx_access``.
+``_cta_barrier_woken``) come from ``sync`` and ``_land`` from
+``access``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ptx_access import AsyncOp
-from ptx_memory import ProtocolError, Schedule, Shadow
-from ptx_sync import BLOCK, YIELD
+from mosaic_async_store.check.access import AsyncOp
+from mosaic_async_store.check.memory import ProtocolError, Schedule, Shadow
+from mosaic_async_store.check.sync import BLOCK, YIELD
 
 __all__ = ["EXIT", "Thread", "Runner"]
 
@@ -48,7 +48,7 @@ class Runner:
   def launch(self, buffers, *, cluster, smem_bytes, block=128, max_timeouts=64, schedule=0,
              barrier_slots=64, trace_stores=False, smem_init=None):
     """Runs one cluster of ``cluster`` CTAs of ``block`` threads under the seeded
-    ``schedule`` (see ptx_memory.Schedule).  ``buffers`` (NumPy arrays or
+    ``schedule`` (see memory.Schedule).  ``buffers`` (NumPy arrays or
     ``Memref``s, in parameter order: see _pack_params) are copied in; returns
     their contents afterwards, in argument order, as uint8 arrays.  Raises
     ProtocolError on a violated rule.  With ``trace_stores``, ``self.store_trace``
@@ -178,7 +178,14 @@ class Runner:
             raise RuntimeError("runaway loop")
           pc = r
     except ProtocolError as e:  # say where, keep the rule
-      raise ProtocolError(e.rule, f"at `{self.texts[pc]}`: {e.args[0].rsplit(' [', 1)[0]}") from e
+      if e.ptx_line is not None:
+        raise
+      raise ProtocolError(e.rule, f"at `{self.texts[pc]}` (PTX line {self.lines[pc]}): "
+                          f"{e.detail}", cta=th.cta, thread=th.tid, ptx_line=self.lines[pc],
+                          instruction=self.texts[pc]) from e
+    except NotImplementedError as e:   # the checker cannot run it: not a verdict
+      raise NotImplementedError(f"CTA {th.cta} thread {th.tid} at `{self.texts[pc]}` (PTX "
+                                f"line {self.lines[pc]}): {e}") from e
     except Exception as e:  # say where, then re-raise
       raise RuntimeError(f"CTA {th.cta} thread {th.tid} at `{self.texts[pc]}`: "
                          f"{type(e).__name__}: {e}") from e

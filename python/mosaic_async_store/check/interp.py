@@ -16,9 +16,9 @@ Model:
     scheduler picks the next thread and releases the participants once a
     synchronisation can complete;
   * asynchronous stores (``st.async`` / ``red.async``) and their complete_tx
-    land when the schedule says, in any order (``ptx_memory.Schedule``);
+    land when the schedule says, in any order (``memory.Schedule``);
     memory ordering is checked by vector clocks with scopes, per SMEM byte
-    (``ptx_memory``), and every violated rule raises ``ProtocolError``;
+    (``memory``), and every violated rule raises ``ProtocolError``;
   * ``mbarrier.try_wait`` on an unfinished phase blocks; it returns false (the
     hardware time limit expiring) only when no thread can make progress any
     more and nothing is in flight, i.e. when the barrier can never complete;
@@ -39,13 +39,13 @@ import re
 
 import numpy as np
 
-from ptx_float import FLOAT_TYPE as _FLOAT_TYPE, float_op
-from ptx_memory import ProtocolError
-from ptx_access import AccessSemantics
-from ptx_run import EXIT, Runner
-from ptx_sync import BLOCK, YIELD, SyncSemantics
-from ptx_ops import (ALU, RED, TYPE, bfe, bfi, bits_of, immediate, prmt, sign_extend,
-                     split_operands)
+from mosaic_async_store.check.floats import FLOAT_TYPE as _FLOAT_TYPE, float_op
+from mosaic_async_store.check.memory import ProtocolError
+from mosaic_async_store.check.access import AccessSemantics
+from mosaic_async_store.check.run import EXIT, Runner
+from mosaic_async_store.check.sync import BLOCK, YIELD, SyncSemantics
+from mosaic_async_store.check.ops import (ALU, RED, TYPE, bfe, bfi, bits_of, immediate, prmt,
+                                         sign_extend, split_operands)
 
 SHARED_BASE = 0x400            # sm_90 reserves the first 1 KiB of the shared window
 LOCAL_BASE, GLOBAL_SHIFT = 0x100000, 40
@@ -85,8 +85,11 @@ class PtxKernel(Runner, SyncSemantics, AccessSemantics):
     for name in re.findall(r"\.global\s[^;]*?(\w+)\[\d+\]", text[:m.start()]):
       self.symbols[name] = ("global", 0)   # printf formats: never read (address unmapped)
     self.code, self.texts, self.labels, self.collectives, self.local_bytes = [], [], {}, {}, 0
+    self.lines = []           # the PTX source line of each instruction (1-based)
     self.store_trace = None   # launch(trace_stores=True) fills it
-    self._parse(text[text.index("{", m.end()):])
+    start = text.index("{", m.end())
+    self._first_line = text.count("\n", 0, start) + 1
+    self._parse(text[start:])
 
   # -- parsing -----------------------------------------------------------------
 
@@ -110,8 +113,13 @@ class PtxKernel(Runner, SyncSemantics, AccessSemantics):
         if stmt.startswith("."):
           self._declare(stmt, scopes)
         elif stmt:
+          line = self._first_line + body.count("\n", 0, j)
           self.texts.append(stmt)
-          self.code.append(self._compile(stmt, scopes, fixups))
+          self.lines.append(line)
+          try:
+            self.code.append(self._compile(stmt, scopes, fixups))
+          except NotImplementedError as e:   # say where
+            raise NotImplementedError(f"PTX line {line}: `{stmt}`: {e}") from None
     for k, label, chain, guard in fixups:  # branches, once every label is known
       target = next((sc[2][label] for sc in reversed(chain) if label in sc[2]),
                     None)
@@ -350,7 +358,7 @@ class PtxKernel(Runner, SyncSemantics, AccessSemantics):
         if self.exited[rank]:
           raise ProtocolError("exit", f"CTA {th.cta} thread {th.tid} accesses the shared "
                               f"memory of CTA {rank}, which has exited")
-        if th.remote_since is None:   # see ptx_sync._fence (.sync_restrict::shared::cta)
+        if th.remote_since is None:   # see sync._fence (.sync_restrict::shared::cta)
           th.remote_since = int(th.vc[th.slot])
       buf, off = self.smem[rank], (addr & 0xFFFFFF) - SHARED_BASE
     elif space == "local":

@@ -1,8 +1,8 @@
 """Memory accesses of the PTX checker: plain and atomic stores, asynchronous
 stores in flight, warp matrix loads and stores, each checked against the
-per-byte history of ``ptx_memory.Shadow``.
+per-byte history of ``memory.Shadow``.
 
-Mixed into ``ptx_interp.PtxKernel``, which provides ``_mem`` (address ->
+Mixed into ``interp.PtxKernel``, which provides ``_mem`` (address ->
 (buffer, offset)), ``_set``, ``_bar_key``, ``_barrier``, ``_add_tx``,
 ``_advance``, ``self.smem`` / ``self.shadow`` / ``self.smem_cta`` (the CTAs'
 shared memories), ``self.inflight``, ``self.sched``, ``self.mbar``,
@@ -11,9 +11,9 @@ shared memories), ``self.inflight``, ``self.sched``, ``self.mbar``,
 
 from __future__ import annotations
 
-from ptx_memory import ProtocolError
-from ptx_ops import reduce_op
-from ptx_sync import BLOCK, YIELD
+from mosaic_async_store.check.memory import ProtocolError
+from mosaic_async_store.check.ops import reduce_op
+from mosaic_async_store.check.sync import BLOCK, YIELD
 
 __all__ = ["AsyncOp", "AccessSemantics"]
 
@@ -77,7 +77,7 @@ class AccessSemantics:
     return issue
 
   def _trace(self, th, buf, off, n):
-    """Records one thread's store into SMEM for ``store_trace`` (ptx_run.Runner):
+    """Records one thread's store into SMEM for ``store_trace`` (run.Runner):
     asynchronous stores, and plain st/red that spell their state space with a
     ``::cta`` / ``::cluster`` qualifier, as both implementations' store code does;
     the kernels' own SMEM copies (LLVM's ``st.shared``) are left out."""

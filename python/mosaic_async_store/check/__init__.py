@@ -1,0 +1,19 @@
+"""The PTX protocol checker: a kernel's PTX run over every thread of a cluster on the CPU,
+under adversarial schedules, checked against the PTX memory model and the ISA's
+undefined-behaviour rules (docs/checker.md).
+
+    from mosaic_async_store.check import check_ptx, Memref
+    report = check_ptx(ptx, [x, Memref(out)], smem_bytes=..., cluster=(2, 1, 1))
+    print(report)            # ok, or each finding: rule, CTA, thread, PTX line, schedule
+
+Modules: ``interp`` (parsing and the opcode dispatch), ``run`` (threads and the
+scheduler), ``sync`` (mbarriers, barriers, fences), ``access`` (plain and asynchronous
+memory accesses), ``memory`` (the model: rules, scopes, the per-byte shadow, schedules),
+``ops`` and ``floats`` (values), ``report`` (``check_ptx``, ``Report``, ``Finding``).
+"""
+
+from mosaic_async_store.check.interp import Memref, PtxKernel
+from mosaic_async_store.check.memory import RULES, ProtocolError
+from mosaic_async_store.check.report import Finding, Report, check_ptx
+
+__all__ = ["check_ptx", "Report", "Finding", "Memref", "PtxKernel", "ProtocolError", "RULES"]

@@ -1,0 +1,171 @@
+"""``check_ptx``: run a kernel's PTX over every thread of a cluster, under several
+schedules, and report what the PTX memory model and the ISA's rules say about it.
+
+    from mosaic_async_store.check import check_ptx, Memref
+    report = check_ptx(ptx, [x, Memref(out)], smem_bytes=16392, cluster=(2, 1, 1))
+    report.ok, report.findings, report.outputs
+
+Arguments are checked before anything runs; a rule broken in a schedule is a
+``Finding`` of that schedule (the run of that schedule stops there); the
+arguments' contents after the first schedule that completed are the outputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from mosaic_async_store.check.interp import Memref, PtxKernel
+from mosaic_async_store.check.memory import ProtocolError
+from mosaic_async_store.errors import refuse, refuse_type
+
+__all__ = ["Finding", "Report", "check_ptx", "MAX_BLOCK", "MAX_CLUSTER", "MAX_SMEM_BYTES"]
+
+MAX_BLOCK, MAX_CLUSTER, MAX_SMEM_BYTES = 1024, 16, 227 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+  """One broken rule in one schedule.
+
+  Attributes:
+    rule: a key of ``mosaic_async_store.check.RULES`` ("race", "hang", "exit", ...), or
+      "fault" for a memory fault of the kernel (out of bounds, misaligned, a runaway loop).
+    message: what happened, in the checker's words.
+    cta, thread: the thread whose instruction broke it (None for a hang or a landing
+      asynchronous store, whose message names the parties).
+    ptx_line: that instruction's line in the PTX text (1-based), or None.
+    schedule: the schedule's seed.
+  """
+
+  rule: str
+  message: str
+  cta: int | None
+  thread: int | None
+  ptx_line: int | None
+  schedule: int
+
+  def __str__(self) -> str:
+    where = "" if self.cta is None else f"CTA {self.cta} thread {self.thread}, "
+    line = "" if self.ptx_line is None else f"PTX line {self.ptx_line}, "
+    return f"[{self.rule}] {where}{line}schedule {self.schedule}: {self.message}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+  """What ``check_ptx`` found: ``ok`` when no schedule broke a rule; ``findings``, one
+  per schedule that broke one; ``outputs``, every argument after the first schedule
+  that completed (None if none did); ``schedules``, the seeds that ran."""
+
+  findings: tuple[Finding, ...]
+  outputs: list[np.ndarray] | None
+  schedules: tuple[int, ...]
+
+  @property
+  def ok(self) -> bool:
+    return not self.findings
+
+  def __str__(self) -> str:
+    head = (f"ok: no rule broken in schedules {list(self.schedules)}" if self.ok else
+            f"{len(self.findings)} finding(s) in schedules {list(self.schedules)}:")
+    return "\n".join([head, *(f"  {f}" for f in self.findings)])
+
+
+def _dim3(param: str, value, limit: int) -> tuple[int, int, int]:
+  """``value`` as (x, 1, 1): the checker runs one dimension of threads and CTAs."""
+  if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+    value = (int(value), 1, 1)
+  if not (isinstance(value, tuple) and len(value) == 3 and
+          all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value)):
+    raise refuse_type(param, value, "a tuple of 3 ints (x, 1, 1)", f"pass {param}=(128, 1, 1)"
+                      if param == "block" else f"pass {param}=(2, 1, 1)")
+  x, y, z = (int(v) for v in value)
+  if (y, z) != (1, 1) or not 1 <= x <= limit:
+    raise refuse(param, value, f"(x, 1, 1) with 1 <= x <= {limit} (the checker runs the x "
+                 "dimension only)", f"flatten the {param} into x, e.g. {param}=({x * y * z}, "
+                 "1, 1)")
+  return x, y, z
+
+
+def _check_args(ptx, args, smem_bytes, block, cluster, grid, schedules):
+  if not isinstance(ptx, str) or ".entry" not in ptx:
+    raise refuse_type("ptx", ptx if not isinstance(ptx, str) else ptx[:60],
+                      "the PTX text of a kernel (with a .entry)",
+                      "pass compiled.ptx (mosaic_async_store.toolchain.compile_module)")
+  if not isinstance(args, (list, tuple)):
+    raise refuse_type("args", args, "a list of NumPy arrays or Memref(array), in the "
+                      "kernel's parameter order", "pass [x, out] (or [Memref(x), ...])")
+  for i, a in enumerate(args):
+    if not isinstance(a, (np.ndarray, Memref)):
+      raise refuse_type(f"args[{i}]", a, "a NumPy array (one pointer parameter) or "
+                        "Memref(array) (a memref descriptor)", "wrap it: np.asarray(...)")
+  if not (isinstance(smem_bytes, (int, np.integer)) and not isinstance(smem_bytes, bool)
+          and 0 <= smem_bytes <= MAX_SMEM_BYTES):
+    raise refuse("smem_bytes", smem_bytes, f"an int in 0..{MAX_SMEM_BYTES} (the kernel's "
+                 "dynamic shared memory per CTA)", "pass the launch's dynamic SMEM size")
+  bx = _dim3("block", block, MAX_BLOCK)[0]
+  cx = _dim3("cluster", cluster, MAX_CLUSTER)[0]
+  if grid is not None and _dim3("grid", grid, MAX_CLUSTER)[0] != cx:
+    raise refuse("grid", grid, "None or the cluster's shape (the checker runs one cluster)",
+                 "pass grid=None")
+  if not (isinstance(schedules, (int, np.integer)) and not isinstance(schedules, bool)
+          and schedules >= 1):
+    raise refuse("schedules", schedules, "an int >= 1 (seeds 0 .. schedules - 1)",
+                 "pass schedules=3 (what the project's CI runs)")
+  return bx, cx
+
+
+def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1, 1, 1),
+              grid=None, schedules: int = 3) -> Report:
+  """Runs ``ptx`` (one ``.entry``) over every thread of one cluster under schedules
+  ``0 .. schedules - 1`` (docs/checker.md: 0 runs each thread until it blocks, 1 lands
+  asynchronous stores as late as possible, others interleave at random).
+
+  Args:
+    ptx: the kernel's PTX text.
+    args: the kernel's arguments in its parameter order: a NumPy array for a pointer
+      parameter, ``Memref(array)`` for a memref descriptor (3 + 2 * ndim parameters).
+    smem_bytes: dynamic shared memory per CTA.
+    block, cluster: threads per CTA and CTAs per cluster, as (x, 1, 1).
+    grid: None (one cluster), or the cluster's shape.
+    schedules: how many schedules to run.
+
+  Raises:
+    AsyncStoreError / TypeError: an argument the checker cannot take, or PTX with an
+      opcode it does not run exactly (named, with its line), before anything runs.
+    NotImplementedError: an instruction whose run-time case the checker does not
+      model (e.g. a float NaN result), naming it.
+  """
+  bx, cx = _check_args(ptx, args, smem_bytes, block, cluster, grid, schedules)
+  try:
+    kernel = PtxKernel(ptx)
+  except NotImplementedError as e:
+    raise refuse("ptx", str(e), "the opcodes docs/checker.md lists as run exactly",
+                 "check that instruction's kernel another way, or report it") from None
+  try:
+    kernel._pack_params(list(args))
+  except ValueError as e:
+    raise refuse("args", f"{len(args)} arguments", str(e),
+                 "pass one argument per kernel parameter, in order") from None
+  findings, outputs = [], None
+  for seed in range(int(schedules)):
+    run = PtxKernel(ptx)
+    try:
+      out = run.launch(list(args), cluster=cx, smem_bytes=int(smem_bytes), block=bx,
+                       schedule=seed)
+    except ProtocolError as e:
+      findings.append(Finding(e.rule, e.detail, e.cta, e.thread, e.ptx_line, seed))
+      continue
+    except RuntimeError as e:   # the kernel faulted (bounds, alignment, a runaway loop)
+      findings.append(Finding("fault", str(e), None, None, None, seed))
+      continue
+    if outputs is None:
+      outputs = [_like(o, a) for o, a in zip(out, args)]
+  return Report(tuple(findings), outputs, tuple(range(int(schedules))))
+
+
+def _like(raw: np.ndarray, arg) -> np.ndarray:
+  """The bytes ``raw`` as an array of ``arg``'s dtype and shape."""
+  like = np.asarray(arg.array if isinstance(arg, Memref) else arg)
+  return np.frombuffer(raw.tobytes(), like.dtype).reshape(like.shape).copy()

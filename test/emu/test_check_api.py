@@ -1,0 +1,89 @@
+"""``mosaic_async_store.check.check_ptx``: the checker's public face, on a shipped
+kernel's PTX (test_ptx_execution's full store kernel) and on bad arguments."""
+
+import re
+
+import numpy as np
+import pytest
+
+from mosaic_async_store.check import Memref, Report, check_ptx
+from mosaic_async_store.errors import AsyncStoreError
+from demo_kernels import _poison_spare_bits, _smem_bytes
+from gpu_run import make_inputs
+from mosaic_async_store.demo.kernel import kernel_io
+import hostdata
+from test_ptx_execution import S, _ptx
+
+
+def _args(cfg):
+  """The kernel's arguments in its parameter order (init, src, flags, out)."""
+  codes, src, init = make_inputs(cfg, seed=0)
+  io = kernel_io(cfg)
+  out = np.full(cfg.cluster * io.smem_bytes, 0xA5, np.uint8)
+  flags = np.full(cfg.cluster * 128, -1, np.int32)
+  return [init, _poison_spare_bits(cfg, src), flags, out], hostdata.expected_smem(cfg, codes,
+                                                                                  init)
+
+
+def test_a_correct_kernel_is_ok_with_its_outputs():
+  cfg = S(dtype="float32", atomic="add")
+  args, want = _args(cfg)
+  report = check_ptx(_ptx(cfg), args, smem_bytes=_smem_bytes(cfg), cluster=(2, 1, 1))
+  assert isinstance(report, Report) and report.ok and report.schedules == (0, 1, 2)
+  init, _, flags, out = report.outputs
+  assert out.dtype == np.uint8 and np.array_equal(out, want)
+  assert flags.dtype == np.int32 and (flags == 1).all()
+  assert "ok" in str(report)
+
+
+def test_a_broken_kernel_has_a_finding_per_schedule_with_where():
+  cfg = S(dtype="float32", atomic="add")
+  ptx = _ptx(cfg).replace("mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64",
+                          "mbarrier.try_wait.parity.shared::cta.b64")
+  args, _ = _args(cfg)
+  report = check_ptx(ptx, args, smem_bytes=_smem_bytes(cfg), cluster=(2, 1, 1))
+  assert not report.ok and [f.schedule for f in report.findings] == [0, 1, 2]
+  lines = ptx.splitlines()
+  for f in report.findings:
+    assert f.rule == "race" and "morally strong" in f.message
+    assert f.cta in (0, 1) and 0 <= f.thread < 128
+    assert re.search(r"\bld\.shared|\bld\.", lines[f.ptx_line - 1]), lines[f.ptx_line - 1]
+  assert report.outputs is None
+  assert "[race]" in str(report)
+
+
+@pytest.mark.parametrize("kwargs, param", [
+    (dict(args=[np.zeros(4)]), "args"),                       # count
+    (dict(args=[1, 2, 3, 4]), "args[0]"),                     # kind
+    (dict(block=(64, 2, 1)), "block"),
+    (dict(cluster=(2, 2, 1)), "cluster"),
+    (dict(grid=(4, 1, 1)), "grid"),
+    (dict(schedules=0), "schedules"),
+    (dict(smem_bytes=-1), "smem_bytes"),
+    (dict(ptx="add.s32 %r1, %r2, %r3;"), "ptx"),
+])
+def test_wrong_arguments_are_refused_before_anything_runs(kwargs, param):
+  cfg = S()
+  args, _ = _args(cfg)
+  call = dict(ptx=_ptx(cfg), args=args, smem_bytes=_smem_bytes(cfg), cluster=(2, 1, 1))
+  call.update(kwargs)
+  with pytest.raises((AsyncStoreError, TypeError)) as err:
+    check_ptx(call.pop("ptx"), call.pop("args"), **call)
+  assert f"{param}=" in str(err.value) and "Fix:" in str(err.value)
+
+
+def test_an_opcode_the_checker_does_not_run_is_refused_naming_it():
+  cfg = S()
+  ptx = _ptx(cfg).replace("ret;", "fma.rn.f32 %r1, %r1, %r1, %r1;\n\tret;", 1)
+  args, _ = _args(cfg)
+  with pytest.raises(AsyncStoreError, match=r"fma\.rn\.f32.*PTX line \d+|PTX line \d+.*fma"):
+    check_ptx(ptx, args, smem_bytes=_smem_bytes(cfg), cluster=(2, 1, 1))
+
+
+def test_memref_arguments_are_descriptors():
+  """A Memref is 3 + 2 * ndim parameters: four of them are not the 4 pointers."""
+  cfg = S()
+  args, _ = _args(cfg)
+  with pytest.raises(AsyncStoreError, match="args="):
+    check_ptx(_ptx(cfg), [Memref(a) for a in args], smem_bytes=_smem_bytes(cfg),
+              cluster=(2, 1, 1))
