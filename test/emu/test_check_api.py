@@ -57,7 +57,7 @@ def test_a_broken_kernel_has_a_finding_per_schedule_with_where():
     (dict(args=[1, 2, 3, 4]), "args[0]"),                     # kind
     (dict(block=(64, 2, 1)), "block"),
     (dict(cluster=(2, 2, 1)), "cluster"),
-    (dict(grid=(4, 1, 1)), "grid"),
+    (dict(grid=(3, 1, 1)), "grid"),             # not whole clusters of 2
     (dict(schedules=0), "schedules"),
     (dict(smem_bytes=-1), "smem_bytes"),
     (dict(ptx="add.s32 %r1, %r2, %r3;"), "ptx"),

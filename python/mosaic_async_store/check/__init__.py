@@ -9,11 +9,19 @@ undefined-behaviour rules (docs/checker.md).
 Modules: ``interp`` (parsing and the opcode dispatch), ``run`` (threads and the
 scheduler), ``sync`` (mbarriers, barriers, fences), ``access`` (plain and asynchronous
 memory accesses), ``memory`` (the model: rules, scopes, the per-byte shadow, schedules),
-``ops`` and ``floats`` (values), ``report`` (``check_ptx``, ``Report``, ``Finding``).
+``ops`` and ``floats`` (values), ``report`` (``check_ptx``, ``Report``, ``Finding``),
+``kernel`` (``check``: a Pallas or Mosaic kernel lowered, compiled and bound).
 """
 
 from mosaic_async_store.check.interp import Memref, PtxKernel
 from mosaic_async_store.check.memory import RULES, ProtocolError
 from mosaic_async_store.check.report import Finding, Report, check_ptx
 
-__all__ = ["check_ptx", "Report", "Finding", "Memref", "PtxKernel", "ProtocolError", "RULES"]
+__all__ = ["check", "check_ptx", "Report", "Finding", "Memref", "PtxKernel", "ProtocolError",
+           "RULES"]
+
+
+def check(fn, *args, schedules: int = 3) -> Report:
+  """See :func:`mosaic_async_store.check.kernel.check` (loads jax on first use)."""
+  from mosaic_async_store.check.kernel import check as _check
+  return _check(fn, *args, schedules=schedules)

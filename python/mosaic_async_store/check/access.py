@@ -21,11 +21,12 @@ __all__ = ["AsyncOp", "AccessSemantics"]
 class AsyncOp:
   """An ``st.async`` / ``red.async`` in flight: what lands where, on which barrier."""
 
-  __slots__ = ("th", "vc", "cta", "off", "size", "values", "red", "key", "text", "idx")
+  __slots__ = ("th", "vc", "cta", "off", "size", "values", "red", "key", "text", "idx",
+               "line")
 
-  def __init__(self, th, cta, off, size, values, red, key, text):
+  def __init__(self, th, cta, off, size, values, red, key, text, line):
     self.th, self.vc, self.cta, self.off, self.size = th, th.vc.copy(), cta, off, size
-    self.values, self.red, self.key, self.text = values, red, key, text
+    self.values, self.red, self.key, self.text, self.line = values, red, key, text, line
 
 
 class AccessSemantics:
@@ -53,6 +54,7 @@ class AccessSemantics:
   def _async_fn(self, addr, vals, size, red, mbar):
     """st.async / red.async: checked at issue, queued, landed by the schedule."""
     mask, text = (1 << (8 * size)) - 1, "red.async" if red else "st.async"
+    line = self.lines[-1]   # this instruction's (parsing appends it before compiling)
     def issue(th):
       n = size * len(vals)
       buf, off = self._mem(th, "shared::cluster", addr(th), n)
@@ -69,7 +71,7 @@ class AccessSemantics:
         raise ProtocolError("red.async-self", where)
       self._barrier(th, th.vc, key)
       self.shadow[cta].mark_inflight(off, n, 1, atomic=red is not None)
-      op = AsyncOp(th, cta, off, size, [g(th) & mask for g in vals], red, key, where)
+      op = AsyncOp(th, cta, off, size, [g(th) & mask for g in vals], red, key, where, line)
       op.idx = len(self.inflight)
       self.inflight.append(op)
       th.vc[th.slot] += 1
@@ -89,9 +91,13 @@ class AccessSemantics:
     self._unqueue(self.inflight, op.idx)
     n = op.size * len(op.values)
     self.shadow[op.cta].mark_inflight(op.off, n, -1, atomic=op.red is not None)
-    bar = self._barrier(None, op.vc, op.key)
-    self._check(op.vc, None, op.cta, op.off, n, write=True, atomic=op.red is not None,
-                who=op.text, stamp=(bar.slot, bar.phase + 1))
+    try:
+      bar = self._barrier(None, op.vc, op.key)
+      self._check(op.vc, None, op.cta, op.off, n, write=True, atomic=op.red is not None,
+                  who=op.text, stamp=(bar.slot, bar.phase + 1))
+    except ProtocolError as e:   # the issuing thread's instruction is where
+      raise ProtocolError(e.rule, f"{e.detail} (issued at PTX line {op.line})",
+                          cta=op.th.cta, thread=op.th.tid, ptx_line=op.line) from e
     self._write(self.smem[op.cta], op.off, op.size, op.values, op.red)
     self._add_tx(bar, -n)
     self._advance(bar)

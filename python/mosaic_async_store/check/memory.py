@@ -20,10 +20,10 @@ observed that phase complete (any wait scope: the mbarrier's complete-tx
 mechanism makes async-proxy writes visible to the threads that observe the
 phase; upstream's hardware-tested kernels wait with ``.acquire.cta``).
 
-The shadow of each SMEM byte holds its last write (slot, clock, atomic?), every
-read since that write (slot -> clock: a full read set, so a later write that
-is not ordered after *any* of them is reported whatever the interleaving), how
-many asynchronous writes to it are in flight, and whether it belongs to an
+The shadow of each SMEM byte holds its last plain write (slot, clock), every
+atomic write and every read since (slot -> clock: full sets, so a later access
+that is not ordered after *any* of them is reported whatever the interleaving),
+how many asynchronous writes to it are in flight, and whether it belongs to an
 initialised mbarrier (then only mbarrier operations may touch it).  A read or
 write not ordered after the conflicting accesses raises ``ProtocolError``
 (concurrent atomics do not conflict).
@@ -134,13 +134,16 @@ class Shadow:
   accesses are 1 to 16 bytes, where a loop beats NumPy's per-call cost)."""
 
   def __init__(self, nbytes: int):
-    # slot 0, clock 0: the initial contents, visible to everyone
+    # the last plain (non-atomic) write; slot 0, clock 0: the initial contents
     self.w_slot, self.w_clk = [0] * nbytes, [0] * nbytes
-    # every read since the byte's last write: None, or {slot: clock}
+    # every atomic write (red, red.async) since it: None, or {slot: clock}; concurrent
+    # atomics do not conflict, but each must come after the last plain write
+    self.atomics: list[dict | None] = [None] * nbytes
+    # every read since the last plain write: None, or {slot: clock}
     self.readers: list[dict | None] = [None] * nbytes
     # asynchronous writes in flight: st.async (conflicts with any access) and
     # red.async (an atomic: conflicts with everything but other atomics)
-    self.w_atomic, self.inflight, self.inflight_red = [False] * nbytes, [0] * nbytes, [0] * nbytes
+    self.inflight, self.inflight_red = [0] * nbytes, [0] * nbytes
     # the bytes of initialised mbarriers (mbarrier.init .. mbarrier.inval)
     self.mbar_bytes = bytearray(nbytes)
 
@@ -152,13 +155,15 @@ class Shadow:
     """(slot, clock) of every access recorded here by threads of other CTAs than
     ``cta`` (``cta_of_slot(slot)``: the CTA of a thread slot, None for others)."""
     out = {}
-    for b, slot in enumerate(self.w_slot):
+    def note(slot, clk):
       if cta_of_slot(slot) not in (None, cta):
-        out[slot] = max(out.get(slot, 0), self.w_clk[b])
-    for readers in self.readers:
-      for slot, clk in (readers or {}).items():
-        if cta_of_slot(slot) not in (None, cta):
-          out[slot] = max(out.get(slot, 0), clk)
+        out[slot] = max(out.get(slot, 0), clk)
+    for b, slot in enumerate(self.w_slot):
+      note(slot, self.w_clk[b])
+    for sets in (self.atomics, self.readers):
+      for accesses in sets:
+        for slot, clk in (accesses or {}).items():
+          note(slot, clk)
     return out
 
   def mark_inflight(self, off: int, n: int, delta: int, *, atomic: bool) -> None:
@@ -170,13 +175,18 @@ class Shadow:
     """None, or (how, slot, clock) of the first earlier access to these bytes that
     this one is not ordered after (``how``: "in flight", "written by", "read by").
     Concurrent atomics do not conflict."""
-    w_slot, w_clk, readers = self.w_slot, self.w_clk, self.readers
+    w_slot, w_clk, atomics, readers = self.w_slot, self.w_clk, self.atomics, self.readers
+    both_atomic = write and atomic
     for b in range(off, off + n):
-      if self.inflight[b] or (self.inflight_red[b] and not (write and atomic)):
+      if self.inflight[b] or (self.inflight_red[b] and not both_atomic):
         return "in flight", 0, 0
       s = w_slot[b]
-      if vc[s] < w_clk[b] and not (write and atomic and self.w_atomic[b]):
+      if vc[s] < w_clk[b]:
         return "written by", s, w_clk[b]
+      if atomics[b] and not both_atomic:
+        for a, clk in atomics[b].items():
+          if vc[a] < clk:
+            return "written by", a, clk
       if write and readers[b]:
         for r, clk in readers[b].items():
           if vc[r] < clk:
@@ -185,17 +195,17 @@ class Shadow:
 
   def record(self, off: int, n: int, *, write: bool, atomic: bool, stamp) -> None:
     slot, clk = int(stamp[0]), int(stamp[1])
-    if write:
+    if write and not atomic:
       self.w_slot[off:off + n], self.w_clk[off:off + n] = [slot] * n, [clk] * n
-      self.w_atomic[off:off + n] = [atomic] * n
+      self.atomics[off:off + n] = [None] * n
       self.readers[off:off + n] = [None] * n
-    else:
-      readers = self.readers
-      for b in range(off, off + n):
-        if readers[b] is None:
-          readers[b] = {slot: clk}
-        else:
-          readers[b][slot] = clk
+      return
+    sets = self.atomics if write else self.readers
+    for b in range(off, off + n):
+      if sets[b] is None:
+        sets[b] = {slot: clk}
+      else:
+        sets[b][slot] = max(sets[b].get(slot, 0), clk)
 
 
 class Schedule:

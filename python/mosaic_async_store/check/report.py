@@ -55,8 +55,9 @@ class Finding:
 @dataclasses.dataclass(frozen=True)
 class Report:
   """What ``check_ptx`` found: ``ok`` when no schedule broke a rule; ``findings``, one
-  per schedule that broke one; ``outputs``, every argument after the first schedule
-  that completed (None if none did); ``schedules``, the seeds that ran."""
+  per schedule (and cluster) that broke one; ``outputs``, every argument after the grid
+  ran (each cluster's first completed schedule; None if a cluster completed none);
+  ``schedules``, the seeds that ran."""
 
   findings: tuple[Finding, ...]
   outputs: list[np.ndarray] | None
@@ -106,14 +107,15 @@ def _check_args(ptx, args, smem_bytes, block, cluster, grid, schedules):
                  "dynamic shared memory per CTA)", "pass the launch's dynamic SMEM size")
   bx = _dim3("block", block, MAX_BLOCK)[0]
   cx = _dim3("cluster", cluster, MAX_CLUSTER)[0]
-  if grid is not None and _dim3("grid", grid, MAX_CLUSTER)[0] != cx:
-    raise refuse("grid", grid, "None or the cluster's shape (the checker runs one cluster)",
-                 "pass grid=None")
+  gx = cx if grid is None else _dim3("grid", grid, 1 << 16)[0]
+  if gx % cx:
+    raise refuse("grid", grid, f"a whole number of clusters of {cx} CTAs (None: one)",
+                 f"pass grid=({cx * max(1, gx // cx)}, 1, 1)")
   if not (isinstance(schedules, (int, np.integer)) and not isinstance(schedules, bool)
           and schedules >= 1):
     raise refuse("schedules", schedules, "an int >= 1 (seeds 0 .. schedules - 1)",
                  "pass schedules=3 (what the project's CI runs)")
-  return bx, cx
+  return bx, cx, gx
 
 
 def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1, 1, 1),
@@ -128,7 +130,10 @@ def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1,
       parameter, ``Memref(array)`` for a memref descriptor (3 + 2 * ndim parameters).
     smem_bytes: dynamic shared memory per CTA.
     block, cluster: threads per CTA and CTAs per cluster, as (x, 1, 1).
-    grid: None (one cluster), or the cluster's shape.
+    grid: CTAs in the grid, (x, 1, 1), a whole number of clusters; None: one cluster.
+      The clusters run one after another, each under every schedule, the first
+      completed schedule's memory carried into the next (races between clusters are
+      not looked for).
     schedules: how many schedules to run.
 
   Raises:
@@ -137,7 +142,7 @@ def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1,
     NotImplementedError: an instruction whose run-time case the checker does not
       model (e.g. a float NaN result), naming it.
   """
-  bx, cx = _check_args(ptx, args, smem_bytes, block, cluster, grid, schedules)
+  bx, cx, gx = _check_args(ptx, args, smem_bytes, block, cluster, grid, schedules)
   try:
     kernel = PtxKernel(ptx)
   except NotImplementedError as e:
@@ -148,21 +153,27 @@ def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1,
   except ValueError as e:
     raise refuse("args", f"{len(args)} arguments", str(e),
                  "pass one argument per kernel parameter, in order") from None
-  findings, outputs = [], None
-  for seed in range(int(schedules)):
-    run = PtxKernel(ptx)
-    try:
-      out = run.launch(list(args), cluster=cx, smem_bytes=int(smem_bytes), block=bx,
-                       schedule=seed)
-    except ProtocolError as e:
-      findings.append(Finding(e.rule, e.detail, e.cta, e.thread, e.ptx_line, seed))
-      continue
-    except RuntimeError as e:   # the kernel faulted (bounds, alignment, a runaway loop)
-      findings.append(Finding("fault", str(e), None, None, None, seed))
-      continue
+  findings, current, complete = [], list(args), True
+  for first in range(0, gx, cx):   # cluster by cluster; its writes carry into the next
+    outputs = None
+    for seed in range(int(schedules)):
+      try:
+        out = PtxKernel(ptx).launch(current, cluster=cx, smem_bytes=int(smem_bytes),
+                                    block=bx, schedule=seed, first_cta=first, grid_ctas=gx)
+      except ProtocolError as e:
+        findings.append(Finding(e.rule, e.detail, e.cta, e.thread, e.ptx_line, seed))
+        continue
+      except RuntimeError as e:   # the kernel faulted (bounds, alignment, a runaway loop)
+        findings.append(Finding("fault", str(e), None, None, None, seed))
+        continue
+      if outputs is None:
+        outputs = [_like(o, a) for o, a in zip(out, args)]
     if outputs is None:
-      outputs = [_like(o, a) for o, a in zip(out, args)]
-  return Report(tuple(findings), outputs, tuple(range(int(schedules))))
+      complete = False
+    else:
+      current = [Memref(o) if isinstance(a, Memref) else o for o, a in zip(outputs, args)]
+  result = [np.asarray(a.array if isinstance(a, Memref) else a) for a in current]
+  return Report(tuple(findings), result if complete else None, tuple(range(int(schedules))))
 
 
 def _like(raw: np.ndarray, arg) -> np.ndarray:

@@ -46,7 +46,8 @@ class Runner:
   """``launch`` and the scheduling loop."""
 
   def launch(self, buffers, *, cluster, smem_bytes, block=128, max_timeouts=64, schedule=0,
-             barrier_slots=64, trace_stores=False, smem_init=None):
+             barrier_slots=64, trace_stores=False, smem_init=None, first_cta=0,
+             grid_ctas=None):
     """Runs one cluster of ``cluster`` CTAs of ``block`` threads under the seeded
     ``schedule`` (see memory.Schedule).  ``buffers`` (NumPy arrays or
     ``Memref``s, in parameter order: see _pack_params) are copied in; returns
@@ -55,7 +56,9 @@ class Runner:
     maps (cta, tid) to that thread's store instructions into SMEM, in program
     order, each as (destination CTA, byte offset, bytes) (``AccessSemantics._trace``
     says which stores count).  ``smem_init``, if given, holds each CTA's first SMEM
-    bytes at launch (as if written before the kernel; the rest is uninitialised)."""
+    bytes at launch (as if written before the kernel; the rest is uninitialised).
+    ``first_cta`` / ``grid_ctas``: this cluster's first CTA in a grid of that many
+    (``%ctaid.x``, ``%nctaid.x``, ``%clusterid.x``; default: the grid is this cluster)."""
     self._pack_params(buffers)
     self.store_trace = {} if trace_stores else None
     self.smem = [bytearray(b"\xcd" * smem_bytes) for _ in range(cluster)]  # uninitialised
@@ -72,14 +75,17 @@ class Runner:
     self.remote_arrivals = [{} for _ in range(cluster)]   # CTA -> {thread slot: clock}
     for c in range(cluster):
       for t in range(block):
-        special = {"%tid.x": t, "%ntid.x": block, "%ctaid.x": c, "%nctaid.x": cluster,
+        grid = grid_ctas or cluster
+        special = {"%tid.x": t, "%ntid.x": block, "%ctaid.x": first_cta + c,
+                   "%nctaid.x": grid, "%clusterid.x": first_cta // cluster,
+                   "%nclusterid.x": grid // cluster,
                    "%cluster_ctaid.x": c, "%cluster_nctaid.x": cluster,
                    "%cluster_ctarank": c, "%cluster_nctarank": cluster,
                    "%laneid": t % 32, "%warpid": t // 32}
         for ax in "yz":
           special.update({f"%{r}.{ax}": n for r, n in (
               ("tid", 0), ("ntid", 1), ("ctaid", 0), ("nctaid", 1), ("cluster_ctaid", 0),
-              ("cluster_nctaid", 1))})
+              ("cluster_nctaid", 1), ("clusterid", 0), ("nclusterid", 1))})
         self.threads.append(Thread(c, t, special, self.local_bytes, len(self.threads) + 1,
                                    nslots))
     self.runnable, self.dirty = list(self.threads), True

@@ -1,0 +1,133 @@
+"""``check(fn, *args)``: a Pallas MGPU or Mosaic GPU kernel, lowered and compiled on the
+CPU, bound to NumPy arrays as the kernel declares its parameters, run over its whole
+grid by the checker.
+
+    report = check(kernel, x, y)        # kernel: plgpu.kernel / pallas_call / as_gpu_kernel
+    report.ok, report.findings, report.outputs   # outputs: the kernel's results
+
+How the arrays reach the PTX: Mosaic outlines the body of the module's ``gpu.launch``
+into the kernel, whose parameters are the memrefs that body uses, in the order of
+their first use there; each is a memref descriptor (``Memref``).  In the module each
+is a cast tagged ``mosaic_gpu.from_kernel_arg_idx = i`` (i: the kernel's inputs, then
+its outputs).  Outputs start as 0xA5 bytes, so that bytes the kernel never writes show.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from mosaic_async_store.check.interp import Memref
+from mosaic_async_store.check.report import Report, check_ptx
+from mosaic_async_store.errors import refuse, refuse_type
+
+__all__ = ["check", "launch_shape", "kernel_parameters"]
+
+_DIALECT = re.compile(r'"mosaic_gpu\.[\w.]+"\(|[!#]mosaic_gpu\.\w+')
+_CAST = re.compile(r"(%[\w#]+) = builtin\.unrealized_conversion_cast %[\w#]+ : [^\n]* to "
+                   r"memref<[^\n]*mosaic_gpu\.from_kernel_arg_idx = (\d+)")
+_LAUNCH = re.compile(
+    r"gpu\.launch [^\n]*?(?:clusters\([^)]*\) in \((?P<cluster>[^)]*)\) )?"
+    r"blocks\([^)]*\) in \((?P<blocks>[^)]*)\) threads\([^)]*\) in \((?P<threads>[^)]*)\)"
+    r"(?: dynamic_shared_memory_size (?P<smem>%[\w#]+))?")
+
+
+def _constant(mlir: str, name: str) -> int:
+  m = re.search(re.escape(name) + r" = arith\.constant (\d+)", mlir)
+  if m is None:
+    raise refuse("fn", f"a launch dimension {name} that is not a constant",
+                 "kernels whose grid, block, cluster and SMEM size are static",
+                 "make them static (Pallas and Mosaic do by default)")
+  return int(m.group(1))
+
+
+def launch_shape(mlir: str) -> dict[str, tuple[int, ...] | int]:
+  """The ``gpu.launch`` of a Lane-level Mosaic module: grid (blocks), block (threads),
+  cluster and dynamic SMEM bytes, from its constant operands."""
+  m = _LAUNCH.search(mlir)
+  if m is None:
+    raise refuse("fn", "a kernel with no gpu.launch", "a Mosaic GPU kernel",
+                 "pass a plgpu.kernel, pallas_call or mgpu.as_gpu_kernel")
+  dims = lambda group: tuple(_constant(mlir, v.split("=")[1].strip())
+                             for v in group.split(","))
+  return {"grid": dims(m["blocks"]), "block": dims(m["threads"]),
+          "cluster": dims(m["cluster"]) if m["cluster"] else (1, 1, 1),
+          "smem_bytes": _constant(mlir, m["smem"]) if m["smem"] else 0}
+
+
+def kernel_parameters(mlir: str) -> list[int]:
+  """The kernel's argument index (inputs, then outputs) of each PTX memref parameter,
+  in the PTX's order: the order of first use in the launch body."""
+  body = mlir[mlir.index("gpu.launch"):]
+  uses = [(m.start(), int(i)) for v, i in _CAST.findall(mlir)
+          if (m := re.search(re.escape(v) + r"\b", body))]
+  return [i for _, i in sorted(uses)]
+
+
+def _lower(fn, specs):
+  from mosaic_async_store.tools.pallas_capture import (lower_pallas_to_mosaic_modules,
+                                                       lower_warpgroup_dialect)
+  from mosaic_async_store.tools.toolchain import CompileError, compile_module
+  try:
+    modules = lower_pallas_to_mosaic_modules(fn, *specs)
+  except CompileError as e:
+    raise refuse("fn", repr(fn)[:80], "a Pallas MGPU or Mosaic GPU kernel", str(e)) from None
+  if len(modules) != 1:
+    raise refuse("fn", f"a function that launches {len(modules)} kernels",
+                 "one kernel", "check each kernel on its own")
+  module = modules[0]
+  if _DIALECT.search(module.operation.get_asm(print_generic_op_form=True)):
+    module = lower_warpgroup_dialect(module)   # Warpgroup semantics: ops and types left
+  mlir = str(module)
+  return mlir, compile_module(module).ptx
+
+
+def check(fn, *args, schedules: int = 3) -> Report:
+  """Checks the kernel ``fn`` on the NumPy arrays ``args`` (its inputs, in order).
+
+  ``fn`` is a Pallas MGPU kernel (``plgpu.kernel``, ``pl.pallas_call`` with the Mosaic GPU
+  backend) or a Mosaic GPU kernel (``mgpu.as_gpu_kernel``).  It is lowered and compiled
+  for sm_90a on the CPU; every cluster of its grid runs, one after another, each under
+  ``schedules`` schedules (races between clusters are not looked for).  ``outputs`` are
+  the kernel's outputs (NumPy arrays) after the grid ran (``check_ptx``), or None.  Refused before anything runs (AsyncStoreError / TypeError naming the
+  parameter): arguments that are not NumPy arrays, a count or shape the kernel does
+  not take, a function that is not one Mosaic GPU kernel, an opcode the checker does
+  not run exactly.
+  """
+  import jax
+  for i, a in enumerate(args):
+    if not isinstance(a, np.ndarray):
+      raise refuse_type(f"args[{i}]", a, "a NumPy array", "pass np.asarray(...)")
+  if not callable(fn):
+    raise refuse_type("fn", fn, "a Pallas MGPU or Mosaic GPU kernel", "pass the kernel")
+  specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args]
+  try:
+    out_specs = jax.eval_shape(fn, *specs)
+  except (TypeError, ValueError) as e:
+    raise refuse("args", [f"{a.dtype}{list(a.shape)}" for a in args],
+                  "the shapes and dtypes the kernel takes", f"jax says: {e}") from None
+  outs = jax.tree_util.tree_leaves(out_specs)
+  mlir, ptx = _lower(fn, specs)
+  shape = launch_shape(mlir)
+  if shape["grid"][1:] != (1, 1) or shape["cluster"][1:] != (1, 1) or shape["block"][1:] != (1, 1):
+    raise refuse("fn", f"grid {shape['grid']}, block {shape['block']}, cluster "
+                 f"{shape['cluster']}", "one-dimensional grids, blocks and clusters (x only)",
+                 "flatten them into x")
+  buffers = [np.array(a) for a in args] + [_poisoned(o) for o in outs]
+  order = kernel_parameters(mlir)
+  report = check_ptx(ptx, [Memref(buffers[i]) for i in order],
+                     smem_bytes=shape["smem_bytes"], block=shape["block"],
+                     cluster=shape["cluster"], grid=shape["grid"], schedules=schedules)
+  if report.outputs is None:
+    return report
+  final = dict(zip(order, report.outputs))
+  results = [final.get(len(args) + j, buffers[len(args) + j]) for j in range(len(outs))]
+  return Report(report.findings, results, report.schedules)
+
+
+def _poisoned(spec) -> np.ndarray:
+  """An output buffer of 0xA5 bytes: what the kernel never writes shows."""
+  dtype = np.dtype(spec.dtype)
+  nbytes = int(np.prod(spec.shape, dtype=np.int64)) * dtype.itemsize
+  return np.full(nbytes, 0xA5, np.uint8).view(dtype).reshape(spec.shape).copy()

@@ -1,0 +1,55 @@
+"""``mosaic_async_store.check.check(fn, *args)`` on Pallas kernels given only the kernel
+and NumPy arrays: the two-CTA "each CTA reduces its tile into CTA 0" kernel of
+test/harness/pallas_run.py, correct and with its cluster barrier left out."""
+
+import numpy as np
+import pytest
+
+import pallas_run
+from mosaic_async_store import check as mas_check
+from mosaic_async_store.errors import AsyncStoreError
+
+CTA0 = pallas_run.PallasCase("int32", "lane", atomic="add", shape=(64, 64), cta0=True)
+
+
+def _kernel_and_inputs(case):
+  kernel, _ = pallas_run.roundtrip_kernel(case)
+  return kernel, pallas_run.make_inputs(case)
+
+
+@pytest.mark.parametrize("semantics", ["lane", "warpgroup"])
+def test_a_users_reduction_into_cta0_checks_clean(semantics):
+  import dataclasses
+  case = dataclasses.replace(CTA0, semantics=semantics)
+  kernel, (x, init) = _kernel_and_inputs(case)
+  report = mas_check.check(kernel, x, init)
+  assert report.ok, str(report)
+  [out] = report.outputs
+  assert np.array_equal(out, pallas_run.expected(case, x, init))
+
+
+def test_the_missing_cluster_barrier_is_found_in_every_schedule(monkeypatch):
+  monkeypatch.setattr(pallas_run, "_cluster_sync", lambda: None)
+  kernel, (x, init) = _kernel_and_inputs(CTA0)
+  report = mas_check.check(kernel, x, init)
+  assert [f.schedule for f in report.findings] == [0, 1, 2]
+  assert all(f.rule in ("race", "early-read") and f.ptx_line for f in report.findings)
+
+
+def test_an_input_too_small_for_the_kernel_is_a_fault():
+  """The kernel reads x[1]; with x of one tile it reads past the buffer (on hardware:
+  an illegal address), in every schedule."""
+  kernel, (x, init) = _kernel_and_inputs(CTA0)
+  report = mas_check.check(kernel, x[:1], init)
+  assert [f.rule for f in report.findings] == ["fault"] * 3
+  assert "out of bounds" in report.findings[0].message
+
+
+def test_arguments_the_kernel_does_not_take_are_refused():
+  kernel, (x, init) = _kernel_and_inputs(CTA0)
+  with pytest.raises(AsyncStoreError, match="args="):
+    mas_check.check(kernel, x)                 # one input missing
+  with pytest.raises(TypeError, match=r"args\[1\]="):
+    mas_check.check(kernel, x, [1, 2])
+  with pytest.raises(AsyncStoreError, match="fn="):
+    mas_check.check(lambda a, b: a + b, x, init)
