@@ -37,7 +37,7 @@ PRODUCT = {
     "mosaic_async_store/tools": ("__init__", "toolchain", "mlir_skew", "ptx_stats",
                                  "pallas_capture", "cli"),
     "mosaic_async_store/check": ("__init__", "interp", "run", "sync", "access", "memory",
-                                 "ops", "floats", "report"),
+                                 "ops", "floats", "report", "kernel"),
 }
 # The test and benchmark kernels, the runtime harness and the lit helpers (test/harness,
 # bench/), under their present and former names.
