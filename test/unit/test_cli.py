@@ -294,3 +294,47 @@ def test_misuse_through_console_script_prints_one_line():
   assert proc.returncode == 2
   assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(ERROR_PREFIX)
   assert "atomic=inc" in proc.stderr
+
+
+_USER_KERNEL = '''
+import pallas_run
+
+def make():
+  case = pallas_run.PallasCase("int32", "lane", atomic="add", shape=(64, 64), cta0=True)
+  kernel, _ = pallas_run.roundtrip_kernel(case)
+  return kernel, pallas_run.make_inputs(case)
+
+def broken():   # the cluster barrier before the peer reduces, left out
+  pallas_run._cluster_sync = lambda: None
+  return make()
+
+def not_a_pair():
+  return 3
+'''
+
+
+@pytest.fixture
+def user_kernel(tmp_path, monkeypatch):
+  import pallas_run
+  monkeypatch.setattr(pallas_run, "_cluster_sync", pallas_run._cluster_sync)  # restored
+  path = tmp_path / "reduce_kernel.py"
+  path.write_text(_USER_KERNEL)
+  return path
+
+
+def test_check_command_exit_status_and_json(user_kernel, capsys):
+  assert cli.main(["check", f"{user_kernel}:make", "--schedules", "1"]) == 0
+  assert "ok: no rule broken in schedules [0]" in capsys.readouterr().out
+  assert cli.main(["check", f"{user_kernel}:broken", "--json"]) == 1
+  report = json.loads(capsys.readouterr().out)
+  assert not report["ok"] and [f["schedule"] for f in report["findings"]] == [0, 1, 2]
+  assert all(f["ptx_line"] and f["cta"] is not None for f in report["findings"])
+
+
+@pytest.mark.parametrize("target, words", [
+    ("{path}:nope", "has no function 'nope'"), ("{path}", "expected FILE.py:FUNCTION"),
+    ("missing.py:make", "no such file"), ("{path}:not_a_pair", "must return (kernel, ")])
+def test_check_command_usage_errors_exit_2_with_one_line(user_kernel, capsys, target, words):
+  assert cli.main(["check", target.format(path=user_kernel)]) == 2
+  err = capsys.readouterr().err.splitlines()
+  assert len(err) == 1 and words in err[0]

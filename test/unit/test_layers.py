@@ -8,9 +8,9 @@ layer below it:
     plan      mosaic_async_store.plan.*     (no IR: no jax/jaxlib import except via compat)
     lowering  mosaic_async_store.lowering.* (what a user's kernel runs)
     demo      mosaic_async_store.demo.*     (the CLI's store kernel)
-    tools     mosaic_async_store.tools.*
-    check     mosaic_async_store.check.*    (the PTX checker; it will lower kernels with tools)
-    faces     mosaic_async_store (__init__), .pallas, .toolchain
+    check     mosaic_async_store.check.*    (the PTX checker's core: no jax)
+    tools     mosaic_async_store.tools.*    (check_kernel: check() lowers kernels with tools)
+    faces     mosaic_async_store (__init__), .pallas, .toolchain, .check (__init__)
 
 Run it alone with ``pytest test/unit/test_layers.py``.
 """
@@ -25,9 +25,10 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SOURCES = {"mosaic_async_store": ROOT / "python" / "mosaic_async_store",
            "mosaic_async_store.lowering": ROOT / "lowering"}
-LAYERS = ("base", "plan", "lowering", "demo", "tools", "check", "faces")
+LAYERS = ("base", "plan", "check", "lowering", "demo", "tools", "faces")
 BASE = {"mosaic_async_store._version", "mosaic_async_store.errors", "mosaic_async_store.compat"}
-FACES = {"mosaic_async_store", "mosaic_async_store.pallas", "mosaic_async_store.toolchain"}
+FACES = {"mosaic_async_store", "mosaic_async_store.pallas", "mosaic_async_store.toolchain",
+         "mosaic_async_store.check"}
 
 
 def layer_of(module: str) -> str:

@@ -9,8 +9,9 @@ undefined-behaviour rules (docs/checker.md).
 Modules: ``interp`` (parsing and the opcode dispatch), ``run`` (threads and the
 scheduler), ``sync`` (mbarriers, barriers, fences), ``access`` (plain and asynchronous
 memory accesses), ``memory`` (the model: rules, scopes, the per-byte shadow, schedules),
-``ops`` and ``floats`` (values), ``report`` (``check_ptx``, ``Report``, ``Finding``),
-``kernel`` (``check``: a Pallas or Mosaic kernel lowered, compiled and bound).
+``ops`` and ``floats`` (values), ``report`` (``check_ptx``, ``Report``, ``Finding``).
+``check`` (a Pallas or Mosaic kernel lowered, compiled and bound) is
+``tools/check_kernel.py``'s: it needs the deviceless toolchain.
 """
 
 from mosaic_async_store.check.interp import Memref, PtxKernel
@@ -22,6 +23,6 @@ __all__ = ["check", "check_ptx", "Report", "Finding", "Memref", "PtxKernel", "Pr
 
 
 def check(fn, *args, schedules: int = 3) -> Report:
-  """See :func:`mosaic_async_store.check.kernel.check` (loads jax on first use)."""
-  from mosaic_async_store.check.kernel import check as _check
+  """See :func:`mosaic_async_store.tools.check_kernel.check` (loads jax on first use)."""
+  from mosaic_async_store.tools.check_kernel import check as _check
   return _check(fn, *args, schedules=schedules)

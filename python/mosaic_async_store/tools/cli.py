@@ -1,9 +1,11 @@
-"""The ``mosaic-async-store`` command line: ``demo`` and ``compile``.
+"""The ``mosaic-async-store`` command line: ``demo``, ``compile`` and ``check``.
 
     $ mosaic-async-store demo
     $ mosaic-async-store compile --dtype f32 --layout WGMMA --swizzle 64 --emit stats
+    $ mosaic-async-store check my_kernel.py:make [--schedules 3] [--json]
 
-Exit status: 0 on success; 1 when ``demo``'s GPU run receives wrong data; 2 on
+Exit status: 0 on success; 1 when ``demo``'s GPU run receives wrong data or ``check``
+finds a broken rule; 2 on
 misuse or on a configuration the hardware (or the chosen implementation)
 cannot do, always with exactly one line on stderr; 3 when a tool of the
 deviceless toolchain is missing.  Anything else is a bug and raises with its
@@ -165,6 +167,15 @@ def build_parser() -> argparse.ArgumentParser:
                     "or plan (this project's store plan + verification, no compiler; "
                     "ignores --impl) (default ptx)")
   comp.add_argument("--json", action="store_true", help="with --emit stats: JSON")
+  chk = sub.add_parser("check", help="run your kernel in the PTX protocol checker",
+                       description="Runs FUNCTION() of FILE.py, which returns (kernel, "
+                       "arrays), in the PTX checker: every thread of every cluster under "
+                       "several schedules. Exit 0: no rule broken; 1: findings.")
+  chk.add_argument("target", metavar="FILE.py:FUNCTION",
+                   help="a Python file and a function in it returning (kernel, (arrays...))")
+  chk.add_argument("--schedules", type=int, default=3, metavar="N",
+                   help="schedules to run, seeds 0..N-1 (default 3, as CI)")
+  chk.add_argument("--json", action="store_true", help="the report as JSON")
   comp.add_argument("--output", "-o", metavar="FILE", help="write here instead of stdout")
   return parser
 
@@ -346,6 +357,22 @@ def _compile(args: argparse.Namespace, out) -> int:
   return 0
 
 
+def _check(args: argparse.Namespace, out) -> int:
+  from mosaic_async_store.tools import check_kernel
+  if args.schedules < 1:
+    raise _Refusal(f"--schedules {args.schedules}: must be >= 1 (e.g. --schedules 3)")
+  try:
+    fn, arrays = check_kernel.load_target(args.target)
+  except ValueError as e:
+    raise _Refusal(str(e)) from None
+  report = check_kernel.check(fn, *arrays, schedules=args.schedules)
+  if args.json:
+    out.write(json.dumps(check_kernel.report_json(report), indent=2) + "\n")
+  else:
+    out.write(f"{args.target}: {report}\n")
+  return 0 if report.ok else 1
+
+
 def _glue_dash_values(argv: Sequence[str]) -> list[str]:
   """``--shape -64x128`` -> ``--shape=-64x128``.
 
@@ -377,6 +404,8 @@ def main(argv: Sequence[str] | None = None) -> int:
       return int(e.code or 0)
     if args.command == "demo":
       return _demo(args, sys.stdout)
+    if args.command == "check":
+      return _check(args, sys.stdout)
     return _compile(args, sys.stdout)
   except _Refusal as e:
     status, message = e.status, str(e)

@@ -22,7 +22,7 @@ from mosaic_async_store.check.interp import Memref
 from mosaic_async_store.check.report import Report, check_ptx
 from mosaic_async_store.errors import refuse, refuse_type
 
-__all__ = ["check", "launch_shape", "kernel_parameters"]
+__all__ = ["check", "launch_shape", "kernel_parameters", "load_target", "report_json"]
 
 _DIALECT = re.compile(r'"mosaic_gpu\.[\w.]+"\(|[!#]mosaic_gpu\.\w+')
 _CAST = re.compile(r"(%[\w#]+) = builtin\.unrealized_conversion_cast %[\w#]+ : [^\n]* to "
@@ -131,3 +131,37 @@ def _poisoned(spec) -> np.ndarray:
   dtype = np.dtype(spec.dtype)
   nbytes = int(np.prod(spec.shape, dtype=np.int64)) * dtype.itemsize
   return np.full(nbytes, 0xA5, np.uint8).view(dtype).reshape(spec.shape).copy()
+
+
+def load_target(spec: str):
+  """``FILE.py:FUNCTION`` -> ``(fn, args)``: FUNCTION() of that file, which must return a
+  kernel and a tuple (or list) of NumPy arrays.  Raises ValueError with a one-line
+  reason in the CLI's terms."""
+  import importlib.util
+  import pathlib
+  path, sep, name = spec.rpartition(":")
+  if not sep or not path.endswith(".py") or not name.isidentifier():
+    raise ValueError(f"expected FILE.py:FUNCTION, got {spec!r} (e.g. my_kernel.py:make)")
+  file = pathlib.Path(path)
+  if not file.is_file():
+    raise ValueError(f"no such file: {path}")
+  module_spec = importlib.util.spec_from_file_location(file.stem, file)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  make = getattr(module, name, None)
+  if not callable(make):
+    raise ValueError(f"{path} has no function {name!r}")
+  made = make()
+  if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[1], (tuple, list))):
+    raise ValueError(f"{name}() must return (kernel, (array, ...)); it returned "
+                     f"{type(made).__name__}")
+  return made[0], tuple(made[1])
+
+
+def report_json(report: Report) -> dict:
+  """A report as plain JSON-able data."""
+  import dataclasses
+  return {"ok": report.ok, "schedules": list(report.schedules),
+          "findings": [dataclasses.asdict(f) for f in report.findings],
+          "outputs": None if report.outputs is None else
+          [{"dtype": str(o.dtype), "shape": list(o.shape)} for o in report.outputs]}
