@@ -53,3 +53,34 @@ def test_arguments_the_kernel_does_not_take_are_refused():
     mas_check.check(kernel, x, [1, 2])
   with pytest.raises(AsyncStoreError, match="fn="):
     mas_check.check(lambda a, b: a + b, x, init)
+
+
+def _example(name):
+  import importlib.util
+  import pathlib
+  path = pathlib.Path(__file__).resolve().parents[2] / "docs" / "examples" / name
+  spec = importlib.util.spec_from_file_location(path.stem, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+@pytest.mark.parametrize("name, rules", [
+    ("make", None), ("no_cluster_barrier", {"race", "early-read"}),
+    ("wrong_arrival_count", {"early-read", "arrival-overflow", "race"})])
+def test_the_documented_examples_say_what_the_page_shows(name, rules):
+  """docs/check-your-kernel.md's kernel and mistakes 1 and 3, as the page shows them."""
+  kernel, inputs = getattr(_example("reduce_into_cta0.py"), name)()
+  report = mas_check.check(kernel, *inputs)
+  if rules is None:
+    assert report.ok, str(report)
+    assert np.array_equal(report.outputs[0], inputs[0].sum(axis=0))
+  else:
+    assert len(report.findings) == 3 and {f.rule for f in report.findings} <= rules
+
+
+def test_the_documented_cta_wait_example_is_a_race(capsys):
+  _example("cta_scoped_wait.py")   # runs on import, as `python docs/examples/...` does
+  out = capsys.readouterr().out
+  assert out.startswith("3 finding(s)") and out.count("[race]") == 3
+  assert "not morally strong" in out
