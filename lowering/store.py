@@ -379,6 +379,7 @@ def emit_plan(plan, registers, ref, barrier, expect_tx=True, arrival="thread"):
   thread.  An ``orders_tensor_core`` barrier keeps its count (one arrival per
   store): ``arrival="tensor_core"``.
   """
+  validate.check_arrival(arrival, expect_tx)
   utils = compat.mosaic_utils()
   tid = _thread_index()
   builder = _builder(plan, registers, tid)
@@ -408,6 +409,7 @@ def emit_either(local_plan, peer_plan, registers, ref, barrier, expect_tx=True,
   ``.release.cluster`` arrive orders instead.  Both plans write the same bytes.
   """
   assert local_plan.total_bytes == peer_plan.total_bytes
+  validate.check_arrival(arrival, expect_tx)
   utils = compat.mosaic_utils()
   tid = _thread_index()
   builders = [_builder(p, registers, tid) for p in (local_plan, peer_plan)]
