@@ -10,7 +10,21 @@ from __future__ import annotations
 
 from mosaic_async_store.demo.config import StoreConfig
 
-__all__ = ["kernel_text", "print_ir", "print_ptx", "print_stats"]
+__all__ = ["kernel_text", "print_ir", "print_ptx", "print_stats", "retargeted_ptx"]
+
+
+def retargeted_ptx(ptx: str, arch: str) -> str:
+  """sm_90a PTX under ``arch``'s header (its ``.target`` and PTX ``.version``): what
+  mlir-opt emits for ``arch`` (test/unit/test_runtime_configs.py,
+  ``test_mlir_opt_emits_the_same_ptx_for_every_arch``), without running it again."""
+  import re
+  from mosaic_async_store.tools import toolchain
+  version = {"+ptx86": "8.6", "+ptx88": "8.8"}[toolchain.ARCHS[arch]]
+  out, n = re.subn(r"\.version \S+\n\.target sm_90a\b", f".version {version}\n.target {arch}",
+                   ptx)
+  if n != 1:
+    raise ValueError("not sm_90a PTX with one .version/.target header")
+  return out
 
 
 def kernel_text(cfg: StoreConfig, what: str, *, bare: bool = True,
