@@ -1,6 +1,7 @@
 """Runs the lit + FileCheck suites (test/lit) from pytest, so pytest is the one entry point.
 
-A failing lit test fails this test, with lit's report in the message.
+One pytest case per lit file (so that pytest-xdist spreads them over the cores); a
+failing lit test fails its case, with lit's report in the message.
 """
 
 import os
@@ -11,18 +12,21 @@ import sys
 import pytest
 
 HERE = pathlib.Path(__file__).parent
-SUITES = sorted(p.name for p in HERE.iterdir()
-                if p.is_dir() and p.name == "lit" and any(p.glob("*.py")))
+LIT_FILES = sorted(p.name for p in (HERE / "lit").glob("*.py") if p.name != "lit.cfg.py")
 
 
 def _lit() -> str:
   return str(pathlib.Path(sys.executable).with_name("lit"))
 
 
-@pytest.mark.parametrize("suite", SUITES)
-def test_lit_suite(suite):
+def test_the_lit_suite_has_files():
+  assert len(LIT_FILES) >= 8, LIT_FILES
+
+
+@pytest.mark.parametrize("name", LIT_FILES)
+def test_lit_file(name):
   env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
-  proc = subprocess.run([_lit(), "-v", str(HERE / suite)], capture_output=True,
+  proc = subprocess.run([_lit(), "-v", str(HERE / "lit" / name)], capture_output=True,
                         text=True, env=env, timeout=1200)
   assert proc.returncode == 0, proc.stdout[-20000:] + proc.stderr[-5000:]
   assert "Passed" in proc.stdout, proc.stdout

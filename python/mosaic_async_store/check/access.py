@@ -21,12 +21,22 @@ __all__ = ["AsyncOp", "AccessSemantics"]
 class AsyncOp:
   """An ``st.async`` / ``red.async`` in flight: what lands where, on which barrier."""
 
-  __slots__ = ("th", "vc", "cta", "off", "size", "values", "red", "key", "text", "idx",
-               "line")
+  __slots__ = ("th", "vc", "cta", "off", "size", "values", "red", "key", "idx", "line")
 
-  def __init__(self, th, cta, off, size, values, red, key, text, line):
+  def __init__(self, th, cta, off, size, values, red, key, line):
     self.th, self.vc, self.cta, self.off, self.size = th, th.vc.copy(), cta, off, size
-    self.values, self.red, self.key, self.text, self.line = values, red, key, text, line
+    self.values, self.red, self.key, self.line = values, red, key, line
+
+  @property
+  def text(self) -> str:
+    """Who issued it, what, and into which CTA (for messages)."""
+    return (f"CTA {self.th.cta} thread {self.th.tid}: {'red' if self.red else 'st'}.async "
+            f"into CTA {self.cta}")
+
+
+def _name(who) -> str:
+  """An access's author for a message: a Thread, or an AsyncOp."""
+  return who.text if isinstance(who, AsyncOp) else f"CTA {who.cta} thread {who.tid}"
 
 
 class AccessSemantics:
@@ -61,17 +71,17 @@ class AccessSemantics:
       cta, key = self._cta_of(buf), self._bar_key(th, "shared::cluster", mbar(th))
       if self.store_trace is not None:
         self._trace(th, buf, off, n)
-      where = f"CTA {th.cta} thread {th.tid}: {text} into CTA {cta}"
-      if len(self.smem) == 1:
-        raise ProtocolError("st.async-cluster-of-one", where)
-      if key[0] != cta:
-        raise ProtocolError("barrier-elsewhere", f"{where} completing on CTA {key[0]}'s "
-                            "mbarrier")
-      if red and cta == th.cta:
+      if len(self.smem) == 1 or key[0] != cta or (red and cta == th.cta):
+        where = f"CTA {th.cta} thread {th.tid}: {text} into CTA {cta}"
+        if len(self.smem) == 1:
+          raise ProtocolError("st.async-cluster-of-one", where)
+        if key[0] != cta:
+          raise ProtocolError("barrier-elsewhere", f"{where} completing on CTA {key[0]}'s "
+                              "mbarrier")
         raise ProtocolError("red.async-self", where)
       self._barrier(th, th.vc, key)
       self.shadow[cta].mark_inflight(off, n, 1, atomic=red is not None)
-      op = AsyncOp(th, cta, off, size, [g(th) & mask for g in vals], red, key, where, line)
+      op = AsyncOp(th, cta, off, size, [g(th) & mask for g in vals], red, key, line)
       op.idx = len(self.inflight)
       self.inflight.append(op)
       th.vc[th.slot] += 1
@@ -94,7 +104,7 @@ class AccessSemantics:
     try:
       bar = self._barrier(None, op.vc, op.key)
       self._check(op.vc, None, op.cta, op.off, n, write=True, atomic=op.red is not None,
-                  who=op.text, stamp=(bar.slot, bar.phase + 1))
+                  who=op, stamp=(bar.slot, bar.phase + 1))
     except ProtocolError as e:   # the issuing thread's instruction is where
       raise ProtocolError(e.rule, f"{e.detail} (issued at PTX line {op.line})",
                           cta=op.th.cta, thread=op.th.tid, ptx_line=op.line) from e
@@ -110,19 +120,21 @@ class AccessSemantics:
     cta = self.smem_cta.get(id(buf))
     if cta is not None:
       self._check(th.vc, th, cta, off, n, write=write, atomic=atomic,
-                  who=f"CTA {th.cta} thread {th.tid}", stamp=(th.slot, th.vc[th.slot]))
+                  who=th, stamp=(th.slot, th.vc[th.slot]))
 
   def _check(self, vc, th, cta, off, n, *, write, atomic, who, stamp):
     """Raises unless the access is ordered after the conflicting earlier ones;
-    then records it (``stamp``: the (slot, clock) it is known by)."""
+    then records it (``stamp``: the (slot, clock) it is known by; ``who``: the
+    accessing Thread or AsyncOp, named in a message)."""
     sh = self.shadow[cta]
     if sh.barrier_bytes(off, n):
+      who = _name(who)
       raise ProtocolError("barrier-memory", f"{who} {'writes' if write else 'reads'} CTA "
                           f"{cta} SMEM bytes {off}..{off + n - 1}, which hold an initialised "
                           "mbarrier")
     bad = sh.conflict(vc, off, n, write=write, atomic=atomic)
     if bad is not None:
-      what = f"{who} {'writes' if write else 'reads'} CTA {cta} SMEM bytes {off}..{off + n - 1}"
+      what = f"{_name(who)} {'writes' if write else 'reads'} CTA {cta} SMEM bytes {off}..{off + n - 1}"
       if bad[0] == "in flight":
         raise ProtocolError("early-read", f"{what} while an asynchronous store into them is "
                             "in flight")
@@ -140,6 +152,22 @@ class AccessSemantics:
       detail += (" (they synchronised only through a release/acquire pair whose scopes do "
                  "not include each other: not morally strong)")
     raise ProtocolError("race", detail)
+
+  def _stmatrix_op(self, ins):
+    mods = ins.mods
+    if mods[:4] != ["sync", "aligned", "m8n8", "x4"] or ins.t != "b16" or \
+       not set(mods[4:]) <= {"trans", "shared", "shared::cta", "b16"}:
+      raise NotImplementedError(f"opcode {ins.opcode}")
+    return self._stmatrix("trans" in mods, ins.space, ins.src[0], ins.vals)
+
+  def _ldmatrix_op(self, ins):
+    mods = ins.mods
+    if mods[:3] != ["sync", "aligned", "m8n8"] or ins.t != "b16" or \
+       mods[3:4] not in (["x1"], ["x2"], ["x4"]) or \
+       not set(mods[4:]) <= {"trans", "shared", "shared::cta", "b16"}:
+      raise NotImplementedError(f"opcode {ins.opcode}")
+    dests = ins.ops[0][1] if ins.ops[0][0] == "vec" else [ins.ops[0]]
+    return self._ldmatrix("trans" in mods, ins.space, dests, ins.src[1])
 
   def _ldmatrix(self, trans, space, dests, addr):
     """``ldmatrix.sync.aligned.m8n8.x<n>{.trans}.shared.b16 {r0..}, [p]``: a warp loads

@@ -39,13 +39,13 @@ import re
 
 import numpy as np
 
-from mosaic_async_store.check.floats import FLOAT_TYPE as _FLOAT_TYPE, float_op
 from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.access import AccessSemantics
+from mosaic_async_store.check.opcodes import OPCODES, decode
 from mosaic_async_store.check.run import EXIT, Runner
-from mosaic_async_store.check.sync import BLOCK, YIELD, SyncSemantics
-from mosaic_async_store.check.ops import (ALU, RED, TYPE, bfe, bfi, bits_of, immediate, prmt,
-                                         sign_extend, split_operands)
+from mosaic_async_store.check.sync import YIELD, SyncSemantics
+from mosaic_async_store.check.ops import RED, RED_FORMS, immediate, split_operands
+from mosaic_async_store.check.values import ValueSemantics
 
 SHARED_BASE = 0x400            # sm_90 reserves the first 1 KiB of the shared window
 LOCAL_BASE, GLOBAL_SHIFT = 0x100000, 40
@@ -74,7 +74,7 @@ def _guarded(fn, guard):
   return lambda th: fn(th) if th.regs[pname] == want else None
 
 
-class PtxKernel(Runner, SyncSemantics, AccessSemantics):
+class PtxKernel(Runner, SyncSemantics, AccessSemantics, ValueSemantics):
   """``PtxKernel(ptx_text).launch(buffers, cluster=..., smem_bytes=...)``."""
 
   def __init__(self, text: str):
@@ -202,137 +202,93 @@ class PtxKernel(Runner, SyncSemantics, AccessSemantics):
 
   # -- instruction semantics ----------------------------------------------------
 
-  def _semantics(self, opcode, ops):  # noqa: C901  (one dispatch on the opcode)
-    """The function th -> None (next), int (jump), BLOCK or EXIT of one instruction."""
-    base, *mods = opcode.split(".")
-    types = [p for p in mods if TYPE.match(p)]
-    t = types[-1] if types else "b0"
-    bits, signed = bits_of(t), t[0] == "s"
-    space = next((p for p in mods if p.split("::")[0] in ("global", "shared", "local",
-                                                           "param", "const")), None)
-    src = [self._get(o) if o[0] in ("reg", "imm", "sym", "addr") else None for o in ops]
-    vals = [self._get(o) for o in ops[1][1]] if len(ops) > 1 and ops[1][0] == "vec" else src[1:2]
-    if base in ("fence", "membar"):
-      return self._fence(mods)
-    if base in ("ld", "st", "red") and "async" not in mods and (
-        {"acquire", "release", "acq_rel", "volatile", "mmio"} & set(mods) or
-        (base != "red" and "relaxed" in mods)):
-      # Strong loads and stores (a flag protocol) need the reads-from relation, which the
-      # checker does not model yet: refused rather than run as weak accesses.
-      raise NotImplementedError(f"opcode {opcode} (strong ld/st/red with .sem: not modelled)")
-    if opcode in ("tcgen05.fence::before_thread_sync", "tcgen05.fence::after_thread_sync"):
-      # They order tcgen05 operations around a thread synchronisation; every other
-      # tcgen05 opcode is refused here, so between what the checker runs they order
-      # nothing.
+  def _semantics(self, opcode, ops):
+    """The function th -> None (next), int (jump), BLOCK or EXIT of one instruction,
+    from the opcode table (``opcodes.OPCODES``)."""
+    ins = decode(opcode, ops, self._get)
+    entry = OPCODES.get(ins.base)
+    if entry is None or entry.handler is None:
+      raise NotImplementedError(f"opcode {opcode} (not in the checker's opcode table, "
+                                "mosaic_async_store/check/opcodes.py)")
+    return getattr(self, entry.handler)(ins)
+
+  def _exit(self, ins):
+    return lambda th: EXIT
+
+  def _call(self, ins):   # only the kernel's failure report (vprintf) calls: log it
+    return lambda th: self.calls.append((th.cta, th.tid, ins.opcode))
+
+  def _tcgen05(self, ins):
+    # They order tcgen05 operations around a thread synchronisation; every other
+    # tcgen05 opcode is refused here, so between what the checker runs they order
+    # nothing.
+    if ins.mods not in (["fence::before_thread_sync"], ["fence::after_thread_sync"]):
+      raise NotImplementedError(f"opcode {ins.opcode}")
+    return lambda th: None
+
+  def _nanosleep(self, ins):   # a hint: let the other threads run
+    return lambda th: YIELD
+
+  @staticmethod
+  def _refuse_strong(ins):
+    """Strong loads and stores (a flag protocol) need the reads-from relation, which
+    the checker does not model yet: refused rather than run as weak accesses."""
+    if "async" not in ins.mods and (
+        {"acquire", "release", "acq_rel", "volatile", "mmio"} & set(ins.mods) or
+        (ins.base != "red" and "relaxed" in ins.mods)):
+      raise NotImplementedError(f"opcode {ins.opcode} (strong ld/st/red with .sem: not "
+                                "modelled)")
+
+  def _mapa(self, ins):
+    put, a, rank = self._set(ins.ops[0], ins.bits), ins.src[1], ins.src[2]
+    def mapa(th):
+      addr, r = a(th), rank(th)
+      if addr >> 24 or not 0 <= r < len(self.smem):
+        raise RuntimeError(f"mapa of {addr:#x} to rank {r}")
+      put(th, (r + 1) << 24 | addr)
+    return mapa
+
+  def _ld(self, ins):
+    """ld (vector forms too); generic when it names no state space.  Signed loads
+    narrower than 32 bits (sign extension) and the const space are refused."""
+    self._refuse_strong(ins)
+    if ins.space == "const" or (ins.t[0] == "s" and ins.bits < 32):
+      raise NotImplementedError(f"opcode {ins.opcode}")
+    dests = ins.ops[0][1] if ins.ops[0][0] == "vec" else [ins.ops[0]]
+    puts, addr, size, space = [self._set(o, ins.bits) for o in dests], ins.src[1], \
+        ins.bits // 8, ins.space
+    def load(th):
+      buf, off = self._mem(th, space, addr(th), size * len(puts))
+      self._access(th, buf, off, size * len(puts), write=False)
+      for i, p in enumerate(puts):
+        p(th, int.from_bytes(buf[off + i * size:off + (i + 1) * size], "little"))
+    return load
+
+  def _st(self, ins):
+    """st (weak), st.param (an argument of a call: the callee is not run), and
+    st.async with complete_tx."""
+    self._refuse_strong(ins)
+    mods, src, size = ins.mods, ins.src, ins.bits // 8
+    if ins.space == "param":
       return lambda th: None
-    if base in ("ret", "exit"):
-      return lambda th: EXIT
-    if base == "call":   # only the kernel's failure report (vprintf) calls: log it
-      return lambda th: self.calls.append((th.cta, th.tid, opcode))
-    if base in ("mov", "cvta"):  # (cvta: generic and specific addresses coincide here)
-      d, s = ops
-      if s[0] == "vec":   # pack {lo, ..., hi} into one register
-        w, parts, put = bits // len(s[1]), [self._get(o) for o in s[1]], self._set(d, bits)
-        return lambda th: put(th, sum((g(th) & ((1 << w) - 1)) << (w * i)
-                                      for i, g in enumerate(parts)))
-      if d[0] == "vec":   # unpack one register into pieces
-        w, g = bits // len(d[1]), src[1]
-        puts = [self._set(o, w) for o in d[1]]
-        return lambda th: [p(th, g(th) >> (w * i)) for i, p in enumerate(puts)] and None
-      put, g = self._set(d, bits), src[1]
-      return lambda th: put(th, g(th))
-    if any(_FLOAT_TYPE.match(m) for m in mods) and base not in (
-        "mov", "ld", "st", "red", "cvt", "selp", "shfl", "mbarrier", "stmatrix",
-        "ldmatrix", "mapa", "atom"):
-      fn = float_op(base, mods, opcode)   # exact, or NotImplementedError naming it
-      put, args = self._set(ops[0], bits), src[1:]
-      return lambda th: put(th, fn(*(a(th) for a in args)))
-    if base in ALU:
-      sv = (lambda v: sign_extend(v, bits)) if signed else (lambda v: v)
-      fn = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "and": lambda a, b: a & b,
-            "or": lambda a, b: a | b, "xor": lambda a, b: a ^ b, "not": lambda a: ~a,
-            "neg": lambda a: -a, "shl": lambda a, b: a << b if b < bits else 0,
-            "shr": lambda a, b: sv(a) >> min(b, bits - 1) if signed or b < bits else 0,
-            "min": lambda a, b: min(sv(a), sv(b)), "max": lambda a, b: max(sv(a), sv(b)),
-            "selp": lambda a, b, p: a if p else b, "bfe": bfe(bits, signed), "bfi": bfi(bits),
-            "prmt": prmt, "mul": lambda a, b: sv(a) * sv(b),
-            "mad": lambda a, b, c: sv(a) * sv(b) + c}[base]
-      if (base in ("mul", "mad") and not {"lo", "wide"} & set(mods)) or \
-         (base == "prmt" and mods != ["b32"]):
-        raise NotImplementedError(f"opcode {opcode}")
-      put, args = self._set(ops[0], 2 * bits if "wide" in mods else bits), src[1:]
-      if len(args) == 2:
-        a0, a1 = args
-        return lambda th: put(th, fn(a0(th), a1(th)))
-      return lambda th: put(th, fn(*(a(th) for a in args)))
-    if base == "setp" and len(ops) == 3 and ops[0][0] == "reg" and t[0] != "f":
-      cmp = {"eq": "__eq__", "ne": "__ne__", "lt": "__lt__", "le": "__le__", "gt": "__gt__",
-             "ge": "__ge__", "lo": "__lt__", "ls": "__le__", "hi": "__gt__", "hs": "__ge__"}
-      cmp = cmp[mods[0]]
-      put, a, b = self._set(ops[0], 1), src[1], src[2]
-      sv = (lambda v: sign_extend(v, bits)) if signed else (lambda v: v)
-      return lambda th: put(th, getattr(sv(a(th)), cmp)(sv(b(th))))
-    if base == "cvt" and len(types) == 2 and "f" not in types[0][0] + types[1][0]:
-      sbits, put, g = bits_of(types[1]), self._set(ops[0], bits_of(types[0])), src[1]
-      if types[1][0] == "s":   # sign-extend, then wrap to the destination
-        return lambda th: put(th, sign_extend(g(th), sbits))
-      return lambda th: put(th, g(th) & ((1 << sbits) - 1))
-    if base == "mapa":
-      put, a, rank = self._set(ops[0], bits), src[1], src[2]
-      def mapa(th):
-        addr, r = a(th), rank(th)
-        if addr >> 24 or not 0 <= r < len(self.smem):
-          raise RuntimeError(f"mapa of {addr:#x} to rank {r}")
-        put(th, (r + 1) << 24 | addr)
-      return mapa
-    if base == "ld" and space != "const" and (t[0] != "s" or bits >= 32):  # None: generic
-      dests = ops[0][1] if ops[0][0] == "vec" else [ops[0]]
-      puts, addr, size = [self._set(o, bits) for o in dests], src[1], bits // 8
-      def load(th):
-        buf, off = self._mem(th, space, addr(th), size * len(puts))
-        self._access(th, buf, off, size * len(puts), write=False)
-        for i, p in enumerate(puts):
-          p(th, int.from_bytes(buf[off + i * size:off + (i + 1) * size], "little"))
-      return load
-    if base == "st" and space == "param":  # argument of a call (the callee is not run)
-      return lambda th: None
-    if base == "st" and space != "const" and "async" not in mods:
-      return self._store_fn(space, src[0], vals, bits // 8, None)
-    if base == "st" and mods[0] == "async" and "complete_tx::bytes" in opcode:
-      return self._async_fn(src[0], vals, bits // 8, None, src[2])
-    if base == "red" and space and ("add" in mods or t[0] in "us" or t[:2] == "b3"):
-      op = next(p for p in mods if p in RED)
-      if "async" in mods:
-        return self._async_fn(src[0], vals, bits // 8, (op, t), src[2])
-      return self._store_fn(space, src[0], vals, bits // 8, (op, t))
-    if base == "mbarrier":
-      return self._mbarrier(mods, ops, src, space)
-    if base in ("shfl", "elect") and mods[0] == "sync" and (base == "elect" or
-                                                            mods[1] in ("idx", "bfly")):
-      return self._warp_collective(base, mods, ops, src)
-    if base == "stmatrix" and mods[:4] == ["sync", "aligned", "m8n8", "x4"] and t == "b16":
-      return self._stmatrix("trans" in mods, space, src[0], vals)
-    if base == "ldmatrix" and mods[:3] == ["sync", "aligned", "m8n8"] and t == "b16" and \
-       mods[3] in ("x1", "x2", "x4"):
-      dests = ops[0][1] if ops[0][0] == "vec" else [ops[0]]
-      return self._ldmatrix("trans" in mods, space, dests, src[1])
-    if base == "nanosleep":   # a hint: let the other threads run
-      return lambda th: YIELD
-    if base == "bar" and mods[:2] == ["warp", "sync"] and len(ops) == 1:
-      return self._warp_sync(src[0])
-    if base in ("bar", "barrier") and mods[0] in ("sync", "aligned") and len(ops) in (1, 2):
-      count = src[1] if len(ops) == 2 else None  # bar.sync id, nthreads (a named barrier)
-      def bar(th, bar_id=src[0]):
-        if count is not None and count(th) != th.regs["%ntid.x"]:
-          raise NotImplementedError("bar.sync over fewer threads than the CTA")
-        th.wait = ("bar", bar_id(th))
-        return BLOCK
-      return bar
-    if base == "barrier" and mods[:2] == ["cluster", "arrive"]:
-      return self._cluster_arrive(mods[2:])
-    if base == "barrier" and mods[:2] == ["cluster", "wait"]:
-      return self._cluster_wait(mods[2:])
-    raise NotImplementedError(f"opcode {opcode} (operands {ops})")
+    if ins.space != "const" and "async" not in mods:
+      return self._store_fn(ins.space, src[0], ins.vals, size, None)
+    if mods[0] == "async" and "mbarrier::complete_tx::bytes" in mods:
+      return self._async_fn(src[0], ins.vals, size, None, src[2])
+    raise NotImplementedError(f"opcode {ins.opcode}")
+
+  def _red(self, ins):
+    """red (relaxed atomics, into a named state space) and red.async; the float
+    forms only for add."""
+    self._refuse_strong(ins)
+    mods, t, size = ins.mods, ins.t, ins.bits // 8
+    op = next((p for p in mods if p in RED), None)
+    floats = t[0] == "f" or t[:2] == "bf"
+    if not ins.space or (op, t) not in RED_FORMS or ("noftz" in mods) != (floats and t != "f32"):
+      raise NotImplementedError(f"opcode {ins.opcode}")
+    if "async" in mods:
+      return self._async_fn(ins.src[0], ins.vals, size, (op, t), ins.src[2])
+    return self._store_fn(ins.space, ins.src[0], ins.vals, size, (op, t))
 
   # -- memory --------------------------------------------------------------------
 

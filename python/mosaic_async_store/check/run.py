@@ -71,6 +71,7 @@ class Runner:
     self.barrier_slot0 = 1 + cluster * block   # slot 0: initial memory; then the threads
     nslots = self.barrier_slot0 + 2 * barrier_slots   # per barrier: its data, its init
     self.barriers_made, self.block = 0, block
+    self.executed = 0   # thread-instructions run (bench/checker_speed.py reports it)
     self.exited = [False] * cluster
     self.remote_arrivals = [{} for _ in range(cluster)]   # CTA -> {thread slot: clock}
     for c in range(cluster):
@@ -89,6 +90,13 @@ class Runner:
         self.threads.append(Thread(c, t, special, self.local_bytes, len(self.threads) + 1,
                                    nslots))
     self.runnable, self.dirty = list(self.threads), True
+    # What _resolve needs, kept as threads block, resume and exit (so that a thread
+    # that blocks costs O(1) unless its synchronisation may now complete):
+    self.blocked = {}                           # thread slot -> blocked thread
+    self.alive, self.alive_total = [block] * cluster, cluster * block   # not exited
+    self.group_waiting = {}                     # ("warp"|"bar", cta, warp) -> waiting
+    self.cluster_reached = [cluster * block]    # [k]: threads with >= k cluster arrives
+    self.cluster_waiting = 0                    # threads blocked in barrier.cluster.wait
     while True:
       if self.runnable:
         i = self.sched.pick_index(len(self.runnable))
@@ -96,7 +104,6 @@ class Runner:
         self._exec(th)
         if th.state != "run":   # blocked or done: out of the run queue
           self._unqueue(self.runnable, i)
-          self.dirty = True
         elif len(self.runnable) > 1:   # it yielded: to the back of the queue, so that
           self.runnable.append(self.runnable.pop(i))   # a spin (nanosleep) lets others run
         for op in self.sched.landing_now(self.inflight):
@@ -109,11 +116,12 @@ class Runner:
       if self.inflight:   # nothing else can happen: something lands
         self._land(self.sched.landing_when_stuck(self.inflight))
         continue
-      if all(th.state == "done" for th in self.threads):
+      if not self.alive_total:
         return [np.frombuffer(bytes(b), np.uint8) for b in self.gbufs]
-      pollers = [th for th in self.threads if th.state == "block" and th.wait[0] == "mbar"]
+      blocked = [self.blocked[s] for s in sorted(self.blocked)]
+      pollers = [th for th in blocked if th.wait[0] == "mbar"]
       if not pollers or self.timeouts >= max_timeouts:
-        waits = sorted({self._describe_wait(th) for th in self.threads if th.state == "block"})
+        waits = sorted({self._describe_wait(th) for th in blocked})
         raise ProtocolError("hang", f"deadlock after {self.timeouts} timed-out polls; "
                             f"waits: {waits}")
       self.timeouts += 1   # nothing can change any more: these polls time out
@@ -128,10 +136,14 @@ class Runner:
     through a pair that is not morally strong, or a phase they observed), and
     none is in flight; any later one is refused (``_mem``)."""
     c = th.cta
-    mine = [t for t in self.threads if t.cta == c]
-    if any(t.state != "done" for t in mine):
+    self.alive[c] -= 1
+    self.alive_total -= 1
+    if self.cluster_waiting or self.group_waiting.get(("bar", c, 0)):
+      self.dirty = True   # the barriers wait for the non-exited threads only
+    if self.alive[c]:
       return
     self.exited[c] = True
+    mine = [t for t in self.threads if t.cta == c]
     known = np.maximum.reduce([np.maximum(np.maximum(t.vc, t.unscoped), t.seen) for t in mine])
     for op in self.inflight:
       if op.cta == c:
@@ -168,12 +180,15 @@ class Runner:
     try:
       while True:
         r = code[pc](th)
+        self.executed += 1
         if r is None:
           pc += 1
         elif r is BLOCK or r is EXIT:
           th.pc, th.state = pc, "block" if r is BLOCK else "done"
           if r is EXIT:
             self._thread_exits(th)
+          else:
+            self._blocks(th)
           return
         elif r is YIELD:   # done; the schedule lets another thread go first
           th.pc = pc + 1
@@ -196,7 +211,34 @@ class Runner:
       raise RuntimeError(f"CTA {th.cta} thread {th.tid} at `{self.texts[pc]}`: "
                          f"{type(e).__name__}: {e}") from e
 
+  def _blocks(self, th):
+    """``th`` now waits (``th.wait``); marks the run dirty if that may complete."""
+    self.blocked[th.slot] = th
+    kind = th.wait[0]
+    if kind in ("warp", "bar"):
+      key = (kind, th.cta, th.tid // 32 if kind == "warp" else 0)
+      n = self.group_waiting[key] = self.group_waiting.get(key, 0) + 1
+      if n >= (32 if kind == "warp" else self.alive[th.cta]):
+        self.dirty = True
+    elif kind == "cluster":
+      self.cluster_waiting += 1
+      if self._cluster_may_complete(th.wait[1]):
+        self.dirty = True
+    # "mbar": it blocked on a phase that had not completed; _advance marks the run
+    # dirty when one does.
+
+  def _cluster_may_complete(self, k):
+    """False when some non-exited thread has not made its k-th cluster arrive yet
+    (``cluster_reached`` also counts exited threads: True may be wrong, False not)."""
+    return k < len(self.cluster_reached) and self.cluster_reached[k] >= self.alive_total
+
   def _resume(self, th):
+    kind = th.wait[0]
+    if kind in ("warp", "bar"):
+      self.group_waiting[(kind, th.cta, th.tid // 32 if kind == "warp" else 0)] -= 1
+    elif kind == "cluster":
+      self.cluster_waiting -= 1
+    del self.blocked[th.slot]
     th.pc, th.state, th.wait = th.pc + 1, "run", None
     self.runnable.append(th)
 
@@ -212,8 +254,8 @@ class Runner:
   def _resolve(self):
     """Releases every thread whose synchronisation can complete now."""
     woke, groups, self.dirty = False, {}, False
-    blocked = [th for th in self.threads if th.state == "block"]
-    if any(th.wait[0] == "cluster" for th in blocked):
+    blocked = [self.blocked[s] for s in sorted(self.blocked)]   # in thread order
+    if self.cluster_waiting:
       # barrier.cluster.wait waits for the cluster's non-exited threads (PTX ISA)
       min_arrived = min(th.cluster_arrived for th in self.threads if th.state != "done")
     for th in blocked:
@@ -231,8 +273,7 @@ class Runner:
       elif kind in ("warp", "bar"):
         groups.setdefault((kind, th.cta, th.tid // 32 if kind == "warp" else 0), []).append(th)
     for (kind, cta, _), ths in groups.items():
-      size = 32 if kind == "warp" else sum(th.cta == cta and th.state != "done"
-                                           for th in self.threads)
+      size = 32 if kind == "warp" else self.alive[cta]
       if len(ths) == size and len({th.wait for th in ths}) == 1:
         if kind == "warp":
           self.collectives[ths[0].wait[1]](sorted(ths, key=lambda x: x.tid))

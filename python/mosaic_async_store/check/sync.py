@@ -238,6 +238,41 @@ class SyncSemantics:
       th.vc[th.slot] += 1
     return fence
 
+  # -- table entries (opcodes.OPCODES) ------------------------------------------
+
+  def _mbarrier_op(self, ins):
+    return self._mbarrier(ins.mods, ins.ops, ins.src, ins.space)
+
+  def _fence_op(self, ins):
+    return self._fence(ins.mods)
+
+  def _bar_op(self, ins):
+    """bar.sync / barrier.sync (the whole CTA), bar.warp.sync, barrier.cluster.*."""
+    mods, ops, src = ins.mods, ins.ops, ins.src
+    if ins.base == "bar" and mods == ["warp", "sync"] and len(ops) == 1:
+      return self._warp_sync(src[0])
+    if mods in (["sync"], ["sync", "aligned"]) and len(ops) in (1, 2):
+      count = src[1] if len(ops) == 2 else None  # bar.sync id, nthreads (a named barrier)
+      def bar(th, bar_id=src[0]):
+        if count is not None and count(th) != th.regs["%ntid.x"]:
+          raise NotImplementedError("bar.sync over fewer threads than the CTA")
+        th.wait = ("bar", bar_id(th))
+        return BLOCK
+      return bar
+    if ins.base == "barrier" and mods[:1] == ["cluster"] and not ops:
+      if mods[1:2] == ["arrive"] and set(mods[2:]) <= {"release", "relaxed", "aligned"}:
+        return self._cluster_arrive(mods[2:])
+      if mods[1:2] == ["wait"] and set(mods[2:]) <= {"acquire", "aligned"}:
+        return self._cluster_wait(mods[2:])
+    raise NotImplementedError(f"opcode {ins.opcode}")
+
+  def _collective(self, ins):
+    """shfl.sync.idx / .bfly (b32), elect.sync."""
+    if ins.mods not in ((["sync"],) if ins.base == "elect" else
+                        (["sync", "idx", "b32"], ["sync", "bfly", "b32"])):
+      raise NotImplementedError(f"opcode {ins.opcode}")
+    return self._warp_collective(ins.base, ins.mods, ins.ops, ins.src)
+
   # -- cluster and CTA barriers -------------------------------------------------
 
   def _cluster_arrive(self, mods):
@@ -247,8 +282,12 @@ class SyncSemantics:
       while len(self.cluster_gens) <= k:
         self.cluster_gens.append(Releases())
       self._release(th, sem, SCOPES["cluster"], self.cluster_gens[k])
-      th.cluster_arrived += 1
-      self.dirty = True
+      th.cluster_arrived = k = k + 1
+      if k == len(self.cluster_reached):
+        self.cluster_reached.append(0)
+      self.cluster_reached[k] += 1
+      if self.cluster_waiting and self._cluster_may_complete(k):
+        self.dirty = True
     return arrive
 
   def _cluster_wait(self, mods):

@@ -1,0 +1,240 @@
+"""The checker's opcode table (``mosaic_async_store.check.opcodes``), walked whole.
+
+* every example of every entry is accepted when a kernel is parsed, and every
+  refused form (of an entry, or ``REFUSED``) is refused with NotImplementedError
+  naming its opcode;
+* every register-to-register example is run on random and edge-case operands and
+  compared with a reference computed another way (NumPy's fixed-width integer
+  types, bit lists, double-precision floats rounded once to binary32: for +, -
+  and * of two binary32 values that double rounding is exact, Figueroa 1995),
+  so an entry cannot run an instruction wrongly.  An example without a
+  reference here fails the test.
+"""
+
+import re
+
+import numpy as np
+import pytest
+
+from mosaic_async_store.check.interp import PtxKernel
+from mosaic_async_store.check.opcodes import EXAMPLE_REGISTERS, OPCODES, REFUSED
+from mosaic_async_store.check.ops import split_operands
+
+_VALUE_HANDLERS = ("_mov", "_arith", "_alu", "_setp", "_cvt")
+_WIDTH = {"%p": 1, "%h": 16, "%rd": 64, "%r": 32, "%f": 32}
+_DTYPE = {("s", 16): np.int16, ("s", 32): np.int32, ("s", 64): np.int64,
+          ("u", 16): np.uint16, ("u", 32): np.uint32, ("u", 64): np.uint64}
+
+
+def _kernel(stmt):
+  regs = "\n  ".join(EXAMPLE_REGISTERS)
+  return f""".version 8.6
+.target sm_90a
+.address_size 64
+.visible .entry k(.param .u64 k_param_0)
+{{
+  {regs}
+  .shared .align 16 .b8 __dynamic_shmem__0;
+  {stmt};
+L:
+  ret;
+}}
+"""
+
+
+def _examples(handlers=None):
+  return [(base, stmt) for base, entry in OPCODES.items() for stmt in entry.examples
+          if handlers is None or entry.handler in handlers]
+
+
+@pytest.mark.parametrize("base,stmt", _examples(), ids=[s for _, s in _examples()])
+def test_every_example_is_accepted(base, stmt):
+  kernel = PtxKernel(_kernel(stmt))
+  assert kernel.texts[0] == stmt and len(kernel.code) == 2
+
+
+_REFUSED = [s for e in OPCODES.values() for s in e.refused] + list(REFUSED)
+
+
+@pytest.mark.parametrize("stmt", _REFUSED, ids=_REFUSED)
+def test_every_refused_form_is_refused_by_name(stmt):
+  opcode = stmt.split()[0]
+  with pytest.raises(NotImplementedError, match=re.escape(opcode)):
+    PtxKernel(_kernel(stmt))
+
+
+# -- running the register-to-register examples against a reference ---------------
+
+
+def _width(reg):
+  return next(w for prefix, w in _WIDTH.items() if reg.startswith(prefix))
+
+
+def _typed(v, t):
+  """v (bits) as a NumPy scalar of type t (b types as unsigned)."""
+  bits = int(t[1:])
+  u = np.array([v & ((1 << bits) - 1)], _DTYPE[("u", bits)])
+  return u.view(_DTYPE[(t[0] if t[0] == "s" else "u", bits)])[0]
+
+
+def _bits_of(x, bits):
+  return int(np.array([x]).astype(_DTYPE[("s", bits)] if np.issubdtype(type(x), np.signedinteger)
+                                  else _DTYPE[("u", bits)]).view(_DTYPE[("u", bits)])[0])
+
+
+def _f32_value(b):
+  return float(np.array([b], np.uint32).view(np.float32)[0])
+
+
+def _f32_bits(x):
+  return int(np.array([x], np.float32).view(np.uint32)[0])
+
+
+def _bit_list(v, n):
+  return [(v >> i) & 1 for i in range(n)]
+
+
+def _from_bits(bits):
+  return sum(b << i for i, b in enumerate(bits))
+
+
+def _float_ref(base, mods, args):
+  ftz = "ftz" in mods
+  def flush(b):
+    return b & 0x80000000 if ftz and b & 0x7F800000 == 0 else b
+  xs = [_f32_value(flush(a)) for a in args]
+  if base in ("neg", "abs"):
+    b = flush(args[0])
+    return b ^ 0x80000000 if base == "neg" else b & 0x7FFFFFFF
+  r = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b}[base](*xs)
+  with np.errstate(over="ignore"):
+    out = np.float32(r)   # one rounding of the exact double result
+  return None if np.isnan(out) else flush(_f32_bits(out))
+
+
+def _reference(stmt, regs):  # noqa: C901  (one reference per opcode)
+  """The destination register(s) ``stmt`` leaves: {name: bits}; None where the
+  checker must refuse the run (a NaN result)."""
+  opcode, _, rest = stmt.partition(" ")
+  base, *mods = opcode.split(".")
+  ops = split_operands(rest)
+  def val(tok):
+    return regs[tok] if tok.startswith("%") else int(tok, 0)
+  t = next((m for m in reversed(mods) if re.fullmatch(r"[bsuf]\d+|pred", m)), None)
+  d = ops[0]
+  if base in ("mov", "cvta"):
+    if ops[1].startswith("{"):
+      parts = split_operands(ops[1][1:-1])
+      w = _width(parts[0])
+      return {d: sum(val(p) << (w * i) for i, p in enumerate(parts))}
+    if d.startswith("{"):
+      parts = split_operands(d[1:-1])
+      w = _width(parts[0])
+      return {p: (val(ops[1]) >> (w * i)) & ((1 << w) - 1) for i, p in enumerate(parts)}
+    return {d: val(ops[1]) & ((1 << _width(d)) - 1)}
+  args = [val(o) for o in ops[1:]]
+  if t == "f32":
+    return {d: _float_ref(base, mods, args)}
+  if t == "pred":
+    a = [bool(x & 1) for x in args]
+    return {d: int({"and": lambda: a[0] and a[1], "or": lambda: a[0] or a[1],
+                    "xor": lambda: a[0] != a[1], "not": lambda: not a[0],
+                    "mov": lambda: a[0]}[base]())}
+  bits = int(t[1:])
+  if base == "setp":
+    x, y = _typed(args[0], t), _typed(args[1], t)
+    cmp = {"eq": x == y, "ne": x != y, "lt": x < y, "le": x <= y, "gt": x > y, "ge": x >= y,
+           "lo": x < y, "ls": x <= y, "hi": x > y, "hs": x >= y}[mods[0]]
+    return {d: int(cmp)}
+  if base == "cvt":
+    dst, srct = mods[0], mods[1]
+    x = np.array([_typed(args[0], srct)])
+    return {d: _bits_of(x.astype(_DTYPE[(dst[0], int(dst[1:]))])[0], int(dst[1:]))}
+  if base == "selp":
+    return {d: (args[0] if args[2] else args[1]) & ((1 << bits) - 1)}
+  if base == "bfe":
+    a, pos, ln = _bit_list(args[0], bits), args[1] & 0xFF, args[2] & 0xFF
+    field = [a[pos + i] if pos + i < bits else None for i in range(min(ln, bits))]
+    fill = 0 if t[0] == "u" or ln == 0 else a[min(pos + ln - 1, bits - 1)]
+    field = [fill if b is None else b for b in field]
+    return {d: _from_bits(field + [fill] * (bits - len(field)))}
+  if base == "bfi":
+    a, b, pos, ln = _bit_list(args[0], bits), _bit_list(args[1], bits), args[2] & 0xFF, \
+        args[3] & 0xFF
+    for i in range(ln):
+      if pos + i < bits:
+        b[pos + i] = a[i]
+    return {d: _from_bits(b)}
+  if base == "prmt":
+    data = list((args[0] | args[1] << 32).to_bytes(8, "little"))
+    sel = [(args[2] >> (4 * i)) & 15 for i in range(4)]
+    return {d: int.from_bytes(bytes((0xFF if data[s & 7] & 0x80 else 0) if s & 8 else data[s & 7]
+                                    for s in sel), "little")}
+  kind = "s" if t[0] == "s" else "u"
+  x = [_typed(v, kind + str(bits)) for v in args]
+  with np.errstate(over="ignore"):
+    if "wide" in mods:
+      wide = _DTYPE[(kind, 2 * bits)]
+      prod = wide(x[0]) * wide(x[1]) + (wide(_typed(args[2], kind + str(2 * bits)))
+                                        if base == "mad" else wide(0))
+      return {d: _bits_of(prod, 2 * bits)}
+    if base in ("shl", "shr"):
+      n = args[1] & 0xFFFFFFFF
+      if base == "shl":
+        r = np.left_shift(x[0], type(x[0])(n)) if n < bits else type(x[0])(0)
+      else:
+        r = np.right_shift(x[0], type(x[0])(min(n, bits - 1) if kind == "s" else n)) \
+            if kind == "s" or n < bits else type(x[0])(0)
+      return {d: _bits_of(r, bits)}
+    r = {"add": lambda: x[0] + x[1], "sub": lambda: x[0] - x[1], "and": lambda: x[0] & x[1],
+         "or": lambda: x[0] | x[1], "xor": lambda: x[0] ^ x[1], "not": lambda: ~x[0],
+         "neg": lambda: -x[0], "min": lambda: min(x[0], x[1]), "max": lambda: max(x[0], x[1]),
+         "mul": lambda: x[0] * x[1], "mad": lambda: x[0] * x[1] + x[2]}[base]()
+  return {d: _bits_of(r, bits)}
+
+
+def _operand_values(stmt, rng, case):
+  """Register values for one run: edge cases first, then random bit patterns."""
+  regs = {}
+  for reg in sorted(set(re.findall(r"%(?:rd|r|h|p|f)\d+", stmt))):
+    w = _width(reg)
+    edges = [0, 1, (1 << w) - 1, 1 << (w - 1), (1 << (w - 1)) - 1, 3, 31, 32, 33, 64]
+    if reg.startswith("%f"):
+      edges = [0, 0x80000000, 0x3F800000, 0x7F7FFFFF, 0x00000001, 0x807FFFFF, 0x7F800000,
+               0xFF800000, 0x00800000, 0x4B000001]
+    regs[reg] = (edges[(case + len(regs)) % len(edges)] if case < 2 * len(edges)
+                 else int(rng.integers(0, 1 << w, dtype=np.uint64)) if w < 64
+                 else int(rng.integers(0, 1 << 63)) * 2 + int(rng.integers(0, 2)))
+  return regs
+
+
+class _Thread:   # what a register-to-register instruction touches
+  def __init__(self, regs):
+    self.regs = dict(regs)
+
+
+_VALUE_EXAMPLES = _examples(_VALUE_HANDLERS)
+
+
+@pytest.mark.parametrize("base,stmt", _VALUE_EXAMPLES, ids=[s for _, s in _VALUE_EXAMPLES])
+def test_value_examples_match_a_reference(base, stmt):
+  fn = PtxKernel(_kernel(stmt)).code[0]
+  rng = np.random.default_rng(7)
+  for case in range(300):
+    regs = _operand_values(stmt, rng, case)
+    want = _reference(stmt, regs)
+    th = _Thread(regs)
+    if None in want.values():
+      with pytest.raises(NotImplementedError, match="NaN"):
+        fn(th)
+      continue
+    fn(th)
+    got = {r: th.regs[r] for r in want}
+    assert got == want, f"{stmt} with {regs}"
+
+
+def test_the_table_has_value_examples_of_every_register_opcode():
+  # an entry whose handler computes values must show (and so test) its forms
+  for base, entry in OPCODES.items():
+    if entry.handler in _VALUE_HANDLERS:
+      assert entry.examples, base
