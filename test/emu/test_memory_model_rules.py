@@ -116,11 +116,11 @@ def test_the_shadow_remembers_every_reader():
   """Two unordered readers, then a write ordered after the second only: a race with the
   first (a one-reader epoch would have forgotten it)."""
   sh = Shadow(8)
-  sh.record(0, 4, write=False, atomic=False, stamp=(1, 5))
-  sh.record(0, 4, write=False, atomic=False, stamp=(2, 7))
+  sh.record(0, 4, write=False, atomic=False, stamp=(1, 5, 10))   # (slot, clock, insn)
+  sh.record(0, 4, write=False, atomic=False, stamp=(2, 7, 11))
   vc = np.zeros(4, np.int64)
   vc[2] = 7                                   # ordered after reader 2 only
-  assert sh.conflict(vc, 0, 4, write=True, atomic=False) == ("read by", 1, 5)
+  assert sh.conflict(vc, 0, 4, write=True, atomic=False) == ("read by", 1, 5, 10)
   vc[1] = 5
   assert sh.conflict(vc, 0, 4, write=True, atomic=False) is None
 

@@ -21,11 +21,11 @@ __all__ = ["AsyncOp", "AccessSemantics"]
 class AsyncOp:
   """An ``st.async`` / ``red.async`` in flight: what lands where, on which barrier."""
 
-  __slots__ = ("th", "vc", "cta", "off", "size", "values", "red", "key", "idx", "line")
+  __slots__ = ("th", "vc", "cta", "off", "size", "values", "red", "key", "idx", "insn")
 
-  def __init__(self, th, cta, off, size, values, red, key, line):
+  def __init__(self, th, cta, off, size, values, red, key, insn):
     self.th, self.vc, self.cta, self.off, self.size = th, th.vc.copy(), cta, off, size
-    self.values, self.red, self.key, self.line = values, red, key, line
+    self.values, self.red, self.key, self.insn = values, red, key, insn   # insn: its index
 
   @property
   def text(self) -> str:
@@ -46,11 +46,13 @@ class AccessSemantics:
     """st / red (weak, or relaxed atomics): written at once, checked for races."""
     mask = (1 << (8 * size)) - 1
     traced = "::" in (space or "")   # a store instruction's own spelling (see _trace)
+    insn = len(self.code)            # this instruction's index (it is being compiled)
     def store(th):
       buf, off = self._mem(th, space, addr(th), size * len(vals))
       if traced and self.store_trace is not None:
         self._trace(th, buf, off, size * len(vals))
-      self._access(th, buf, off, size * len(vals), write=True, atomic=red is not None)
+      self._access(th, buf, off, size * len(vals), write=True, atomic=red is not None,
+                   insn=insn)
       self._write(buf, off, size, [g(th) & mask for g in vals], red)
     return store
 
@@ -64,7 +66,7 @@ class AccessSemantics:
   def _async_fn(self, addr, vals, size, red, mbar):
     """st.async / red.async: checked at issue, queued, landed by the schedule."""
     mask, text = (1 << (8 * size)) - 1, "red.async" if red else "st.async"
-    line = self.lines[-1]   # this instruction's (parsing appends it before compiling)
+    insn = len(self.code)   # this instruction's index (it is being compiled)
     def issue(th):
       n = size * len(vals)
       buf, off = self._mem(th, "shared::cluster", addr(th), n)
@@ -81,7 +83,7 @@ class AccessSemantics:
         raise ProtocolError("red.async-self", where)
       self._barrier(th, th.vc, key)
       self.shadow[cta].mark_inflight(off, n, 1, atomic=red is not None)
-      op = AsyncOp(th, cta, off, size, [g(th) & mask for g in vals], red, key, line)
+      op = AsyncOp(th, cta, off, size, [g(th) & mask for g in vals], red, key, insn)
       op.idx = len(self.inflight)
       self.inflight.append(op)
       th.vc[th.slot] += 1
@@ -104,10 +106,12 @@ class AccessSemantics:
     try:
       bar = self._barrier(None, op.vc, op.key)
       self._check(op.vc, None, op.cta, op.off, n, write=True, atomic=op.red is not None,
-                  who=op, stamp=(bar.slot, bar.phase + 1))
+                  who=op, stamp=(bar.slot, bar.phase + 1, op.insn))
     except ProtocolError as e:   # the issuing thread's instruction is where
-      raise ProtocolError(e.rule, f"{e.detail} (issued at PTX line {op.line})",
-                          cta=op.th.cta, thread=op.th.tid, ptx_line=op.line) from e
+      line = self.lines[op.insn]
+      raise ProtocolError(e.rule, f"{e.detail} (issued at PTX line {line}: "
+                          f"`{self.texts[op.insn]}`)", cta=op.th.cta, thread=op.th.tid,
+                          ptx_line=line, instruction=self.texts[op.insn]) from e
     self._write(self.smem[op.cta], op.off, op.size, op.values, op.red)
     self._add_tx(bar, -n)
     self._advance(bar)
@@ -115,12 +119,13 @@ class AccessSemantics:
   def _cta_of(self, buf):
     return self.smem_cta[id(buf)]
 
-  def _access(self, th, buf, off, n, *, write, atomic=False):
-    """A thread's access to ``buf``: checked against the byte history if it is SMEM."""
+  def _access(self, th, buf, off, n, *, write, insn, atomic=False):
+    """A thread's access to ``buf`` by instruction ``insn`` (its index): checked
+    against the byte history if it is SMEM."""
     cta = self.smem_cta.get(id(buf))
     if cta is not None:
       self._check(th.vc, th, cta, off, n, write=write, atomic=atomic,
-                  who=th, stamp=(th.slot, th.vc[th.slot]))
+                  who=th, stamp=(th.slot, th.vc[th.slot], insn))
 
   def _check(self, vc, th, cta, off, n, *, write, atomic, who, stamp):
     """Raises unless the access is ordered after the conflicting earlier ones;
@@ -141,16 +146,31 @@ class AccessSemantics:
       self._conflict(what, *bad, th)
     sh.record(off, n, write=write, atomic=atomic, stamp=stamp)
 
-  def _conflict(self, what, how, slot, clk, th):
+  def _where(self, insn):
+    return f"PTX line {self.lines[insn]}: `{self.texts[insn]}`" if insn >= 0 else "?"
+
+  def _conflict(self, what, how, slot, clk, insn, th):
+    """Raises the race (or early read) between this access (``what``) and the earlier
+    one of (``slot``, ``clk``) by instruction ``insn``, naming both and what is
+    missing between them."""
     if slot >= self.barrier_slot0:
       bar = next(b for b in self.mbar.values() if b.slot == slot)
       raise ProtocolError("early-read", f"{what}, {how} the asynchronous stores of "
-                          f"phase {clk - 1} of {bar.describe()}, which it has not observed")
+                          f"phase {clk - 1} of {bar.describe()} (one issued at "
+                          f"{self._where(insn)}), which it has not observed")
     other = self.threads[slot - 1]
-    detail = f"{what}, {how} CTA {other.cta} thread {other.tid}, with no happens-before"
+    detail = (f"{what}, {how} CTA {other.cta} thread {other.tid} at {self._where(insn)}, "
+              "with no happens-before between them")
     if th is not None and th.unscoped[slot] >= clk:
-      detail += (" (they synchronised only through a release/acquire pair whose scopes do "
-                 "not include each other: not morally strong)")
+      detail += ("; they synchronised only through a release/acquire pair whose scopes "
+                 "do not include each other (e.g. released at .cta scope, acquired at "
+                 ".cluster, across CTAs): not morally strong")
+    elif th is not None and other.cta != th.cta:
+      detail += ("; no release by that thread after its access is acquired by this one "
+                 "at a scope that includes both CTAs (.cluster)")
+    else:
+      detail += ("; no release by that thread after its access (an arrive, bar.sync, a "
+                 "release fence) is acquired by this one before it")
     raise ProtocolError("race", detail)
 
   def _stmatrix_op(self, ins):
@@ -181,7 +201,7 @@ class AccessSemantics:
       rows = []                                  # rows[8 i + j]: row j of matrix i
       for reader in lanes[:8 * len(puts)]:
         buf, off = self._mem(reader, space, addr(reader), 16)
-        self._access(reader, buf, off, 16, write=False)
+        self._access(reader, buf, off, 16, write=False, insn=k)
         rows.append(bytes(buf[off:off + 16]))
       for lane, th in enumerate(lanes):
         for i, put in enumerate(puts):
@@ -218,7 +238,7 @@ class AccessSemantics:
             row[2 * c:2 * c + 2] = half.to_bytes(2, "little")
           writer = lanes[8 * i + j]
           buf, off = self._mem(writer, space, rows[8 * i + j], 16)
-          self._access(writer, buf, off, 16, write=True)
+          self._access(writer, buf, off, 16, write=True, insn=k)
           buf[off:off + 16] = row
     self.collectives[k] = resolve
 

@@ -1,69 +1,271 @@
 """Floating-point arithmetic of the PTX checker: exact, or refused by name.
 
-The checker runs f32 ``add``, ``sub`` and ``mul`` (round to nearest even, the
-default ``.rn``; with or without ``.ftz``) and ``neg`` / ``abs`` (sign-bit
-operations), on bit patterns, with NumPy's IEEE binary32 arithmetic, which
-rounds each result once, to nearest even, as PTX's ``.rn`` does.  ``.ftz``
-flushes subnormal inputs and results to a zero of the same sign (PTX ISA,
-add/sub/mul: "subnormal numbers").  A result that is NaN is refused at run time
-(``NotImplementedError``): the ISA does not fix the bit pattern this checker
-would have to produce.  Every other floating-point type, rounding mode or
-opcode (``fma``, ``min``/``max``, ``.sat``, f16/bf16/f64 and the packed x2
-forms, ``cvt`` between float types) is refused when the kernel is parsed.
+Every operation is computed on bit patterns with exact rational arithmetic
+(``fractions.Fraction``) and rounded once to the destination format, in the
+rounding mode the instruction names (``.rn`` by default; ``.rz``, ``.rm``,
+``.rp``).  Formats: f32, f16, bf16, and as conversion targets the 8-bit
+e4m3 / e5m2 (OCP FP8; e4m3 has no infinity, its NaN is S.1111.111).
+
+What runs (and each packed ``x2`` form of f16 / bf16, lane by lane; the low
+half is the first lane):
+
+* ``add``, ``sub``, ``mul``, ``fma`` (f32, f16, bf16; ``.ftz`` on f32 and f16
+  flushes subnormal inputs and results to a zero of the same sign, PTX ISA
+  "subnormal numbers");
+* ``neg``, ``abs`` (sign-bit operations; ``.ftz`` flushes first);
+* ``min``, ``max`` (PTX ISA min/max: a NaN operand yields the other operand,
+  two NaNs the canonical NaN; with ``.NaN`` any NaN operand yields the canonical
+  NaN; ``.ftz`` as above);
+* ``cvt`` from f32 to f16 / bf16 (``.rn``/``.rz``/``.rm``/``.rp``), from f16 /
+  bf16 to f32 (exact), and the packing forms ``cvt.rn.f16x2.f32``,
+  ``cvt.rn.bf16x2.f32`` and ``cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32`` (``d = {a, b}``
+  with ``a`` in the upper half; ``.satfinite`` clamps to the largest finite
+  value).
+
+Refused at run time (``NotImplementedError``): an arithmetic result that is NaN
+(the ISA does not fix its bit pattern), ``min``/``max`` of two zeros of
+different signs (the ISA does not order them), an ``.ftz`` result that rounds up
+from the subnormal range to the smallest normal (whether it is flushed is not
+specified).  Refused when the kernel is parsed: every other type, qualifier or
+opcode (``.sat``, ``.relu``, ``.approx`` functions, f64, ``xorsign``, ``cvt``
+between floats and integers, ...).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from fractions import Fraction
 
-import numpy as np
-
-__all__ = ["FLOAT_OPS", "FLOAT_TYPE", "float_op"]
+__all__ = ["FLOAT_OPS", "FLOAT_TYPE", "FORMATS", "Format", "float_op", "float_cvt"]
 
 # A floating-point type qualifier: f16, f32, f64, bf16, f16x2, bf16x2, tf32, e4m3x2, ...
-FLOAT_TYPE = re.compile(r"^(b?f|tf|e\d)\d")
+FLOAT_TYPE = re.compile(r"^(b?f\d|tf\d|e\dm\d)")
 
-FLOAT_OPS = ("add", "sub", "mul", "neg", "abs")
+FLOAT_OPS = ("add", "sub", "mul", "fma", "neg", "abs", "min", "max")
 _ROUNDING = ("rn", "rz", "rm", "rp")
-_SIGN, _EXP = 0x80000000, 0x7F800000
 
 
-def _flush(bits: int) -> int:
-  """A subnormal f32 bit pattern as the zero of its sign; others unchanged."""
-  return bits & _SIGN if bits & _EXP == 0 else bits
+@dataclasses.dataclass(frozen=True)
+class Format:
+  """A binary floating-point format: exponent and mantissa widths; ``finite_only``:
+  no infinities, NaN is the all-ones pattern (e4m3)."""
+
+  exp_bits: int
+  man_bits: int
+  finite_only: bool = False
+
+  @property
+  def bits(self) -> int:
+    return 1 + self.exp_bits + self.man_bits
+
+  @property
+  def bias(self) -> int:
+    return (1 << (self.exp_bits - 1)) - 1
+
+  @property
+  def max_finite(self) -> int:
+    """The bit pattern of the largest finite value."""
+    top = (1 << (self.exp_bits + self.man_bits)) - 1
+    return top - 1 if self.finite_only else top - (1 << self.man_bits)
+
+  @property
+  def canonical_nan(self) -> int:
+    return (1 << (self.exp_bits + self.man_bits)) - 1   # e.g. 0x7FFFFFFF for f32
 
 
-def _f32(bits: int) -> np.float32:
-  return np.array([bits & 0xFFFFFFFF], np.uint32).view(np.float32)[0]
+FORMATS = {"f32": Format(8, 23), "f16": Format(5, 10), "bf16": Format(8, 7),
+           "e4m3": Format(4, 3, finite_only=True), "e5m2": Format(5, 2)}
+NAN = "nan"
 
 
-def _bits(x: np.float32) -> int:
-  return int(np.array([x], np.float32).view(np.uint32)[0])
+def decode(fmt: Format, bits: int):
+  """NAN, or (sign, value) with value a Fraction or None for an infinity."""
+  sign = bits >> (fmt.bits - 1) & 1
+  e = bits >> fmt.man_bits & ((1 << fmt.exp_bits) - 1)
+  m = bits & ((1 << fmt.man_bits) - 1)
+  if fmt.finite_only and e == (1 << fmt.exp_bits) - 1 and m == (1 << fmt.man_bits) - 1:
+    return NAN
+  if not fmt.finite_only and e == (1 << fmt.exp_bits) - 1:
+    return NAN if m else (sign, None)
+  mag = Fraction(m, 1 << fmt.man_bits) * Fraction(2) ** (1 - fmt.bias) if e == 0 else \
+      Fraction((1 << fmt.man_bits) + m, 1 << fmt.man_bits) * Fraction(2) ** (e - fmt.bias)
+  return sign, mag
+
+
+def _subnormal(fmt: Format, bits: int) -> bool:
+  return bits >> fmt.man_bits & ((1 << fmt.exp_bits) - 1) == 0 and bits & ((1 << fmt.man_bits) - 1)
+
+
+def encode(fmt: Format, sign: int, mag, mode: str = "rn", satfinite: bool = False) -> int:
+  """The bit pattern of ``(-1)^sign * mag`` (mag: a Fraction >= 0, or None for an
+  infinity) rounded to ``fmt`` in ``mode``."""
+  s = sign << (fmt.bits - 1)
+  if mag is None:
+    if satfinite or fmt.finite_only:
+      return s | fmt.max_finite
+    return s | ((1 << fmt.exp_bits) - 1) << fmt.man_bits
+  if mag == 0:
+    return s
+  e = mag.numerator.bit_length() - mag.denominator.bit_length()   # 2^e <= mag < 2^(e+1)
+  if Fraction(2) ** e > mag:
+    e -= 1
+  e = max(e, 1 - fmt.bias)                                         # subnormals: one scale
+  scaled = mag / Fraction(2) ** (e - fmt.man_bits)
+  n, rest = divmod(scaled.numerator, scaled.denominator)
+  rest = Fraction(rest, scaled.denominator)
+  up = {"rn": rest > Fraction(1, 2) or (rest == Fraction(1, 2) and n & 1),
+        "rz": False, "rm": bool(rest) and sign == 1, "rp": bool(rest) and sign == 0}[mode]
+  n += up
+  if n == 1 << (fmt.man_bits + 1):
+    n, e = n >> 1, e + 1
+  if n < 1 << fmt.man_bits:                                        # subnormal (or zero)
+    return s | n
+  biased = e + fmt.bias
+  pattern = biased << fmt.man_bits | (n - (1 << fmt.man_bits))
+  if pattern > fmt.max_finite:                                     # overflow
+    to_inf = {"rn": True, "rz": False, "rm": sign == 1, "rp": sign == 0}[mode]
+    return s | (fmt.max_finite if satfinite or fmt.finite_only or not to_inf
+                else ((1 << fmt.exp_bits) - 1) << fmt.man_bits)
+  return s | pattern
+
+
+def _add(x, y, mode):
+  (sx, vx), (sy, vy) = x, y
+  if vx is None or vy is None:
+    if vx is None and vy is None and sx != sy:
+      return NAN
+    return (sx, None) if vx is None else (sy, None)
+  total = (-vx if sx else vx) + (-vy if sy else vy)
+  if total == 0:   # exact zero: the sign of equal-signed zeros, else +0 (-0 rounding down)
+    return (sx if sx == sy and vx == 0 and vy == 0 else int(mode == "rm")), Fraction(0)
+  return int(total < 0), abs(total)
+
+
+def _mul(x, y):
+  (sx, vx), (sy, vy) = x, y
+  if (vx is None and vy == 0) or (vy is None and vx == 0):
+    return NAN
+  return sx ^ sy, None if vx is None or vy is None else vx * vy
+
+
+def _arith(base, xs, mode):
+  if NAN in xs:
+    return NAN
+  if base == "add":
+    return _add(xs[0], xs[1], mode)
+  if base == "sub":
+    return _add(xs[0], (1 - xs[1][0], xs[1][1]), mode)
+  if base == "mul":
+    return _mul(xs[0], xs[1])
+  p = _mul(xs[0], xs[1])   # fma: the exact product, then one rounding of the sum
+  return NAN if p == NAN else _add(p, xs[2], mode)
+
+
+def _lane_op(base, fmt, mods, opcode):
+  """(lane bit patterns) -> lane bit pattern of one ``base`` operation."""
+  ftz = "ftz" in mods
+  mode = next((m for m in mods if m in _ROUNDING), "rn")
+  def flush(b):
+    return b & (1 << (fmt.bits - 1)) if ftz and _subnormal(fmt, b) else b
+  sign_bit = 1 << (fmt.bits - 1)
+  if base == "neg":
+    return lambda a: flush(a) ^ sign_bit
+  if base == "abs":
+    return lambda a: flush(a) & ~sign_bit
+  if base in ("min", "max"):
+    nan_wins = "NaN" in mods
+    def minmax(a, b):
+      a, b = flush(a), flush(b)
+      x, y = decode(fmt, a), decode(fmt, b)
+      if NAN in (x, y):
+        if nan_wins or x == y:
+          return fmt.canonical_nan
+        return b if x == NAN else a
+      if x[1] == 0 and y[1] == 0 and x[0] != y[0]:
+        raise NotImplementedError(f"{opcode} of +0 and -0 (the ISA does not order them)")
+      vx = None if x[1] is None else (-x[1] if x[0] else x[1])
+      vy = None if y[1] is None else (-y[1] if y[0] else y[1])
+      inf = Fraction(1 << 200)
+      vx = (-inf if x[0] else inf) if vx is None else vx
+      vy = (-inf if y[0] else inf) if vy is None else vy
+      return a if (vx <= vy) == (base == "min") else b
+    return minmax
+
+  def run(*args):
+    r = _arith(base, [decode(fmt, flush(a)) for a in args], mode)
+    if r == NAN:
+      raise NotImplementedError(f"{opcode} with a NaN result (its bit pattern is not "
+                                "modelled)")
+    out = encode(fmt, r[0], r[1], mode)
+    if ftz and _subnormal(fmt, out):
+      return out & sign_bit
+    if ftz and r[1] is not None and out & ~sign_bit == 1 << fmt.man_bits and \
+       r[1] < Fraction(2) ** (1 - fmt.bias):
+      raise NotImplementedError(f"{opcode}: a subnormal result rounded up to the smallest "
+                                "normal (whether .ftz flushes it is not specified)")
+    return out
+  return run
+
+
+def _packed(fn, lanes, lane_bits):
+  """A lane function applied to each ``lane_bits``-wide lane of packed operands."""
+  if lanes == 1:
+    return lambda *args: fn(*(a & ((1 << lane_bits) - 1) for a in args))
+  mask = (1 << lane_bits) - 1
+  return lambda *args: sum(fn(*((a >> (lane_bits * i)) & mask for a in args))
+                           << (lane_bits * i) for i in range(lanes))
 
 
 def float_op(base: str, mods: list[str], opcode: str):
   """The function (bit patterns) -> bit pattern of a floating-point ``opcode``, or
   NotImplementedError naming it when the checker does not run it exactly."""
   t = mods[-1] if mods else ""
-  extra = [m for m in mods[:-1] if m not in ("ftz", "rn")]
-  if base in ("neg", "abs"):
-    extra += [m for m in mods if m == "rn"]
-  if t != "f32" or base not in FLOAT_OPS or extra:
-    raise NotImplementedError(f"opcode {opcode} (the checker runs only f32 add/sub/mul "
-                              ".rn{.ftz} and neg/abs{.ftz} exactly)")
-  ftz = "ftz" in mods
-  flush = _flush if ftz else (lambda b: b)
-  if base == "neg":
-    return lambda a: flush(a & 0xFFFFFFFF) ^ _SIGN
-  if base == "abs":
-    return lambda a: flush(a & 0xFFFFFFFF) & ~_SIGN & 0xFFFFFFFF
-  fn = {"add": np.add, "sub": np.subtract, "mul": np.multiply}[base]
+  lane_t, lanes = (t[:-2], 2) if t in ("f16x2", "bf16x2") else (t, 1)
+  fmt = FORMATS.get(lane_t) if lane_t in ("f32", "f16", "bf16") else None
+  allowed = {"ftz"} if lane_t in ("f32", "f16") else set()
+  if base in ("add", "sub", "mul", "fma"):
+    allowed |= set(_ROUNDING)
+  if base in ("min", "max"):
+    allowed |= {"NaN"}
+  rounding = [m for m in mods[:-1] if m in _ROUNDING]
+  if fmt is None or base not in FLOAT_OPS or not set(mods[:-1]) <= allowed or \
+     len(rounding) > 1 or (base == "fma" and not rounding):
+    raise NotImplementedError(
+        f"opcode {opcode} (the checker runs f32/f16/bf16 and f16x2/bf16x2 add, sub, mul, "
+        "fma with a rounding mode, neg, abs, min, max{.NaN}, with .ftz on f32/f16)")
+  return _packed(_lane_op(base, fmt, mods[:-1], opcode), lanes, fmt.bits)
 
-  def run(a, b):
-    with np.errstate(all="ignore"):
-      r = fn(_f32(flush(a & 0xFFFFFFFF)), _f32(flush(b & 0xFFFFFFFF)))
-    if np.isnan(r):
-      raise NotImplementedError(f"{opcode} with a NaN result (its bit pattern is not "
+
+def float_cvt(mods: list[str], opcode: str, nsrc: int):
+  """(function of the source bit patterns, destination bits) of a ``cvt`` between
+  float types (module docstring), or NotImplementedError naming it."""
+  types = [m for m in mods if FLOAT_TYPE.match(m)]
+  quals = [m for m in mods if m not in types]
+  mode = next((m for m in quals if m in _ROUNDING), None)
+  satfinite = "satfinite" in quals
+  if len(types) != 2 or not set(quals) <= set(_ROUNDING) | {"satfinite"} or \
+     len([m for m in quals if m in _ROUNDING]) > 1:
+    raise NotImplementedError(f"opcode {opcode}")
+  dst, src = types
+  packed = {"f16x2": "f16", "bf16x2": "bf16", "e4m3x2": "e4m3", "e5m2x2": "e5m2"}
+  if src == "f32" and dst in packed and nsrc == 2 and mode == "rn" and \
+     satfinite == (dst[0] == "e"):
+    lane = FORMATS[packed[dst]]
+    one = _convert(FORMATS["f32"], lane, "rn", satfinite, opcode)
+    return (lambda a, b: one(a) << lane.bits | one(b)), 2 * lane.bits
+  if nsrc == 1 and not satfinite and src == "f32" and dst in ("f16", "bf16") and mode:
+    return _convert(FORMATS["f32"], FORMATS[dst], mode, False, opcode), 16
+  if nsrc == 1 and not satfinite and src in ("f16", "bf16") and dst == "f32" and not mode:
+    return _convert(FORMATS[src], FORMATS["f32"], "rn", False, opcode), 32
+  raise NotImplementedError(f"opcode {opcode}")
+
+
+def _convert(src: Format, dst: Format, mode: str, satfinite: bool, opcode: str):
+  def cvt(a):
+    x = decode(src, a & ((1 << src.bits) - 1))
+    if x == NAN:
+      raise NotImplementedError(f"{opcode} of a NaN (the result's bit pattern is not "
                                 "modelled)")
-    return flush(_bits(r))
-  return run
+    return encode(dst, x[0], x[1], mode, satfinite)
+  return cvt

@@ -257,9 +257,10 @@ class PtxKernel(Runner, SyncSemantics, AccessSemantics, ValueSemantics):
     dests = ins.ops[0][1] if ins.ops[0][0] == "vec" else [ins.ops[0]]
     puts, addr, size, space = [self._set(o, ins.bits) for o in dests], ins.src[1], \
         ins.bits // 8, ins.space
+    insn = len(self.code)   # this instruction's index (it is being compiled)
     def load(th):
       buf, off = self._mem(th, space, addr(th), size * len(puts))
-      self._access(th, buf, off, size * len(puts), write=False)
+      self._access(th, buf, off, size * len(puts), write=False, insn=insn)
       for i, p in enumerate(puts):
         p(th, int.from_bytes(buf[off + i * size:off + (i + 1) * size], "little"))
     return load

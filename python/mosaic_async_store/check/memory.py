@@ -134,12 +134,14 @@ class Shadow:
   accesses are 1 to 16 bytes, where a loop beats NumPy's per-call cost)."""
 
   def __init__(self, nbytes: int):
-    # the last plain (non-atomic) write; slot 0, clock 0: the initial contents
-    self.w_slot, self.w_clk = [0] * nbytes, [0] * nbytes
-    # every atomic write (red, red.async) since it: None, or {slot: clock}; concurrent
-    # atomics do not conflict, but each must come after the last plain write
+    # the last plain (non-atomic) write, and the instruction (index) that made it;
+    # slot 0, clock 0, instruction -1: the initial contents
+    self.w_slot, self.w_clk, self.w_insn = [0] * nbytes, [0] * nbytes, [-1] * nbytes
+    # every atomic write (red, red.async) since it: None, or {slot: (clock,
+    # instruction)}; concurrent atomics do not conflict, but each must come after the
+    # last plain write
     self.atomics: list[dict | None] = [None] * nbytes
-    # every read since the last plain write: None, or {slot: clock}
+    # every read since the last plain write: None, or {slot: (clock, instruction)}
     self.readers: list[dict | None] = [None] * nbytes
     # asynchronous writes in flight: st.async (conflicts with any access) and
     # red.async (an atomic: conflicts with everything but other atomics)
@@ -162,7 +164,7 @@ class Shadow:
       note(slot, self.w_clk[b])
     for sets in (self.atomics, self.readers):
       for accesses in sets:
-        for slot, clk in (accesses or {}).items():
+        for slot, (clk, _) in (accesses or {}).items():
           note(slot, clk)
     return out
 
@@ -172,40 +174,42 @@ class Shadow:
       inflight[b] += delta
 
   def conflict(self, vc, off: int, n: int, *, write: bool, atomic: bool):
-    """None, or (how, slot, clock) of the first earlier access to these bytes that
-    this one is not ordered after (``how``: "in flight", "written by", "read by").
+    """None, or (how, slot, clock, instruction) of the first earlier access to these
+    bytes that this one is not ordered after (``how``: "in flight", "written by",
+    "read by"; ``instruction``: its index in the kernel, -1 if unknown).
     Concurrent atomics do not conflict."""
     w_slot, w_clk, atomics, readers = self.w_slot, self.w_clk, self.atomics, self.readers
     both_atomic = write and atomic
     for b in range(off, off + n):
       if self.inflight[b] or (self.inflight_red[b] and not both_atomic):
-        return "in flight", 0, 0
+        return "in flight", 0, 0, -1
       s = w_slot[b]
       if vc[s] < w_clk[b]:
-        return "written by", s, w_clk[b]
+        return "written by", s, w_clk[b], self.w_insn[b]
       if atomics[b] and not both_atomic:
-        for a, clk in atomics[b].items():
+        for a, (clk, insn) in atomics[b].items():
           if vc[a] < clk:
-            return "written by", a, clk
+            return "written by", a, clk, insn
       if write and readers[b]:
-        for r, clk in readers[b].items():
+        for r, (clk, insn) in readers[b].items():
           if vc[r] < clk:
-            return "read by", r, clk
+            return "read by", r, clk, insn
     return None
 
   def record(self, off: int, n: int, *, write: bool, atomic: bool, stamp) -> None:
-    slot, clk = int(stamp[0]), int(stamp[1])
+    slot, clk, insn = int(stamp[0]), int(stamp[1]), stamp[2]
     if write and not atomic:
       self.w_slot[off:off + n], self.w_clk[off:off + n] = [slot] * n, [clk] * n
+      self.w_insn[off:off + n] = [insn] * n
       self.atomics[off:off + n] = [None] * n
       self.readers[off:off + n] = [None] * n
       return
     sets = self.atomics if write else self.readers
     for b in range(off, off + n):
       if sets[b] is None:
-        sets[b] = {slot: clk}
-      else:
-        sets[b][slot] = max(sets[b].get(slot, 0), clk)
+        sets[b] = {slot: (clk, insn)}
+      elif sets[b].get(slot, (0,))[0] <= clk:   # the thread's latest access stays
+        sets[b][slot] = (clk, insn)
 
 
 class Schedule:

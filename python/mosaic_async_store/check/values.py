@@ -11,7 +11,7 @@ ignored.
 
 from __future__ import annotations
 
-from mosaic_async_store.check.floats import FLOAT_TYPE, float_op
+from mosaic_async_store.check.floats import FLOAT_TYPE, float_cvt, float_op
 from mosaic_async_store.check.ops import ALU, TYPE, bfe, bfi, bits_of, prmt, sign_extend
 
 __all__ = ["ValueSemantics"]
@@ -100,8 +100,12 @@ class ValueSemantics:
     return lambda th: put(th, getattr(sv(a(th)), method)(sv(b(th))))
 
   def _cvt(self, ins):
-    """cvt between integer types (sign- or zero-extension, or wrapping); no
-    ``.sat``, no float types."""
+    """cvt between integer types (sign- or zero-extension, or wrapping; no
+    ``.sat``), or between float types (``floats.float_cvt``)."""
+    if any(FLOAT_TYPE.match(m) for m in ins.mods):
+      fn, dbits = float_cvt(ins.mods, ins.opcode, len(ins.ops) - 1)   # or refused
+      put, args = self._set(ins.ops[0], dbits), ins.src[1:]
+      return lambda th: put(th, fn(*(a(th) for a in args)))
     types = ins.types
     if len(types) != 2 or len(ins.mods) != 2 or "f" in types[0][0] + types[1][0]:
       _refuse(ins)
