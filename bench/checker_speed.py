@@ -65,7 +65,7 @@ def run_once(cfg, ptx, inputs, schedule: int) -> tuple[float, int]:
   seconds = time.perf_counter() - start
   if not (out == execute_config(cfg, src, init)).all() or not (flags.view(np.int32) == 1).all():
     raise SystemExit(f"cluster {cfg.cluster} schedule {schedule}: wrong bytes or flags")
-  return seconds, kernel.executed
+  return seconds, getattr(kernel, "executed", 0)   # (absent before the counter existed)
 
 
 def main(argv=None) -> int:

@@ -11,7 +11,7 @@ shared memories), ``self.inflight``, ``self.sched``, ``self.mbar``,
 
 from __future__ import annotations
 
-from mosaic_async_store.check.memory import ProtocolError
+from mosaic_async_store.check.memory import SCOPES, ProtocolError
 from mosaic_async_store.check.ops import reduce_op
 from mosaic_async_store.check.sync import BLOCK, YIELD
 
@@ -32,6 +32,9 @@ class AsyncOp:
     """Who issued it, what, and into which CTA (for messages)."""
     return (f"CTA {self.th.cta} thread {self.th.tid}: {'red' if self.red else 'st'}.async "
             f"into CTA {self.cta}")
+
+
+_SCOPE_NAMES = {rank: name for name, rank in SCOPES.items()}
 
 
 def _name(who) -> str:
@@ -58,6 +61,10 @@ class AccessSemantics:
 
   @staticmethod
   def _write(buf, off, size, values, red):
+    if not red:   # one conversion for the whole (vector) store
+      buf[off:off + size * len(values)] = sum(
+          v << (8 * size * i) for i, v in enumerate(values)).to_bytes(size * len(values), "little")
+      return
     for i, new in enumerate(values):
       at = slice(off + i * size, off + (i + 1) * size)
       buf[at] = (reduce_op(*red, int.from_bytes(buf[at], "little"), new) if red else
@@ -143,16 +150,16 @@ class AccessSemantics:
       if bad[0] == "in flight":
         raise ProtocolError("early-read", f"{what} while an asynchronous store into them is "
                             "in flight")
-      self._conflict(what, *bad, th)
+      self._conflict(what, *bad, th if th is not None else who.th)
     sh.record(off, n, write=write, atomic=atomic, stamp=stamp)
 
   def _where(self, insn):
     return f"PTX line {self.lines[insn]}: `{self.texts[insn]}`" if insn >= 0 else "?"
 
   def _conflict(self, what, how, slot, clk, insn, th):
-    """Raises the race (or early read) between this access (``what``) and the earlier
-    one of (``slot``, ``clk``) by instruction ``insn``, naming both and what is
-    missing between them."""
+    """Raises the race (or early read) between this access (``what``, by or issued by
+    thread ``th``) and the earlier one of (``slot``, ``clk``) by instruction ``insn``,
+    naming both and what is missing between them."""
     if slot >= self.barrier_slot0:
       bar = next(b for b in self.mbar.values() if b.slot == slot)
       raise ProtocolError("early-read", f"{what}, {how} the asynchronous stores of "
@@ -161,11 +168,12 @@ class AccessSemantics:
     other = self.threads[slot - 1]
     detail = (f"{what}, {how} CTA {other.cta} thread {other.tid} at {self._where(insn)}, "
               "with no happens-before between them")
-    if th is not None and th.unscoped[slot] >= clk:
-      detail += ("; they synchronised only through a release/acquire pair whose scopes "
-                 "do not include each other (e.g. released at .cta scope, acquired at "
-                 ".cluster, across CTAs): not morally strong")
-    elif th is not None and other.cta != th.cta:
+    if th.unscoped[slot] >= clk:
+      rel, acq = (_SCOPE_NAMES[s] for s in th.unscoped_pair)
+      detail += (f"; they synchronised only through a release at .{rel} scope and an "
+                 f"acquire at .{acq} scope, across CTAs: not morally strong (both scopes "
+                 "must include both threads: .cluster)")
+    elif other.cta != th.cta:
       detail += ("; no release by that thread after its access is acquired by this one "
                  "at a scope that includes both CTAs (.cluster)")
     else:

@@ -127,6 +127,7 @@ class Releases:
         np.maximum(th.vc, vc, out=th.vc)
       else:
         np.maximum(th.unscoped, vc, out=th.unscoped)
+        th.unscoped_pair = (scope, acq_scope)   # named by a later race report
 
 
 class Shadow:
@@ -156,17 +157,17 @@ class Shadow:
   def remote_accesses(self, cta_of_slot, cta: int):
     """(slot, clock) of every access recorded here by threads of other CTAs than
     ``cta`` (``cta_of_slot(slot)``: the CTA of a thread slot, None for others)."""
-    out = {}
-    def note(slot, clk):
-      if cta_of_slot(slot) not in (None, cta):
-        out[slot] = max(out.get(slot, 0), clk)
-    for b, slot in enumerate(self.w_slot):
-      note(slot, self.w_clk[b])
+    latest = {}   # slot -> its latest clock here (one pass, then filtered by CTA)
+    for slot, clk in zip(self.w_slot, self.w_clk):
+      if slot and latest.get(slot, -1) < clk:
+        latest[slot] = clk
     for sets in (self.atomics, self.readers):
       for accesses in sets:
-        for slot, (clk, _) in (accesses or {}).items():
-          note(slot, clk)
-    return out
+        if accesses:
+          for slot, (clk, _) in accesses.items():
+            if latest.get(slot, -1) < clk:
+              latest[slot] = clk
+    return {slot: clk for slot, clk in latest.items() if cta_of_slot(slot) not in (None, cta)}
 
   def mark_inflight(self, off: int, n: int, delta: int, *, atomic: bool) -> None:
     inflight = self.inflight_red if atomic else self.inflight
@@ -204,12 +205,15 @@ class Shadow:
       self.atomics[off:off + n] = [None] * n
       self.readers[off:off + n] = [None] * n
       return
-    sets = self.atomics if write else self.readers
+    # A slot's clocks only grow (a thread's own clock; a barrier's phase at landing),
+    # so the latest access of each slot replaces its earlier one.
+    sets, entry = self.atomics if write else self.readers, (clk, insn)
     for b in range(off, off + n):
-      if sets[b] is None:
-        sets[b] = {slot: (clk, insn)}
-      elif sets[b].get(slot, (0,))[0] <= clk:   # the thread's latest access stays
-        sets[b][slot] = (clk, insn)
+      accesses = sets[b]
+      if accesses is None:
+        sets[b] = {slot: entry}
+      else:
+        accesses[slot] = entry
 
 
 class Schedule:

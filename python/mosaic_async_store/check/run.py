@@ -24,21 +24,22 @@ EXIT = object()   # returned by an instruction: this thread stops
 class Thread:
   """One thread: registers, where it is, and its memory-model state (``vc``: its
   vector clock; ``unscoped``: clocks it saw through pairs whose scopes do not
-  include each other; ``seen``: the phases it observed complete, whatever the
+  include each other, ``unscoped_pair`` the (release, acquire) scopes of the last; ``seen``: the phases it observed complete, whatever the
   wait's semantics; ``fence_rel``: the clock its last fence releases with a
   later relaxed arrive; ``pending_obs``: phases a relaxed wait observed;
   ``remote_since``: its clock at its first access to another CTA's shared
   memory, which a ``.sync_restrict::shared::cta`` fence does not release)."""
 
   __slots__ = ("regs", "pc", "cta", "tid", "state", "wait", "cluster_arrived", "local",
-               "slot", "vc", "unscoped", "seen", "fence_rel", "pending_obs", "remote_since")
+               "slot", "vc", "unscoped", "unscoped_pair", "seen", "fence_rel", "pending_obs",
+               "remote_since")
 
   def __init__(self, cta, tid, special, local_bytes, slot, nslots):
     self.regs, self.pc, self.cta, self.tid = dict(special), 0, cta, tid
     self.state, self.wait, self.cluster_arrived = "run", None, 0
     self.local = bytearray(local_bytes)
     self.slot, self.vc, self.unscoped = slot, np.zeros(nslots, np.int64), np.zeros(nslots, np.int64)
-    self.seen = np.zeros(nslots, np.int64)
+    self.seen, self.unscoped_pair = np.zeros(nslots, np.int64), None
     self.vc[slot], self.fence_rel, self.pending_obs, self.remote_since = 1, None, [], None
 
 
