@@ -19,7 +19,7 @@ from mosaic_async_store.lowering import ptx, target
 from mosaic_async_store.lowering.ref_offset import ref_offset
 from mosaic_async_store.lowering.values_ir import ValueBuilder
 from mosaic_async_store.plan.plan_types import Target
-from mosaic_async_store.plan.planner import plan_store
+from mosaic_async_store.plan.planner import plan_store, plan_verified
 
 __all__ = ["async_store", "dtype_name", "emit_plan", "emit_either"]
 
@@ -184,7 +184,7 @@ def _emit_addresses(plan, base_addr, tid):
 
 def _emit_stores(plan, builder, addresses, barrier_addr):
   """Each instruction as the plan spells it (``Instruction.opcode``, state space included)."""
-  for ins, (addr, imm) in zip(plan.instructions, addresses):
+  for ins, (addr, imm) in zip(plan.instructions, addresses, strict=True):
     data = builder.instruction_data(ins)
     if ins.kind == "st.async":
       ptx.emit_st_async(addr, imm, builder.words(data, ins.width), ins.opcode, barrier_addr)
@@ -380,6 +380,7 @@ def emit_plan(plan, registers, ref, barrier, expect_tx=True, arrival="thread"):
   store): ``arrival="tensor_core"``.
   """
   validate.check_arrival(arrival, expect_tx)
+  _check_emittable(plan)
   utils = compat.mosaic_utils()
   tid = _thread_index()
   builder = _builder(plan, registers, tid)
@@ -390,6 +391,19 @@ def emit_plan(plan, registers, ref, barrier, expect_tx=True, arrival="thread"):
     base, bar = ptx.emit_mapa(base, rank), ptx.emit_mapa(bar, rank)
   _emit_form(plan, builder, base, bar, tid, expect_tx, arrival)
   return plan.total_bytes
+
+
+def _check_emittable(plan) -> None:
+  """Refuses (AsyncStoreError) a plan the verifier rejects (a plan that has passed
+  ``verify()`` is not replayed again), and a peer plan with no target index."""
+  if not plan_verified(plan):
+    plan.verify()
+  where = plan.target
+  if where.peer and (where.cluster_dim is None or where.cluster_idx is None):
+    raise refuse(
+        "plan.target", where.describe(), "a peer target with cluster_dim and cluster_idx",
+        "plan with target=Target(peer=True, cluster_dim=..., cluster_idx=...) (async_store "
+        "does), or a local target")
 
 
 def _target_rank(where) -> ir.Value:
@@ -408,14 +422,22 @@ def emit_either(local_plan, peer_plan, registers, ref, barrier, expect_tx=True,
   instructions complete: none for the local arm's plain reductions, which its
   ``.release.cluster`` arrive orders instead.  Both plans write the same bytes.
   """
-  assert local_plan.total_bytes == peer_plan.total_bytes
   validate.check_arrival(arrival, expect_tx)
+  if local_plan.peer or not peer_plan.peer:
+    raise refuse("local_plan, peer_plan", f"{local_plan.target.describe()}, "
+                 f"{peer_plan.target.describe()}", "a local plan, then a peer plan",
+                 "pass the plan made with Target(peer=False) first")
+  if local_plan.total_bytes != peer_plan.total_bytes:
+    raise refuse("peer_plan", f"{peer_plan.total_bytes} bytes",
+                 f"the local plan's {local_plan.total_bytes} bytes",
+                 "plan both forms of the same store (same value, ref and atomic)")
+  for p in (local_plan, peer_plan):
+    _check_emittable(p)
   utils = compat.mosaic_utils()
   tid = _thread_index()
   builders = [_builder(p, registers, tid) for p in (local_plan, peer_plan)]
   base = target.smem_address(utils.memref_ptr(ref))
   bar = target.smem_address(barrier.get_ptr())
-  assert not local_plan.peer and peer_plan.peer
   rank = _target_rank(peer_plan.target)
   if_op = scf.IfOp(target.is_own_rank(rank), has_else=True)
   with ir.InsertionPoint(if_op.then_block):

@@ -155,3 +155,17 @@ def test_mbarrier_inval_turns_the_bytes_back_into_memory():
   with pytest.raises(ProtocolError) as err:
     PtxKernel(used).launch([np.zeros(1, np.int32)], cluster=1, smem_bytes=16, block=32)
   assert err.value.rule == "barrier-uninit"
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_a_hang_names_every_waiting_thread_and_the_barrier_state(schedule):
+  """Nobody arrives: the consumers poll forever, the producer waits at bar.sync.  The
+  report names both groups with their PTX lines and the barrier's CTA, offset, phase,
+  pending arrivals and tx-count."""
+  with pytest.raises(ProtocolError) as err:
+    _run("", _WAITS["try_wait.parity"], schedule)
+  msg = str(err.value)
+  assert err.value.rule == "hang"
+  assert "CTA 0 threads 1..31 at PTX line" in msg and "mbarrier.try_wait.parity" in msg
+  assert "[phase 0, pending 1, tx 0, count 1]" in msg and "offset 0x10" in msg
+  assert "CTA 0 thread 0 at PTX line" in msg and "`bar.sync 0`" in msg

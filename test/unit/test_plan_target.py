@@ -3,6 +3,7 @@ dimension and index, the cluster's shape; the state spaces and the one-CTA rule 
 ``summary()`` and ``--emit plan`` show it, and the emitter forms the rank from it."""
 
 import dataclasses
+import types
 
 import pytest
 
@@ -44,7 +45,7 @@ def test_a_one_cta_cluster_target_uses_plain_local_stores():
 
 
 def test_a_run_time_index_is_described_not_evaluated():
-  run_time = object()  # stands for an ir.Value: opaque to the plan
+  run_time = types.SimpleNamespace(type="i32", owner=None)  # an ir.Value: opaque to the plan
   where = Target(peer=True, cluster_dim=0, cluster_idx=run_time, cluster_shape=(4, 1, 1))
   assert where.describe() == "peer (cluster x, run-time index)"
   assert _plan(target=where).target.cluster_idx is run_time
@@ -70,3 +71,37 @@ def test_cta0_plans_name_cta_0():
   assert {i.kind for i in peer.instructions} == {"red.async"}
   assert {i.kind for i in local.instructions} == {"red"}
   assert dataclasses.replace(peer.target, peer=False).state_space("red") == "shared::cta"
+
+
+# -- entry points that cannot emit what the verifier rejects (issue 21, item 1) --------
+
+
+def test_emit_plan_refuses_a_plan_the_verifier_rejects():
+  """A plan with its address steps dropped would emit none of its stores but still
+  announce its bytes (a kernel that hangs): emit_plan replays it and refuses."""
+  from mosaic_async_store.lowering.store import emit_plan
+  where = Target(peer=True, cluster_dim=0, cluster_idx=1, cluster_shape=(2, 1, 1))
+  plan = _plan(target=where)
+  plan.verify()
+  broken = dataclasses.replace(plan, address_steps=())
+  with pytest.raises(mas.AsyncStoreError):
+    broken.verify()
+  with pytest.raises(mas.AsyncStoreError):
+    emit_plan(broken, registers=None, ref=None, barrier=None)
+
+
+def test_emit_plan_refuses_a_peer_plan_without_its_index():
+  from mosaic_async_store.lowering.store import emit_plan
+  plan = config_plan(StoreConfig(target="peer", cluster=2))   # the CLI's: no cluster_idx
+  with pytest.raises(mas.AsyncStoreError) as err:
+    emit_plan(plan, registers=None, ref=None, barrier=None)
+  assert err.value.param == "plan.target" and "cluster_idx" in str(err.value)
+
+
+@pytest.mark.parametrize("field, value", [("cluster_idx", "(own + 1) % 2"),
+                                          ("cluster_idx", True), ("cluster_dim", 3),
+                                          ("cluster_dim", "x")])
+def test_target_fields_are_typed(field, value):
+  with pytest.raises(mas.AsyncStoreError) as err:
+    Target(peer=True, **{field: value})
+  assert err.value.param == field and "Fix:" in str(err.value)

@@ -122,9 +122,8 @@ class Runner:
       blocked = [self.blocked[s] for s in sorted(self.blocked)]
       pollers = [th for th in blocked if th.wait[0] == "mbar"]
       if not pollers or self.timeouts >= max_timeouts:
-        waits = sorted({self._describe_wait(th) for th in blocked})
         raise ProtocolError("hang", f"deadlock after {self.timeouts} timed-out polls; "
-                            f"waits: {waits}")
+                            f"waiting: {self._describe_waits(blocked)}")
       self.timeouts += 1   # nothing can change any more: these polls time out
       for th in pollers:
         th.regs[th.wait[3]] = 0
@@ -170,10 +169,24 @@ class Runner:
                           f"of it knowing that {who} to its shared memory or mbarriers "
                           "completed")
 
-  def _describe_wait(self, th):
-    if th.wait[0] == "mbar":
-      return f"CTA {th.cta} waits for parity {th.wait[2]} of {self.mbar[th.wait[1]].describe()}"
-    return f"CTA {th.cta} waits at {th.wait[0]}"
+  def _describe_waits(self, blocked):
+    """Every waiting thread, grouped by CTA, PTX line and what it waits for (an
+    mbarrier's CTA, offset, phase, pending arrivals and tx-count)."""
+    what = {"bar": "bar.sync (the CTA's other threads)", "warp": "its warp's other lanes",
+            "cluster": "barrier.cluster (the cluster's other threads)"}
+    groups = {}
+    for th in blocked:
+      wait = (f"parity {th.wait[2]} of {self.mbar[th.wait[1]].describe()}"
+              if th.wait[0] == "mbar" else what[th.wait[0]])
+      groups.setdefault((th.cta, th.pc, wait), []).append(th.tid)
+    parts = []
+    for (cta, pc, wait), tids in sorted(groups.items()):
+      who = (f"thread {tids[0]}" if len(tids) == 1 else
+             f"threads {tids[0]}..{tids[-1]}" if tids[-1] - tids[0] == len(tids) - 1 else
+             f"{len(tids)} threads {tids[:4]}{'...' if len(tids) > 4 else ''}")
+      parts.append(f"CTA {cta} {who} at PTX line {self.lines[pc]} (`{self.texts[pc]}`) "
+                   f"waiting for {wait}")
+    return "; ".join(parts)
 
   def _exec(self, th, max_back_jumps=1 << 20):
     """Runs ``th`` until it blocks or exits."""

@@ -211,8 +211,8 @@ def config_plan(cfg, peer: bool | None = None):
     peer = cfg.target != "local"
   where = Target(peer=peer, cluster_shape=(cfg.cluster, 1, 1))
   if cfg.target != "local":
-    where = dataclasses.replace(where, cluster_dim=0, cluster_idx=(
-        0 if cfg.target == "cta0" else f"(own + 1) % {cfg.cluster}"))
+    where = (dataclasses.replace(where, cluster_dim=0, cluster_idx=0) if cfg.target == "cta0"
+             else dataclasses.replace(where, cluster_dim=0, index_from_own=1))
   return plan_store(resolve_layout(cfg.layout, cfg.shape, cfg.dtype), cfg.shape, cfg.dtype,
                     swizzle=cfg.swizzle, optimized=cfg.optimized, atomic=cfg.atomic,
                     ref_shape=view.ref_shape, ref_strides=view.strides, target=where)

@@ -28,19 +28,35 @@ class Target:
 
   ``peer``: another CTA of the cluster, reached through ``mapa``; else the executing
   CTA's own shared memory.  ``cluster_dim`` and ``cluster_idx`` are the caller's
-  (a ``gpu.Dimension`` and an int or an ``ir.Value``, opaque to the plan; None for a
-  store into the own CTA): the emitter forms the target's rank from them and
-  ``cluster_shape`` (static (x, y, z), or None when unknown).  ``cluster_size`` is the
-  number of CTAs, when known (from the shape, or given alone to ``plan_store``).
+  (a ``gpu.Dimension`` or an int 0..2, and an int or an MLIR value, opaque to the
+  plan; None for a store into the own CTA or a plan made without them): the emitter
+  forms the target's rank from them and ``cluster_shape`` (static (x, y, z), or None
+  when unknown).  ``cluster_size`` is the number of CTAs, when known (from the shape,
+  or given alone to ``plan_store``).  ``index_from_own``: for a description only,
+  the target is ``(own + index_from_own) % cluster size`` (the demo kernel's), where
+  ``cluster_idx`` is a run-time value or not given.  Anything else is refused with
+  AsyncStoreError (display text belongs to ``describe()``).
   """
 
   peer: bool = True
-  cluster_dim: object = None
-  cluster_idx: object = None
+  cluster_dim: int | object | None = None      # an int 0..2 or a gpu.Dimension
+  cluster_idx: int | object | None = None      # an int or an MLIR (ir.Value) value
   cluster_shape: tuple[int, int, int] | None = None
   cluster_size: int | None = None
+  index_from_own: int | None = None
 
   def __post_init__(self):
+    from mosaic_async_store.errors import refuse
+    idx, dim = self.cluster_idx, self.cluster_dim
+    if not (idx is None or (isinstance(idx, (int, np.integer)) and not isinstance(idx, bool))
+            or (hasattr(idx, "type") and hasattr(idx, "owner"))):
+      raise refuse("cluster_idx", idx, "an int, an MLIR i32/index value, or None",
+                   "pass the target CTA's index along cluster_dim (a description of it "
+                   "goes in index_from_own, or in describe())")
+    if not (dim is None or (isinstance(dim, (int, np.integer)) and 0 <= dim < 3)
+            or hasattr(dim, "name")):
+      raise refuse("cluster_dim", dim, "0, 1, 2, a gpu.Dimension, or None",
+                   "pass gpu.Dimension.x (or .y, .z)")
     if self.cluster_size is None and self.cluster_shape is not None:
       object.__setattr__(self, "cluster_size", int(np.prod(self.cluster_shape)))
 
@@ -55,9 +71,10 @@ class Target:
       return where
     dim = getattr(self.cluster_dim, "name", self.cluster_dim)
     dim = "xyz"[dim] if isinstance(dim, int) and 0 <= dim < 3 else dim
-    idx = self.cluster_idx  # an int, a description (str), or an ir.Value
+    idx = self.cluster_idx  # an int, or an ir.Value (run time)
     index = (f"index {int(idx)}" if isinstance(idx, (int, np.integer)) else
-             f"index {idx}" if isinstance(idx, str) else "run-time index")
+             f"index (own + {self.index_from_own}) % {self.cluster_size or 'n'}"
+             if self.index_from_own is not None else "run-time index")
     return f"{where} (cluster {dim}, {index})"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import weakref
 
 import numpy as np
 
@@ -21,7 +22,7 @@ from mosaic_async_store.plan.plan_types import (Exchange, Instruction, Part, Sto
                                                Value)
 from mosaic_async_store.plan.register_steps import ByteRegroup, Gather
 
-__all__ = ["StorePlan", "plan_store"]
+__all__ = ["StorePlan", "plan_store", "plan_verified"]
 
 
 def _uses_plain_stores(*, peer: bool, cluster_size: int | None, atomic, plain_stores) -> bool:
@@ -33,6 +34,15 @@ def _uses_plain_stores(*, peer: bool, cluster_size: int | None, atomic, plain_st
   """
   one_cta = not peer and cluster_size == 1
   return atomic is None and (plain_stores or one_cta)
+
+
+# Plans that passed verify() (frozen, compared by identity): emit_plan checks here.
+_VERIFIED: "weakref.WeakSet[StorePlan]" = weakref.WeakSet()
+
+
+def plan_verified(plan) -> bool:
+  """Whether ``plan`` passed ``verify()`` (a changed copy has to pass again)."""
+  return plan in _VERIFIED
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -141,7 +151,9 @@ class StorePlan:
     Returns a :class:`verify.Report` (bank conflicts, bytes) when it holds.
     """
     from mosaic_async_store.plan import verify  # verify imports this module's types
-    return verify.verify_plan(self)
+    report = verify.verify_plan(self)
+    _VERIFIED.add(self)   # a frozen plan stays verified (emit_plan does not replay it)
+    return report
 
   def summary(self) -> str:
     lines = [f"dtype={self.dtype} shape={self.geometry.shape} "
