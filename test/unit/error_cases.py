@@ -115,7 +115,7 @@ PLAN = _cases("plan_store", [
     ("atomic-float-min", "mas.plan_store(WGMMA, (64, 128), 'f32', atomic='min')",
      "AsyncStoreError", ("atomic=min", "float32 only add")),
     ("atomic-int8", "mas.plan_store(layout('WGMMA_8BIT', (64, 128), 'i8'), (64, 128), 'i8', "
-     "atomic='add')", "AsyncStoreError", ("atomic=add", "int8", "no reduction at all")),
+     "atomic='add')", "AsyncStoreError", ("atomic=add", "only a plain store for int8")),
     ("ref_shape-mismatch", "mas.plan_store(WGMMA, (64, 128), 'bf16', ref_shape=(64, 64))",
      "AsyncStoreError", ("ref=shape (64, 64)", "(64, 128)")),
     ("ref_strides-count", "mas.plan_store(WGMMA, (64, 128), 'bf16', ref_strides=(128,))",

@@ -259,6 +259,41 @@ def test_misuse_exits_2_with_one_line(argv, capsys):
   assert lines[0].startswith(ERROR_PREFIX) and "Traceback" not in captured.err
 
 
+# Python spellings that have a flag, or no CLI counterpart: never in the CLI's messages.
+_PYTHON_ONLY = re.compile(r"\b(optimized|atomic|swizzle|dtype|layout|arrival)=|\bref_shape\b|"
+                          r"\bshape=\(")
+
+
+@pytest.mark.parametrize("argv", MISUSE.values(), ids=MISUSE.keys())
+def test_misuse_messages_are_in_the_clis_terms(argv, capsys):
+  cli.main(argv)
+  err = capsys.readouterr().err
+  if "upstream store_tiled_async refused" in err:   # upstream's words, about a named config
+    return
+  assert not _PYTHON_ONLY.search(err), err
+
+
+def test_int4_on_the_defaults_says_which_flag_to_change_and_the_fix_works(capsys):
+  assert cli.main(["compile", "--dtype", "int4", "--emit", "plan"]) == 2
+  err = capsys.readouterr().err
+  assert "--shape 64x128 is not supported" in err and "Fix: pass --shape 64x256" in err
+  assert "--swizzle" in err and not _PYTHON_ONLY.search(err)
+  assert cli.main(["compile", "--dtype", "int4", "--shape", "64x256", "--emit", "plan"]) == 0
+  assert "verified" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("library, cli_text", [
+    ("Fix: pass optimized=False, or give the ref a layout", "Fix: pass --unoptimized, or"),
+    ("atomic=add is not supported: allowed ... or store without atomic=",
+     "--atomic add is not supported: allowed ... or drop --atomic"),
+    ("swizzle=16 is not supported: allowed 32, 64, 128.", "--swizzle 16 is not supported"),
+    ("dtype='float128' is not supported", "--dtype float128 is not supported"),
+])
+def test_library_spellings_become_flags(library, cli_text):
+  from mosaic_async_store.tools.cli_terms import in_cli_terms
+  assert cli_text in in_cli_terms(library)
+
+
 @pytest.mark.parametrize("arch", toolchain.ARCHS)
 def test_compile_sass_for_every_arch(arch):
   """`compile --arch A --emit sass` (the issue's command for sm_100a) and the stats that
@@ -293,7 +328,7 @@ def test_misuse_through_console_script_prints_one_line():
                         capture_output=True, text=True, env=_env(), timeout=300)
   assert proc.returncode == 2
   assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(ERROR_PREFIX)
-  assert "atomic=inc" in proc.stderr
+  assert "--atomic inc" in proc.stderr
 
 
 _USER_KERNEL = '''

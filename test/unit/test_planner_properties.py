@@ -266,7 +266,7 @@ def test_atomic_min_on_float32_is_refused_with_the_allowed_ops():
 def test_atomic_on_int8_is_refused():
   message = _refusal("WGMMA_8BIT", (64, 128), "i8", atomic="add", swizzle=128)
   assert "atomic=add" in message and "int8" in message
-  assert "no reduction at all" in message
+  assert "only a plain store for int8" in message
 
 
 def test_swizzle_128_on_a_64_byte_wide_tile_is_refused():

@@ -106,10 +106,11 @@ def check_atomic(atomic, dtype: DType, peer: bool):
     return None
   if ptx_forms.atomic_forms(atomic, dtype, peer) is None:
     ok = [op for op in ptx_forms.ATOMIC_OPS if ptx_forms.atomic_forms(op, dtype, peer)]
-    allowed = ", ".join(ok) if ok else "no reduction at all"
-    raise refuse("atomic", atomic,
-                 f"for {dtype} only {allowed} (PTX red/red.async have no "
-                 f"{atomic} for this type)",
+    allowed = (f"for {dtype} only {', '.join(ok)} (PTX red/red.async have no {atomic} "
+               "for this type)" if ok else
+               f"only a plain store for {dtype} (PTX red/red.async have no reduction of "
+               "this type)")
+    raise refuse("atomic", atomic, allowed,
                  "convert to int32/uint32 (any op), int64 (add, min, max, and, "
                  "or, xor), float32/float64/float16/bfloat16 (add), or store "
                  "without atomic=")

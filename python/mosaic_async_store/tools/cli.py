@@ -31,6 +31,7 @@ from mosaic_async_store.plan.dtypes import SUPPORTED_DTYPE_NAMES, as_dtype
 from mosaic_async_store.errors import AsyncStoreError
 from mosaic_async_store.plan.ptx_forms import ATOMIC_OPS
 from mosaic_async_store.plan.validate import ARRIVALS, SWIZZLES
+from mosaic_async_store.tools.cli_terms import in_cli_terms
 
 __all__ = ["main", "build_parser"]
 
@@ -188,7 +189,7 @@ def _config(args: argparse.Namespace) -> StoreConfig:
         transposed=args.transposed, optimized=not args.unoptimized, impl=args.impl,
         offset_rows=args.offset_rows, arrival=args.arrival)
   except (AsyncStoreError, TypeError) as e:
-    raise _Refusal(str(e)) from None
+    raise _Refusal(in_cli_terms(str(e))) from None
 
 
 # --- the work: plan, build, compile -------------------------------------------
@@ -408,9 +409,9 @@ def main(argv: Sequence[str] | None = None) -> int:
       return _check(args, sys.stdout)
     return _compile(args, sys.stdout)
   except _Refusal as e:
-    status, message = e.status, str(e)
+    status, message = e.status, in_cli_terms(str(e))
   except AsyncStoreError as e:  # the hardware (or the planner) cannot do it
-    status, message = EXIT_MISUSE, str(e)
+    status, message = EXIT_MISUSE, in_cli_terms(str(e))
   except toolchain.ToolchainError as e:
     status, message = EXIT_TOOLCHAIN, str(e)
   print(f"{PROG}: error: {_one_line(message)}", file=sys.stderr)
