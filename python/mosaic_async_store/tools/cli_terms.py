@@ -41,6 +41,9 @@ CLI_TERMS = (
                 r"divisible by the swizzle tile \((\d+(?:, \d+)*)\).*?Fix: pad the array, "
                 r"use a smaller swizzle, or pass ref_shape"), _tile_fix),
     (re.compile(r"\boptimized=False\b"), "--unoptimized"),
+    (re.compile(r"\batomic=None\b"), "no --atomic"),
+    (re.compile(r"\bpass e\.g\. \((\d+(?:, \d+)+)\)"),
+     lambda m: "pass e.g. --shape " + "x".join(m.group(1).split(", "))),
     (re.compile(r"\boptimized=True\b"), "no --unoptimized"),
     (re.compile(r"\bstore without atomic=(?=$|[\s.,;])"), "drop --atomic"),
     (re.compile(r", or pass ref_shape\b"), ", pass a --shape that is a multiple of it"),
