@@ -260,8 +260,8 @@ def test_misuse_exits_2_with_one_line(argv, capsys):
 
 
 # Python spellings that have a flag, or no CLI counterpart: never in the CLI's messages.
-_PYTHON_ONLY = re.compile(r"\b(optimized|atomic|swizzle|dtype|layout|arrival)=|\bref_shape\b|"
-                          r"\bshape=\(")
+_PYTHON_ONLY = re.compile(r"\b(optimized|atomic|swizzle|dtype|layout|arrival|cluster|offset_rows|"
+                          r"transposed)=|\bref_shape\b|\bshape=\(")
 
 
 @pytest.mark.parametrize("argv", MISUSE.values(), ids=MISUSE.keys())

@@ -106,7 +106,7 @@ def test_console_script_misuse_is_one_line_and_exit_2():
                        capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, JAX_PLATFORMS="cpu"))
   assert run.returncode == 2 and run.stdout == "", (run.returncode, run.stdout)
-  assert run.stderr.count("\n") == 1 and "atomic=min" in run.stderr and "Fix:" in run.stderr
+  assert run.stderr.count("\n") == 1 and "--atomic min" in run.stderr and "Fix:" in run.stderr
 
 
 def test_docs_errors_md_is_current(batches, plan_ns):

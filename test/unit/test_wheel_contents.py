@@ -35,9 +35,9 @@ PRODUCT = {
                                     "ref_offset", "debug", "pallas", "pallas_layouts"),
     "mosaic_async_store/demo": ("__init__", "config", "kernel", "check"),
     "mosaic_async_store/tools": ("__init__", "toolchain", "mlir_skew", "ptx_stats",
-                                 "pallas_capture", "check_kernel", "cli"),
-    "mosaic_async_store/check": ("__init__", "interp", "run", "sync", "access", "memory",
-                                 "ops", "floats", "report"),
+                                 "pallas_capture", "check_kernel", "cli", "cli_terms"),
+    "mosaic_async_store/check": ("__init__", "interp", "opcodes", "values", "run", "sync",
+                                 "access", "memory", "ops", "floats", "report"),
 }
 # The test and benchmark kernels, the runtime harness and the lit helpers (test/harness,
 # bench/), under their present and former names.

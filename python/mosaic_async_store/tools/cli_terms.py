@@ -55,6 +55,9 @@ CLI_TERMS = (
     (re.compile(r"\bdtype=('?\w+'?)"), _flag_value("--dtype")),
     (re.compile(r"\blayout=('?\w+'?)"), _flag_value("--layout")),
     (re.compile(r"\barrival=('?\w+'?)"), _flag_value("--arrival")),
+    (re.compile(r"\bcluster=(\d+)"), _flag_value("--cluster")),
+    (re.compile(r"\boffset_rows=(-?\d+)"), _flag_value("--offset-rows")),
+    (re.compile(r"\btransposed=True\b"), "--transposed"),
 )
 
 
