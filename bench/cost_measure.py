@@ -3,7 +3,7 @@
 For one ``StoreConfig``, both implementations' cost kernels (register loads from
 global memory, a fence, the store, the bounded wait: ``build_store_module(cost=True)``)
 are compiled by the deviceless toolchain (mlir-opt -> PTX -> ptxas -> SASS) and
-run in the PTX checker (test/emu), which checks their bytes and waits and traces
+run in the PTX checker (``mosaic_async_store.check``), which checks their bytes and waits and traces
 their store instructions.  Per implementation:
 
   stores          store instructions per thread (st.async / red.async, and plain
@@ -33,7 +33,7 @@ import sys
 from mosaic_async_store.demo.config import StoreConfig
 
 _ROOT = pathlib.Path(__file__).resolve().parent.parent
-for _p in ("bench", "test/emu", "test/harness"):   # matrix; the PTX checker; its inputs
+for _p in ("bench", "test/harness"):   # matrix; the checker kernels and their inputs
   if str(_ROOT / _p) not in sys.path:
     sys.path.insert(0, str(_ROOT / _p))
 import matrix  # noqa: E402

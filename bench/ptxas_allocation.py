@@ -29,7 +29,7 @@ import sys
 from mosaic_async_store.demo.config import StoreConfig
 
 _ROOT = pathlib.Path(__file__).resolve().parent.parent
-for _p in ("bench", "test/emu", "test/harness"):   # cost_measure; the PTX checker
+for _p in ("bench", "test/harness"):   # cost_measure; the checker kernels
   if str(_ROOT / _p) not in sys.path:
     sys.path.insert(0, str(_ROOT / _p))
 import cost_measure  # noqa: E402

@@ -315,6 +315,15 @@ def is_installed() -> bool:
   return _state["installed"]
 
 
+def _called_eagerly(src, ref) -> bool:
+  """Whether the store was called on concrete values, outside any trace (no kernel):
+  neither ``src`` nor ``ref`` is a tracer or a Pallas ref."""
+  import jax
+  def concrete(x):
+    return isinstance(x, (np.ndarray, jax.Array)) and not isinstance(x, _p.jax_core.Tracer)
+  return concrete(src) and concrete(ref)
+
+
 def _check_call(src, ref, barrier, cluster_idx, cluster_dim, optimized, atomic) -> None:
   """Refuses, while tracing, the arguments whose kinds the avals lose or that cannot
   be bound (the abstract evaluation checks the rest)."""
@@ -326,6 +335,13 @@ def _check_call(src, ref, barrier, cluster_idx, cluster_dim, optimized, atomic) 
       hash(value)
     except TypeError:
       check(value)
+  if _called_eagerly(src, ref):
+    raise refuse("async_store_smem", "called outside a kernel (on concrete arrays)",
+                 "calls inside the body of a Pallas Mosaic GPU kernel (plgpu.kernel, or "
+                 "pl.pallas_call with the Mosaic GPU backend), on a register array, a "
+                 "scratch SMEM ref and a barrier",
+                 "call it from the kernel body, e.g. async_store_smem(plgpu.load(x_ref, ()), "
+                 "smem, bar.at[0], cluster_idx=..., cluster_dim=...)")
   for param, x, example in (("ref", ref, "smem or smem.at[...]"),
                             ("barrier", barrier, "bar.at[0]")):
     try:

@@ -19,7 +19,7 @@ from mosaic_async_store.lowering import ptx, target
 from mosaic_async_store.lowering.ref_offset import ref_offset
 from mosaic_async_store.lowering.values_ir import ValueBuilder
 from mosaic_async_store.plan.plan_types import Target
-from mosaic_async_store.plan.planner import plan_store, plan_verified
+from mosaic_async_store.plan.planner import check_either, check_emittable, plan_store
 
 __all__ = ["async_store", "dtype_name", "emit_plan", "emit_either"]
 
@@ -380,7 +380,7 @@ def emit_plan(plan, registers, ref, barrier, expect_tx=True, arrival="thread"):
   store): ``arrival="tensor_core"``.
   """
   validate.check_arrival(arrival, expect_tx)
-  _check_emittable(plan)
+  check_emittable(plan)
   utils = compat.mosaic_utils()
   tid = _thread_index()
   builder = _builder(plan, registers, tid)
@@ -391,19 +391,6 @@ def emit_plan(plan, registers, ref, barrier, expect_tx=True, arrival="thread"):
     base, bar = ptx.emit_mapa(base, rank), ptx.emit_mapa(bar, rank)
   _emit_form(plan, builder, base, bar, tid, expect_tx, arrival)
   return plan.total_bytes
-
-
-def _check_emittable(plan) -> None:
-  """Refuses (AsyncStoreError) a plan the verifier rejects (a plan that has passed
-  ``verify()`` is not replayed again), and a peer plan with no target index."""
-  if not plan_verified(plan):
-    plan.verify()
-  where = plan.target
-  if where.peer and (where.cluster_dim is None or where.cluster_idx is None):
-    raise refuse(
-        "plan.target", where.describe(), "a peer target with cluster_dim and cluster_idx",
-        "plan with target=Target(peer=True, cluster_dim=..., cluster_idx=...) (async_store "
-        "does), or a local target")
 
 
 def _target_rank(where) -> ir.Value:
@@ -423,16 +410,7 @@ def emit_either(local_plan, peer_plan, registers, ref, barrier, expect_tx=True,
   ``.release.cluster`` arrive orders instead.  Both plans write the same bytes.
   """
   validate.check_arrival(arrival, expect_tx)
-  if local_plan.peer or not peer_plan.peer:
-    raise refuse("local_plan, peer_plan", f"{local_plan.target.describe()}, "
-                 f"{peer_plan.target.describe()}", "a local plan, then a peer plan",
-                 "pass the plan made with Target(peer=False) first")
-  if local_plan.total_bytes != peer_plan.total_bytes:
-    raise refuse("peer_plan", f"{peer_plan.total_bytes} bytes",
-                 f"the local plan's {local_plan.total_bytes} bytes",
-                 "plan both forms of the same store (same value, ref and atomic)")
-  for p in (local_plan, peer_plan):
-    _check_emittable(p)
+  check_either(local_plan, peer_plan)
   utils = compat.mosaic_utils()
   tid = _thread_index()
   builders = [_builder(p, registers, tid) for p in (local_plan, peer_plan)]

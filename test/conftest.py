@@ -2,8 +2,8 @@
 
 Test folders import each other's helpers plainly (``from configs import ...``,
 ``from mosaic_async_store.check.interp import ...``): pyproject's ``[tool.pytest.ini_options] pythonpath``
-puts test/emu, test/gpu and test/unit on ``sys.path``. The lit suites
-(test/lit) get their environment from test/lit/lit.cfg.py.
+puts test/emu, test/gpu, test/unit, test/harness and bench on ``sys.path``. The lit
+suites (test/lit) get their environment from test/lit/lit.cfg.py.
 """
 
 import importlib.metadata
@@ -25,3 +25,30 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # keeps its default so that test/gpu sees the GPU (test/gpu/conftest.py skips without one).
 if not _has_cuda_plugin():
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+# One cache of mlir-opt / ptxas / cuobjdump results per test session, shared by the
+# pytest-xdist workers (test/harness/tool_cache.py): the same kernels are compiled by
+# many tests.  The controller makes the directory and removes it at the end; the
+# workers inherit its path.  MAS_TEST_TOOL_CACHE=0 turns it off.
+_made_cache = None
+
+
+def pytest_configure(config):
+  global _made_cache
+  import tempfile
+  where = os.environ.get("MAS_TEST_TOOL_CACHE")
+  if where == "0":
+    return
+  if not where:
+    where = _made_cache = tempfile.mkdtemp(prefix="mas-tool-cache-")
+    os.environ["MAS_TEST_TOOL_CACHE"] = where
+  import tool_cache
+  tool_cache.install(where)
+
+
+def pytest_unconfigure(config):
+  if _made_cache is not None:
+    import shutil
+    shutil.rmtree(_made_cache, ignore_errors=True)
+    os.environ.pop("MAS_TEST_TOOL_CACHE", None)

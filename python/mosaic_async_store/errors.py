@@ -36,7 +36,16 @@ def refuse(param: str, value: object, allowed: str, fix: str) -> AsyncStoreError
   )
 
 
+def _brief(value: object) -> str:
+  """A value as an error message shows it: an array by its type, shape and dtype (its
+  repr would take lines), anything else by its type and a repr of one line."""
+  shown = type(value).__name__
+  if hasattr(value, "shape") and hasattr(value, "dtype"):
+    return f"<{shown} of shape {tuple(value.shape)} and dtype {value.dtype}>"
+  text = " ".join(repr(value).split())
+  return f"<{shown}> {text if len(text) <= 120 else text[:117] + '...'}"
+
+
 def refuse_type(param: str, value: object, allowed: str, fix: str) -> TypeError:
   """Builds a TypeError in the same format, for values of the wrong kind."""
-  shown = type(value).__name__
-  return TypeError(_message(param, f"<{shown}> {value!r}"[:200], allowed, fix))
+  return TypeError(_message(param, _brief(value), allowed, fix))

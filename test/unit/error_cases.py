@@ -128,6 +128,8 @@ PLAN = _cases("plan_store", [
      "TypeError", ("ref_strides=", "'128'")),
     ("splat-size", "mas.plan_store(layout('SPLAT', (8, 8), 'f32'), (8, 8), 'f32')",
      "AsyncStoreError", ("shape=(8, 8)", "multiple of 128")),
+    ("splat-int4-128", "mas.plan_store(layout('SPLAT', (128,), 'i4'), (128,), 'i4', swizzle=None)",
+     "AsyncStoreError", ("a splat with whole bytes per thread", "256 elements")),
     ("strided-shape", "mas.plan_store(layout('STRIDED', (64, 128), 'f32'), (64, 64), 'f32')",
      "AsyncStoreError", ("layout=WGStridedFragLayout", "shape (64, 64)")),
     ("bytes_for_thread-range", "mas.plan_store(WGMMA, (64, 128), 'bf16').bytes_for_thread(128)",
@@ -255,6 +257,8 @@ PALLAS = _cases("pallas", [
      ("barrier holds 2 barriers", "barrier.at[0]")),
     ("installed-upstream-float-min", "store(api='upstream', atomic='min', dtype='float32')",
      "AsyncStoreError", ("atomic=min", "float32 only add")),
+    ("eager-call", "eager()", "AsyncStoreError",
+     ("called outside a kernel", "Pallas Mosaic GPU kernel", "Fix: call it from the kernel body")),
     ("float-add-without-install", "store(atomic='add', dtype='float32')", "AsyncStoreError",
      ("atomic=add", ".release.cluster arrive", ".acquire.cta", "install() first")),
 ])

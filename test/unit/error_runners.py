@@ -132,9 +132,17 @@ def _pallas_store(*, dtype="int32", cluster=2, semantics="lane", api="mas", src=
     mas_pallas.uninstall()
 
 
+def _eager_store():
+  """The primitive called as a plain function, on concrete arrays: no kernel at all."""
+  from mosaic_async_store import pallas as mas_pallas
+  x = jnp.arange(64 * 128, dtype=jnp.int32).reshape(64, 128)
+  return mas_pallas.async_store_smem(x, jnp.zeros_like(x), jnp.zeros((1,)), cluster_idx=1,
+                                     cluster_dim="cluster")
+
+
 def run_pallas(case) -> dict:
   jax.clear_caches()
-  return _outcome(lambda: eval(case.code, dict(store=_pallas_store, jnp=jnp)))
+  return _outcome(lambda: eval(case.code, dict(store=_pallas_store, jnp=jnp, eager=_eager_store)))
 
 
 def _with_env(var, value, fn):

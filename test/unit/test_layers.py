@@ -125,3 +125,10 @@ def test_the_module_tables_match_the_tree():
   everything = {p.name for p in ROOT.glob("**/*.py") if ".venv" not in p.parts}
   gone = sorted(r for r in rows if pathlib.PurePosixPath(r).name not in everything)
   assert not gone, f"docs/architecture.md lists files that do not exist: {gone}"
+
+
+def test_the_checker_test_folder_holds_only_tests():
+  """test/emu holds the checker's tests; their helpers live in test/harness (issue 20)."""
+  others = sorted(p.name for p in (ROOT / "test" / "emu").glob("*.py")
+                  if not p.name.startswith("test_") and p.name != "conftest.py")
+  assert others == [], f"helpers in test/emu (move them to test/harness): {others}"

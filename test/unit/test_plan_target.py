@@ -105,3 +105,17 @@ def test_target_fields_are_typed(field, value):
   with pytest.raises(mas.AsyncStoreError) as err:
     Target(peer=True, **{field: value})
   assert err.value.param == field and "Fix:" in str(err.value)
+
+
+def test_emit_either_refuses_plans_in_the_wrong_order_or_of_other_bytes():
+  from mosaic_async_store.lowering.store import emit_either
+  peer = _plan(target=Target(peer=True, cluster_dim=0, cluster_idx=1, cluster_shape=(2, 1, 1)))
+  local = _plan(target=Target(peer=False, cluster_shape=(2, 1, 1)))
+  with pytest.raises(mas.AsyncStoreError) as err:
+    emit_either(peer, local, registers=None, ref=None, barrier=None)
+  assert "a local plan, then a peer plan" in str(err.value)
+  smaller = mas.plan_store(resolve_layout("WGMMA", (64, 64), "bfloat16"), (64, 64), "bfloat16",
+                           swizzle=128, target=peer.target)
+  with pytest.raises(mas.AsyncStoreError) as err:
+    emit_either(local, smaller, registers=None, ref=None, barrier=None)
+  assert err.value.param == "peer_plan"

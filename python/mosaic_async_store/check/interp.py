@@ -5,8 +5,10 @@ Pallas runtime kernels on sm_90a: integer ALU, predicates, global/shared/local
 loads and stores (also generic ones, without a state space), ``mapa``,
 ``st.async`` / ``red.async`` with ``complete_tx``, plain ``st`` / ``red`` into
 ``.shared::cluster``, mbarriers, ``shfl.sync``, ``elect.sync`` and CTA / cluster
-barriers.  Any other opcode raises NotImplementedError (naming it) when the
-kernel is parsed: nothing is skipped silently.
+barriers, with the float arithmetic of ``floats``.  The opcode table
+(``opcodes.OPCODES``) says which method compiles each base opcode; any other
+opcode, or a qualifier a handler does not implement, raises NotImplementedError
+(naming it) when the kernel is parsed: nothing is skipped silently.
 
 Model:
   * each thread of each CTA is interpreted on its own and runs until it reaches

@@ -50,6 +50,14 @@ def register_values(regs: RegisterMap, bit_addr: np.ndarray, bits: int,
   of register ``r`` of thread ``t``.
   """
   runs = register_runs(regs, bit_addr, bits)
+  if runs is None and regs.splat:   # every thread holds the value; too few of it per thread
+    per_thread = 8 // bits
+    raise refuse(
+        "value", context,
+        f"a splat with whole bytes per thread: at least {per_thread} elements of "
+        f"{bits} bits per thread, i.e. a multiple of {128 * per_thread} elements",
+        f"store a splat of {128 * per_thread} elements (or a multiple), or broadcast it "
+        "to a tiled layout (e.g. WGMMA) first")
   if runs is None:
     raise refuse(
         "value", context,

@@ -22,7 +22,7 @@ from mosaic_async_store.plan.plan_types import (Exchange, Instruction, Part, Sto
                                                Value)
 from mosaic_async_store.plan.register_steps import ByteRegroup, Gather
 
-__all__ = ["StorePlan", "plan_store", "plan_verified"]
+__all__ = ["StorePlan", "plan_store", "plan_verified", "check_emittable", "check_either"]
 
 
 def _uses_plain_stores(*, peer: bool, cluster_size: int | None, atomic, plain_stores) -> bool:
@@ -43,6 +43,35 @@ _VERIFIED: "weakref.WeakSet[StorePlan]" = weakref.WeakSet()
 def plan_verified(plan) -> bool:
   """Whether ``plan`` passed ``verify()`` (a changed copy has to pass again)."""
   return plan in _VERIFIED
+
+
+def check_emittable(plan) -> None:
+  """What ``emit_plan`` checks before it emits: refuses (AsyncStoreError) a plan the
+  verifier rejects (one that passed ``verify()`` is not replayed again), and a peer
+  plan with no target index to form the rank from."""
+  if not plan_verified(plan):
+    plan.verify()
+  where = plan.target
+  if where.peer and (where.cluster_dim is None or where.cluster_idx is None):
+    raise refuse(
+        "plan.target", where.describe(), "a peer target with cluster_dim and cluster_idx",
+        "plan with target=Target(peer=True, cluster_dim=..., cluster_idx=...) (async_store "
+        "does), or a local target")
+
+
+def check_either(local_plan, peer_plan) -> None:
+  """What ``emit_either`` checks: a local and a peer plan of the same bytes, each
+  emittable (``check_emittable``)."""
+  if local_plan.peer or not peer_plan.peer:
+    raise refuse("local_plan, peer_plan", f"{local_plan.target.describe()}, "
+                 f"{peer_plan.target.describe()}", "a local plan, then a peer plan",
+                 "pass the plan made with Target(peer=False) first")
+  if local_plan.total_bytes != peer_plan.total_bytes:
+    raise refuse("peer_plan", f"{peer_plan.total_bytes} bytes",
+                 f"the local plan's {local_plan.total_bytes} bytes",
+                 "plan both forms of the same store (same value, ref and atomic)")
+  for plan in (local_plan, peer_plan):
+    check_emittable(plan)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -1,0 +1,52 @@
+"""A cache of the deviceless tools' results for one test session (test/conftest.py).
+
+Many tests compile the same kernels (the runtime configurations, the Pallas cases,
+the checker's kernels), in several files and on both pytest-xdist workers.
+``mlir-opt``, ``ptxas`` and ``cuobjdump`` are pure functions of their input, so
+``install(directory)`` wraps the three runners of ``mosaic_async_store.tools.toolchain``
+with a cache in ``directory`` keyed by a hash of the tool's path, its arguments and
+its input; every worker of the session shares it.  Only successes are cached (a
+refusal runs the tool again), and the tool is still looked up first, so a missing
+tool fails as it would without the cache.  Nothing in the package uses this.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import pickle
+import tempfile
+
+__all__ = ["install"]
+
+
+def _cached(directory: pathlib.Path, name: str, tool: str, fn):
+  from mosaic_async_store.tools import toolchain
+
+  def wrapper(*args):
+    path = str(toolchain.find_tool(tool))   # a missing tool raises here, as without cache
+    key = hashlib.sha256(pickle.dumps((name, path, args))).hexdigest()
+    file = directory / f"{name}-{key}.pickle"
+    if file.exists():
+      return pickle.loads(file.read_bytes())
+    result = fn(*args)
+    fd, tmp = tempfile.mkstemp(dir=directory)
+    with os.fdopen(fd, "wb") as f:
+      pickle.dump(result, f)
+    os.replace(tmp, file)   # atomic: another worker reads a whole file or none
+    return result
+  wrapper.__wrapped__ = fn
+  return wrapper
+
+
+def install(directory: str | os.PathLike[str]) -> None:
+  """Wraps toolchain's mlir-opt, ptxas and cuobjdump runs with the cache in ``directory``."""
+  from mosaic_async_store.tools import toolchain
+  directory = pathlib.Path(directory)
+  directory.mkdir(parents=True, exist_ok=True)
+  for name, tool in (("_run_mlir_opt", "mlir-opt"), ("ptx_to_cubin", "ptxas"),
+                     ("cubin_to_sass", "cuobjdump")):
+    fn = getattr(toolchain, name)
+    if not hasattr(fn, "__wrapped__"):
+      setattr(toolchain, name, _cached(directory, name, tool, fn))
