@@ -46,20 +46,26 @@ def _exact(bits: int) -> fractions.Fraction:
   return fractions.Fraction(struct.unpack("<f", struct.pack("<I", bits))[0])
 
 
-def _run(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-  """``op`` on 32 lanes of (a, b) bit patterns in the checker."""
+def _run_lanes(op: str, *sources: np.ndarray) -> np.ndarray:
+  """``op d, s0, s1, ...`` on 32 lanes of bit patterns in the checker: lane i loads
+  source k from word 32 k + i of one buffer, and stores d after the sources."""
+  regs = [f"%r{3 + k + (k >= 2)}" for k in range(len(sources))]   # %r3, %r4, %r6
+  loads = "\n".join(f"  ld.global.b32 {r}, [%rd3+{128 * k}];" for k, r in enumerate(regs))
   ptx = kernel(f"""
   ld.param.u64 %rd1, [k_param_0];
   mul.wide.u32 %rd2, %r1, 4;
   add.s64 %rd3, %rd1, %rd2;
-  ld.global.b32 %r3, [%rd3];
-  ld.global.b32 %r4, [%rd3+128];
-  {op} %r5, %r3, %r4;
-  st.global.b32 [%rd3+256], %r5;
+{loads}
+  {op} %r5, {", ".join(regs)};
+  st.global.b32 [%rd3+{128 * len(sources)}], %r5;
 """)
-  buf = np.concatenate([a, b, np.zeros(32, np.uint32)]).astype(np.uint32)
+  buf = np.concatenate([*sources, np.zeros(32, np.uint32)]).astype(np.uint32)
   [out] = PtxKernel(ptx).launch([buf], cluster=1, smem_bytes=16, block=32)
-  return out.view(np.uint32)[64:]
+  return out.view(np.uint32)[32 * len(sources):]
+
+
+def _run(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+  return _run_lanes(op, a, b)
 
 
 def _samples(seed):
@@ -199,20 +205,7 @@ def _round_exact(base, fmt, bits, mode):
 
 
 def _run3(op, a, b, c):
-  """``op d, a, b, c`` (three sources) on 32 lanes in the checker."""
-  ptx = kernel(f"""
-  ld.param.u64 %rd1, [k_param_0];
-  mul.wide.u32 %rd2, %r1, 4;
-  add.s64 %rd3, %rd1, %rd2;
-  ld.global.b32 %r3, [%rd3];
-  ld.global.b32 %r4, [%rd3+128];
-  ld.global.b32 %r6, [%rd3+256];
-  {op} %r5, %r3, %r4, %r6;
-  st.global.b32 [%rd3+384], %r5;
-""")
-  buf = np.concatenate([a, b, c, np.zeros(32, np.uint32)]).astype(np.uint32)
-  [out] = PtxKernel(ptx).launch([buf], cluster=1, smem_bytes=16, block=32)
-  return out.view(np.uint32)[96:]
+  return _run_lanes(op, a, b, c)
 
 
 @pytest.mark.parametrize("mode", ["rn", "rz", "rm", "rp"])
@@ -299,17 +292,7 @@ def test_neg_and_abs_are_sign_bit_operations():
 
 
 def _run_unary(op, a):
-  ptx = kernel(f"""
-  ld.param.u64 %rd1, [k_param_0];
-  mul.wide.u32 %rd2, %r1, 4;
-  add.s64 %rd3, %rd1, %rd2;
-  ld.global.b32 %r3, [%rd3];
-  {op} %r5, %r3;
-  st.global.b32 [%rd3+128], %r5;
-""")
-  buf = np.concatenate([a, np.zeros(32, np.uint32)]).astype(np.uint32)
-  [out] = PtxKernel(ptx).launch([buf], cluster=1, smem_bytes=16, block=32)
-  return out.view(np.uint32)[32:]
+  return _run_lanes(op, a)
 
 
 @pytest.mark.parametrize("t", ["f32", "f16", "bf16", "f16x2", "bf16x2"])
