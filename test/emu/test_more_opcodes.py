@@ -116,7 +116,7 @@ def test_bar_warp_sync_orders_the_warp(schedule):
   assert err.value.rule == "race"
 
 
-@pytest.mark.parametrize("op", ["vote.sync.all.pred %p2, %p1, -1;", "activemask.b32 %r9;",
+@pytest.mark.parametrize("op", ["vote.all.pred %p2, %p1;", "activemask.b32 %r9;",
                                 "atom.shared.add.u32 %r9, [%r3], 1;",
                                 "ld.acquire.cluster.shared.u32 %r9, [%r3];",
                                 "st.release.cta.shared.u32 [%r3], %r1;",
@@ -169,3 +169,36 @@ def test_a_hang_names_every_waiting_thread_and_the_barrier_state(schedule):
   assert "CTA 0 threads 1..31 at PTX line" in msg and "mbarrier.try_wait.parity" in msg
   assert "[phase 0, pending 1, tx 0, count 1]" in msg and "offset 0x10" in msg
   assert "CTA 0 thread 0 at PTX line" in msg and "`bar.sync 0`" in msg
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("below, want", [(5, [0x1F, 0, 1, 0]), (32, [0xFFFFFFFF, 1, 1, 1]),
+                                         (0, [0, 0, 0, 1])])
+def test_vote_sync_gives_every_lane_the_warps_vote(below, want, schedule):
+  """vote.sync (full mask) on ``lane < below``: ballot, all, any, uni, in every lane."""
+  ptx = kernel(f"""
+  ld.param.u64 %rd1, [k_param_0];
+  setp.lt.u32 %p1, %r1, {below};
+  vote.sync.ballot.b32 %r3, %p1, -1;
+  vote.sync.all.pred %p2, %p1, -1;
+  vote.sync.any.pred %p3, %p1, -1;
+  vote.sync.uni.pred %p4, %p1, -1;
+  selp.u32 %r4, 1, 0, %p2;
+  selp.u32 %r5, 1, 0, %p3;
+  selp.u32 %r6, 1, 0, %p4;
+  mul.wide.u32 %rd2, %r1, 16;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.v4.u32 [%rd3], {{%r3, %r4, %r5, %r6}};
+""")
+  [out] = PtxKernel(ptx).launch([np.zeros(32 * 4, np.uint32)], cluster=1, smem_bytes=16,
+                                block=32, schedule=schedule)
+  assert out.view(np.uint32).reshape(32, 4).tolist() == [want] * 32
+
+
+def test_vote_with_a_partial_mask_is_refused():
+  ptx = kernel("""
+  setp.lt.u32 %p1, %r1, 5;
+  vote.sync.any.pred %p2, %p1, 0xffff;
+""")
+  with pytest.raises(RuntimeError, match="partial member mask"):
+    PtxKernel(ptx).launch([np.zeros(4, np.uint32)], cluster=1, smem_bytes=16, block=32)

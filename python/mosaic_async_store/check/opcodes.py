@@ -190,6 +190,10 @@ OPCODES: dict[str, Opcode] = {
                                    "shfl.sync.bfly.b32 %r1|%p1, %r2, 1, 31, -1"),
                    ("shfl.sync.up.b32 %r1, %r2, 1, 0, -1",)),
     "elect": Opcode("_collective", ("elect.sync %r1|%p1, -1",)),
+    "vote": Opcode("_vote", ("vote.sync.all.pred %p1, %p2, -1", "vote.sync.any.pred %p1, %p2, -1",
+                             "vote.sync.uni.pred %p1, %p2, -1",
+                             "vote.sync.ballot.b32 %r1, %p2, -1"),
+                   ("vote.all.pred %p1, %p2", "vote.sync.any.b32 %r1, %p2, -1")),
     "nanosleep": Opcode("_nanosleep", ("nanosleep.u32 20",)),
     "tcgen05": Opcode("_tcgen05", ("tcgen05.fence::before_thread_sync",
                                    "tcgen05.fence::after_thread_sync"),
@@ -203,7 +207,7 @@ OPCODES: dict[str, Opcode] = {
 
 # Opcodes refused by name although Mosaic GPU kernels may contain them (the table
 # walk checks that each is refused).
-REFUSED = ("atom.shared.add.u32 %r1, [%r2], 1", "vote.sync.all.pred %p1, %p2, -1",
+REFUSED = ("atom.shared.add.u32 %r1, [%r2], 1",
            "activemask.b32 %r1", "popc.b32 %r1, %r2", "ex2.approx.f32 %f1, %f2",
            "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
            "[%r1], [%rd1, {%r2, %r3}], [%r4]",

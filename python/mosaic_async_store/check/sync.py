@@ -344,6 +344,33 @@ class SyncSemantics:
       return BLOCK
     return block
 
+  def _vote(self, ins):
+    """``vote.sync.{all,any,uni}.pred d, p, membermask`` and ``vote.sync.ballot.b32``,
+    full member mask only: the lanes meet, then each gets the warp's vote (ballot:
+    bit i is lane i's predicate).  PTX ISA, vote: no memory ordering is implied."""
+    mode = ins.mods[1] if len(ins.mods) == 3 and ins.mods[0] == "sync" else None
+    if (mode, ins.mods[-1]) not in (("all", "pred"), ("any", "pred"), ("uni", "pred"),
+                                    ("ballot", "b32")) or len(ins.ops) != 3 or \
+       ins.ops[0][0] != "reg" or ins.src[1] is None:
+      raise NotImplementedError(f"opcode {ins.opcode}")
+    put, pred, mask = self._set(ins.ops[0], 32 if mode == "ballot" else 1), ins.src[1], ins.src[2]
+    k = len(self.code)
+
+    def resolve(lanes):
+      if any(mask(th) & 0xFFFFFFFF != 0xFFFFFFFF for th in lanes):
+        raise NotImplementedError("vote.sync with a partial member mask")
+      bits = [pred(th) & 1 for th in lanes]
+      value = {"all": int(all(bits)), "any": int(any(bits)), "uni": int(len(set(bits)) == 1),
+               "ballot": sum(b << i for i, b in enumerate(bits))}[mode]
+      for th in lanes:
+        put(th, value)
+    self.collectives[k] = resolve
+
+    def block(th):
+      th.wait = ("warp", k)
+      return BLOCK
+    return block
+
   def _warp_sync(self, mask):
     """``bar.warp.sync mask`` (full mask only): the warp's lanes meet, and each one's
     earlier accesses happen before every lane's later ones (PTX ISA, bar.warp.sync:
