@@ -181,8 +181,8 @@ def test_top_level_bare_register():
 def test_undeclared_bare_names_are_refused():
   with pytest.raises(NotImplementedError, match="@P9"):
     PtxKernel(kernel("  @P9 bra.uni L;\n  L:"))
-  with pytest.raises(ValueError):   # neither a register, a symbol nor an immediate
-    PtxKernel(kernel("  mov.b32 %r3, P9;"))
+  with pytest.raises(NotImplementedError, match="operand 'P9'"):   # no register, symbol
+    PtxKernel(kernel("  mov.b32 %r3, P9;"))                          # or immediate
 
 
 def test_unknown_opcode_is_still_refused():
@@ -285,3 +285,10 @@ def test_ldmatrix_fragments(n, trans):
       m = mats[i].T if trans else mats[i]
       row, col = lane // 4, 2 * (lane % 4)
       assert got[lane, i] == int(m[row, col]) | int(m[row, col + 1]) << 16, (lane, i)
+
+
+@pytest.mark.parametrize("stmt", ["vote.sync.any.pred %p2, !%p1, -1;",
+                                  "add.s32 %r3, %r1, (1+2);"])
+def test_an_operand_the_checker_does_not_parse_is_refused_by_name(stmt):
+  with pytest.raises(NotImplementedError, match=r"operand '(!%p1|\(1\+2\))'"):
+    PtxKernel(kernel("  " + stmt))

@@ -162,7 +162,12 @@ class PtxKernel(Runner, SyncSemantics, AccessSemantics, ValueSemantics):
       return ("pair", *(self._operand(t, scopes) for t in tok.split("|")))
     if _is_register(tok, scopes):  # special registers (%tid.x, ...) are preset ones
       return ("reg", next((sc[1][tok] for sc in reversed(scopes) if tok in sc[1]), tok))
-    return ("sym", tok) if tok in self.symbols else ("imm", immediate(tok))
+    if tok in self.symbols:
+      return ("sym", tok)
+    try:
+      return ("imm", immediate(tok))
+    except ValueError:   # a negated predicate (!%p), an expression, ...: not modelled
+      raise NotImplementedError(f"operand {tok!r}") from None
 
   def _get(self, op):
     """A getter th -> int for a source operand."""
