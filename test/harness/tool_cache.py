@@ -12,7 +12,9 @@ tool fails as it would without the cache.  Nothing in the package uses this.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 import os
 import pathlib
 import pickle
@@ -24,19 +26,26 @@ __all__ = ["install"]
 def _cached(directory: pathlib.Path, name: str, tool: str, fn):
   from mosaic_async_store.tools import toolchain
 
-  def wrapper(*args):
+  signature = inspect.signature(fn)
+
+  @functools.wraps(fn)
+  def wrapper(*args, **kwargs):
+    try:
+      bound = signature.bind(*args, **kwargs)
+    except TypeError:
+      return fn(*args, **kwargs)   # the function's own error for a wrong call
+    bound.apply_defaults()
     path = str(toolchain.find_tool(tool))   # a missing tool raises here, as without cache
-    key = hashlib.sha256(pickle.dumps((name, path, args))).hexdigest()
+    key = hashlib.sha256(pickle.dumps((name, path, bound.args))).hexdigest()
     file = directory / f"{name}-{key}.pickle"
     if file.exists():
       return pickle.loads(file.read_bytes())
-    result = fn(*args)
+    result = fn(*args, **kwargs)
     fd, tmp = tempfile.mkstemp(dir=directory)
     with os.fdopen(fd, "wb") as f:
       pickle.dump(result, f)
     os.replace(tmp, file)   # atomic: another worker reads a whole file or none
     return result
-  wrapper.__wrapped__ = fn
   return wrapper
 
 
