@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from mosaic_async_store.check.memory import SCOPES, ProtocolError
 from mosaic_async_store.check.ops import reduce_op
-from mosaic_async_store.check.sync import BLOCK, YIELD
+from mosaic_async_store.check.sync import YIELD
 
 __all__ = ["AsyncOp", "AccessSemantics"]
 
@@ -218,12 +218,7 @@ class AccessSemantics:
             r, c = (col, lane // 4) if trans else (lane // 4, col)   # memory row, column
             word |= int.from_bytes(rows[8 * i + r][2 * c:2 * c + 2], "little") << (16 * half)
           put(th, word)
-    self.collectives[k] = resolve
-
-    def block(th):
-      th.wait = ("warp", k)
-      return BLOCK
-    return block
+    return self._warp_collective_at(k, resolve)
 
   def _stmatrix(self, trans, space, addr, regs):
     """``stmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16 [p], {r0..r3}``: a warp stores
@@ -248,9 +243,4 @@ class AccessSemantics:
           buf, off = self._mem(writer, space, rows[8 * i + j], 16)
           self._access(writer, buf, off, 16, write=True, insn=k)
           buf[off:off + 16] = row
-    self.collectives[k] = resolve
-
-    def block(th):
-      th.wait = ("warp", k)
-      return BLOCK
-    return block
+    return self._warp_collective_at(k, resolve)

@@ -21,6 +21,13 @@ __all__ = ["EXIT", "Thread", "Runner"]
 EXIT = object()   # returned by an instruction: this thread stops
 
 
+def _group(th):
+  """The group a thread waiting at a warp collective or bar.sync waits with:
+  ("warp", CTA, warp) or ("bar", CTA, 0)."""
+  kind = th.wait[0]
+  return kind, th.cta, th.tid // 32 if kind == "warp" else 0
+
+
 class Thread:
   """One thread: registers, where it is, and its memory-model state (``vc``: its
   vector clock; ``unscoped``: clocks it saw through pairs whose scopes do not
@@ -190,11 +197,11 @@ class Runner:
 
   def _exec(self, th, max_back_jumps=1 << 20):
     """Runs ``th`` until it blocks or exits."""
-    code, pc, jumps = self.code, th.pc, 0
+    code, pc, jumps, n = self.code, th.pc, 0, 0
     try:
       while True:
         r = code[pc](th)
-        self.executed += 1
+        n += 1   # (a local: the count is added to self.executed once, at the end)
         if r is None:
           pc += 1
         elif r is BLOCK or r is EXIT:
@@ -224,13 +231,15 @@ class Runner:
     except Exception as e:  # say where, then re-raise
       raise RuntimeError(f"CTA {th.cta} thread {th.tid} at `{self.texts[pc]}`: "
                          f"{type(e).__name__}: {e}") from e
+    finally:
+      self.executed += n
 
   def _blocks(self, th):
     """``th`` now waits (``th.wait``); marks the run dirty if that may complete."""
     self.blocked[th.slot] = th
     kind = th.wait[0]
     if kind in ("warp", "bar"):
-      key = (kind, th.cta, th.tid // 32 if kind == "warp" else 0)
+      key = _group(th)
       n = self.group_waiting[key] = self.group_waiting.get(key, 0) + 1
       if n >= (32 if kind == "warp" else self.alive[th.cta]):
         self.dirty = True
@@ -249,7 +258,7 @@ class Runner:
   def _resume(self, th):
     kind = th.wait[0]
     if kind in ("warp", "bar"):
-      self.group_waiting[(kind, th.cta, th.tid // 32 if kind == "warp" else 0)] -= 1
+      self.group_waiting[_group(th)] -= 1
     elif kind == "cluster":
       self.cluster_waiting -= 1
     del self.blocked[th.slot]
@@ -285,7 +294,7 @@ class Runner:
         self._resume(th)
         woke = True
       elif kind in ("warp", "bar"):
-        groups.setdefault((kind, th.cta, th.tid // 32 if kind == "warp" else 0), []).append(th)
+        groups.setdefault(_group(th), []).append(th)
     for (kind, cta, _), ths in groups.items():
       size = 32 if kind == "warp" else self.alive[cta]
       if len(ths) == size and len({th.wait for th in ths}) == 1:

@@ -314,6 +314,17 @@ class SyncSemantics:
 
   # -- warp collectives -----------------------------------------------------------
 
+  def _warp_collective_at(self, k, resolve):
+    """Registers ``resolve(lanes)`` for instruction ``k``; the returned instruction
+    blocks its lane until all 32 lanes of the warp wait at ``k`` (run.Runner then
+    calls ``resolve`` with them in lane order)."""
+    self.collectives[k] = resolve
+
+    def block(th):
+      th.wait = ("warp", k)
+      return BLOCK
+    return block
+
   def _warp_collective(self, base, mods, ops, src):
     """The lane blocks; ``resolve`` runs once all 32 lanes wait at this instruction."""
     dest = ops[0][1:] if ops[0][0] == "pair" else (ops[0],)
@@ -337,12 +348,7 @@ class SyncSemantics:
         puts[0](th, j)
         if len(puts) > 1:
           puts[1](th, ok)
-    self.collectives[k] = resolve
-
-    def block(th):
-      th.wait = ("warp", k)
-      return BLOCK
-    return block
+    return self._warp_collective_at(k, resolve)
 
   def _vote(self, ins):
     """``vote.sync.{all,any,uni}.pred d, p, membermask`` and ``vote.sync.ballot.b32``,
@@ -364,12 +370,7 @@ class SyncSemantics:
                "ballot": sum(b << i for i, b in enumerate(bits))}[mode]
       for th in lanes:
         put(th, value)
-    self.collectives[k] = resolve
-
-    def block(th):
-      th.wait = ("warp", k)
-      return BLOCK
-    return block
+    return self._warp_collective_at(k, resolve)
 
   def _warp_sync(self, mask):
     """``bar.warp.sync mask`` (full mask only): the warp's lanes meet, and each one's
@@ -381,12 +382,7 @@ class SyncSemantics:
       if any(mask(th) & 0xFFFFFFFF != 0xFFFFFFFF for th in lanes):
         raise NotImplementedError("bar.warp.sync with a partial member mask")
       self._cta_barrier_woken(lanes)
-    self.collectives[k] = resolve
-
-    def block(th):
-      th.wait = ("warp", k)
-      return BLOCK
-    return block
+    return self._warp_collective_at(k, resolve)
 
   def _bar_key(self, th, space, addr):
     buf, off = self._mem(th, space, addr, 8)
