@@ -36,7 +36,7 @@ from mosaic_async_store import compat
 from mosaic_async_store.plan import validate
 from mosaic_async_store.plan.dtypes import as_dtype
 from mosaic_async_store.errors import AsyncStoreError, refuse, refuse_type
-from mosaic_async_store.lowering import debug, pallas_layouts, ptx
+from mosaic_async_store.lowering import debug, pallas_barriers, pallas_layouts, ptx
 from mosaic_async_store.lowering.store import async_store
 
 __all__ = ["async_store_smem", "async_store_smem_p", "install", "uninstall", "is_installed",
@@ -287,7 +287,10 @@ def install() -> None:
   for: Lane, Warpgroup, the Warp-primitive combinations) through a wait with
   ``.acquire.cluster`` (upstream's is ``.acquire.cta``), so stores with plain
   pieces into a peer (e.g. float reductions), which are refused without
-  install(), become visible to the waiting CTA (docs/pallas.md).
+  install(), become visible to the waiting CTA (docs/pallas.md).  And
+  ``plgpu.barrier_arrive`` on a ``ClusterBarrier`` through a warpgroup barrier
+  and a ``.release.cluster`` arrive (lowering/pallas_barriers.py), so every
+  thread's SMEM fill before it is visible to the peers after their wait.
   """
   if _state["installed"]:
     return
@@ -296,13 +299,16 @@ def install() -> None:
       upstream.async_store_smem_p: _reregister(upstream.async_store_smem_p,
                                                lambda key, rule: _RULES.get(key, rule)),
       upstream.barrier_wait_p: _reregister(upstream.barrier_wait_p,
-                                           lambda key, rule: _cluster_wait_rule(rule))}
+                                           lambda key, rule: _cluster_wait_rule(rule)),
+      upstream.barrier_arrive_p: _reregister(
+          upstream.barrier_arrive_p,
+          lambda key, rule: pallas_barriers.cluster_arrive_rule(rule))}
   _state["installed"] = True
 
 
 def uninstall() -> None:
-  """Restores upstream's lowering of ``plgpu.async_store_smem`` and ``plgpu.barrier_wait``;
-  a no-op when not installed."""
+  """Restores upstream's lowering of ``plgpu.async_store_smem``, ``plgpu.barrier_wait``
+  and ``plgpu.barrier_arrive``; a no-op when not installed."""
   if not _state["installed"]:
     return
   for prim, saved in _state.pop("saved").items():

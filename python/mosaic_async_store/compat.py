@@ -311,3 +311,20 @@ def pallas_store(ref, value, *, optimized: bool = False) -> None:
     ref[...] = value
   else:
     store(ref, value, optimized=optimized)
+
+
+def barrier_arrive_operands(flat_args, params) -> tuple[list, object]:
+  """``(flat transforms, predicate)`` of a Pallas ``barrier_arrive`` equation's operands
+  after the barrier, the predicate as an ``i1`` ``ir.Value`` or None.
+
+  jax 0.12 adds ``plgpu.barrier_arrive(b, predicate=...)``: the predicate is the last
+  operand and the parameter ``has_user_predicate`` says so; jax 0.10 has neither, and
+  every operand is a transform.  Needs the lowering's insertion point (the conversion
+  of a Python or traced bool to ``i1`` emits IR, as upstream's rule does).
+  """
+  flat = list(flat_args)
+  if not params.get("has_user_predicate", False):
+    return flat, None
+  import jax.numpy as jnp
+  *flat, user_predicate = flat
+  return flat, pallas_internals().lowering._ensure_ir_value(user_predicate, jnp.bool)

@@ -28,6 +28,7 @@ SMEM: the ``dynamic_shared_memory_size`` of the ``gpu.launch`` (the buffer
 plus the 8-byte barrier), read from the module rather than assumed.
 """
 
+import dataclasses
 import functools
 import re
 
@@ -36,6 +37,7 @@ import numpy as np
 import pytest
 
 from mosaic_async_store import pallas as mas_pallas
+from mosaic_async_store.lowering import pallas_barriers
 from mosaic_async_store.tools import toolchain
 from kernel_text import retargeted_ptx
 import pallas_run
@@ -224,3 +226,116 @@ def test_tensor_core_stores_arrive_once_per_warpgroup():
     # The wait (upstream's, or install()'s cluster-scoped one) keeps the after-fence.
     assert ptx.count("tcgen05.fence::after_thread_sync;") == 1, case.describe()
     assert (CLUSTER_WAIT in ptx) == case.installs, case.describe()
+
+
+# -- a fill published with Pallas' ClusterBarrier, then a reduction into the peer ----
+#
+# Every thread fills its SMEM, then plgpu.barrier_arrive / barrier_wait on a
+# plgpu.ClusterBarrier, then reduces into the peer's SMEM: the kernel as a user writes
+# it (pallas_run.CLUSTER_BARRIER_CASES).  Under install() the arrive is a warpgroup
+# barrier and an elected .release.cluster arrive (lowering/pallas_barriers.py) and the
+# wait acquires at cluster scope; without install() upstream's elected .release.cta
+# arrive releases no other thread's fill and is not morally strong with the wait.
+
+CLUSTER_BARRIER_UNINSTALLED = tuple(
+    dataclasses.replace(c, install=False) for c in pallas_run.CLUSTER_BARRIER_CASES
+    # float add into a peer is refused without install(); upstream's own store is
+    # another kernel than the one the user wrote against install().
+    if c.api == "mas" and c.atomic != "add")
+
+
+def _arrive_barrier(ptx: str) -> int:
+  """The offset of the last ``bar.sync`` before the ClusterBarrier's arrive."""
+  return ptx.rindex("bar.sync", 0, ptx.index(pallas_barriers.CLUSTER_ARRIVE))
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: f"schedule{s}")
+@pytest.mark.parametrize("case", pallas_run.CLUSTER_BARRIER_CASES, ids=lambda c: c.describe())
+def test_a_cluster_barrier_publishes_the_fill_under_install(case, schedule):
+  ptx, args, smem_bytes = _lowered(case)
+  assert ptx.count(pallas_barriers.CLUSTER_ARRIVE) == 1 and CLUSTER_WAIT in ptx
+  assert re.match(r"bar\.sync\s+%r\d+, 128;", ptx[_arrive_barrier(ptx):])  # the warpgroup's
+  out, want, kernel = run_case(case, ptx, args, smem_bytes, schedule)
+  bad = np.flatnonzero(out != want)
+  assert bad.size == 0, f"{bad.size} bytes differ, first at {bad[:8].tolist()}"
+  assert kernel.timeouts == 0 and not kernel.calls
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: f"schedule{s}")
+@pytest.mark.parametrize("case", CLUSTER_BARRIER_UNINSTALLED, ids=lambda c: c.describe())
+def test_without_install_the_cluster_barrier_leaves_the_fill_racing(case, schedule):
+  """The same kernel built without install(): the peer's red.async races the fill."""
+  ptx, args, smem_bytes = _lowered(case)
+  assert pallas_barriers.CLUSTER_ARRIVE not in ptx
+  assert "mbarrier.arrive.shared::cluster.b64" in ptx   # upstream's arrive, .release.cta
+  with pytest.raises(ProtocolError) as err:
+    run_case(case, ptx, args, smem_bytes, schedule)
+  assert err.value.rule in ("race", "early-read"), err.value
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: f"schedule{s}")
+@pytest.mark.parametrize("broken", ["no warpgroup barrier", "cta scope"])
+@pytest.mark.parametrize("case", [c for c in pallas_run.CLUSTER_BARRIER_CASES
+                                  if not c.auto_barriers], ids=lambda c: c.describe())
+def test_each_half_of_the_cluster_arrive_is_needed(case, broken, schedule):
+  """Where Pallas puts no barrier of its own after the fill (unsafe_no_auto_barriers),
+  the arrive's warpgroup barrier is the only thing that orders the other threads' fill
+  before the elected arrive; and a .cta-scoped arrive does not synchronize with the
+  peer's .acquire.cluster wait.  Either one taken out of the PTX is reported."""
+  ptx, args, smem_bytes = _lowered(case)
+  if broken == "no warpgroup barrier":
+    at = _arrive_barrier(ptx)
+    assert ptx.count("bar.sync") == 2   # the barrier initialisation's, and the arrive's
+    ptx = ptx[:at] + "// " + ptx[at:]
+  else:
+    ptx = ptx.replace(pallas_barriers.CLUSTER_ARRIVE, "mbarrier.arrive.shared::cluster.b64")
+  with pytest.raises(ProtocolError) as err:
+    run_case(case, ptx, args, smem_bytes, schedule)
+  assert err.value.rule in ("race", "early-read"), err.value
+
+
+def _predicated_arrive_kernel(predicate):
+  """Each CTA of a 2-CTA cluster copies x[cta] to SMEM, arrives on a ClusterBarrier with
+  ``predicate(cta)`` (jax 0.12's ``barrier_arrive(..., predicate=)``), waits on it and
+  copies SMEM out: a barrier of two arrivals per CTA, one from each CTA."""
+  import jax.numpy as jnp
+  from jax.experimental.pallas import mosaic_gpu as plgpu
+  shape = (64, 64)
+
+  def body(x_ref, o_ref, smem, cluster_barrier):
+    cta = jax.lax.axis_index("cluster")
+    smem[...] = pallas_run.compat.pallas_load(x_ref.at[cta], optimized=False)
+    plgpu.barrier_arrive(cluster_barrier, predicate=predicate(cta))
+    plgpu.barrier_wait(cluster_barrier)
+    pallas_run.compat.pallas_store(o_ref.at[cta],
+                                   pallas_run.compat.pallas_load(smem, optimized=False))
+  return plgpu.kernel(
+      body, out_type=jax.ShapeDtypeStruct((2, *shape), jnp.int32), grid=(1,),
+      grid_names=("g",), cluster=(2,), cluster_names=("cluster",),
+      scratch_types=[plgpu.SMEM(shape, jnp.int32),
+                     plgpu.ClusterBarrier(collective_axes=("cluster",))])
+
+
+def _arrive_takes_a_predicate() -> bool:
+  import inspect
+  from jax.experimental.pallas import mosaic_gpu as plgpu
+  return "predicate" in inspect.signature(plgpu.barrier_arrive).parameters
+
+
+@pytest.mark.skipif(not _arrive_takes_a_predicate(),
+                    reason="this jax's plgpu.barrier_arrive takes no predicate (jax 0.12 has one)")
+def test_the_cluster_arrive_keeps_the_users_predicate():
+  """Under install(), an arrive whose predicate is false for CTA 1 is not made: both
+  CTAs' waits miss CTA 1's arrival and hang; with a predicate true everywhere the
+  kernel is clean and copies x through."""
+  from mosaic_async_store import check as mas_check
+  x = np.arange(2 * 64 * 64, dtype=np.int32).reshape(2, 64, 64)
+  mas_pallas.install()
+  try:
+    everywhere = mas_check.check(_predicated_arrive_kernel(lambda cta: cta >= 0), x)
+    cta0_only = mas_check.check(_predicated_arrive_kernel(lambda cta: cta == 0), x)
+  finally:
+    mas_pallas.uninstall()
+  assert everywhere.ok, str(everywhere)
+  assert np.array_equal(everywhere.outputs[0], x)
+  assert [f.rule for f in cta0_only.findings] == ["hang"] * 3, str(cta0_only)

@@ -32,7 +32,8 @@ import numpy as np
 from mosaic_async_store import compat
 from mosaic_async_store.plan.dtypes import as_dtype
 
-__all__ = ["PallasCase", "PALLAS_CASES", "TENSOR_CORE_CASES", "LAYOUT_CASES", "WIDENED_LAYOUTS", "layout_case",
+__all__ = ["PallasCase", "PALLAS_CASES", "TENSOR_CORE_CASES", "CLUSTER_BARRIER_CASES",
+           "LAYOUT_CASES", "WIDENED_LAYOUTS", "layout_case",
            "roundtrip_kernel", "make_inputs", "expected", "device_bytes", "traced", "run_case"]
 
 
@@ -56,6 +57,11 @@ class PallasCase:
   tensor_core: bool = False      # the barrier is Barrier(orders_tensor_core=True): one
                                  # arrival per store (Blackwell: compiled for sm_100a)
   barrier_index: int = 0         # store and wait on barrier k of an array of k + 1
+  cluster_barrier: bool = False  # a reduction's init fill is published to the peer with
+                                 # plgpu.ClusterBarrier (barrier_arrive, barrier_wait), as
+                                 # a user writes it, instead of _cluster_sync
+  auto_barriers: bool = True     # False: CompilerParams(unsafe_no_auto_barriers=True), so
+                                 # no warpgroup barrier of Pallas' follows the fill
 
   @property
   def arch(self) -> str:
@@ -78,7 +84,9 @@ class PallasCase:
             (" into cta0" if self.cta0 else "") +
             (f" layout={self.layout}" if self.layout else "") +
             (" orders_tensor_core" if self.tensor_core else "") +
-            (f" barrier[{self.barrier_index}]" if self.barrier_index else ""))
+            (f" barrier[{self.barrier_index}]" if self.barrier_index else "") +
+            (" ClusterBarrier" if self.cluster_barrier else "") +
+            ("" if self.auto_barriers else " no_auto_barriers"))
 
 
 PALLAS_CASES = (
@@ -124,6 +132,29 @@ TENSOR_CORE_CASES = tuple(
         PallasCase("uint32", "warpgroup", atomic="max", shape=(64, 64), cta0=True)))
 
 
+# A reduction into the peer whose init fill is published with Pallas' ClusterBarrier:
+# every thread fills its SMEM, then plgpu.barrier_arrive / barrier_wait on the cluster
+# barrier, then the store.  Correct under install() (lowering/pallas_barriers.py: a
+# warpgroup barrier before the elected arrive, .release.cluster; the cluster-scope
+# wait); the same kernel without install() races (test/emu/test_pallas_execution.py).
+CLUSTER_BARRIER_CASES = (
+    PallasCase("int32", "lane", atomic="min", shape=(64, 64), install=True,
+               cluster_barrier=True),
+    PallasCase("int32", "warpgroup", atomic="min", shape=(64, 64), install=True,
+               cluster_barrier=True),
+    PallasCase("int32", "warpgroup", atomic="max", shape=(64, 64), api="upstream",
+               cluster_barrier=True),
+    PallasCase("float32", "lane", atomic="add", shape=(64, 64), install=True,
+               cluster_barrier=True),
+    # Without Pallas' barrier after the fill, only the arrive's own warpgroup barrier
+    # orders the other threads' fill before the elected arrive.
+    PallasCase("int32", "lane", atomic="min", shape=(64, 64), install=True,
+               cluster_barrier=True, auto_barriers=False),
+    PallasCase("int32", "warpgroup", atomic="max", shape=(64, 64), install=True,
+               cluster_barrier=True, auto_barriers=False),
+)
+
+
 # Layouts by dtype that upstream's layout inference rejects under Warpgroup semantics
 # (upstream's store cannot transfer them; Lane semantics stores them through this
 # project): 64-bit data in every layout, 32-bit data in WGMMA_UPCAST_4X, the
@@ -159,9 +190,10 @@ def _cluster_sync():
   completes through the tx mechanism, like bulk copies), then
   ``barrier.cluster.arrive`` / ``wait`` (default ``.release`` / ``.acquire`` at
   cluster scope), so every thread's init stores happen before the peer's
-  reductions.  Pallas' ClusterBarrier would not do: one thread per CTA arrives on
-  each CTA's barrier, with no CTA barrier before it and the default
-  ``.release.cta``, and its wait is ``.acquire.cta``."""
+  reductions.  Pallas' ClusterBarrier would not do without install(): one thread per
+  CTA arrives on each CTA's barrier, with no CTA barrier before it and the default
+  ``.release.cta``, and its wait is ``.acquire.cta`` (``CLUSTER_BARRIER_CASES`` use
+  it, under install())."""
   from jax.experimental.pallas import mosaic_gpu as plgpu
   from jaxlib.mlir.dialects import nvvm
 
@@ -197,11 +229,15 @@ def roundtrip_kernel(case: PallasCase):
   smem_layout = wgmma if case.swizzle else {}
   x_layout = {"layout": getattr(plgpu.Layout, case.layout)} if lane and case.layout else wgmma
 
-  def body(x_ref, init_ref, o_ref, smem, bar):
+  def body(x_ref, init_ref, o_ref, smem, bar, *cluster_barrier):
     cta = jax.lax.axis_index("cluster")
     if case.atomic:  # known starting values, visible before the peer reduces into them
       smem[...] = compat.pallas_load(init_ref.at[cta], optimized=False, **smem_layout)
-      _cluster_sync()
+      if case.cluster_barrier:
+        plgpu.barrier_arrive(cluster_barrier[0])
+        plgpu.barrier_wait(cluster_barrier[0])
+      else:
+        _cluster_sync()
     x = compat.pallas_load(x_ref.at[cta], optimized=False, **x_layout)
     if case.layout and not lane:  # the kernel fixes the layout; inference keeps it
       x = plgpu.layout_cast(x, getattr(plgpu.Layout, case.layout))
@@ -224,8 +260,12 @@ def roundtrip_kernel(case: PallasCase):
                      plgpu.Barrier(num_arrivals=2 if case.cta0 else 1,
                                    num_barriers=case.barrier_index + 1,
                                    **({"orders_tensor_core": True} if case.tensor_core
-                                      else {}))],
-      compiler_params=plgpu.CompilerParams(lowering_semantics=sem))
+                                      else {}))] +
+                    ([plgpu.ClusterBarrier(collective_axes=("cluster",))]
+                     if case.cluster_barrier else []),
+      compiler_params=plgpu.CompilerParams(
+          lowering_semantics=sem,
+          **({} if case.auto_barriers else {"unsafe_no_auto_barriers": True})))
   return kernel, out
 
 
