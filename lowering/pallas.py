@@ -154,8 +154,9 @@ def _warpgroup_rule(ctx, src, ref, barrier, cluster_idx, *flat_transforms,
       optimized=optimized)
   op = getattr(op, "operation", op)
   op.attributes[MARK] = ir.UnitAttr.get()
-  dtype = ctx.avals_in[0].dtype
-  op.attributes["mas.signed"] = ir.BoolAttr.get(bool(np.issubdtype(dtype, np.signedinteger)))
+  # as_dtype, not np.issubdtype: ml_dtypes' int4 is no np.signedinteger.
+  signed = as_dtype(ctx.avals_in[0].dtype).is_signed_int
+  op.attributes["mas.signed"] = ir.BoolAttr.get(signed)
   if atomic is not None:
     op.attributes["mas.atomic"] = ir.StringAttr.get(atomic)
   # The dialect's barrier type carries orders_tensor_core only from jax 0.12 on.

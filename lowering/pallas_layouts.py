@@ -14,7 +14,11 @@ stores, and steers free layouts to ones the planner can store.
 A value whose layout the kernel fixed with ``plgpu.layout_cast`` gets no layout
 constraint from the store: inference keeps the cast's layout, and the lowering
 refuses one the planner cannot store with the planner's own ``AsyncStoreError``
-instead of upstream's "Failed to infer a possible set of layouts".
+instead of upstream's "Failed to infer a possible set of layouts".  A store for
+which no layout is storable at all (one int4 element; a splat of 2 bytes) is
+refused the same way while its constraints are derived (``unstorable``): with
+the planner's error for the value's most natural layout, since no choice of
+inference could succeed.
 
 Ops that are not this project's (upstream's, before ``install()``) keep
 upstream's rule; ``register(is_ours)`` puts a dispatcher in its place.
@@ -23,15 +27,16 @@ upstream's rule; ``register(is_ours)`` puts a dispatcher in its place.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from jaxlib.mlir import ir
 
 from mosaic_async_store import compat
-from mosaic_async_store.errors import AsyncStoreError
+from mosaic_async_store.errors import AsyncStoreError, refuse
 from mosaic_async_store.lowering.store import dtype_name
 from mosaic_async_store.plan.planner import plan_store
 
-__all__ = ["Storable", "op_signed_and_atomic", "register", "storable"]
+__all__ = ["Storable", "op_signed_and_atomic", "register", "storable", "unstorable"]
 
 _OP = "mosaic_gpu.async_store_smem"
 _cs, _RULES = compat.layout_constraints()
@@ -60,22 +65,37 @@ def storable(layout, shape, strides, tiling, swizzle, dtype: str, atomic, optimi
   (jax 0.10/0.11: an ``OptimizedTransferKind``, whose DOWNGRADABLE accepts a plan with
   bank conflicts where no conflict-free one exists, as the lowering rule does; jax
   0.12: a bool)."""
-  ref_shape, ref_strides = tuple(shape), tuple(strides)
-  if tiling:
-    if any(s % t for s, t in zip(shape[-len(tiling):], tiling)):
-      return False
-    ref_shape = (*shape[:-len(tiling)], *(s // t for s, t in zip(shape[-len(tiling):], tiling)),
-                 *tiling)
-    ref_strides = compat.tile_strides(strides, tiling)
+  return _storable(layout, tuple(shape), tuple(strides), tuple(tiling), swizzle, dtype,
+                   atomic, optimized)
+
+
+# Inference asks again and again about the same few layouts (each candidate, each
+# reduction of the system), and a plan is pure data: one per question suffices.
+@functools.lru_cache(maxsize=512)
+def _storable(layout, shape, strides, tiling, swizzle, dtype, atomic, optimized) -> bool:
   for conflict_free in compat.transfer_optimized_tries(optimized):
     try:
-      plan_store(layout, tuple(shape), dtype, swizzle=swizzle if tiling else None,
-                 tiling_rank=len(tiling) or None, optimized=conflict_free, atomic=atomic,
-                 ref_shape=ref_shape, ref_strides=ref_strides).verify()
+      _plan(layout, shape, strides, tiling, swizzle, dtype, atomic, conflict_free)
       return True
     except (AsyncStoreError, TypeError):
       continue
   return False
+
+
+def _plan(layout, shape, strides, tiling, swizzle, dtype, atomic, conflict_free):
+  """The verified plan of that store; raises the planner's refusal."""
+  ref_shape, ref_strides = shape, strides
+  if tiling:
+    if any(s % t for s, t in zip(shape[-len(tiling):], tiling)):
+      raise refuse("ref", f"tiled by {tiling}", f"a tiling that divides the value's shape "
+                   f"{shape}", "allocate the ref with a tile that divides the array "
+                   "(plgpu.TilingTransform)")
+    ref_shape = (*shape[:-len(tiling)], *(s // t for s, t in zip(shape[-len(tiling):], tiling)),
+                 *tiling)
+    ref_strides = compat.tile_strides(strides, tiling)
+  return plan_store(layout, shape, dtype, swizzle=swizzle if tiling else None,
+                    tiling_rank=len(tiling) or None, optimized=conflict_free, atomic=atomic,
+                    ref_shape=ref_shape, ref_strides=ref_strides).verify()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,7 +140,105 @@ def _constraint_system(ctx, op):
                dtype=dtype, atomic=atomic)
       if isinstance(c, _cs.IsTransferableSmemRegisters) else c
       for c in system.constraints]
+  for c in constraints:
+    if isinstance(c, Storable) and (error := unstorable(op, c)) is not None:
+      raise error
   return dataclasses.replace(system, constraints=constraints), sites
+
+
+# Every register layout Mosaic GPU ships (upstream attribute names), in the order
+# inference itself proposes them for a store into a tiled ref, then the others.
+_TILED_LAYOUTS = (
+    "WGMMA_LAYOUT", "WGMMA_TRANSPOSED_LAYOUT", "TCGEN05_LAYOUT", "TCGEN05_TRANSPOSED_LAYOUT",
+    "WGMMA_LAYOUT_8BIT", "WGMMA_LAYOUT_UPCAST_2X", "WGMMA_LAYOUT_UPCAST_4X",
+    "WGMMA_LAYOUT_ACC_32BIT", "WGMMA_ROW_LAYOUT", "WGMMA_COL_LAYOUT", "TCGEN05_ROW_LAYOUT",
+    "TCGEN05_COL_LAYOUT", "TMEM_NATIVE_LAYOUT")
+
+
+def unstorable(op, constraint: Storable) -> AsyncStoreError | TypeError | None:
+  """The planner's refusal of ``op``'s value in its most natural layout when no layout
+  Mosaic GPU ships is storable into any SMEM tiling the destination may get; None when
+  one is (inference then looks for it, or fails for a reason of its own).
+
+  Without it such a store reaches the user as upstream's "Failed to infer a possible
+  set of layouts": every layout inference tries is refused, and the refusals are not
+  shown.  Most natural: a splat for a constant, else the layouts inference proposes
+  (strided for an untiled ref, WGMMA for a tiled one)."""
+  smem = _smem_candidates(op.destination, constraint)
+  if smem is None:  # transforms this check does not model: leave it to inference
+    return None
+  value = op.valueToStore
+  layouts = _layout_candidates(value, tiled=bool(smem[0][0]))
+  args = (tuple(constraint.shape), tuple(constraint.strides))
+  if any(storable(layout, *args, tiling, swizzle, constraint.dtype, constraint.atomic,
+                  constraint.optimized)
+         for layout in layouts for tiling, swizzle in smem):
+    return None
+  (tiling, swizzle), layout = smem[0], layouts[0]
+  try:
+    _plan(layout, *args, tiling, swizzle, constraint.dtype, constraint.atomic,
+          compat.transfer_optimized_tries(constraint.optimized)[-1])
+  except (AsyncStoreError, TypeError) as e:
+    e.add_note(f"Warpgroup layout inference: no register layout is storable for this "
+               f"value; the refusal shown is the planner's for {layout}.")
+    return e
+  return None  # unreachable: storable() said the planner refuses it
+
+
+def _layout_candidates(value: ir.Value, tiled: bool) -> list:
+  """Every layout Mosaic GPU ships that may hold ``value``, the most natural first."""
+  fa = compat.fragmented_array()
+  ty = ir.VectorType(value.type)
+  splat = fa.WGSplatFragLayout(shape=tuple(ty.shape))
+  strided = [s for s in [fa.WGStridedFragLayout.from_shaped_type(ty)] if s is not None]
+  named = [getattr(fa, n) for n in _TILED_LAYOUTS if hasattr(fa, n)]
+  named += [fa.tmem_native_layout(v) for v in (1, 2, 4, 8)]
+  ordered = named + strided if tiled else strided + named
+  ordered = [splat, *ordered] if _is_splat(value) else [*ordered, splat]
+  return list(dict.fromkeys(ordered))  # some names are one layout (WGMMA_COL, TCGEN05_COL)
+
+
+def _is_splat(value: ir.Value) -> bool:
+  """Whether ``value`` is a constant with one value (jnp.full, a scalar broadcast)."""
+  owner = getattr(value.owner, "operation", value.owner)
+  name = getattr(owner, "name", "")
+  if name == "arith.constant":
+    try:
+      return ir.DenseElementsAttr(owner.attributes["value"]).is_splat
+    except ValueError:  # not dense elements
+      return False
+  if name in ("vector.broadcast", "vector.splat"):
+    try:
+      ir.VectorType(owner.operands[0].type)
+    except ValueError:  # a scalar, broadcast to every element
+      return True
+  return False
+
+
+def _smem_candidates(ref: ir.Value, constraint: Storable):
+  """(tiling, swizzle) pairs the destination may get: its ``with_transforms`` (what the
+  kernel allocated), or, for a ref without, none and the tilings inference conjures
+  (whole swizzle rows of 128, 64 or 32 bytes); None for transforms beyond a tiling
+  and a swizzle."""
+  owner = getattr(ref.owner, "operation", ref.owner)
+  if getattr(owner, "name", "") == "mosaic_gpu.with_transforms":
+    dl = compat.pallas_internals().dialect_lowering
+    transforms = owner.attributes["transforms"]
+    memref_transforms = dl.memref_transforms_from_transforms_attr(transforms)
+    if len(memref_transforms) > 1 or any(not hasattr(t, "tiling") for t in memref_transforms):
+      return None  # e.g. a transpose: the strides this check reads would not say it
+    sw = dl.swizzle_from_transforms_attr(transforms)
+    swizzle = None if sw == dl.mgpu.SwizzlingMode.kNoSwizzle else int(sw.value)
+    return [(tuple(memref_transforms[0].tiling) if memref_transforms else (), swizzle)]
+  out = [((), None)]
+  shape, bits = tuple(constraint.shape), constraint.bitwidth
+  if len(shape) >= 2:
+    for sw in (128, 64, 32):
+      elems = sw * 8 // bits
+      for tile in ((8, elems), (elems, 8)):
+        if not any(d % t for d, t in zip(shape[-2:], tile)):
+          out.append((tile, sw))
+  return out
 
 
 _upstream_rule = _RULES[_OP]

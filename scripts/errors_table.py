@@ -76,6 +76,8 @@ SECTIONS = {
                "whose body calls `mas_pallas.async_store_smem(x, smem, bar.at[0], "
                "cluster_idx=peer, cluster_dim=\"cluster\")` with the overrides "
                "(`src=`/`ref=`/`barrier=`/`cluster_idx=` functions of the default; "
+               "`dtype=` and `shape=` those of `x` and `smem`; `semantics=\"warpgroup\"` "
+               "lowers under Warpgroup semantics, through layout inference; "
                "`api=\"upstream\"` calls `plgpu.async_store_smem` after `install()`).  "
                "Argument errors are raised while tracing, before lowering; after "
                "`install()`, upstream's primitive is checked by this project's "

@@ -231,7 +231,8 @@ ASYNC = _cases("async_store", [
 # store(**overrides) lowers a 2-CTA int32 (64, 128) Pallas kernel whose body calls
 # mas_pallas.async_store_smem(x, smem, bar.at[0], cluster_idx=peer,
 # cluster_dim="cluster") with the given overrides (src=, ref=, barrier=: functions
-# of the default), dtype=, cluster=, semantics=, api= ("mas" | "upstream").
+# of the default), dtype=, shape= (of x and smem), cluster=, semantics=, api=
+# ("mas" | "upstream").
 PALLAS = _cases("pallas", [
     ("atomic-unknown", "store(atomic='mul')", "AsyncStoreError", ("atomic='mul'",)),
     ("atomic-unknown-warpgroup", "store(atomic='mul', semantics='warpgroup')",
@@ -261,6 +262,15 @@ PALLAS = _cases("pallas", [
      ("called outside a kernel", "Pallas Mosaic GPU kernel", "Fix: call it from the kernel body")),
     ("float-add-without-install", "store(atomic='add', dtype='float32')", "AsyncStoreError",
      ("atomic=add", ".release.cluster arrive", ".acquire.cta", "install() first")),
+    # Warpgroup semantics: no register layout can hold these, so layout inference
+    # would fail; the planner says why for the value's most natural layout (a splat).
+    ("one-int4-warpgroup", "store(semantics='warpgroup', dtype='int4', shape=(1,), "
+     "src=lambda x: jnp.full((1,), 3, jnp.int4))", "AsyncStoreError",
+     ("shape=(1,)", "1 elements of int4 are 4 bits", "whole number of bytes",
+      "Fix: pack pairs of 4-bit values")),
+    ("splat-2-int8-warpgroup", "store(semantics='warpgroup', dtype='int8', shape=(2,), "
+     "src=lambda x: jnp.full((2,), 3, jnp.int8))", "AsyncStoreError",
+     ("shape=(2,)", "a splat whose element count is a multiple of 128", "Fix:")),
 ])
 
 # toolchain, mas, with_env(var, value, fn), dialect_module() (a Warpgroup Pallas
@@ -317,6 +327,22 @@ CLI = _cases("cli", [
      "exit 2", ("--output", "/nonexistent/dir/plan.txt")),
     ("beyond-smem", "compile --dtype f32 --shape 64x1048576 --swizzle none --emit plan",
      "exit 2", ("232448 bytes",)),
+    ("shape-vs-tile-wider-ref", "compile --shape 2x4x128 --layout STRIDED --emit plan",
+     "exit 2", ("--shape 2x4x128 is not supported", "--ref-shape 1x1x2x2x4x64")),
+    ("ref-shape-malformed", "compile --ref-shape 8by64 --emit plan", "exit 2",
+     ("argument --ref-shape", "malformed shape '8by64'")),
+    ("ref-shape-zero", "compile --ref-shape 8x0x8x64 --emit plan", "exit 2",
+     ("--ref-shape 8x0x8x64 is not supported", "positive dims")),
+    ("ref-shape-vs-shape", "compile --ref-shape 64x64 --emit plan", "exit 2",
+     ("--ref-shape 64x64 is not supported", "(64, 128)", "a --ref-shape that untiles to --shape")),
+    ("ref-shape-rank", "compile --ref-shape 1x2x3x4x5 --emit plan", "exit 2",
+     ("--ref-shape 1x2x3x4x5 is not supported", "tiled by at most 2 trailing dims")),
+    ("ref-shape-vs-swizzle", "compile --ref-shape 64x128 --emit plan", "exit 2",
+     ("--swizzle 128 is not supported", "plain (untiled) ref", "--ref-shape in 8x64 tiles")),
+    ("ref-shape-transposed", "compile --ref-shape 8x2x8x64 --transposed --emit plan", "exit 2",
+     ("--ref-shape 8x2x8x64 is not supported", "drop --ref-shape or --transposed")),
+    ("ref-shape-compiled", "compile --ref-shape 4x2x16x64", "exit 2",
+     ("--ref-shape goes with --emit plan", "--emit ptx")),
 ])
 
 CASES = PLAN + ASYNC + PALLAS + TOOLCHAIN + CLI

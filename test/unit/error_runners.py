@@ -93,8 +93,8 @@ def run_async_store(case) -> dict:
       return _outcome(call)
 
 
-def _pallas_store(*, dtype="int32", cluster=2, semantics="lane", api="mas", src=None,
-                  ref=None, barrier=None, cluster_idx=None, **store_kwargs):
+def _pallas_store(*, dtype="int32", shape=(64, 128), cluster=2, semantics="lane", api="mas",
+                  src=None, ref=None, barrier=None, cluster_idx=None, **store_kwargs):
   """Lowers a Pallas kernel whose body stores with the given overrides (see PALLAS)."""
   from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -121,13 +121,13 @@ def _pallas_store(*, dtype="int32", cluster=2, semantics="lane", api="mas", src=
     plgpu.barrier_wait(bar.at[0])
 
   kernel = plgpu.kernel(
-      body, out_type=jax.ShapeDtypeStruct((64, 128), dt), grid=(cluster,), grid_names=("g",),
+      body, out_type=jax.ShapeDtypeStruct(shape, dt), grid=(cluster,), grid_names=("g",),
       cluster=(cluster,), cluster_names=("cluster",),
-      scratch_types=[plgpu.SMEM((64, 128), dt), plgpu.Barrier(num_arrivals=1, num_barriers=1),
+      scratch_types=[plgpu.SMEM(shape, dt), plgpu.Barrier(num_arrivals=1, num_barriers=1),
                      plgpu.Barrier(num_arrivals=1, num_barriers=2)],
       compiler_params=plgpu.CompilerParams(lowering_semantics=sem))
   try:
-    return lower_pallas_to_mosaic_modules(kernel, jax.ShapeDtypeStruct((64, 128), dt))
+    return lower_pallas_to_mosaic_modules(kernel, jax.ShapeDtypeStruct(shape, dt))
   finally:
     mas_pallas.uninstall()
 

@@ -246,6 +246,15 @@ MISUSE = {
     "arch without suffix": ["compile", "--arch", "sm_100"],
     "tcgen05 on Hopper": ["compile", "--arrival", "tensor_core"],
     "elected upstream": ["compile", "--arrival", "warpgroup", "--impl", "upstream"],
+    "ref shape of another array": ["compile", "--ref-shape", "64x64", "--emit", "plan"],
+    "ref shape with a zero": ["compile", "--ref-shape", "8x0x8x64"],
+    "ref shape too deep": ["compile", "--ref-shape", "1x2x3x4x5", "--emit", "plan"],
+    "plain ref shape, swizzled": ["compile", "--ref-shape", "64x128", "--emit", "plan"],
+    "ref shape of a transposed view": ["compile", "--ref-shape", "8x2x8x64", "--transposed",
+                                       "--emit", "plan"],
+    "ref shape, compiled": ["compile", "--ref-shape", "4x2x16x64", "--emit", "sass"],
+    "3-D shape vs tile": ["compile", "--shape", "2x4x128", "--layout", "STRIDED",
+                          "--emit", "plan"],
 }
 
 
@@ -261,7 +270,7 @@ def test_misuse_exits_2_with_one_line(argv, capsys):
 
 # Python spellings that have a flag, or no CLI counterpart: never in the CLI's messages.
 _PYTHON_ONLY = re.compile(r"\b(optimized|atomic|swizzle|dtype|layout|arrival|cluster|offset_rows|"
-                          r"transposed)=|\bref_shape\b|\bshape=\(")
+                          r"transposed|ref|tiling_rank)=|\bref_shape\b|\bshape=\(|plgpu\.")
 
 
 @pytest.mark.parametrize("argv", MISUSE.values(), ids=MISUSE.keys())
@@ -282,12 +291,55 @@ def test_int4_on_the_defaults_says_which_flag_to_change_and_the_fix_works(capsys
   assert "verified" in capsys.readouterr().out
 
 
+def _plan_summary(argv) -> str:
+  status, out = _run(["compile", "--emit", "plan", *argv])
+  assert status == 0, argv
+  return out
+
+
+def test_ref_shape_plans_the_store_into_that_ref():
+  """--ref-shape is plan_store's ref_shape: (16, 64) tiles instead of the canonical
+  (8, 64) ones of a 128-byte swizzle; the canonical ref spelled out is the default."""
+  cfg = StoreConfig()
+  plan = plan_store(resolve_layout(cfg.layout, cfg.shape, cfg.dtype), cfg.shape, cfg.dtype,
+                    swizzle=128, ref_shape=(4, 2, 16, 64))
+  out = _plan_summary(["--ref-shape", "4x2x16x64"])
+  assert "ref_shape=(4, 2, 16, 64)" in out and f"{plan.total_bytes} bytes" in out
+  assert _plan_summary(["--ref-shape", "8x2x8x64"]) == _plan_summary([])
+
+
+_3D = ["--shape", "2x4x128", "--layout", "STRIDED"]
+
+
+@pytest.mark.parametrize("argv, fix, fixed", [
+    # the library's "pass ref_shape": a tile over more of the array's dims
+    (_3D, r"--ref-shape (\S+)$", lambda ref: [*_3D, "--ref-shape", ref]),
+    # the library's "allocate the ref with a (8, 64) tile"
+    (["--ref-shape", "64x128"], r"pass a --ref-shape in (\d+)x(\d+) tiles",
+     lambda r, c: ["--ref-shape", f"{64 // int(r)}x{128 // int(c)}x{r}x{c}"]),
+])
+def test_ref_shape_fixes_name_the_flag_and_work(argv, fix, fixed, capsys):
+  assert cli.main(["compile", "--emit", "plan", *argv]) == 2
+  err = capsys.readouterr().err.strip()
+  assert not _PYTHON_ONLY.search(err), err
+  assert "verified" in _plan_summary(fixed(*re.search(fix, err).groups()))
+
+
+def test_negative_ref_shape_reaches_the_shape_check(capsys):
+  assert cli.main(["compile", "--ref-shape", "-8x2x8x64"]) == 2
+  err = capsys.readouterr().err
+  assert "malformed shape '-8x2x8x64'" in err and "expected one argument" not in err
+
+
 @pytest.mark.parametrize("library, cli_text", [
     ("Fix: pass optimized=False, or give the ref a layout", "Fix: pass --unoptimized, or"),
     ("atomic=add is not supported: allowed ... or store without atomic=",
      "--atomic add is not supported: allowed ... or drop --atomic"),
     ("swizzle=16 is not supported: allowed 32, 64, 128.", "--swizzle 16 is not supported"),
     ("dtype='float128' is not supported", "--dtype float128 is not supported"),
+    ("ref_shape=(1, 2, 3) is not supported", "--ref-shape 1x2x3 is not supported"),
+    ("ref=shape (64, 64) is not supported", "--ref-shape 64x64 is not supported"),
+    ("Fix: pad the array, or pass ref_shape", "or pass a --ref-shape whose tile divides it"),
 ])
 def test_library_spellings_become_flags(library, cli_text):
   from mosaic_async_store.tools.cli_terms import in_cli_terms

@@ -107,3 +107,86 @@ def test_the_dialect_rule_downgrades_an_unset_optimized_only_before_jax_012():
   assert retries_unoptimized(None, conflicts) is (compat.jax_version() < (0, 12))
   assert not retries_unoptimized(True, conflicts)    # asked for: never downgraded
   assert not retries_unoptimized(None, other)
+
+
+def _constant_store_module(semantics, shape, dtype):
+  """A 2-CTA Pallas kernel that stores ``jnp.full(shape, 3, dtype)`` (a splat: a
+  constant has no other layout) into the peer's SMEM; its Mosaic module."""
+  import jax
+  import jax.numpy as jnp
+  from jax.experimental.pallas import mosaic_gpu as plgpu
+
+  from mosaic_async_store.tools.pallas_capture import (lower_pallas_to_mosaic_modules,
+                                                       lower_warpgroup_dialect)
+  dt = jnp.dtype(dtype)
+
+  def body(o_ref, smem, bar):
+    del o_ref
+    mas_pallas.async_store_smem(jnp.full(shape, 3, dt), smem, bar.at[0],
+                                cluster_idx=1 - jax.lax.axis_index("cluster"),
+                                cluster_dim="cluster")
+    plgpu.barrier_wait(bar.at[0])
+
+  sem = {"lane": plgpu.LoweringSemantics.Lane,
+         "warpgroup": plgpu.LoweringSemantics.Warpgroup}[semantics]
+  kernel = plgpu.kernel(
+      body, out_type=jax.ShapeDtypeStruct(shape, dt), grid=(2,), grid_names=("g",),
+      cluster=(2,), cluster_names=("cluster",),
+      scratch_types=[plgpu.SMEM(shape, dt), plgpu.Barrier(num_arrivals=1, num_barriers=1)],
+      compiler_params=plgpu.CompilerParams(lowering_semantics=sem))
+  [module] = lower_pallas_to_mosaic_modules(kernel)
+  return lower_warpgroup_dialect(module) if semantics == "warpgroup" else module
+
+
+@pytest.mark.parametrize("shape, dtype, words", [
+    ((1,), "int4", ("shape=(1,)", "1 elements of int4 are 4 bits", "Fix: pack pairs")),
+    ((2,), "int8", ("shape=(2,)", "a splat whose element count is a multiple of 128")),
+])
+def test_a_store_no_layout_can_hold_gets_the_planners_error(shape, dtype, words):
+  """No layout Mosaic GPU ships is storable: Warpgroup semantics refuses with the
+  planner's AsyncStoreError for the value's natural layout (a splat), word for word
+  what Lane semantics says, where upstream's inference said "Failed to infer a
+  possible set of layouts"."""
+  from mosaic_async_store.errors import AsyncStoreError
+  messages = {}
+  for semantics in ("lane", "warpgroup"):
+    with pytest.raises(AsyncStoreError) as e:
+      _constant_store_module(semantics, shape, dtype)
+    messages[semantics] = str(e.value)
+  assert messages["warpgroup"] == messages["lane"]
+  assert all(w in messages["warpgroup"] for w in words), messages["warpgroup"]
+  assert e.value.param == "shape"
+
+
+def test_a_store_some_layout_can_hold_is_left_to_inference():
+  """256 int4 elements: a splat the planner stores (whole bytes per thread) lowers; the
+  check that refuses unstorable stores does not refuse it."""
+  module = _constant_store_module("warpgroup", (256,), "int4")
+  assert "mosaic_gpu.async_store_smem" not in str(module)  # lowered, by this project
+
+
+def test_natural_layouts_start_with_what_inference_proposes():
+  """A splat constant's natural layout is the splat; another value's is strided for an
+  untiled ref and WGMMA for a tiled one; each layout Mosaic GPU ships is a candidate once."""
+  from jaxlib.mlir import ir
+  from jaxlib.mlir.dialects import arith, func, vector
+  fa = compat.fragmented_array()
+  with compat.make_ir_context(), ir.Location.unknown():
+    module = ir.Module.create()
+    with ir.InsertionPoint(module.body):
+      bf16 = ir.BF16Type.get()
+      ty = ir.VectorType.get((256,), bf16)
+      f = func.FuncOp("f", ir.FunctionType.get([ty], []))
+      with ir.InsertionPoint(f.add_entry_block()):
+        splat = arith.constant(ty, ir.DenseElementsAttr.get_splat(ty, ir.FloatAttr.get(bf16, 1.0)))
+        broadcast = vector.broadcast(ty, arith.constant(bf16, 1.0))
+        argument = f.arguments[0]
+        for value in (splat, broadcast):
+          assert isinstance(pl._layout_candidates(value, tiled=True)[0], fa.WGSplatFragLayout)
+        untiled = pl._layout_candidates(argument, tiled=False)
+        tiled = pl._layout_candidates(argument, tiled=True)
+        func.ReturnOp([])
+  assert isinstance(untiled[0], fa.WGStridedFragLayout) and tiled[0] == fa.WGMMA_LAYOUT
+  assert isinstance(tiled[-1], fa.WGSplatFragLayout) and sorted(map(repr, tiled)) == sorted(
+      map(repr, untiled))
+  assert len(set(map(repr, tiled))) == len(tiled)

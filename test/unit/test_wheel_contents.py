@@ -36,7 +36,8 @@ PRODUCT = {
                                     "pallas_barriers"),
     "mosaic_async_store/demo": ("__init__", "config", "kernel", "check"),
     "mosaic_async_store/tools": ("__init__", "toolchain", "mlir_skew", "ptx_stats",
-                                 "pallas_capture", "check_kernel", "cli", "cli_terms"),
+                                 "pallas_capture", "check_kernel", "cli", "cli_config",
+                                 "cli_terms"),
     "mosaic_async_store/check": ("__init__", "interp", "opcodes", "values", "run", "sync",
                                  "access", "memory", "ops", "floats", "report"),
 }

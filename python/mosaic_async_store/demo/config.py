@@ -98,6 +98,11 @@ class StoreConfig:
   impl: str = "mas"             # "mas" (this project) | "upstream"
   offset_rows: int = 0          # store into a slice of a larger SMEM ref, this many rows in
   arrival: str = "thread"       # async_store's arrival: "thread" | "warpgroup" | "tensor_core"
+  # The SMEM ref's (memref's) shape where it is not the canonical ref of ``shape`` for
+  # ``swizzle``: the array's dims, the tiled trailing ones split into (outer, tile),
+  # e.g. (4, 2, 16, 64) for a (64, 128) bf16 array in (16, 64) tiles.  The planner
+  # checks it against the array (plan_store's ref_shape); None: the canonical ref.
+  ref_shape: tuple[int, ...] | None = None
 
   def __post_init__(self):
     check_smem_bytes(check_shape(self.shape), as_dtype(self.dtype))
@@ -138,6 +143,16 @@ class StoreConfig:
       raise refuse("impl", self.impl, "mas with --arrival " + self.arrival + " (upstream's "
                    "store_tiled_async arrives from every thread)", "pass --impl mas")
     self._check_offset_rows()
+    self._check_ref_shape()
+
+  def _check_ref_shape(self):
+    if self.ref_shape is None:
+      return
+    check_shape(self.ref_shape, "ref_shape")
+    for name, flag in (("transposed", "--transposed"), ("offset_rows", "--offset-rows")):
+      if getattr(self, name):
+        raise refuse("ref_shape", tuple(self.ref_shape), f"no --ref-shape with {flag} (that "
+                     "view's ref is the canonical ref of --shape)", f"drop --ref-shape or {flag}")
 
   def _check_offset_rows(self):
     if not (is_int(self.offset_rows) and self.offset_rows >= 0):
@@ -169,7 +184,8 @@ class StoreConfig:
             f"{' transposed' if self.transposed else ''}"
             f"{'' if self.optimized else ' unoptimized'} impl={self.impl}"
             f"{f' offset_rows={self.offset_rows}' if self.offset_rows else ''}"
-            f"{'' if self.arrival == 'thread' else f' arrival={self.arrival}'}")
+            f"{'' if self.arrival == 'thread' else f' arrival={self.arrival}'}"
+            f"{'' if self.ref_shape is None else f' ref_shape={list(self.ref_shape)}'}")
 
   @property
   def arch(self) -> str:
@@ -183,7 +199,10 @@ def view_geometry(cfg: StoreConfig) -> RefGeometry:
   (addresses from the view's own base, see ``view_offset_bytes``)."""
   dt = as_dtype(cfg.dtype)
   shape = cfg.ref_alloc_shape if cfg.transposed else tuple(cfg.shape)
-  alloc, rank = default_ref_shape(shape, dt, cfg.swizzle)
+  if cfg.ref_shape is not None:  # plan_store refuses one that does not fit the array
+    alloc, rank = tuple(cfg.ref_shape), len(cfg.ref_shape) - len(cfg.shape)
+  else:
+    alloc, rank = default_ref_shape(shape, dt, cfg.swizzle)
   strides = [math.prod(alloc[i + 1:]) for i in range(len(alloc))]
   if cfg.transposed:
     perm = transpose_permutation(len(alloc), cfg.swizzle)

@@ -26,30 +26,22 @@ import sys
 from typing import Sequence
 
 from mosaic_async_store._version import __version__
-from mosaic_async_store.demo.config import LAYOUT_NAMES, TARGETS, StoreConfig
-from mosaic_async_store.plan.dtypes import SUPPORTED_DTYPE_NAMES, as_dtype
+from mosaic_async_store.demo.config import StoreConfig
 from mosaic_async_store.errors import AsyncStoreError
-from mosaic_async_store.plan.ptx_forms import ATOMIC_OPS
-from mosaic_async_store.plan.validate import ARRIVALS, SWIZZLES
+from mosaic_async_store.tools.cli_config import (EXIT_MISUSE, Refusal, add_arch_arg,
+                                                 add_config_args, config_from_args,
+                                                 glue_dash_values)
 from mosaic_async_store.tools.cli_terms import in_cli_terms
 
 __all__ = ["main", "build_parser"]
 
 PROG = "mosaic-async-store"
 EMIT_KINDS = ("mlir", "ptx", "sass", "stats", "plan")
-EXIT_MISUSE, EXIT_TOOLCHAIN = 2, 3
+EXIT_TOOLCHAIN = 3
 _DEFAULT = StoreConfig()
 
 # SASS stores/reductions into shared memory (mirrors ptx_stats' store span).
 _SASS_STORE = re.compile(r"^(?:STAS|REDAS|STS|ATOMS)|^(?:ST|RED)(?:\.|$)")
-
-
-class _Refusal(Exception):
-  """A one-line message and an exit status, raised anywhere below main()."""
-
-  def __init__(self, message: str, status: int = EXIT_MISUSE):
-    super().__init__(message)
-    self.status = status
 
 
 def _one_line(text: str) -> str:
@@ -60,89 +52,7 @@ class _Parser(argparse.ArgumentParser):
   """argparse with one-line errors: usage text would hide the message."""
 
   def error(self, message):  # noqa: D102  (argparse's hook)
-    raise _Refusal(message)
-
-
-# --- argument types: each turns a bad value into one readable line -----------
-
-
-def _shape(text: str) -> tuple[int, ...]:
-  parts = re.split(r"[x,]", text.strip().lower())
-  if not all(p.strip().isdigit() for p in parts):
-    raise argparse.ArgumentTypeError(
-        f"malformed shape {text!r}: expected positive ints joined by 'x' or ','"
-        " (e.g. 64x128)")
-  return tuple(int(p) for p in parts)
-
-
-def _swizzle(text: str) -> int | None:
-  if text.lower() == "none":
-    return None
-  if text.isdigit() and int(text) in SWIZZLES:
-    return int(text)
-  allowed = ", ".join(str(s) for s in SWIZZLES)
-  raise argparse.ArgumentTypeError(
-      f"invalid swizzle {text!r}: choose from {allowed}, none (bytes)")
-
-
-def _dtype(text: str) -> str:
-  try:
-    as_dtype(text)
-  except (AsyncStoreError, TypeError) as e:
-    raise argparse.ArgumentTypeError(str(e)) from None
-  return text
-
-
-def _layout(text: str) -> str:
-  return text.upper()
-
-
-def _add_config_args(p: argparse.ArgumentParser) -> None:
-  d = _DEFAULT
-  shape = "x".join(map(str, d.shape))
-  p.add_argument("--dtype", type=_dtype, default=d.dtype,
-                 help=f"element type: {', '.join(SUPPORTED_DTYPE_NAMES)} or a short "
-                 f"name (f32, bf16, i8, ...); default {d.dtype}")
-  p.add_argument("--shape", type=_shape, default=d.shape,
-                 help=f"array shape as 64x128 or 64,128 (default {shape})")
-  p.add_argument("--layout", type=_layout, choices=LAYOUT_NAMES, default=d.layout,
-                 metavar="LAYOUT", help=f"register layout, case-insensitive: "
-                 f"{', '.join(LAYOUT_NAMES)} (default {d.layout})")
-  p.add_argument("--swizzle", type=_swizzle, default=d.swizzle,
-                 help=f"SMEM swizzle in bytes: 16, 32, 64, 128 or none (default {d.swizzle})")
-  p.add_argument("--target", choices=TARGETS, default=d.target,
-                 help="store into a peer CTA of the cluster, into the own CTA, or "
-                 "(cta0, with --atomic) every CTA reduces into CTA 0, which branches at "
-                 f"run time on whether the target is itself (default {d.target})")
-  p.add_argument("--cluster", type=int, default=d.cluster,
-                 help=f"CTAs in the cluster along x, 1..16 (default {d.cluster})")
-  p.add_argument("--atomic", choices=ATOMIC_OPS, default=d.atomic,
-                 help="reduce into the destination with this op (red.async) "
-                 "instead of storing")
-  p.add_argument("--offset-rows", type=int, default=d.offset_rows, metavar="N",
-                 help="store into a slice of a larger SMEM ref that starts N rows in "
-                 "(whole swizzle tiles; default 0)")
-  p.add_argument("--transposed", action="store_true",
-                 help="store through a transposed (column-major) view of the ref")
-  p.add_argument("--unoptimized", action="store_true",
-                 help="allow a plan with shared-memory bank conflicts (optimized=False)")
-  p.add_argument("--impl", choices=("mas", "upstream"), default=d.impl,
-                 help="this project's store (mas) or upstream's store_tiled_async")
-  p.add_argument("--arrival", choices=ARRIVALS, default=d.arrival,
-                 help="who arrives on the target barrier: every thread with its bytes "
-                 "(thread), thread 0 with the warpgroup's after a warpgroup barrier "
-                 "(warpgroup), or that after a tcgen05 fence (tensor_core: needs --arch "
-                 f"sm_100a or sm_103a) (default {d.arrival})")
-  p.add_argument("--full", action="store_true",
-                 help="compile the whole test kernel (init, store, wait, copy-out); "
-                 "default: only register loads + the store, for code-size stats")
-
-
-def _add_arch_arg(p: argparse.ArgumentParser) -> None:
-  from mosaic_async_store.tools.toolchain import ARCHS, DEFAULT_ARCH
-  p.add_argument("--arch", choices=tuple(ARCHS), default=DEFAULT_ARCH,
-                 help="the GPU to compile for: sm_90a (Hopper), sm_100a, sm_103a "
-                 f"(Blackwell) (default {DEFAULT_ARCH})")
+    raise Refusal(message)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -158,11 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "Plans, verifies, compiles (PTX, SASS) and, where a GPU is "
                             "present, runs a 64x128 bf16 WGMMA tile stored with a "
                             "128-byte swizzle into the peer CTA of a 2-CTA cluster."))
-  _add_arch_arg(demo)
+  add_arch_arg(demo)
   comp = sub.add_parser("compile", help="compile any configuration to mlir|ptx|sass|stats|plan",
                         description="Builds one store kernel and prints what is asked.")
-  _add_config_args(comp)
-  _add_arch_arg(comp)
+  add_config_args(comp)
+  add_arch_arg(comp)
   comp.add_argument("--emit", choices=EMIT_KINDS, default="ptx",
                     help="mlir (Mosaic GPU IR as built), ptx, sass, stats (table), "
                     "or plan (this project's store plan + verification, no compiler; "
@@ -179,17 +89,6 @@ def build_parser() -> argparse.ArgumentParser:
   chk.add_argument("--json", action="store_true", help="the report as JSON")
   comp.add_argument("--output", "-o", metavar="FILE", help="write here instead of stdout")
   return parser
-
-
-def _config(args: argparse.Namespace) -> StoreConfig:
-  try:
-    return StoreConfig(
-        dtype=args.dtype, shape=args.shape, layout=args.layout, swizzle=args.swizzle,
-        target=args.target, cluster=args.cluster, atomic=args.atomic,
-        transposed=args.transposed, optimized=not args.unoptimized, impl=args.impl,
-        offset_rows=args.offset_rows, arrival=args.arrival)
-  except (AsyncStoreError, TypeError) as e:
-    raise _Refusal(in_cli_terms(str(e))) from None
 
 
 # --- the work: plan, build, compile -------------------------------------------
@@ -217,7 +116,7 @@ def _build(cfg: StoreConfig, *, bare: bool, compile_it: bool, arch: str):
         raise
       # Upstream's own refusals (e.g. "Unsupported register bitwidth") are
       # the baseline's limits, not bugs of this tool.
-      raise _Refusal(f"upstream store_tiled_async refused {cfg.describe()}: "
+      raise Refusal(f"upstream store_tiled_async refused {cfg.describe()}: "
                      f"{type(e).__name__}: {_one_line(e)}") from None
     asm = module.operation.get_asm(enable_debug_info=False)
     return asm, toolchain.compile_module(module, arch) if compile_it else None
@@ -325,10 +224,16 @@ def _demo(args: argparse.Namespace, out) -> int:
 
 def _compile_text(args: argparse.Namespace) -> str:
   if args.json and args.emit != "stats":
-    raise _Refusal(f"--json goes with --emit stats, not --emit {args.emit}")
-  cfg = _config(args)
+    raise Refusal(f"--json goes with --emit stats, not --emit {args.emit}")
+  cfg = config_from_args(args)
+  if cfg.ref_shape is not None and args.emit != "plan":
+    # The compiled kernel allocates the canonical ref of --shape (demo/kernel.py):
+    # its code would not be the plan's.
+    raise Refusal(f"--ref-shape goes with --emit plan, not --emit {args.emit}: the "
+                  "compiled kernel allocates the canonical ref of --shape and --swizzle. "
+                  "Fix: pass --emit plan, or drop --ref-shape")
   if cfg.arch != "sm_90a" and args.arch == "sm_90a" and args.emit not in ("plan", "mlir"):
-    raise _Refusal(f"--arrival {cfg.arrival} emits tcgen05 fences, which sm_90a does not "
+    raise Refusal(f"--arrival {cfg.arrival} emits tcgen05 fences, which sm_90a does not "
                    "have: pass --arch sm_100a (or sm_103a)")
   if args.emit == "plan":
     return _plan_text(*_plan(cfg)) + "\n"
@@ -354,42 +259,24 @@ def _compile(args: argparse.Namespace, out) -> int:
     with open(args.output, "w") as f:
       f.write(text)
   except OSError as e:
-    raise _Refusal(f"cannot write --output {args.output}: {e.strerror}") from None
+    raise Refusal(f"cannot write --output {args.output}: {e.strerror}") from None
   return 0
 
 
 def _check(args: argparse.Namespace, out) -> int:
   from mosaic_async_store.tools import check_kernel
   if args.schedules < 1:
-    raise _Refusal(f"--schedules {args.schedules}: must be >= 1 (e.g. --schedules 3)")
+    raise Refusal(f"--schedules {args.schedules}: must be >= 1 (e.g. --schedules 3)")
   try:
     fn, arrays = check_kernel.load_target(args.target)
   except ValueError as e:
-    raise _Refusal(str(e)) from None
+    raise Refusal(str(e)) from None
   report = check_kernel.check(fn, *arrays, schedules=args.schedules)
   if args.json:
     out.write(json.dumps(check_kernel.report_json(report), indent=2) + "\n")
   else:
     out.write(f"{args.target}: {report}\n")
   return 0 if report.ok else 1
-
-
-def _glue_dash_values(argv: Sequence[str]) -> list[str]:
-  """``--shape -64x128`` -> ``--shape=-64x128``.
-
-  argparse reads a value that starts with '-' and is not a plain number as
-  the next option ("expected one argument"); glued, the value reaches the
-  shape check, which says what is wrong with it.
-  """
-  out, i = [], 0
-  while i < len(argv):
-    if argv[i] == "--shape" and i + 1 < len(argv) and re.match(r"-\d", argv[i + 1]):
-      out.append(f"--shape={argv[i + 1]}")
-      i += 2
-    else:
-      out.append(argv[i])
-      i += 1
-  return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -400,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   from mosaic_async_store.tools import toolchain
   try:
     try:
-      args = build_parser().parse_args(_glue_dash_values(sys.argv[1:] if argv is None else argv))
+      args = build_parser().parse_args(glue_dash_values(sys.argv[1:] if argv is None else argv))
     except SystemExit as e:  # --help / --version: printed, status 0
       return int(e.code or 0)
     if args.command == "demo":
@@ -408,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "check":
       return _check(args, sys.stdout)
     return _compile(args, sys.stdout)
-  except _Refusal as e:
+  except Refusal as e:
     status, message = e.status, in_cli_terms(str(e))
   except AsyncStoreError as e:  # the hardware (or the planner) cannot do it
     status, message = EXIT_MISUSE, in_cli_terms(str(e))
