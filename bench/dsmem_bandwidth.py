@@ -1,4 +1,4 @@
-"""Bandwidth of stores into a peer CTA's shared memory, all SMs busy (issue 5).
+"""Bandwidth of stores into a peer CTA's shared memory, all SMs busy.
 
 For each configuration (dtype, tile, cluster size) and strategy (this
 project's st.async, plain st.shared::cluster, upstream's store_tiled_async,
@@ -8,7 +8,8 @@ SM.  Timing: on the device (JAX has no CUDA events): thread 0 of every CTA reads
 ``%globaltimer`` after a cluster sync before and after the loop; a launch takes
 from the earliest start to the latest end.  One warm-up launch, then the median
 of ``--repeats`` launches; the host wall clock around ``block_until_ready`` is
-kept beside it.  Bytes counted = CTAs x iterations x tile bytes.
+kept beside it.  Bytes counted = CTAs x iterations x tile bytes.  The kernels are
+test/harness/bench_kernels.py's (``harness_path`` puts test/harness on sys.path).
 
     python bench/dsmem_bandwidth.py --out bench.json          # on an sm_90 GPU
     python bench/dsmem_bandwidth.py --dry-run                 # CPU: compile only
@@ -24,9 +25,10 @@ import time
 
 import numpy as np
 
+import harness_path  # noqa: F401  (test/harness on sys.path)
+from bench_kernels import STRATEGIES, bench_kernel_parts, device_seconds
 from mosaic_async_store import compat
 from mosaic_async_store.demo.config import StoreConfig
-from bench_kernels import STRATEGIES, bench_kernel_parts
 
 CONFIGS = [
     StoreConfig(dtype="bfloat16", shape=(64, 128)),
@@ -41,12 +43,9 @@ CONFIGS = [
 
 def _build(cfg, strategy, ctas, iters):
   from jaxlib.mlir import ir
-  mgpu = compat.mosaic_gpu()
   with compat.enable_x64(), compat.make_ir_context(), ir.Location.unknown():
     k = bench_kernel_parts(cfg, strategy, ctas=ctas, iters=iters)
-    fn = mgpu.as_gpu_kernel(k.body, k.grid, k.block, k.in_shape, k.out_shape, k.scratch,
-                            cluster=k.cluster)
-  return fn, k
+    return k.gpu_kernel(), k
 
 
 def _compile_only(cfg, strategy, ctas, iters):
@@ -54,15 +53,7 @@ def _compile_only(cfg, strategy, ctas, iters):
   from mosaic_async_store.tools import toolchain
   with compat.enable_x64(), compat.make_ir_context(), ir.Location.unknown():
     k = bench_kernel_parts(cfg, strategy, ctas=ctas, iters=iters)
-    module, *_ = compat.kernel_to_module(k.body, k.grid, k.block, k.in_shape, k.out_shape,
-                                         k.scratch, cluster=k.cluster)
-    return toolchain.compile_module(module).stats
-
-
-def device_seconds(times) -> float:
-  """A launch's duration from the kernel's per-CTA ``%globaltimer`` stamps (ns)."""
-  stamps = np.asarray(times).view(np.uint64).reshape(-1, 2)
-  return float(stamps[:, 1].max() - stamps[:, 0].min()) * 1e-9
+    return toolchain.compile_module(k.module()).stats
 
 
 def _time(fn, src, repeats):

@@ -15,7 +15,7 @@ __all__ = [
     "emit_red_plain", "emit_arrive_expect_tx", "emit_tcgen05_fence_before_thread_sync",
     "emit_tcgen05_fence_after_thread_sync",
     "emit_shfl_bfly",
-    "emit_bounded_wait", "emit_wait_parity_cluster", "emit_expect_tx", "emit_fence_cta", "emit_fence_proxy_async_shared", "emit_cp_async_bulk_to_cluster",
+    "emit_bounded_wait", "emit_wait_parity_cluster", "emit_fence_cta",
 ]
 
 
@@ -127,14 +127,6 @@ def emit_tcgen05_fence_after_thread_sync() -> None:
                   has_side_effects=True)
 
 
-def emit_expect_tx(barrier: ir.Value, tx: ir.Value) -> None:
-  """``mbarrier.expect_tx.relaxed.cluster.shared::cluster.b64 [$0], $1;``: adds
-  ``tx`` expected bytes without an arrival (the debug tests use it to announce
-  a deliberately wrong byte count)."""
-  asm = "mbarrier.expect_tx.relaxed.cluster.shared::cluster.b64 [$0], $1;"
-  llvm.inline_asm(_void(), [barrier, tx], asm, "r,r", has_side_effects=True)
-
-
 def emit_shfl_bfly(value: ir.Value, lane_mask: int) -> ir.Value:
   """``shfl.sync.bfly.b32 $0, $1, <mask>, 31, -1;``: the value of lane ``lane ^ mask``."""
   return llvm.inline_asm(_i32(), [value],
@@ -204,31 +196,3 @@ def emit_wait_parity_cluster(barrier: ir.Value, parity: ir.Value, ticks: ir.Valu
 def emit_fence_cta() -> None:
   """``fence.acq_rel.cta;``: memory operations do not move across it."""
   llvm.inline_asm(_void(), [], "fence.acq_rel.cta;", "", has_side_effects=True)
-
-
-def emit_globaltimer() -> ir.Value:
-  """``mov.u64 $0, %globaltimer;``: the GPU's nanosecond clock, as an i64.
-
-  The benchmark reads it on the device around the timed loop: JAX has no CUDA
-  events, and a host clock would also count launch overhead.
-  """
-  return llvm.inline_asm(ir.IntegerType.get_signless(64), [], "mov.u64 $0, %globaltimer;",
-                         "=l", has_side_effects=True)
-
-
-def emit_fence_proxy_async_shared() -> None:
-  """``fence.proxy.async.shared::cta;``: generic-proxy SMEM writes become visible to
-  the async proxy (needed before cp.async.bulk reads what st.shared wrote)."""
-  llvm.inline_asm(_void(), [], "fence.proxy.async.shared::cta;", "", has_side_effects=True)
-
-
-def emit_cp_async_bulk_to_cluster(dst: ir.Value, src: ir.Value, size: int,
-                                  barrier: ir.Value) -> None:
-  """``cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [$0], [$1], size, [$2];``
-
-  The copy engine moves ``size`` bytes (multiple of 16, 16-byte aligned) from
-  this CTA's SMEM to a peer's, completing on the peer's barrier.
-  """
-  asm = ("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes "
-         f"[$0], [$1], {size}, [$2];")
-  llvm.inline_asm(_void(), [dst, src, barrier], asm, "r,r,r", has_side_effects=True)

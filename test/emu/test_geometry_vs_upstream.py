@@ -20,7 +20,8 @@ from mosaic_async_store.tools import toolchain
 from mosaic_async_store.demo.config import StoreConfig
 from mosaic_async_store.plan.dtypes import as_dtype
 from gpu_run import make_inputs
-from mosaic_async_store.demo.kernel import kernel_io, kernel_parts
+from mosaic_async_store.demo.kernel import kernel_io
+from store_kernels import kernel_parts
 
 from mosaic_async_store.check.interp import PtxKernel
 

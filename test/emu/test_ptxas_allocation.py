@@ -1,8 +1,6 @@
 """bench/ptxas_allocation.py: a rewrite of upstream's kernel that changes no value
 (its 64-bit register loads split into 32-bit halves) and what ptxas makes of it."""
 
-import bench_scripts
-
 SNIPPET = """\
 .visible .entry k(
 )
@@ -17,7 +15,7 @@ SNIPPET = """\
 
 
 def test_split_wide_loads_rewrites_each_64_bit_load_into_two_halves():
-  alloc = bench_scripts.load("ptxas_allocation")
+  import ptxas_allocation_report as alloc
   text, n = alloc.split_wide_loads(SNIPPET)
   assert n == 2
   assert "ld.global.b64" not in text
@@ -32,7 +30,7 @@ def test_split_wide_loads_rewrites_each_64_bit_load_into_two_halves():
 def test_the_split_kernel_means_the_same_and_ptxas_adds_moves():
   """The rewritten kernel passes the PTX checker (measure_case runs it: bytes and
   waits); ptxas gives it more register moves and the same SASS otherwise."""
-  alloc = bench_scripts.load("ptxas_allocation")
+  import ptxas_allocation_report as alloc
   row = alloc.measure_case(alloc.CASES[0])
   up, split, ours = row["upstream"], row["upstream_split"], row["ours"]
   assert row["loads_split"] == 64

@@ -4,7 +4,6 @@ comparison built on it (bench/cost_measure.py, bench/static_cost.py)."""
 
 import pytest
 
-import bench_scripts
 from demo_kernels import run_ptx, traced_wavefronts
 from kernel_text import kernel_text
 from mosaic_async_store.demo.config import StoreConfig, config_plan
@@ -49,8 +48,8 @@ def test_a_warp_with_mixed_widths_is_refused():
 
 
 def test_comparison_counts_each_column():
-  cost = bench_scripts.load("cost_measure")
-  static = bench_scripts.load("static_cost")
+  import cost_measure as cost
+  import static_cost_report as static
   rows = [cost.compare(S(**TMEM_ADD)), cost.compare(S(dtype="float64"))]
   assert "error" in rows[1]["upstream"]                    # upstream refuses f64
   summary = static.summarize(rows)
@@ -65,7 +64,7 @@ def test_comparison_counts_each_column():
 
 
 def test_slice_is_what_its_docstring_says():
-  static = bench_scripts.load("static_cost")
+  import static_cost_report as static
   configs = static.slice_configs()
   assert {c.swizzle for c in configs} == {32, 128}
   assert {c.shape for c in configs} == {(64, 128), (128, 128)}
@@ -77,7 +76,7 @@ def test_slice_is_what_its_docstring_says():
 
 
 def test_the_command_writes_both_reports(tmp_path):
-  static = bench_scripts.load("static_cost")
+  import static_cost_report as static
   out = tmp_path / "cost.md"
   assert static.main(["--quick", "--every", "71", "--jobs", "1", "--out", str(out)]) == 0
   import json
@@ -88,7 +87,7 @@ def test_the_command_writes_both_reports(tmp_path):
 
 
 def test_moves_and_selects_are_counted_from_the_sass_opcodes():
-  cost = bench_scripts.load("cost_measure")
+  import cost_measure as cost
   ops = {"MOV": 3, "IMAD.MOV.U32": 2, "IMAD.MOV": 1, "UMOV": 5, "IMAD.IADD": 7, "SEL": 4,
          "STAS.64": 9}
   assert cost.sass_moves(ops) == 6          # UMOV is the uniform datapath's, left out
@@ -100,7 +99,7 @@ def test_the_staggered_reductions_selects_are_counted():
   """TMEM_NATIVE_V4 int32 add: the conflict-free order (lane bits 3 and 4) chooses
   each red.async's word with 2 SELs (a two-level butterfly after LLVM merges the
   select trees' shared halves); upstream has none."""
-  cost = bench_scripts.load("cost_measure")
+  import cost_measure as cost
   row = cost.compare(S(**TMEM_ADD))
   assert row["ours"]["sass_selects"] == 2 * 128
   assert row["upstream"]["sass_selects"] == 0
@@ -110,8 +109,8 @@ def test_a_register_order_store_is_worse_only_by_its_moves():
   """u32 TCGEN05 128x128, swizzle 32, unoptimized: ours has more SASS instructions
   than upstream, and fewer once the register moves are left out (ptxas copies the
   barrier address into each STAS's (address, mbarrier) register pair)."""
-  cost = bench_scripts.load("cost_measure")
-  static = bench_scripts.load("static_cost")
+  import cost_measure as cost
+  import static_cost_report as static
   row = cost.compare(S(dtype="uint32", shape=(128, 128), layout="TCGEN05", swizzle=32,
                        optimized=False))
   assert cost.verdicts(row)["sass"] == "worse"

@@ -6,7 +6,7 @@ register loads, the store, bounded wait, copy-out) with the inputs of
 ``gpu_run.make_inputs``.  ``traced_wavefronts`` prices the store instructions that
 a traced run executed with the planner's bank model (``verify.bank_wavefronts``),
 so that any kernel, upstream's included, is measured by the same model as our
-plans are (bench/static_cost.py uses it for both implementations).
+plans are (``cost_measure`` uses it for both implementations).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ __all__ = ["run_ptx", "run_cost_kernel", "traced_wavefronts", "store_wavefronts_
 
 def _poison_spare_bits(cfg, src):
   """A register narrower than a byte sits in the low bits of its byte and the
-  kernel must ignore the rest (kernels._load_value truncates): fill the spare
+  kernel must ignore the rest (demo/kernel.py's _load_value truncates): fill the spare
   bits with random ones, so that a kernel that does not mask them shows."""
   regs = register_map(resolve_layout(cfg.layout, cfg.shape, cfg.dtype), cfg.shape)
   reg_bits = regs.vector_length * as_dtype(cfg.dtype).bits
@@ -39,7 +39,7 @@ def _poison_spare_bits(cfg, src):
 
 
 def _smem_bytes(cfg: StoreConfig) -> int:
-  """Dynamic SMEM as kernel_parts lays it out: the buffer, a pad to 8 bytes, the
+  """Dynamic SMEM as ``StoreKernel.parts`` lays it out: the buffer, a pad to 8 bytes, the
   8-byte barrier.  Anything the kernel touches beyond it is an error."""
   alloc = int(np.prod(kernel_io(cfg).smem_shape)) * as_dtype(cfg.dtype).bits // 8
   return alloc + (-alloc % 8) + 8
@@ -84,7 +84,7 @@ def traced_wavefronts(trace: dict, cta: int = 0) -> int:
 
 
 def run_cost_kernel(cfg: StoreConfig, ptx: str, schedule=0):
-  """Runs ``ptx``, ``cfg``'s cost kernel (``build_store_module(cost=True)``: register
+  """Runs ``ptx``, ``cfg``'s cost kernel (``store_kernels.CostKernel``: register
   loads, the store, the bounded wait; parameters ``src`` and ``flags``), with each
   CTA's SMEM starting as the full kernel's ``init`` would leave it and its store
   instructions traced; raises AssertionError unless the bytes in every CTA's SMEM

@@ -21,10 +21,10 @@ import numpy as np
 
 import hostdata
 from mosaic_async_store import compat
-from mosaic_async_store.demo import kernel as demo_kernel
-from mosaic_async_store.demo.check import CheckResult, compare, has_sm90_gpu, run_kernel
+from mosaic_async_store.demo.check import CheckResult, compare, has_sm90_gpu
 from mosaic_async_store.demo.config import StoreConfig
 from mosaic_async_store.demo.kernel import kernel_io, pack_registers
+from store_kernels import VariantKernel
 
 __all__ = ["CheckResult", "has_sm90_gpu", "run_and_check", "make_inputs", "build_kernel",
            "announce_extra_bytes"]
@@ -44,11 +44,12 @@ def make_inputs(cfg: StoreConfig, seed: int):
 
 
 def announce_extra_bytes(cfg: StoreConfig, nbytes: int):
-  """An ``after_store`` hook for ``kernel_parts``: thread 0 announces ``nbytes``
+  """An ``after_store`` step for ``store_kernels.kernel_parts``: thread 0 announces ``nbytes``
   that never arrive on the target barrier (a deliberately wrong count, which the
   debug-mode wait must report instead of hanging)."""
   from jaxlib.mlir import ir
   from jaxlib.mlir.dialects import arith, gpu, scf
+  from extra_ptx import emit_expect_tx
   from mosaic_async_store.lowering import ptx
   from mosaic_async_store.lowering.target import smem_address, target_rank
 
@@ -59,15 +60,15 @@ def announce_extra_bytes(cfg: StoreConfig, nbytes: int):
       addr = ptx.emit_mapa(addr, target_rank(gpu.Dimension.x, peer, (cfg.cluster, 1, 1)))
     if_op = scf.IfOp(utils.single_thread_predicate(utils.ThreadSubset.WARPGROUP))
     with ir.InsertionPoint(if_op.then_block):
-      ptx.emit_expect_tx(addr, arith.constant(ir.IntegerType.get_signless(32), nbytes))
+      emit_expect_tx(addr, arith.constant(ir.IntegerType.get_signless(32), nbytes))
       scf.yield_([])
   return hook
 
 
 def build_kernel(cfg: StoreConfig, tx_error: int = 0):
-  """``cfg``'s kernel, announcing ``tx_error`` extra bytes if nonzero."""
+  """``cfg``'s kernel as a jax callable, announcing ``tx_error`` extra bytes if nonzero."""
   hook = announce_extra_bytes(cfg, tx_error) if tx_error else None
-  return demo_kernel.build_kernel(cfg, after_store=hook)
+  return VariantKernel(cfg, after_store=hook).gpu_kernel()
 
 
 def run_and_check(cfg: StoreConfig, seed: int = 0, tx_error: int = 0) -> CheckResult:
@@ -79,9 +80,10 @@ def run_and_check(cfg: StoreConfig, seed: int = 0, tx_error: int = 0) -> CheckRe
   """
   start = time.perf_counter()
   codes, src, init = make_inputs(cfg, seed)
-  hook = announce_extra_bytes(cfg, tx_error) if tx_error else None
-  out, flags = run_kernel(cfg, src, init, after_store=hook)
-  return compare(cfg, out, flags, hostdata.expected_smem(cfg, codes, init), start)
+  import jax.numpy as jnp
+  out, flags = build_kernel(cfg, tx_error)(jnp.asarray(src), jnp.asarray(init))
+  return compare(cfg, np.asarray(out), np.asarray(flags),
+                 hostdata.expected_smem(cfg, codes, init), start)
 
 
 def _config_from_json(d: dict) -> StoreConfig:

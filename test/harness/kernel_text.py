@@ -1,7 +1,7 @@
 """Helpers for the lit/FileCheck tests: print a labelled kernel as IR or PTX.
 
-Each lit test file calls ``print_ir`` / ``print_ptx`` under a ``TEST: name``
-label, following MLIR's Python test habit (``# CHECK-LABEL: TEST: name``).
+A lit test file prints each kernel under a ``TEST: name`` label (``emit``),
+following MLIR's Python test habit (``# CHECK-LABEL: TEST: name``).
 Importing this module changes no environment: lit (test/lit/lit.cfg.py) and pytest
 (test/conftest.py) set ``JAX_PLATFORMS`` and ``TF_CPP_MIN_LOG_LEVEL``.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from mosaic_async_store.demo.config import StoreConfig
 
-__all__ = ["kernel_text", "print_ir", "print_ptx", "print_stats", "retargeted_ptx"]
+__all__ = ["kernel_text", "emit", "retargeted_ptx", "pallas_store_kernel", "pallas_module"]
 
 
 def retargeted_ptx(ptx: str, arch: str) -> str:
@@ -41,29 +41,6 @@ def kernel_text(cfg: StoreConfig, what: str, *, bare: bool = True,
       return module.operation.get_asm(enable_debug_info=False)
     compiled = toolchain.compile_module(module, arch or cfg.arch)
   return {"ptx": compiled.ptx, "sass": compiled.sass}[what]
-
-
-def print_ir(name: str, **cfg) -> None:
-  print(f"TEST: {name}")
-  print(kernel_text(StoreConfig(**cfg), "mlir"))
-
-
-def print_ptx(name: str, **cfg) -> None:
-  print(f"TEST: {name}")
-  print(kernel_text(StoreConfig(**cfg), "ptx"))
-
-
-def print_stats(name: str, **cfg) -> None:
-  from jaxlib.mlir import ir
-  from mosaic_async_store import compat
-  from mosaic_async_store.tools import toolchain
-  from mosaic_async_store.demo.kernel import build_store_module
-  print(f"TEST: {name}")
-  with compat.make_ir_context(), ir.Location.unknown():
-    module, _ = build_store_module(StoreConfig(**cfg), bare=True)
-    stats = toolchain.compile_module(module).stats
-  for opcode, n in sorted(stats.stores.items()):
-    print(f"store {opcode} x{n}")
 
 
 def pallas_store_kernel(*, dtype="bfloat16", shape=(64, 128), swizzle=128, semantics="lane",

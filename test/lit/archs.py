@@ -1,6 +1,7 @@
 # RUN: %PYTHON %s sm_90a | FileCheck %s --check-prefixes=PTX,SM90
 # RUN: %PYTHON %s sm_100a | FileCheck %s --check-prefixes=PTX,SM100,TC
 # RUN: %PYTHON %s sm_103a | FileCheck %s --check-prefixes=PTX,SM103
+# REQUIRES: filecheck, mlir-opt, ptxas, cuobjdump
 # One store per target: the same instructions, under the PTX ISA version each
 # target needs (sm_103a: 8.8).  On Blackwell, a Pallas store onto a barrier
 # allocated with orders_tensor_core=True (Lane and Warpgroup) fences tcgen05,

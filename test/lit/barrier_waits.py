@@ -1,5 +1,6 @@
 # RUN: %PYTHON %s ir | FileCheck %s
 # RUN: %PYTHON %s ptx | FileCheck %s --check-prefix=PTX
+# REQUIRES: filecheck, mlir-opt, ptxas, cuobjdump
 # Barrier arrives, expect_tx and wait loops.  The waits this project emits acquire
 # at cluster scope: a store's plain st/red .shared::cluster pieces from another CTA
 # are ordered by a .release.cluster arrive, and only an acquire whose scope includes
@@ -17,7 +18,7 @@ from mosaic_async_store import compat
 from mosaic_async_store.tools import toolchain
 from mosaic_async_store.demo.config import StoreConfig
 from mosaic_async_store.lowering import debug
-from mosaic_async_store.demo import kernel as demo_kernel
+import store_kernels as demo_kernel
 from bench_kernels import bench_kernel_parts
 from gpu_run import announce_extra_bytes
 

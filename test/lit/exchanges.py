@@ -1,5 +1,6 @@
 # RUN: %PYTHON %s ir | FileCheck %s
 # RUN: %PYTHON %s ptx | FileCheck %s --check-prefix=PTX
+# REQUIRES: filecheck, mlir-opt, ptxas, cuobjdump
 # Lane exchanges that pack sub-word registers into b32 words: 8/4/16-bit halves
 # exchanged with shfl.sync.bfly (subword), 4-bit halves of a byte from lanes t and
 # t^4 (nibble exchange), and bytes assembled in the thread or gathered from lane

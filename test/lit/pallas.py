@@ -1,5 +1,6 @@
 # RUN: %PYTHON %s ir | FileCheck %s
 # RUN: %PYTHON %s ptx | FileCheck %s --check-prefix=PTX
+# REQUIRES: filecheck, mlir-opt, ptxas, cuobjdump
 # Pallas MGPU kernels, both lowering semantics: the Lane/Warpgroup primitive, the
 # Mosaic GPU dialect op it emits under Warpgroup semantics, and the waits that
 # install() reroutes.  IR is the Mosaic module (Warpgroup: after the dialect

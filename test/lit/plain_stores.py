@@ -1,5 +1,6 @@
 # RUN: %PYTHON %s ir | FileCheck %s
 # RUN: %PYTHON %s ptx | FileCheck %s --check-prefix=PTX
+# REQUIRES: filecheck, mlir-opt, ptxas, cuobjdump
 # Plain stores, the emitters no other check spells out: st.shared::cluster.u8/.u16
 # into a peer (strategy="plain"), st.shared::cta.b32/.u16/.u8 into the executing CTA
 # (a cluster of one CTA, where st.async is undefined).  Registers are captured and
@@ -15,7 +16,7 @@ import mosaic_async_store as mas
 from mosaic_async_store import compat
 from mosaic_async_store.tools import toolchain
 from mosaic_async_store.demo.config import StoreConfig
-from mosaic_async_store.demo import kernel as demo_kernel
+import store_kernels as demo_kernel
 
 
 def show(name, parts):

@@ -1,5 +1,6 @@
 # RUN: %PYTHON %s ir | FileCheck %s
 # RUN: %PYTHON %s ptx | FileCheck %s --check-prefix=PTX
+# REQUIRES: filecheck, mlir-opt, ptxas, cuobjdump
 # Reductions: red.async where PTX has it (peer CTA, 32-bit ints, 64-bit add),
 # otherwise plain red.shared::cluster ordered by a release arrive; into the
 # executing CTA plain red.shared::cta.

@@ -1,5 +1,6 @@
 # RUN: %PYTHON %s ir | FileCheck %s
 # RUN: %PYTHON %s ptx | FileCheck %s --check-prefix=PTX
+# REQUIRES: filecheck, mlir-opt, ptxas, cuobjdump
 # The target: mapa of both the buffer and the barrier to the peer's rank (a
 # constant-folded cluster index when the cluster shape is static, no
 # cluster-dimension queries), or nothing for the executing CTA; one arrive.expect_tx

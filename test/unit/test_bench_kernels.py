@@ -1,5 +1,6 @@
-"""The GPU benchmark's kernels build and pass ptxas on the CPU (every strategy),
-so a session with a GPU spends its minutes measuring, not debugging."""
+"""The GPU benchmark's kernels (test/harness/bench_kernels.py, run by
+bench/dsmem_bandwidth.py) build and pass ptxas on the CPU (every strategy), so a
+session with a GPU spends its minutes measuring, not debugging."""
 
 import pytest
 from jaxlib.mlir import ir
@@ -7,7 +8,7 @@ from jaxlib.mlir import ir
 from mosaic_async_store import compat
 from mosaic_async_store.tools import toolchain
 from mosaic_async_store.demo.config import StoreConfig
-from bench_kernels import STRATEGIES, bench_kernel_parts
+from bench_kernels import STRATEGIES, bench_kernel_parts, device_seconds
 
 EXPECTED = {
     "mas": "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32",
@@ -23,9 +24,7 @@ def test_bench_kernel_compiles(strategy):
   cfg = StoreConfig()
   with compat.enable_x64(), compat.make_ir_context(), ir.Location.unknown():
     k = bench_kernel_parts(cfg, strategy, ctas=8, iters=3)
-    module, *_ = compat.kernel_to_module(k.body, k.grid, k.block, k.in_shape, k.out_shape,
-                                         k.scratch, cluster=k.cluster)
-    compiled = toolchain.compile_module(module)
+    compiled = toolchain.compile_module(k.module())
   stats = compiled.stats
   assert stats.stores.get(EXPECTED[strategy], 0) > 0, stats.stores
   # the device clock is read before and after the timed loop
@@ -35,23 +34,18 @@ def test_bench_kernel_compiles(strategy):
 
 def test_device_seconds_spans_earliest_start_to_latest_end():
   import numpy as np
-
-  import bench_scripts
-  bench = bench_scripts.load("dsmem_bandwidth")
   stamps = np.array([[1_000, 5_000], [2_000, 9_000], [1_500, 4_000]], np.uint64)
-  assert bench.device_seconds(stamps.view(np.int32).reshape(-1)) == pytest.approx(8e-6)
+  assert device_seconds(stamps.view(np.int32).reshape(-1)) == pytest.approx(8e-6)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_bench_kernel_lowers_for_cuda(strategy):
   """The runtime path (upstream's as_gpu_kernel, two outputs) up to the custom call."""
   import jax.numpy as jnp
-  mgpu = compat.mosaic_gpu()
   cfg = StoreConfig()
   with compat.enable_x64(), compat.make_ir_context(), ir.Location.unknown():
     k = bench_kernel_parts(cfg, strategy, ctas=8, iters=3)
-    fn = mgpu.as_gpu_kernel(k.body, k.grid, k.block, k.in_shape, k.out_shape, k.scratch,
-                            cluster=k.cluster)
+    fn = k.gpu_kernel()
   text = fn.trace(jnp.zeros(k.in_shape[0].shape, jnp.uint8)).lower(
       lowering_platforms=("cuda",)).as_text()
   assert "stablehlo.custom_call @mosaic_gpu_v2" in text

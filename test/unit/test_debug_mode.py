@@ -7,7 +7,7 @@ from mosaic_async_store import compat
 from mosaic_async_store.tools import toolchain
 from mosaic_async_store.demo.config import StoreConfig
 from mosaic_async_store.lowering import debug
-from mosaic_async_store.demo.kernel import kernel_parts
+from store_kernels import kernel_parts
 from gpu_run import announce_extra_bytes
 
 

@@ -19,7 +19,7 @@ from jaxlib.mlir.dialects import arith, gpu  # noqa: E402
 from mosaic_async_store import compat
 from mosaic_async_store.demo.config import view_geometry  # noqa: E402
 from mosaic_async_store.demo.config import StoreConfig, resolve_layout  # noqa: E402
-from mosaic_async_store.demo.kernel import kernel_parts  # noqa: E402
+from store_kernels import kernel_parts  # noqa: E402
 from mosaic_async_store.lowering.store import async_store  # noqa: E402
 from mosaic_async_store.plan.planner import plan_store  # noqa: E402
 

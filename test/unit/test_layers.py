@@ -12,6 +12,10 @@ layer below it:
     tools     mosaic_async_store.tools.*    (check_kernel: check() lowers kernels with tools)
     faces     mosaic_async_store (__init__), .pallas, .toolchain, .check (__init__)
 
+Outside the package, the direction between the test trees and bench/ is one way:
+bench/ imports test/harness (through bench/harness_path.py, the only file that
+changes ``sys.path``); tests and the harness import nothing from bench/.
+
 Run it alone with ``pytest test/unit/test_layers.py``.
 """
 
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -107,7 +112,6 @@ def test_the_check_sees_a_wrong_import(tmp_path):
 
 def _module_tables() -> list[str]:
   """The file names the module tables of docs/architecture.md list (``| `x.py` |``)."""
-  import re
   text = (ROOT / "docs" / "architecture.md").read_text()
   section = text[text.index("## Modules"):]
   section = section[:section.index("\n## ", 1)]
@@ -128,7 +132,57 @@ def test_the_module_tables_match_the_tree():
 
 
 def test_the_checker_test_folder_holds_only_tests():
-  """test/emu holds the checker's tests; their helpers live in test/harness (issue 20)."""
+  """test/emu holds the checker's tests; their helpers live in test/harness."""
   others = sorted(p.name for p in (ROOT / "test" / "emu").glob("*.py")
                   if not p.name.startswith("test_") and p.name != "conftest.py")
   assert others == [], f"helpers in test/emu (move them to test/harness): {others}"
+
+
+# -- test code and benchmarks: bench/ -> test/harness, never back ---------------------------
+
+TEST_DIRS = ("test", "test/unit", "test/emu", "test/gpu", "test/lit", "test/harness")
+
+
+def _stems(folder: str) -> set[str]:
+  return {p.stem for p in (ROOT / folder).glob("*.py")}
+
+
+def _top_imports(path: pathlib.Path) -> list[tuple[int, str]]:
+  """(line, first name) of every import in the file, relative ones left out."""
+  return [(line, target.split(".")[0]) for line, target in imports_of(path)]
+
+
+BENCH = _stems("bench")
+HARNESS = _stems("test/harness")
+TESTS_ONLY = (_stems("test/unit") | _stems("test/emu") | _stems("test/gpu")) - HARNESS
+
+
+@pytest.mark.parametrize("path", sorted(
+    str(p.relative_to(ROOT)) for d in TEST_DIRS for p in (ROOT / d).glob("*.py")))
+def test_tests_and_the_harness_import_nothing_from_bench(path):
+  """bench/ uses test/harness (bench/harness_path.py); tests and the harness never
+  import a bench/ script, so there is no cycle between the two trees."""
+  wrong = [f"line {line}: {name}" for line, name in _top_imports(ROOT / path) if name in BENCH]
+  assert not wrong, f"{path} imports bench/ scripts {wrong}: move what both need to test/harness"
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(ROOT)) for p in (ROOT / "bench").glob("*.py")))
+def test_bench_reaches_test_code_only_through_the_harness(path):
+  """A benchmark imports test/harness modules (found through bench/harness_path.py, the
+  one place that changes sys.path), never a test module."""
+  text = (ROOT / path).read_text()
+  wrong = [f"line {line}: {name}" for line, name in _top_imports(ROOT / path)
+           if name in TESTS_ONLY]
+  assert not wrong, f"{path} imports test modules {wrong}"
+  if pathlib.PurePath(path).name != "harness_path.py":
+    changes = re.findall(r"^.*sys\.path\s*(?:\.\w+\(|\[|\+?=).*$", text, re.M)
+    assert not changes, f"{path} changes sys.path ({changes}): import harness_path instead"
+  if any(name in HARNESS for _, name in _top_imports(ROOT / path)):
+    assert "import harness_path" in text, f"{path} imports test/harness without harness_path"
+
+
+def test_the_direction_check_sees_a_bench_import(tmp_path):
+  """A test importing a bench/ script, even lazily, is caught."""
+  bad = tmp_path / "test_bad.py"
+  bad.write_text("def test_x():\n  import static_cost\n")
+  assert [name for _, name in _top_imports(bad) if name in BENCH] == ["static_cost"]

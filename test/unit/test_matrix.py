@@ -27,10 +27,9 @@ import re
 
 import pytest
 
-import bench_scripts
+import config_matrix as matrix
 import mosaic_async_store as mas
 
-matrix = bench_scripts.load("matrix")
 SAMPLE = list(matrix.configurations(full=False))
 
 # Known defects of other modules, matched on (config, outcome) -> reason:

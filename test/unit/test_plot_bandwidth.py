@@ -3,9 +3,7 @@
 import csv
 import json
 
-import bench_scripts
-
-plot_bandwidth = bench_scripts.load("plot_bandwidth")
+import bandwidth_plot as plot_bandwidth
 
 
 def _row(strategy, gbps, status="ok", **extra):

@@ -41,10 +41,10 @@ PRODUCT = {
     "mosaic_async_store/check": ("__init__", "interp", "opcodes", "values", "run", "sync",
                                  "access", "memory", "ops", "floats", "report"),
 }
-# The test and benchmark kernels, the runtime harness and the lit helpers (test/harness,
-# bench/), under their present and former names.
-HARNESS = ("kernels", "bench_kernels", "gpu_run", "pallas_run", "hostdata", "testing",
-           "kernel_text")
+# The test and benchmark code (test/harness: kernels, runners, reports, lit helpers;
+# bench/: the benchmark scripts) under their present names, and former ones.
+HARNESS = tuple(sorted({p.stem for d in ("test/harness", "bench") for p in (ROOT / d).glob("*.py")}
+                       | {"kernels", "testing"}))
 
 
 def _setuptools_version() -> tuple[int, ...]:

@@ -2,8 +2,8 @@
 and compares every CTA's SMEM bytes with the plan executed on the CPU.
 
 ``mosaic-async-store demo`` calls ``check_plain_store``.  The GPU tests
-(test/harness/gpu_run.py) reuse ``run_kernel`` and ``CheckResult`` and compare
-with a model built from the geometry alone instead.
+(test/harness/gpu_run.py) reuse ``CheckResult`` and ``compare`` and compare with a
+model built from the geometry alone instead.
 """
 
 from __future__ import annotations
@@ -43,11 +43,11 @@ def has_sm90_gpu() -> bool:
   return any(str(getattr(d, "compute_capability", "")).startswith("9") for d in devs)
 
 
-def run_kernel(cfg: StoreConfig, src: np.ndarray, init: np.ndarray, **kernel_kwargs):
+def run_kernel(cfg: StoreConfig, src: np.ndarray, init: np.ndarray):
   """Runs ``cfg``'s kernel on the GPU: (SMEM bytes of every CTA, every thread's wait
   flag: 0 where its bounded wait gave up)."""
   import jax.numpy as jnp
-  kernel = build_kernel(cfg, **kernel_kwargs)
+  kernel = build_kernel(cfg)
   out, flags = kernel(jnp.asarray(src), jnp.asarray(init))
   return np.asarray(out), np.asarray(flags)
 

@@ -1,5 +1,6 @@
-"""The store kernel of a StoreConfig: what the CLI compiles and the demo runs (the
-tests and benchmarks build theirs on it).
+"""The store kernel of a StoreConfig: what the CLI compiles and the demo runs
+(``StoreKernel``; test/harness/store_kernels.py replaces some of its steps for the
+tests and benchmarks).
 
 The kernel reads each thread's registers from global memory in *register
 order* (thread-major, then register, then byte), so any layout and dtype can be
@@ -29,8 +30,8 @@ from mosaic_async_store.lowering import debug, ptx
 from mosaic_async_store.lowering.store import async_store
 from mosaic_async_store.plan.validate import default_ref_shape
 
-__all__ = ["KernelIO", "KernelParts", "kernel_io", "kernel_parts", "build_store_module",
-           "build_kernel", "pack_registers", "WAIT_POLLS"]
+__all__ = ["KernelIO", "KernelParts", "Launch", "StoreKernel", "kernel_io", "build_store_module",
+           "build_kernel", "pack_registers", "upstream_store", "WAIT_POLLS"]
 
 # try_wait polls before a kernel gives up on its barrier (each poll may
 # suspend the thread for a hardware-chosen time; this bounds the run to well
@@ -157,118 +158,218 @@ class KernelParts:
   cluster: tuple[int, int, int]
   io: KernelIO
 
+  def module(self):
+    """The Mosaic GPU module of these parts (upstream's ``_kernel_to_module``; needs no
+    GPU).  Must be called inside an MLIR context from ``compat.make_ir_context()``
+    with a location."""
+    with compat.enable_x64():
+      module, *_ = compat.kernel_to_module(self.body, self.grid, self.block, self.in_shape,
+                                           self.out_shape, self.scratch, cluster=self.cluster)
+    return module
 
-def build_store_module(cfg: StoreConfig, *, bare: bool = False, cost: bool = False):
-  """Builds the Mosaic GPU module of ``cfg``'s store kernel (needs no GPU).
-
-  ``bare=True`` leaves out the SMEM initialisation, the wait and the copy-out,
-  so that the SASS holds only the register loads and the store itself (used to
-  measure the store's code size).  ``cost=True`` is the bare kernel with the
-  bounded wait (and its flag store) kept: what bench/cost_measure.py compiles,
-  a kernel that loads its registers, stores and waits.  Returns (module,
-  KernelIO).  Must be called inside an MLIR context from
-  ``compat.make_ir_context()`` with a location.
-  """
-  with compat.enable_x64():
-    parts = kernel_parts(cfg, bare=bare, cost=cost)
-    module, *_ = compat.kernel_to_module(
-        parts.body, parts.grid, parts.block, parts.in_shape, parts.out_shape,
-        parts.scratch, cluster=parts.cluster)
-  return module, parts.io
+  def gpu_kernel(self):
+    """These parts as a jax callable (upstream's ``as_gpu_kernel``; needs an sm_90 GPU
+    to run).  Must be called inside an MLIR context from ``compat.make_ir_context()``
+    with a location, with ``compat.enable_x64()``."""
+    return compat.mosaic_gpu().as_gpu_kernel(self.body, self.grid, self.block, self.in_shape,
+                                             self.out_shape, self.scratch,
+                                             cluster=self.cluster)
 
 
-def kernel_parts(cfg: StoreConfig, *, bare: bool = False, store=None,
-                 after_store=None, cost: bool = False) -> KernelParts:
-  """The body, launch shape and buffers of ``cfg``'s store kernel.
+@dataclasses.dataclass
+class Launch:
+  """What the body's steps share inside one kernel body: its refs and the values it
+  computed (the executing CTA, its SMEM, the store's view and barrier, the peer)."""
+
+  src_ref: object
+  init_ref: object
+  out_ref: object
+  flags_ref: object
+  smem_ref: object
+  barriers: object             # the scratch barrier array (one barrier)
+  cta: ir.Value                # i32: the executing CTA's rank along x
+  smem_base: ir.Value          # i32: this CTA's byte offset in ``init`` and ``out``
+  smem_ptr: ir.Value           # the SMEM allocation's pointer
+  view: object = None          # the ref the store writes (a slice or transpose of smem_ref)
+  peer: ir.Value | None = None  # index: (cta + 1) % cluster
+
+  @property
+  def barrier(self):
+    """The store's barrier.  Indexing the array builds ops, so each use builds its
+    own where it is used, as upstream's kernels do."""
+    return self.barriers[0]
+
+
+class StoreKernel:
+  """``cfg``'s store kernel: its buffers and launch shape (``parts``), and its body as
+  steps, each a method.
 
   Inputs: ``src`` (each CTA's registers in register order, CTA-major) and
-  ``init`` (each CTA's initial SMEM bytes); output: each CTA's SMEM bytes
-  after the store has landed.  CTA ``c`` stores into CTA ``(c + 1) % cluster``
-  (or into itself for a local target; every CTA reduces into CTA 0 for target
-  "cta0", whose store branches at run time on whether it is CTA 0).  With
-  ``offset_rows`` the store's ref is a slice of a larger allocation (the data
-  starts ``offset_rows`` rows in).  ``store(value, view, barrier)``, if
-  given, replaces the store; it must complete the barrier's phase (tests use
-  it to run upstream's local ``store_tiled`` as a reference).
-  ``after_store(barrier, peer)``, if given, runs between the store and the
-  wait (the debug-mode test announces bytes that never arrive there).
-  ``bare`` / ``cost``: see build_store_module.
-  """
-  mgpu, utils = compat.mosaic_gpu(), compat.mosaic_utils()
-  dt = as_dtype(cfg.dtype)
-  layout = resolve_layout(cfg.layout, cfg.shape, cfg.dtype)
-  io = kernel_io(cfg)
-  src = jax.ShapeDtypeStruct((cfg.cluster * io.src_bytes,), jnp.uint8)
-  init = jax.ShapeDtypeStruct((cfg.cluster * io.smem_bytes,), jnp.uint8)
-  out = (jax.ShapeDtypeStruct((cfg.cluster * io.smem_bytes,), jnp.uint8),
-         jax.ShapeDtypeStruct((cfg.cluster * 128,), jnp.int32))  # SMEM bytes, wait flags
-  smem = jax.ShapeDtypeStruct(io.smem_shape, dt.numpy)
-  # Each CTA receives one warpgroup's stores: 128 arrivals (one per thread), or one
-  # (the warpgroup's elected arrival: cfg.arrival "warpgroup" / "tensor_core").
-  # Mosaic places the barrier right after the buffer and needs it 8-byte
-  # aligned, so a tiny buffer gets a pad.
-  alloc = int(np.prod(io.smem_shape)) * dt.bits // 8
-  pad = (jax.ShapeDtypeStruct((-alloc % 8,), jnp.uint8),) if alloc % 8 else ()
-  # With target "cta0" CTA 0's barrier receives every CTA's warpgroup (the
-  # others' barriers, initialised alike, receive nothing and are not waited on).
-  arrivals = ((128 if cfg.arrival == "thread" else 1) *
-              (cfg.cluster if cfg.target == "cta0" else 1))
-  scratch = (smem, *pad, mgpu.Barrier(arrival_count=arrivals, num_barriers=1))
+  ``init`` (each CTA's initial SMEM bytes); outputs: each CTA's SMEM bytes
+  after the store has landed, and each thread's wait flag.  CTA ``c`` stores into
+  CTA ``(c + 1) % cluster`` (or into itself for a local target; every CTA reduces
+  into CTA 0 for target "cta0", whose store branches at run time on whether it
+  is CTA 0).  With ``offset_rows`` the store's ref is a slice of a larger
+  allocation (the data starts ``offset_rows`` rows in).
 
-  def body(ctx, src_ref, init_ref, out_ref, flags_ref, scratch_refs):
-    del ctx
-    smem_ref, bar = scratch_refs[0], scratch_refs[-1]
-    cta = arith.index_cast(ir.IntegerType.get_signless(32), gpu.cluster_block_id(gpu.Dimension.x))
-    base = arith.muli(cta, _i32(io.smem_bytes))
-    smem_ptr = utils.memref_ptr(smem_ref)
-    if not (bare or cost):  # poison/initialise own SMEM, then make sure every CTA has
-      _copy_words(utils.memref_ptr(init_ref), smem_ptr, io.smem_bytes, base, _i32(0))
-      nvvm.cluster_arrive(aligned=True)  # done so before any peer writes into it
-      nvvm.cluster_wait(aligned=True)
-    view = smem_ref
-    if cfg.offset_rows:  # a slice of the allocation along dim 0 (whole tiles)
-      tile_rows = io.smem_shape[-2 if len(cfg.shape) > 1 else -1] if cfg.swizzle else 1
-      start = cfg.offset_rows // tile_rows
-      view = utils.memref_slice(smem_ref, slice(start, start + cfg.shape[0] // tile_rows))
-    if cfg.transposed:
-      view = utils.memref_transpose(smem_ref, transpose_permutation(len(io.smem_shape), cfg.swizzle))
-    value = _load_value(cfg, utils.memref_ptr(src_ref), layout, io,
-                        arith.muli(cta, _i32(io.src_bytes)))
-    if bare or cost:  # keep ptxas from sinking the register loads into the
+  The body (``body``): ``init_smem`` (poison/initialise the own SMEM, then a
+  cluster sync), ``load``, ``store``, ``finish`` (the bounded wait, then the
+  copy-out).  ``bare=True`` keeps only the register loads, a fence and the store,
+  so that the SASS holds the store's code and little else (the CLI's
+  store-only kernel).  A subclass replaces a step by overriding its method
+  (test/harness/store_kernels.py builds its test and cost kernels so).
+  """
+
+  def __init__(self, cfg: StoreConfig, *, bare: bool = False):
+    self.cfg = cfg
+    self.io = kernel_io(cfg)
+    self.layout = resolve_layout(cfg.layout, cfg.shape, cfg.dtype)
+    self.initialise = not bare   # init_smem before the loads
+    self.fence = bare            # fence.acq_rel.cta after the loads
+    self.finishes = not bare     # finish after the store
+
+  def parts(self) -> KernelParts:
+    """The body, launch shape and buffers (``KernelParts``)."""
+    cfg, io = self.cfg, self.io
+    mgpu = compat.mosaic_gpu()
+    dt = as_dtype(cfg.dtype)
+    src = jax.ShapeDtypeStruct((cfg.cluster * io.src_bytes,), jnp.uint8)
+    init = jax.ShapeDtypeStruct((cfg.cluster * io.smem_bytes,), jnp.uint8)
+    out = (jax.ShapeDtypeStruct((cfg.cluster * io.smem_bytes,), jnp.uint8),
+           jax.ShapeDtypeStruct((cfg.cluster * 128,), jnp.int32))  # SMEM bytes, wait flags
+    smem = jax.ShapeDtypeStruct(io.smem_shape, dt.numpy)
+    # Each CTA receives one warpgroup's stores: 128 arrivals (one per thread), or one
+    # (the warpgroup's elected arrival: cfg.arrival "warpgroup" / "tensor_core").
+    # Mosaic places the barrier right after the buffer and needs it 8-byte
+    # aligned, so a tiny buffer gets a pad.
+    alloc = int(np.prod(io.smem_shape)) * dt.bits // 8
+    pad = (jax.ShapeDtypeStruct((-alloc % 8,), jnp.uint8),) if alloc % 8 else ()
+    # With target "cta0" CTA 0's barrier receives every CTA's warpgroup (the
+    # others' barriers, initialised alike, receive nothing and are not waited on).
+    arrivals = ((128 if cfg.arrival == "thread" else 1) *
+                (cfg.cluster if cfg.target == "cta0" else 1))
+    scratch = (smem, *pad, mgpu.Barrier(arrival_count=arrivals, num_barriers=1))
+
+    def body(ctx, src_ref, init_ref, out_ref, flags_ref, scratch_refs):
+      del ctx
+      smem_ref = scratch_refs[0]
+      cta = arith.index_cast(ir.IntegerType.get_signless(32),
+                             gpu.cluster_block_id(gpu.Dimension.x))
+      base = arith.muli(cta, _i32(io.smem_bytes))
+      self.body(Launch(src_ref, init_ref, out_ref, flags_ref, smem_ref, scratch_refs[-1],
+                       cta, base, compat.mosaic_utils().memref_ptr(smem_ref)))
+
+    return KernelParts(body, (cfg.cluster, 1, 1), (128, 1, 1), (src, init), out, scratch,
+                       (cfg.cluster, 1, 1), io)
+
+  def module(self):
+    """The Mosaic GPU module (needs no GPU) and the ``KernelIO``.  Must be called
+    inside an MLIR context from ``compat.make_ir_context()`` with a location."""
+    with compat.enable_x64():
+      p = self.parts()
+      return p.module(), p.io
+
+  def gpu_kernel(self):
+    """The kernel as a jax callable (upstream's ``as_gpu_kernel``, in a context of its
+    own; needs an sm_90 GPU to run).  Called (src, init), it returns (every CTA's
+    SMEM bytes, every thread's wait flag)."""
+    with compat.enable_x64(), compat.make_ir_context(), ir.Location.unknown():
+      return self.parts().gpu_kernel()
+
+  # -- the body's steps, in order ---------------------------------------------------
+
+  def body(self, k: Launch) -> None:
+    """Runs the steps.  The ops are built in this order whichever steps a subclass
+    replaces, so that a kernel's IR text (hence its PTX) changes only where its
+    steps do."""
+    if self.initialise:
+      self.init_smem(k)
+    k.view = self.view(k)
+    value = self.load(k)
+    if self.fence:  # keep ptxas from sinking the register loads into the
       ptx.emit_fence_cta()   # store code, which would blur the measured store code
     index = ir.IndexType.get()
-    peer = arith.remui(arith.addi(gpu.cluster_block_id(gpu.Dimension.x),
-                                  arith.constant(index, 1)),
-                       arith.constant(index, cfg.cluster))
-    if store is not None:
-      store(value, view, bar[0])
-    elif cfg.impl == "upstream":  # a local target: upstream's store into the own CTA
-      own = gpu.cluster_block_id(gpu.Dimension.x)
-      upstream_store(value, view, bar[0], own if cfg.target == "local" else peer, cfg)
-    else:
-      kwargs = {"peer": dict(cluster_dim=gpu.Dimension.x, cluster_idx=peer),
-                "cta0": dict(cluster_dim=gpu.Dimension.x, cluster_idx=0),
-                "local": {}}[cfg.target]
-      async_store(value, view, bar[0], swizzle=cfg.swizzle, optimized=cfg.optimized,
-                  atomic=cfg.atomic, arrival=cfg.arrival, **kwargs)
-    if bare:
-      return
-    if after_store is not None:
-      after_store(bar[0], peer)
-    flag_off = arith.muli(arith.addi(arith.muli(cta, _i32(128)), arith.andi(_tid(), _i32(127))),
-                          _i32(4))
-    flag_ptr = utils.getelementptr(utils.memref_ptr(flags_ref), [flag_off],
-                                   ir.IntegerType.get_signless(8))
-    if cfg.target == "cta0":
-      _wait_in_cta0(cta, bar[0], io, flag_ptr)
-    else:
-      llvm.store(_bounded_wait(bar[0], io), flag_ptr)
-    if cost:
-      return
-    _copy_words(smem_ptr, utils.memref_ptr(out_ref), io.smem_bytes, _i32(0), base)
+    k.peer = arith.remui(arith.addi(gpu.cluster_block_id(gpu.Dimension.x),
+                                    arith.constant(index, 1)),
+                         arith.constant(index, self.cfg.cluster))
+    self.store(value, k)
+    if self.finishes:
+      self.finish(k)
 
-  return KernelParts(body, (cfg.cluster, 1, 1), (128, 1, 1), (src, init), out, scratch,
-                     (cfg.cluster, 1, 1), io)
+  def init_smem(self, k: Launch) -> None:
+    """Copies this CTA's slice of ``init`` into its SMEM, then a cluster barrier, so
+    that every CTA has done so before any peer writes into it."""
+    utils = compat.mosaic_utils()
+    _copy_words(utils.memref_ptr(k.init_ref), k.smem_ptr, self.io.smem_bytes, k.smem_base,
+                _i32(0))
+    nvvm.cluster_arrive(aligned=True)
+    nvvm.cluster_wait(aligned=True)
+
+  def view(self, k: Launch):
+    """The ref the store writes: the allocation, a slice of it along dim 0 (whole
+    tiles; ``offset_rows``), or its transpose."""
+    cfg, io, utils = self.cfg, self.io, compat.mosaic_utils()
+    view = k.smem_ref
+    if cfg.offset_rows:
+      tile_rows = io.smem_shape[-2 if len(cfg.shape) > 1 else -1] if cfg.swizzle else 1
+      start = cfg.offset_rows // tile_rows
+      view = utils.memref_slice(k.smem_ref, slice(start, start + cfg.shape[0] // tile_rows))
+    if cfg.transposed:
+      view = utils.memref_transpose(k.smem_ref,
+                                    transpose_permutation(len(io.smem_shape), cfg.swizzle))
+    return view
+
+  def load(self, k: Launch):
+    """This CTA's registers from ``src`` (``_load_value``)."""
+    utils = compat.mosaic_utils()
+    return _load_value(self.cfg, utils.memref_ptr(k.src_ref), self.layout, self.io,
+                       arith.muli(k.cta, _i32(self.io.src_bytes)))
+
+  def store(self, value, k: Launch) -> None:
+    """The store into the target CTA: this project's ``async_store``, or upstream's
+    ``store_tiled_async`` for ``impl="upstream"`` (``upstream_store``)."""
+    cfg = self.cfg
+    if cfg.impl == "upstream":  # a local target: upstream's store into the own CTA
+      own = gpu.cluster_block_id(gpu.Dimension.x)
+      upstream_store(value, k.view, k.barrier, own if cfg.target == "local" else k.peer, cfg)
+      return
+    kwargs = {"peer": dict(cluster_dim=gpu.Dimension.x, cluster_idx=k.peer),
+              "cta0": dict(cluster_dim=gpu.Dimension.x, cluster_idx=0),
+              "local": {}}[cfg.target]
+    async_store(value, k.view, k.barrier, swizzle=cfg.swizzle, optimized=cfg.optimized,
+                atomic=cfg.atomic, arrival=cfg.arrival, **kwargs)
+
+  def finish(self, k: Launch) -> None:
+    """The bounded wait, then the copy-out of this CTA's SMEM."""
+    self.wait(k)
+    self.copy_out(k)
+
+  def wait(self, k: Launch) -> None:
+    """Each thread's bounded wait on its CTA's barrier, its flag stored into
+    ``flags`` (target "cta0": ``_wait_in_cta0``)."""
+    utils = compat.mosaic_utils()
+    flag_off = arith.muli(arith.addi(arith.muli(k.cta, _i32(128)),
+                                     arith.andi(_tid(), _i32(127))), _i32(4))
+    flag_ptr = utils.getelementptr(utils.memref_ptr(k.flags_ref), [flag_off],
+                                   ir.IntegerType.get_signless(8))
+    if self.cfg.target == "cta0":
+      _wait_in_cta0(k.cta, k.barrier, self.io, flag_ptr)
+    else:
+      llvm.store(_bounded_wait(k.barrier, self.io), flag_ptr)
+
+  def copy_out(self, k: Launch) -> None:
+    """Copies this CTA's SMEM into its slice of ``out``."""
+    utils = compat.mosaic_utils()
+    _copy_words(k.smem_ptr, utils.memref_ptr(k.out_ref), self.io.smem_bytes, _i32(0),
+                k.smem_base)
+
+
+def build_store_module(cfg: StoreConfig, *, bare: bool = False):
+  """Builds the Mosaic GPU module of ``cfg``'s store kernel (``StoreKernel``; needs no
+  GPU).  ``bare=True``: only the register loads, a fence and the store, for
+  measuring the store's code size.  Returns (module, KernelIO).  Must be called
+  inside an MLIR context from ``compat.make_ir_context()`` with a location."""
+  return StoreKernel(cfg, bare=bare).module()
 
 
 def _bounded_wait(bar, io):
@@ -294,15 +395,11 @@ def _wait_in_cta0(cta, bar, io, flag_ptr):
   nvvm.cluster_wait(aligned=True)
 
 
-def build_kernel(cfg: StoreConfig, **kwargs):
-  """``cfg``'s kernel as a jax-callable (upstream's ``as_gpu_kernel``; needs an sm_90
-  GPU to run).  ``kwargs`` go to ``kernel_parts``.  Called (src, init), it returns
-  (every CTA's SMEM bytes, every thread's wait flag)."""
-  mgpu = compat.mosaic_gpu()
-  with compat.enable_x64(), compat.make_ir_context(), ir.Location.unknown():
-    p = kernel_parts(cfg, **kwargs)
-    return mgpu.as_gpu_kernel(p.body, p.grid, p.block, p.in_shape, p.out_shape, p.scratch,
-                              cluster=p.cluster)
+def build_kernel(cfg: StoreConfig):
+  """``cfg``'s kernel as a jax callable (``StoreKernel.gpu_kernel``; needs an sm_90 GPU
+  to run).  Called (src, init), it returns (every CTA's SMEM bytes, every
+  thread's wait flag)."""
+  return StoreKernel(cfg).gpu_kernel()
 
 
 def pack_registers(cfg: StoreConfig, codes_per_cta: list[np.ndarray]) -> np.ndarray:

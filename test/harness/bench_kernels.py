@@ -1,5 +1,6 @@
-"""Bandwidth benchmark kernels: a warpgroup per CTA stores a register tile into its
-peer's SMEM ``iters`` times, one barrier phase per iteration.
+"""Bandwidth benchmark kernels (bench/dsmem_bandwidth.py runs them on a GPU): a
+warpgroup per CTA stores a register tile into its peer's SMEM ``iters`` times,
+one barrier phase per iteration.
 
 Strategies (same data, same barrier protocol, same grid):
 
@@ -17,9 +18,11 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import arith, gpu, nvvm, scf
 
+from extra_ptx import emit_cp_async_bulk_to_cluster, emit_fence_proxy_async_shared, emit_globaltimer
 from mosaic_async_store import compat
 from mosaic_async_store.demo.config import StoreConfig, resolve_layout
 from mosaic_async_store.plan.dtypes import as_dtype
@@ -29,7 +32,7 @@ from mosaic_async_store.demo.kernel import (KernelParts, _i32, _load_value, _tid
 from mosaic_async_store.lowering.store import async_store
 from mosaic_async_store.lowering.target import smem_address, target_rank
 
-__all__ = ["STRATEGIES", "BenchKernel", "bench_kernel_parts"]
+__all__ = ["STRATEGIES", "BenchKernel", "bench_kernel_parts", "device_seconds"]
 
 STRATEGIES = ("mas", "plain", "upstream", "bulk", "local")
 
@@ -112,6 +115,13 @@ def bench_kernel_parts(cfg: StoreConfig, strategy: str, *, ctas: int, iters: int
                      (cfg.cluster, 1, 1), io, bytes_per_launch=ctas * iters * tile_bytes)
 
 
+def device_seconds(times) -> float:
+  """A launch's duration from the kernel's per-CTA ``%globaltimer`` stamps (ns): the
+  earliest start to the latest end."""
+  stamps = np.asarray(times).view(np.uint64).reshape(-1, 2)
+  return float(stamps[:, 1].max() - stamps[:, 0].min()) * 1e-9
+
+
 def _record_time(times_ref, cta, which: int) -> None:
   """Thread 0 stores the device clock into ``times[cta * 2 + which]`` (u64)."""
   from jaxlib.mlir.dialects import llvm
@@ -119,7 +129,7 @@ def _record_time(times_ref, cta, which: int) -> None:
   if_op = scf.IfOp(arith.cmpi(arith.CmpIPredicate.eq, _tid(), _i32(0)))
   with ir.InsertionPoint(if_op.then_block):
     off = arith.muli(arith.addi(arith.muli(cta, _i32(2)), _i32(which)), _i32(8))
-    llvm.store(ptx.emit_globaltimer(), utils.getelementptr(
+    llvm.store(emit_globaltimer(), utils.getelementptr(
         utils.memref_ptr(times_ref), [off], ir.IntegerType.get_signless(8)))
     scf.yield_([])
 
@@ -129,7 +139,7 @@ def _bulk_iteration(cfg, value, smem_ref, stage_ref, bar, peer, tile_bytes):
   utils = compat.mosaic_utils()
   async_store(value, stage_ref, bar, swizzle=cfg.swizzle, optimized=cfg.optimized,
               strategy="plain", expect_tx=False)
-  ptx.emit_fence_proxy_async_shared()
+  emit_fence_proxy_async_shared()
   utils.warpgroup_barrier()
   rank = target_rank(gpu.Dimension.x, peer, (cfg.cluster, 1, 1))
   dst = ptx.emit_mapa(smem_address(utils.memref_ptr(smem_ref)), rank)
@@ -138,6 +148,6 @@ def _bulk_iteration(cfg, value, smem_ref, stage_ref, bar, peer, tile_bytes):
   if_op = scf.IfOp(elected)
   with ir.InsertionPoint(if_op.then_block):
     ptx.emit_arrive_expect_tx(peer_bar, _i32(tile_bytes), release_cluster=False)
-    ptx.emit_cp_async_bulk_to_cluster(dst, smem_address(utils.memref_ptr(stage_ref)),
+    emit_cp_async_bulk_to_cluster(dst, smem_address(utils.memref_ptr(stage_ref)),
                                       tile_bytes, peer_bar)
     scf.yield_([])

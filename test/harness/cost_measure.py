@@ -1,7 +1,7 @@
 """What one store kernel costs, ours and upstream's, measured the same way (CPU only).
 
 For one ``StoreConfig``, both implementations' cost kernels (register loads from
-global memory, a fence, the store, the bounded wait: ``build_store_module(cost=True)``)
+global memory, a fence, the store, the bounded wait: ``store_kernels.CostKernel``)
 are compiled by the deviceless toolchain (mlir-opt -> PTX -> ptxas -> SASS) and
 run in the PTX checker (``mosaic_async_store.check``), which checks their bytes and waits and traces
 their store instructions.  Per implementation:
@@ -27,16 +27,8 @@ their store instructions.  Per implementation:
 
 from __future__ import annotations
 
-import pathlib
-import sys
-
+import config_matrix as matrix
 from mosaic_async_store.demo.config import StoreConfig
-
-_ROOT = pathlib.Path(__file__).resolve().parent.parent
-for _p in ("bench", "test/harness"):   # matrix; the checker kernels and their inputs
-  if str(_ROOT / _p) not in sys.path:
-    sys.path.insert(0, str(_ROOT / _p))
-import matrix  # noqa: E402
 
 __all__ = ["COLUMNS", "measure", "compare", "verdicts", "sass_moves", "sass_selects",
            "sass_core", "sass_counts", "compile_cost_kernel", "core_verdict"]
@@ -80,14 +72,14 @@ def sass_counts(stats) -> dict:
 
 
 def compile_cost_kernel(cfg: StoreConfig):
-  """cfg's cost kernel (``build_store_module(cost=True)``) through the deviceless
+  """cfg's cost kernel (``store_kernels.CostKernel``) through the deviceless
   toolchain; returns its ``toolchain.Compiled``."""
   from jaxlib.mlir import ir
   from mosaic_async_store import compat
   from mosaic_async_store.tools import toolchain
-  from mosaic_async_store.demo.kernel import build_store_module
+  from store_kernels import build_cost_module
   with compat.make_ir_context(), ir.Location.unknown():
-    module, _ = build_store_module(cfg, cost=True)
+    module, _ = build_cost_module(cfg)
     return toolchain.compile_module(module)
 
 
