@@ -1,4 +1,4 @@
-"""The deviceless toolchain, as the design brief names it: ``from mosaic_async_store
+"""The deviceless toolchain under its public name: ``from mosaic_async_store
 import toolchain``; ``toolchain.compile_module(module, arch="sm_90a")``.
 
 A face over ``mosaic_async_store.tools.toolchain`` (where the code and its docs

@@ -348,8 +348,7 @@ def test_library_spellings_become_flags(library, cli_text):
 
 @pytest.mark.parametrize("arch", toolchain.ARCHS)
 def test_compile_sass_for_every_arch(arch):
-  """`compile --arch A --emit sass` (the issue's command for sm_100a) and the stats that
-  name their target."""
+  """`compile --arch A --emit sass` for every target, and the stats that name it."""
   status, sass = _run(["compile", "--arch", arch, "--emit", "sass"])
   assert status == 0
   assert f"code for {arch}" in sass and len(re.findall(r"\bSTAS\b", sass)) == 32

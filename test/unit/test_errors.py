@@ -1,4 +1,4 @@
-"""Every public surface refuses bad input loudly, early and helpfully (issue 6).
+"""Every public surface refuses bad input loudly, early and helpfully.
 
 The invalid inputs are the table in ``error_cases.py`` (also the source of
 docs/errors.md): plan_store cases run here; async_store, Pallas, toolchain and

@@ -1,4 +1,4 @@
-"""Importing the package loads no test code and changes no environment (issue 12).
+"""Importing the package loads no test code and changes no environment.
 
 Each check runs in a fresh interpreter, so that nothing this test session imported
 (conftest, other tests) hides what the package itself loads.

@@ -1,4 +1,4 @@
-"""The resolved target is part of the plan (issue 12): peer or local, the caller's cluster
+"""The resolved target is part of the plan: peer or local, the caller's cluster
 dimension and index, the cluster's shape; the state spaces and the one-CTA rule follow it,
 ``summary()`` and ``--emit plan`` show it, and the emitter forms the rank from it."""
 
@@ -73,7 +73,7 @@ def test_cta0_plans_name_cta_0():
   assert dataclasses.replace(peer.target, peer=False).state_space("red") == "shared::cta"
 
 
-# -- entry points that cannot emit what the verifier rejects (issue 21, item 1) --------
+# -- entry points that cannot emit what the verifier rejects -------------------------
 
 
 def test_emit_plan_refuses_a_plan_the_verifier_rejects():

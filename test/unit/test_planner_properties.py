@@ -2,7 +2,7 @@
 
 Hypothesis draws a layout, dtype, shape, swizzle, destination orientation,
 atomic op and target; for every plan the planner produces, the static
-guarantees of issue 3 are re-checked here by an independent simulation:
+guarantees that ``plan.verify`` promises are re-checked here by an independent simulation:
 every destination byte written exactly once, alignment, no instruction
 crossing a 16-byte swizzle chunk, legal async widths, exact tx accounting,
 no bank conflicts when optimized, silent replicas.  Refusals must be

