@@ -186,3 +186,14 @@ def test_the_direction_check_sees_a_bench_import(tmp_path):
   bad = tmp_path / "test_bad.py"
   bad.write_text("def test_x():\n  import static_cost\n")
   assert [name for _, name in _top_imports(bad) if name in BENCH] == ["static_cost"]
+
+
+def test_every_ptx_emitter_serves_the_package():
+  """lowering/ptx.py holds the instructions the package emits; one that only tests or
+  benchmarks emit lives in test/harness/extra_ptx.py, so the wheel ships no test code."""
+  ptx = MODULES["mosaic_async_store.lowering.ptx"]
+  emitters = [n.name for n in ast.parse(ptx.read_text()).body
+              if isinstance(n, ast.FunctionDef) and n.name.startswith("emit_")]
+  others = "\n".join(p.read_text() for m, p in MODULES.items() if p != ptx)
+  unused = [e for e in emitters if not re.search(rf"\b{e}\b", others)]
+  assert emitters and not unused, f"emitters no shipped module uses: {unused}"
