@@ -1,5 +1,6 @@
-"""bench/ptxas_allocation.py: a rewrite of upstream's kernel that changes no value
-(its 64-bit register loads split into 32-bit halves) and what ptxas makes of it."""
+"""bench/ptxas_allocation.py (test/harness/ptxas_allocation_report.py): a rewrite of
+upstream's kernel that changes no value (its 64-bit register loads split into 32-bit
+halves) and what ptxas makes of it."""
 
 SNIPPET = """\
 .visible .entry k(

@@ -1,6 +1,7 @@
 """The static cost comparison's wavefront instrument: the PTX checker's store trace
 priced by the planner's bank model (demo_kernels.traced_wavefronts), and the
-comparison built on it (bench/cost_measure.py, bench/static_cost.py)."""
+comparison built on it (test/harness/cost_measure.py and static_cost_report.py, which
+bench/static_cost.py runs)."""
 
 import pytest
 

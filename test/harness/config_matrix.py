@@ -2,8 +2,8 @@
 
 Shared by ``test/unit/test_matrix.py`` (every configuration either compiles
 through mlir-opt and ptxas, or is refused with an AsyncStoreError) and by the
-static cost report (``static_cost_report``, bench/static_cost.py).  Shapes are chosen per layout, dtype and swizzle:
-multiples of the layout's base tile and of the swizzle tile (8 rows x
+static cost report (``static_cost_report``, bench/static_cost.py).  Shapes are
+chosen per layout, dtype and swizzle: multiples of the layout's base tile and of the swizzle tile (8 rows x
 ``swizzle`` bytes), in both orientations for transposed destinations.  1-D
 layouts (WGMMA_ROW/COL, TCGEN05_ROW/COL) only go to plain (unswizzled) refs:
 Mosaic has no 1-D swizzled tile.

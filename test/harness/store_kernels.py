@@ -6,7 +6,7 @@ its steps replaced, for tests and benchmarks.
   bare kernel; the replacement must complete the barrier's phase.
 * ``kernel_parts(cfg, after_store=...)``: something between the store and the wait
   (``gpu_run.announce_extra_bytes``: a tx count that never completes).
-* ``CostKernel`` / ``build_cost_module``: the cost kernel that bench/cost_measure.py
+* ``CostKernel`` / ``build_cost_module``: the cost kernel that ``cost_measure``
   compiles and ``demo_kernels.run_cost_kernel`` runs: the register loads, a fence,
   the store and the bounded wait (with its flag store); no SMEM initialisation and
   no copy-out.

@@ -1,10 +1,10 @@
 """The configuration matrix: every configuration compiles or is refused cleanly.
 
-For each StoreConfig of ``bench/matrix.py`` (layouts x dtypes x shapes x
-swizzles x optimized x peer/local x transposed x atomic), the bare store
-kernel is built and assembled by mlir-opt and ptxas.  Accepted: ptxas took it
-and the PTX's stores move exactly prod(shape) * bits / 8 bytes (counted from
-the opcodes, times the writer threads).  Refused: an AsyncStoreError that is
+For each StoreConfig of the matrix (test/harness/config_matrix.py, run by
+bench/matrix.py: layouts x dtypes x shapes x swizzles x optimized x peer/local x
+transposed x atomic), the bare store kernel is built and assembled by mlir-opt
+and ptxas.  Accepted: ptxas took it and the PTX's stores move exactly
+prod(shape) * bits / 8 bytes (counted from the opcodes, times the writer threads).  Refused: an AsyncStoreError that is
 not an internal planner defect.  Anything else (another exception, a wrong
 byte count, a crash) fails.
 

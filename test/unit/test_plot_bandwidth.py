@@ -1,4 +1,5 @@
-"""bench/plot_bandwidth.py turns a bandwidth run's JSON into the CSV and the PNG."""
+"""bench/plot_bandwidth.py (test/harness/bandwidth_plot.py) turns a bandwidth run's JSON
+into the CSV and the PNG."""
 
 import csv
 import json
