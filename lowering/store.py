@@ -143,45 +143,6 @@ def _thread_index() -> ir.Value:
   return arith.andi(tid, arith.constant(i32, WARPGROUP_SIZE - 1))
 
 
-def _affine_ir(affine, tid) -> ir.Value:
-  i32 = ir.IntegerType.get_signless(32)
-  c = lambda x: arith.constant(i32, x)
-  out = c(affine.offset)
-  for shift, mask, scale in affine.terms:
-    digit = arith.andi(arith.shrui(tid, c(shift)) if shift else tid, c(mask))
-    out = arith.addi(out, arith.muli(digit, c(scale)))
-  return out
-
-
-def _swizzle_ir(offset: ir.Value, swizzle) -> ir.Value:
-  if not swizzle or swizzle == 16:
-    return offset
-  i32 = ir.IntegerType.get_signless(32)
-  c = lambda x: arith.constant(i32, x)
-  bits = arith.andi(arith.shrui(offset, c(7)), c(swizzle // 16 - 1))
-  return arith.xori(offset, arith.shli(bits, c(4)))
-
-
-def _emit_addresses(plan, base_addr, tid):
-  """Yields (address value, immediate) for every instruction, as
-  ``plan.address_steps`` say, each emitted just before its store: an address
-  computed where it is used is live only from there, so ptxas needs fewer
-  registers than for every base computed up front."""
-  i32 = ir.IntegerType.get_signless(32)
-  offsets = []  # swizzled offset (from the ref base) and address of each new base
-  for step in plan.address_steps:
-    if step.kind == "compute":
-      off = _swizzle_ir(_affine_ir(step.linear, tid), plan.geometry.swizzle)
-      offsets.append((off, arith.addi(base_addr, off)))
-      yield offsets[-1][1], 0
-    elif step.kind == "xor":
-      off = arith.xori(offsets[step.base][0], arith.constant(i32, step.constant))
-      offsets.append((off, arith.addi(base_addr, off)))
-      yield offsets[-1][1], 0
-    else:
-      yield offsets[step.base][1], step.constant
-
-
 def _emit_stores(plan, builder, addresses, barrier_addr):
   """Each instruction as the plan spells it (``Instruction.opcode``, state space included)."""
   for ins, (addr, imm) in zip(plan.instructions, addresses, strict=True):
@@ -215,7 +176,8 @@ def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
       None stores into the executing CTA's own shared memory.  A target that is
       the executing CTA (``target.target_kind``) takes the local form; a
       reduction whose target may be, depending on the CTA, branches at run time
-      (``emit_either``): red.async into the executing CTA is undefined.
+      (``emit_either``): red.async into the executing CTA is undefined, and a
+      plain red.shared::cluster into it far dearer than red.shared::cta.
     swizzle: 16, 32, 64, 128 or None; must match the ref's tiling.
     tiling_rank: trailing ref dims forming the tile (default: inferred).
     optimized: require a bank-conflict-free plan (else AsyncStoreError).
@@ -268,9 +230,11 @@ def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
     return plan
 
   # The local form (the executing CTA's own SMEM, no mapa) where the target is
-  # always the executing CTA; the peer form where it never is, or where the
-  # peer form is defined for any target (st.async, plain st/red); both, chosen
-  # at run time, where red.async might target the executing CTA (undefined).
+  # always the executing CTA; the peer form where it never is, or where it is as
+  # good for any target (st.async, plain st); both, chosen at run time, for a
+  # reduction that might target the executing CTA: red.async is undefined there,
+  # and a plain red.shared::cluster far dearer than red.shared::cta
+  # (``StorePlan.wants_local_form``).
   peer_plan = make_plan(True) if kind != "local" else None
   if not remote_plain_ok and peer_plan is not None and peer_plan.needs_release_arrive:
     raise refuse(*(("atomic", atomic) if atomic else ("strategy", strategy)
@@ -284,12 +248,14 @@ def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
                  "at cluster scope (a Mosaic kernel: wait with mas.wait and pass "
                  "remote_plain_ok=True)")
   local_plan = make_plan(False) if kind == "local" or (
-      kind == "either" and peer_plan.needs_other_cta) else None
-  if peer_plan is not None and local_plan is not None and not expect_tx:
+      kind == "either" and peer_plan.wants_local_form) else None
+  if (peer_plan is not None and local_plan is not None and not expect_tx
+      and local_plan.async_bytes != peer_plan.async_bytes):
     raise refuse("expect_tx", False,
                  "True for this store: its target may be the executing CTA at run time, "
-                 f"where plain reductions complete 0 tx bytes instead of red.async's "
-                 f"{peer_plan.async_bytes}, so no caller can announce the count",
+                 f"where plain reductions complete {local_plan.async_bytes} tx bytes "
+                 f"instead of red.async's {peer_plan.async_bytes}, so no caller can "
+                 "announce the count",
                  "pass expect_tx=True (the default), or a cluster_idx that is always "
                  "another CTA, e.g. (gpu.cluster_block_id(dim) + 1) % n")
   plans = [p for p in (local_plan, peer_plan) if p is not None]
@@ -339,11 +305,11 @@ def _emit_form(plan, builder, base, bar, tid, expect_tx, arrival="thread"):
   i32 = ir.IntegerType.get_signless(32)
   writer = _writer_predicate(plan.registers.writer, tid)
   if writer is None:
-    _emit_stores(plan, builder, _emit_addresses(plan, base, tid), bar)
+    _emit_stores(plan, builder, target.emit_addresses(plan, base, tid), bar)
   else:
     if_op = scf.IfOp(writer)
     with ir.InsertionPoint(if_op.then_block):
-      _emit_stores(plan, builder, _emit_addresses(plan, base, tid), bar)
+      _emit_stores(plan, builder, target.emit_addresses(plan, base, tid), bar)
       scf.yield_([])
   if expect_tx and arrival != "thread":
     _emit_elected_arrive(plan, bar, tid, arrival)

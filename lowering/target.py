@@ -4,6 +4,8 @@ When the kernel's cluster shape is static (the enclosing ``gpu.launch`` has
 constant cluster sizes, as every Mosaic GPU kernel does), the target's linear
 rank is built from constants: for a cluster that spans only ``cluster_dim``
 it is just ``cluster_idx``, with no run-time cluster queries at all.
+``emit_addresses`` forms each store's address from the (mapped) base as the
+plan's address steps say.
 
 ``target_kind`` decides, before any IR is built, whether the target is the
 executing CTA ("local"), another CTA ("peer"), or either, depending on which
@@ -20,8 +22,8 @@ from mosaic_async_store.plan import validate
 from mosaic_async_store.errors import refuse
 from mosaic_async_store.lowering import ptx
 
-__all__ = ["static_cluster_shape", "target_rank", "smem_address", "target_kind",
-           "is_own_rank", "check_cluster_args"]
+__all__ = ["static_cluster_shape", "target_rank", "smem_address", "emit_addresses",
+           "target_kind", "is_own_rank", "check_cluster_args"]
 
 _CLUSTER_SEGMENTS = (7, 8, 9)  # gpu.launch operand segments: deps, grid xyz, block xyz, cluster xyz
 
@@ -96,6 +98,45 @@ def target_rank(cluster_dim, cluster_idx, cluster_shape) -> ir.Value:
 def smem_address(ptr: ir.Value) -> ir.Value:
   """The 32-bit shared-window address of an ``!llvm.ptr<3>``."""
   return llvm.ptrtoint(ir.IntegerType.get_signless(32), ptr)
+
+
+def _affine_ir(affine, tid) -> ir.Value:
+  i32 = ir.IntegerType.get_signless(32)
+  c = lambda x: arith.constant(i32, x)
+  out = c(affine.offset)
+  for shift, mask, scale in affine.terms:
+    digit = arith.andi(arith.shrui(tid, c(shift)) if shift else tid, c(mask))
+    out = arith.addi(out, arith.muli(digit, c(scale)))
+  return out
+
+
+def _swizzle_ir(offset: ir.Value, swizzle) -> ir.Value:
+  if not swizzle or swizzle == 16:
+    return offset
+  i32 = ir.IntegerType.get_signless(32)
+  c = lambda x: arith.constant(i32, x)
+  bits = arith.andi(arith.shrui(offset, c(7)), c(swizzle // 16 - 1))
+  return arith.xori(offset, arith.shli(bits, c(4)))
+
+
+def emit_addresses(plan, base_addr, tid):
+  """Yields (address value, immediate) for every instruction, as
+  ``plan.address_steps`` say, each emitted just before its store: an address
+  computed where it is used is live only from there, so ptxas needs fewer
+  registers than for every base computed up front."""
+  i32 = ir.IntegerType.get_signless(32)
+  offsets = []  # swizzled offset (from the ref base) and address of each new base
+  for step in plan.address_steps:
+    if step.kind == "compute":
+      off = _swizzle_ir(_affine_ir(step.linear, tid), plan.geometry.swizzle)
+      offsets.append((off, arith.addi(base_addr, off)))
+      yield offsets[-1][1], 0
+    elif step.kind == "xor":
+      off = arith.xori(offsets[step.base][0], arith.constant(i32, step.constant))
+      offsets.append((off, arith.addi(base_addr, off)))
+      yield offsets[-1][1], 0
+    else:
+      yield offsets[step.base][1], step.constant
 
 
 def is_own_rank(rank: ir.Value) -> ir.Value:

@@ -65,6 +65,8 @@ def reduce_codes(op: str, old: np.ndarray, new: np.ndarray, dtype) -> np.ndarray
 
 def _apply_reduction(ins, old: np.ndarray, new: np.ndarray, dtype) -> np.ndarray:
   """One red/red.async per row on little-endian bytes [n, width] (pairs for x2 forms)."""
+  if ins.op in ("and", "or", "xor"):  # bit by bit: any piece of an element (halves)
+    return ATOMIC_REFERENCE[ins.op](old, new).astype(np.uint8)
   esize = dtype.bits // 8
   shape = new.shape
   weights = (1 << (8 * np.arange(esize, dtype=np.uint64))).astype(np.uint64)

@@ -132,8 +132,10 @@ def _form_defect(ins, plan) -> str | None:
     return f"{ins.kind} {ins.op!r} in a plan of atomic={atomic}"
   if atomic is not None:
     is_float = letter in ("f", "bf")
-    if elem_bits != dt.bits or is_float != dt.is_float or (letter == "bf") != (
-        dt.name == "bfloat16"):
+    # and/or/xor act bit by bit: a 64-bit element may be reduced as 32-bit halves.
+    halves = atomic in ("and", "or", "xor") and letter == "b" and dt.bits == 2 * elem_bits
+    if (elem_bits != dt.bits and not halves) or is_float != dt.is_float or (
+        letter == "bf") != (dt.name == "bfloat16"):
       return f"{ins.kind}.{ins.ptx_type} does not reduce {dt} elements"
     if atomic in ("min", "max") and letter != ("s" if dt.is_signed_int else "u"):
       return f"{atomic}.{ins.ptx_type} compares {dt} with the wrong signedness"

@@ -163,6 +163,23 @@ class StorePlan:
     return any(i.kind == "red.async" for i in self.instructions)
 
   @property
+  def wants_local_form(self) -> bool:
+    """True when this peer plan should not run where its target turns out to be the
+    executing CTA at run time: it reduces (``async_store`` then branches on
+    ``%cluster_ctarank`` to the local plan, ``emit_either``).
+
+    red.async there is undefined (``needs_other_cta``).  A plain
+    ``red.shared::cluster`` there is defined but dear: ptxas cannot tell a cluster
+    address of the executing CTA from a peer's, and emits a generic ``ATOM`` with
+    state-space queries (``QSPC``) and compare-and-swap fallbacks for every float
+    add and 64-bit reduction (f32 add: about 26 SASS instructions each), where the
+    local form's ``red.shared::cta`` is a native shared-memory atomic (``ATOMS``,
+    or an ``ATOMS.CAST`` loop: about 8); bench/reduction_forms.py measures each.
+    Plain stores keep one form: ``st.async`` may target the executing CTA.
+    """
+    return any(i.kind in ("red.async", "red") for i in self.instructions)
+
+  @property
   def widest(self) -> int:
     """Bytes of the widest instruction (the alignment the ref's base needs)."""
     return max((i.width for i in self.instructions), default=1)
@@ -248,7 +265,7 @@ def _store_instructions(chains, writer, plain_only: bool) -> list[Instruction]:
 
 def _atomic_instructions(chains, writer, dtype, op, peer) -> list[Instruction]:
   kind, elem_type, pair_type = ptx_forms.atomic_forms(op, dtype, peer)
-  esize = dtype.bits // 8
+  esize = ptx_forms.type_bytes(elem_type)   # half an element for 64-bit and/or/xor
   widths = (2 * esize, esize) if pair_type else (esize,)
   def make(w, parts, dst):
     return Instruction(kind, w, pair_type if w != esize else elem_type, op, parts, dst)

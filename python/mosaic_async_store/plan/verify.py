@@ -196,7 +196,7 @@ def _u32_affine(affine, tid: np.ndarray) -> np.ndarray:
 
 
 def _u32_swizzle(offset: np.ndarray, swizzle) -> np.ndarray:
-  """lowering/store.py's ``_swizzle_ir``: ``off ^ (((off >> 7) & (swizzle/16 - 1)) << 4)``."""
+  """lowering/target.py's ``_swizzle_ir``: ``off ^ (((off >> 7) & (swizzle/16 - 1)) << 4)``."""
   if not swizzle or swizzle == 16:
     return offset
   return offset ^ (((offset >> 7) & (swizzle // 16 - 1)) << 4)
