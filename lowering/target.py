@@ -21,6 +21,7 @@ from jaxlib.mlir.dialects import arith, gpu, llvm
 from mosaic_async_store.plan import validate
 from mosaic_async_store.errors import refuse
 from mosaic_async_store.lowering import ptx
+from mosaic_async_store.plan.plan_types import formula_arithmetic
 
 __all__ = ["static_cluster_shape", "target_rank", "smem_address", "emit_addresses",
            "target_kind", "is_own_rank", "check_cluster_args"]
@@ -100,43 +101,55 @@ def smem_address(ptr: ir.Value) -> ir.Value:
   return llvm.ptrtoint(ir.IntegerType.get_signless(32), ptr)
 
 
-def _affine_ir(affine, tid) -> ir.Value:
-  i32 = ir.IntegerType.get_signless(32)
-  c = lambda x: arith.constant(i32, x)
-  out = c(affine.offset)
-  for shift, mask, scale in affine.terms:
-    digit = arith.andi(arith.shrui(tid, c(shift)) if shift else tid, c(mask))
-    out = arith.addi(out, arith.muli(digit, c(scale)))
-  return out
+@formula_arithmetic
+class I32:
+  """An i32 IR value with the operators of the plan's address formulas (those of
+  ``plan_types.U32``): each operator builds one arith op, an int operand becomes an
+  ``arith.constant`` just before it, and a shift by 0 builds nothing.  So
+  ``Affine.evaluate``, ``geometry.swizzle_bytes`` and ``AddressStep.run`` emit the
+  very arithmetic the verifier ran on NumPy."""
+
+  __slots__ = ("value",)
+  OPS = {"__add__": arith.addi, "__mul__": arith.muli, "__xor__": arith.xori,
+         "__and__": arith.andi, "__lshift__": arith.shli, "__rshift__": arith.shrui}
+
+  def __init__(self, value: ir.Value):
+    self.value = value
+
+  def constant(self, x: int) -> "I32":
+    return I32(arith.constant(ir.IntegerType.get_signless(32), int(x)))
+
+  def _with(self, other, op) -> "I32":
+    other = other.value if isinstance(other, I32) else self.constant(other).value
+    return I32(op(self.value, other))
 
 
-def _swizzle_ir(offset: ir.Value, swizzle) -> ir.Value:
-  if not swizzle or swizzle == 16:
-    return offset
-  i32 = ir.IntegerType.get_signless(32)
-  c = lambda x: arith.constant(i32, x)
-  bits = arith.andi(arith.shrui(offset, c(7)), c(swizzle // 16 - 1))
-  return arith.xori(offset, arith.shli(bits, c(4)))
+class AddressBuilder:
+  """Runs a plan's address steps (``AddressStep.emit``) on IR: the thread index,
+  each base's swizzled offset and its address (the mapped base plus the offset)."""
+
+  def __init__(self, plan, base_addr: ir.Value, tid: ir.Value):
+    self.swizzle = plan.geometry.swizzle
+    self.base_addr, self.tid = base_addr, I32(tid)
+    self.offsets: list[I32] = []
+    self.addresses: list[ir.Value] = []
+
+  def emit_address(self, step) -> tuple[ir.Value, int]:
+    formed = len(self.offsets)
+    base, imm = step.run(self.offsets, self.tid, self.swizzle)
+    if len(self.offsets) > formed:  # a new base: its address, right after its offset
+      self.addresses.append(arith.addi(self.base_addr, self.offsets[-1].value))
+    return self.addresses[base], imm
 
 
 def emit_addresses(plan, base_addr, tid):
   """Yields (address value, immediate) for every instruction, as
-  ``plan.address_steps`` say, each emitted just before its store: an address
-  computed where it is used is live only from there, so ptxas needs fewer
-  registers than for every base computed up front."""
-  i32 = ir.IntegerType.get_signless(32)
-  offsets = []  # swizzled offset (from the ref base) and address of each new base
+  ``plan.address_steps`` say (each step's ``emit``), each emitted just before its
+  store: an address computed where it is used is live only from there, so ptxas
+  needs fewer registers than for every base computed up front."""
+  builder = AddressBuilder(plan, base_addr, tid)
   for step in plan.address_steps:
-    if step.kind == "compute":
-      off = _swizzle_ir(_affine_ir(step.linear, tid), plan.geometry.swizzle)
-      offsets.append((off, arith.addi(base_addr, off)))
-      yield offsets[-1][1], 0
-    elif step.kind == "xor":
-      off = arith.xori(offsets[step.base][0], arith.constant(i32, step.constant))
-      offsets.append((off, arith.addi(base_addr, off)))
-      yield offsets[-1][1], 0
-    else:
-      yield offsets[step.base][1], step.constant
+    yield step.emit(builder)
 
 
 def is_own_rank(rank: ir.Value) -> ir.Value:

@@ -9,30 +9,16 @@ Each rule is accepted only if it holds for every writer thread.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from mosaic_async_store.errors import AsyncStoreError
 from mosaic_async_store.plan.geometry import WARPGROUP_SIZE
+# The steps themselves (data, their one definition, apply and emit) are plan data.
+from mosaic_async_store.plan.plan_types import IMMEDIATE_LIMIT, U32, AddressStep, Affine
 
 __all__ = ["Affine", "AddressStep", "plan_addresses", "base_order", "affine_in_thread"]
 
 _THREAD_BITS = 7  # 128 threads
-
-
-@dataclasses.dataclass(frozen=True)
-class Affine:
-  """``offset + sum(((tid >> shift) & mask) * scale for shift, mask, scale in terms)``."""
-
-  offset: int
-  terms: tuple[tuple[int, int, int], ...]
-
-  def evaluate(self, tid: np.ndarray) -> np.ndarray:
-    out = np.full(tid.shape, self.offset, dtype=np.int64)
-    for shift, mask, scale in self.terms:
-      out += ((tid >> shift) & mask) * scale
-    return out
 
 
 def affine_in_thread(values: np.ndarray, writer: np.ndarray) -> Affine:
@@ -63,7 +49,7 @@ def affine_in_thread(values: np.ndarray, writer: np.ndarray) -> Affine:
     terms.append((b, (1 << n) - 1, coeffs[b]))
     b += n
   affine = Affine(int(base), tuple((int(s), int(m), int(c)) for s, m, c in terms))
-  if np.any(affine.evaluate(tid)[writer] != values[writer]):
+  if np.any(affine.evaluate(U32(tid)).array[writer] != values[writer]):
     raise AsyncStoreError(
         "internal planner defect (store address is not affine in the thread "
         "index). Fix: report this configuration; optimized=False may avoid it",
@@ -71,24 +57,8 @@ def affine_in_thread(values: np.ndarray, writer: np.ndarray) -> Affine:
   return affine
 
 
-@dataclasses.dataclass(frozen=True)
-class AddressStep:
-  """How to get one store's address.
-
-  kind "compute": evaluate ``linear`` (an Affine of the unswizzled offset) and
-  swizzle it; the result becomes a new base.  kind "offset": base ``base``
-  plus the immediate ``constant``.  kind "xor": base ``base`` XOR ``constant``
-  (also becomes a new base).
-  """
-
-  kind: str
-  base: int = -1
-  constant: int = 0
-  linear: Affine | None = None
-
-
 def plan_addresses(linear: list[np.ndarray], swizzle_fn, writer: np.ndarray,
-                   max_imm: int = 1 << 23) -> list[AddressStep]:
+                   max_imm: int = IMMEDIATE_LIMIT) -> list[AddressStep]:
   """Chooses, for each store, the cheapest way to form its address."""
   bases: list[np.ndarray] = []
   steps: list[AddressStep] = []

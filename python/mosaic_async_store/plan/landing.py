@@ -238,7 +238,8 @@ def _value_labels(plan, registers: np.ndarray) -> dict[int, np.ndarray]:
 
 
 def _choice(ins) -> np.ndarray:
-  """Per thread: which of ``ins.choices`` it stores (``Instruction.parts_for``)."""
+  """Per thread: which of ``ins.choices`` it stores (bit ``i`` of the choice is lane
+  bit ``ins.choice_bits[i]``, as ``Instruction`` defines it)."""
   k = np.zeros(WARPGROUP_SIZE, dtype=np.int64)
   for i, b in enumerate(ins.choice_bits):
     k |= ((_LANES >> b) & 1) << i

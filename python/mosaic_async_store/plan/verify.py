@@ -21,7 +21,8 @@ import numpy as np
 from mosaic_async_store.plan.geometry import WARP_SIZE, WARPGROUP_SIZE
 from mosaic_async_store.plan.landing import (PlanDefect, element_bit_positions, plan_landing,
                                         source_bit_elements)
-from mosaic_async_store.plan.plan_types import ASYNC_KINDS
+from mosaic_async_store.plan.plan_types import ASYNC_KINDS, AddressStep
+from mosaic_async_store.plan.register_steps import StepDefect
 
 __all__ = ["Report", "PlanDefect", "CHECKS", "verify_plan", "bank_wavefronts",
            "store_wavefronts", "plan_wavefronts"]
@@ -182,69 +183,33 @@ def _check_tx(plan, landing) -> int:
   return int(covered.sum())
 
 
-_IMMEDIATE_LIMIT = 1 << 23  # |imm| in [reg+imm] must fit a signed 24-bit offset
-_I32 = (-(1 << 31), 1 << 31)
-_U32 = (1 << 32) - 1
-
-
-def _u32_affine(affine, tid: np.ndarray) -> np.ndarray:
-  """``offset + sum(((tid >> shift) & mask) * scale)`` in the emitter's i32 arithmetic."""
-  out = np.full(tid.shape, affine.offset & _U32, dtype=np.int64)
-  for shift, mask, scale in affine.terms:
-    out = (out + ((tid >> shift) & mask) * (scale & _U32)) & _U32
-  return out
-
-
-def _u32_swizzle(offset: np.ndarray, swizzle) -> np.ndarray:
-  """lowering/target.py's ``_swizzle_ir``: ``off ^ (((off >> 7) & (swizzle/16 - 1)) << 4)``."""
-  if not swizzle or swizzle == 16:
-    return offset
-  return offset ^ (((offset >> 7) & (swizzle // 16 - 1)) << 4)
+_U32_MASK = (1 << 32) - 1
 
 
 def _check_address_steps(plan) -> None:
-  """Runs ``plan.address_steps`` on all 128 threads and compares every writer
-  thread's address with its instruction's destination through the geometry."""
+  """Runs ``plan.address_steps`` on all 128 threads, each by its own ``apply`` (the
+  emitter's i32 arithmetic), and compares every writer thread's address with its
+  instruction's destination through the geometry."""
   steps, instrs = plan.address_steps, plan.instructions
   if len(steps) != len(instrs):
     raise PlanDefect("address steps", f"{len(steps)} address steps for {len(instrs)} "
                      "instructions", plan)
-  tid = np.arange(WARPGROUP_SIZE, dtype=np.int64)
-  bases: list[np.ndarray] = []      # swizzled offsets, from the ref base
+  bases: list = []      # swizzled offsets from the ref base, as U32
   for n, (step, ins) in enumerate(zip(steps, instrs)):
+    if not isinstance(step, AddressStep):
+      raise PlanDefect("address steps", f"address step {n} is not an AddressStep: {step!r}",
+                       plan)
     where = f"address step {n} ({step.kind}) of instruction {n} ({ins.kind}.{ins.ptx_type})"
-
-    def refuse(what: str):
-      raise PlanDefect("address steps", f"{where} {what}", plan)
-
-    if step.kind == "compute":
-      consts = [step.linear.offset] + [c for term in step.linear.terms for c in term]
-      if any(not _I32[0] <= int(c) < _I32[1] for c in consts) or \
-          any(not 0 <= int(t[0]) < 32 for t in step.linear.terms):
-        refuse(f"uses a constant outside i32: {step.linear}")
-      addr = _u32_swizzle(_u32_affine(step.linear, tid), plan.geometry.swizzle)
-    elif step.kind in ("xor", "offset"):
-      if not 0 <= step.base < len(bases):
-        refuse(f"reads base {step.base}, but {len(bases)} base(s) are formed before it")
-      if step.kind == "xor":
-        if not _I32[0] <= int(step.constant) < _I32[1]:
-          refuse(f"xors with {step.constant}, outside i32")
-        addr = bases[step.base] ^ (int(step.constant) & _U32)
-      else:
-        if not -_IMMEDIATE_LIMIT < int(step.constant) < _IMMEDIATE_LIMIT:
-          refuse(f"adds the immediate {step.constant}, beyond ptxas's [reg+imm] "
-                 f"(|imm| < {_IMMEDIATE_LIMIT})")
-        addr = (bases[step.base] + int(step.constant)) & _U32
-    else:
-      refuse("is neither compute, xor nor offset")
-    if step.kind != "offset":
-      bases.append(addr)
-    want = np.asarray(plan.geometry.byte_address(ins.dst), dtype=np.int64) & _U32
+    try:
+      addr = step.apply(bases, plan.geometry.swizzle)
+    except StepDefect as e:
+      raise PlanDefect("address steps", f"{where} {e}", plan) from None
+    want = np.asarray(plan.geometry.byte_address(ins.dst), dtype=np.int64) & _U32_MASK
     wrong = np.flatnonzero(plan.registers.writer & (addr != want))
     if wrong.size:
       t = int(wrong[0])
-      refuse(f"gives thread {t} address {int(addr[t])}, where its destination is byte "
-             f"{int(want[t])}")
+      raise PlanDefect("address steps", f"{where} gives thread {t} address {int(addr[t])}, "
+                       f"where its destination is byte {int(want[t])}", plan)
 
 
 def verify_plan(plan) -> Report:
