@@ -120,7 +120,7 @@ def test_the_shadow_remembers_every_reader():
   sh.record(0, 4, write=False, atomic=False, stamp=(2, 7, 11))
   vc = np.zeros(4, np.int64)
   vc[2] = 7                                   # ordered after reader 2 only
-  assert sh.conflict(vc, 0, 4, write=True, atomic=False) == ("read by", 1, 5, 10)
+  assert sh.conflict(vc, 0, 4, write=True, atomic=False) == ("read by", 1, 5, 10, None)
   vc[1] = 5
   assert sh.conflict(vc, 0, 4, write=True, atomic=False) is None
 

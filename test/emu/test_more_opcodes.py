@@ -117,10 +117,12 @@ def test_bar_warp_sync_orders_the_warp(schedule):
 
 
 @pytest.mark.parametrize("op", ["vote.all.pred %p2, %p1;", "activemask.b32 %r9;",
-                                "atom.shared.add.u32 %r9, [%r3], 1;",
-                                "ld.acquire.cluster.shared.u32 %r9, [%r3];",
-                                "st.release.cta.shared.u32 [%r3], %r1;",
-                                "red.release.cluster.shared.add.u32 [%r3], 1;"])
+                                "atom.sc.gpu.shared.add.u32 %r9, [%r3], 1;",
+                                "ld.acquire.shared.u32 %r9, [%r3];",
+                                "ld.relaxed.cta.shared.v2.u32 {%r9, %r10}, [%r3];",
+                                "st.release.cta.shared.v2.u32 [%r3], {%r1, %r1};",
+                                "red.acquire.cluster.shared.add.u32 [%r3], 1;",
+                                "bar.red.popc.u32 %r9, 0, %p1;"])
 def test_what_is_not_modelled_is_refused_by_name(op):
   with pytest.raises(NotImplementedError, match=op.split(".")[0].split(" ")[0]):
     PtxKernel(kernel("  mov.b64 %rd2, __dynamic_shmem__0;\n  cvt.u32.u64 %r3, %rd2;\n  "

@@ -39,7 +39,8 @@ PRODUCT = {
                                  "pallas_capture", "check_kernel", "cli", "cli_config",
                                  "cli_terms"),
     "mosaic_async_store/check": ("__init__", "interp", "opcodes", "values", "run", "sync",
-                                 "access", "memory", "ops", "floats", "report"),
+                                 "barriers", "access", "strong", "memory", "ops", "floats",
+                                 "report"),
 }
 # The test and benchmark code (test/harness: kernels, runners, reports, lit helpers;
 # bench/: the benchmark scripts) under their present names, and former ones.

@@ -1,6 +1,6 @@
 """Memory accesses of the PTX checker: plain and atomic stores, asynchronous
 stores in flight, warp matrix loads and stores, each checked against the
-per-byte history of ``memory.Shadow``.
+per-byte history of ``memory.Shadow`` (strong loads and atom: ``strong``).
 
 Mixed into ``interp.PtxKernel``, which provides ``_mem`` (address ->
 (buffer, offset)), ``_set``, ``_bar_key``, ``_barrier``, ``_add_tx``,
@@ -45,22 +45,33 @@ def _name(who) -> str:
 class AccessSemantics:
   """st / red / st.async / red.async / ldmatrix / stmatrix, with their checks."""
 
-  def _store_fn(self, space, addr, vals, size, red):
-    """st / red (weak, or relaxed atomics): written at once, checked for races."""
+  def _store_fn(self, space, addr, vals, size, red, strong=None):
+    """st / red, written at once and checked for races; ``strong``: (sem, scope
+    rank) of a strong one (every red; st.relaxed / .release, strong.py), None for a
+    weak st."""
     mask = (1 << (8 * size)) - 1
     traced = "::" in (space or "")   # a store instruction's own spelling (see _trace)
     insn = len(self.code)            # this instruction's index (it is being compiled)
+    n = size * len(vals)
+    if strong is not None and len(vals) != 1:
+      raise NotImplementedError("a vector strong store")
     def store(th):
-      buf, off = self._mem(th, space, addr(th), size * len(vals))
+      buf, off = self._mem(th, space, addr(th), n)
       if traced and self.store_trace is not None:
-        self._trace(th, buf, off, size * len(vals))
-      self._access(th, buf, off, size * len(vals), write=True, atomic=red is not None,
-                   insn=insn)
-      self._write(buf, off, size, [g(th) & mask for g in vals], red)
+        self._trace(th, buf, off, n)
+      tag = None if strong is None else (th.cta, strong[1], off, n)
+      self._access(th, buf, off, n, write=True, atomic=strong is not None, insn=insn, tag=tag)
+      self._write(buf, off, size, [g(th) & mask for g in vals], red, weak=strong is None)
+      if strong is not None:
+        self._publish(th, buf, off, n, *strong, rmw=red is not None)
     return store
 
-  @staticmethod
-  def _write(buf, off, size, values, red):
+  def _write(self, buf, off, size, values, red, *, weak):
+    """Writes (or reduces) ``values`` at ``off``; a weak write ends the release state
+    of the locations it overlaps (strong.py)."""
+    self.epoch += 1
+    if weak and self.flags:
+      self._forget_flags(buf, off, size * len(values))
     if not red:   # one conversion for the whole (vector) store
       buf[off:off + size * len(values)] = sum(
           v << (8 * size * i) for i, v in enumerate(values)).to_bytes(size * len(values), "little")
@@ -113,53 +124,57 @@ class AccessSemantics:
     try:
       bar = self._barrier(None, op.vc, op.key)
       self._check(op.vc, None, op.cta, op.off, n, write=True, atomic=op.red is not None,
-                  who=op, stamp=(bar.slot, bar.phase + 1, op.insn))
+                  who=op, stamp=(bar.slot, bar.phase + 1, op.insn),
+                  tag=op.red and (op.th.cta, SCOPES["cluster"], op.off, n))
     except ProtocolError as e:   # the issuing thread's instruction is where
       line = self.lines[op.insn]
       raise ProtocolError(e.rule, f"{e.detail} (issued at PTX line {line}: "
                           f"`{self.texts[op.insn]}`)", cta=op.th.cta, thread=op.th.tid,
                           ptx_line=line, instruction=self.texts[op.insn]) from e
-    self._write(self.smem[op.cta], op.off, op.size, op.values, op.red)
+    # red.async is a read-modify-write (it continues a location's release state)
+    self._write(self.smem[op.cta], op.off, op.size, op.values, op.red, weak=not op.red)
     self._add_tx(bar, -n)
     self._advance(bar)
 
   def _cta_of(self, buf):
     return self.smem_cta[id(buf)]
 
-  def _access(self, th, buf, off, n, *, write, insn, atomic=False):
+  def _access(self, th, buf, off, n, *, write, insn, atomic=False, tag=None):
     """A thread's access to ``buf`` by instruction ``insn`` (its index): checked
-    against the byte history if it is SMEM."""
+    against the byte history if it is SMEM (``tag``: see ``memory.Shadow.conflict``)."""
     cta = self.smem_cta.get(id(buf))
     if cta is not None:
       self._check(th.vc, th, cta, off, n, write=write, atomic=atomic,
-                  who=th, stamp=(th.slot, th.vc[th.slot], insn))
+                  who=th, stamp=(th.slot, th.vc[th.slot], insn), tag=tag)
 
-  def _check(self, vc, th, cta, off, n, *, write, atomic, who, stamp):
+  def _check(self, vc, th, cta, off, n, *, write, atomic, who, stamp, tag=None):
     """Raises unless the access is ordered after the conflicting earlier ones;
     then records it (``stamp``: the (slot, clock) it is known by; ``who``: the
-    accessing Thread or AsyncOp, named in a message)."""
+    accessing Thread or AsyncOp, named in a message; ``tag``: a strong access's
+    (CTA, scope, offset, bytes), None for a weak one)."""
     sh = self.shadow[cta]
     if sh.barrier_bytes(off, n):
       who = _name(who)
       raise ProtocolError("barrier-memory", f"{who} {'writes' if write else 'reads'} CTA "
                           f"{cta} SMEM bytes {off}..{off + n - 1}, which hold an initialised "
                           "mbarrier")
-    bad = sh.conflict(vc, off, n, write=write, atomic=atomic)
+    bad = sh.conflict(vc, off, n, write=write, atomic=atomic, tag=tag)
     if bad is not None:
       what = f"{_name(who)} {'writes' if write else 'reads'} CTA {cta} SMEM bytes {off}..{off + n - 1}"
       if bad[0] == "in flight":
         raise ProtocolError("early-read", f"{what} while an asynchronous store into them is "
                             "in flight")
-      self._conflict(what, *bad, th if th is not None else who.th)
-    sh.record(off, n, write=write, atomic=atomic, stamp=stamp)
+      self._conflict(what, *bad, th if th is not None else who.th, tag)
+    sh.record(off, n, write=write, atomic=atomic, stamp=stamp, tag=tag)
 
   def _where(self, insn):
     return f"PTX line {self.lines[insn]}: `{self.texts[insn]}`" if insn >= 0 else "?"
 
-  def _conflict(self, what, how, slot, clk, insn, th):
+  def _conflict(self, what, how, slot, clk, insn, other_tag, th, tag):
     """Raises the race (or early read) between this access (``what``, by or issued by
-    thread ``th``) and the earlier one of (``slot``, ``clk``) by instruction ``insn``,
-    naming both and what is missing between them."""
+    thread ``th``; ``tag``: see ``memory.Shadow.conflict``) and the earlier one of
+    (``slot``, ``clk``) by instruction ``insn`` (``other_tag``), naming both and what
+    is missing between them."""
     if slot >= self.barrier_slot0:
       bar = next(b for b in self.mbar.values() if b.slot == slot)
       raise ProtocolError("early-read", f"{what}, {how} the asynchronous stores of "
@@ -168,7 +183,13 @@ class AccessSemantics:
     other = self.threads[slot - 1]
     detail = (f"{what}, {how} CTA {other.cta} thread {other.tid} at {self._where(insn)}, "
               "with no happens-before between them")
-    if th.unscoped[slot] >= clk:
+    if tag and other_tag:
+      detail += (f"; both are strong, but not morally strong (.{_SCOPE_NAMES[other_tag[1]]} "
+                 f"by CTA {other_tag[0]}, bytes {other_tag[2]}..+{other_tag[3]}; "
+                 f".{_SCOPE_NAMES[tag[1]]} by CTA {tag[0]}, bytes {tag[2]}..+{tag[3]}: each "
+                 "scope must include the other's thread, .cluster across CTAs, and the "
+                 "accesses must overlap completely)")
+    elif th.unscoped[slot] >= clk:
       rel, acq = (_SCOPE_NAMES[s] for s in th.unscoped_pair)
       detail += (f"; they synchronised only through a release at .{rel} scope and an "
                  f"acquire at .{acq} scope, across CTAs: not morally strong (both scopes "
@@ -242,5 +263,5 @@ class AccessSemantics:
           writer = lanes[8 * i + j]
           buf, off = self._mem(writer, space, rows[8 * i + j], 16)
           self._access(writer, buf, off, 16, write=True, insn=k)
-          buf[off:off + 16] = row
+          self._write(buf, off, 16, [int.from_bytes(row, "little")], None, weak=True)
     return self._warp_collective_at(k, resolve)

@@ -43,10 +43,12 @@ import numpy as np
 
 from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.access import AccessSemantics
+from mosaic_async_store.check.barriers import BarrierSemantics
 from mosaic_async_store.check.opcodes import OPCODES, decode
 from mosaic_async_store.check.run import EXIT, Runner
 from mosaic_async_store.check.sync import YIELD, SyncSemantics
 from mosaic_async_store.check.ops import RED, RED_FORMS, immediate, split_operands
+from mosaic_async_store.check.strong import StrongSemantics, strong_semantics
 from mosaic_async_store.check.values import ValueSemantics
 
 SHARED_BASE = 0x400            # sm_90 reserves the first 1 KiB of the shared window
@@ -76,7 +78,8 @@ def _guarded(fn, guard):
   return lambda th: fn(th) if th.regs[pname] == want else None
 
 
-class PtxKernel(Runner, SyncSemantics, AccessSemantics, ValueSemantics):
+class PtxKernel(Runner, SyncSemantics, BarrierSemantics, AccessSemantics, StrongSemantics,
+                ValueSemantics):
   """``PtxKernel(ptx_text).launch(buffers, cluster=..., smem_bytes=...)``."""
 
   def __init__(self, text: str):
@@ -233,18 +236,12 @@ class PtxKernel(Runner, SyncSemantics, AccessSemantics, ValueSemantics):
       raise NotImplementedError(f"opcode {ins.opcode}")
     return lambda th: None
 
-  def _nanosleep(self, ins):   # a hint: let the other threads run
-    return lambda th: YIELD
-
-  @staticmethod
-  def _refuse_strong(ins):
-    """Strong loads and stores (a flag protocol) need the reads-from relation, which
-    the checker does not model yet: refused rather than run as weak accesses."""
-    if "async" not in ins.mods and (
-        {"acquire", "release", "acq_rel", "volatile", "mmio"} & set(ins.mods) or
-        (ins.base != "red" and "relaxed" in ins.mods)):
-      raise NotImplementedError(f"opcode {ins.opcode} (strong ld/st/red with .sem: not "
-                                "modelled)")
+  def _nanosleep(self, ins):
+    """A hint: let the other threads run (a poll loop's pause: see run.py)."""
+    def nanosleep(th):
+      th.polled = True
+      return YIELD
+    return nanosleep
 
   def _mapa(self, ins):
     put, a, rank = self._set(ins.ops[0], ins.bits), ins.src[1], ins.src[2]
@@ -256,9 +253,12 @@ class PtxKernel(Runner, SyncSemantics, AccessSemantics, ValueSemantics):
     return mapa
 
   def _ld(self, ins):
-    """ld (vector forms too); generic when it names no state space.  Signed loads
-    narrower than 32 bits (sign extension) and the const space are refused."""
-    self._refuse_strong(ins)
+    """ld (vector forms too); generic when it names no state space; strong loads
+    (strong.py).  Signed loads narrower than 32 bits (sign extension) and the const
+    space are refused."""
+    strong = strong_semantics(ins)
+    if strong is not None and ins.space != "const":
+      return self._strong_ld(ins, *strong)
     if ins.space == "const" or (ins.t[0] == "s" and ins.bits < 32):
       raise NotImplementedError(f"opcode {ins.opcode}")
     dests = ins.ops[0][1] if ins.ops[0][0] == "vec" else [ins.ops[0]]
@@ -273,22 +273,20 @@ class PtxKernel(Runner, SyncSemantics, AccessSemantics, ValueSemantics):
     return load
 
   def _st(self, ins):
-    """st (weak), st.param (an argument of a call: the callee is not run), and
-    st.async with complete_tx."""
-    self._refuse_strong(ins)
+    """st (weak, or strong: strong.py), st.param (an argument of a call: the callee
+    is not run), and st.async with complete_tx."""
     mods, src, size = ins.mods, ins.src, ins.bits // 8
     if ins.space == "param":
       return lambda th: None
     if ins.space != "const" and "async" not in mods:
-      return self._store_fn(ins.space, src[0], ins.vals, size, None)
+      return self._store_fn(ins.space, src[0], ins.vals, size, None, strong_semantics(ins))
     if mods[0] == "async" and "mbarrier::complete_tx::bytes" in mods:
       return self._async_fn(src[0], ins.vals, size, None, src[2])
     raise NotImplementedError(f"opcode {ins.opcode}")
 
   def _red(self, ins):
-    """red (relaxed atomics, into a named state space) and red.async; the float
-    forms only for add."""
-    self._refuse_strong(ins)
+    """red (strong: .relaxed or .release, into a named state space) and red.async;
+    the float forms only for add."""
     mods, t, size = ins.mods, ins.t, ins.bits // 8
     op = next((p for p in mods if p in RED), None)
     floats = t[0] == "f" or t[:2] == "bf"
@@ -296,7 +294,7 @@ class PtxKernel(Runner, SyncSemantics, AccessSemantics, ValueSemantics):
       raise NotImplementedError(f"opcode {ins.opcode}")
     if "async" in mods:
       return self._async_fn(ins.src[0], ins.vals, size, (op, t), ins.src[2])
-    return self._store_fn(ins.space, ins.src[0], ins.vals, size, (op, t))
+    return self._store_fn(ins.space, ins.src[0], ins.vals, size, (op, t), strong_semantics(ins))
 
   # -- memory --------------------------------------------------------------------
 

@@ -37,7 +37,7 @@ import random
 import numpy as np
 
 __all__ = ["ProtocolError", "RULES", "SCOPES", "Releases", "Shadow", "Schedule", "SCHEDULES",
-           "CI_SCHEDULES", "SLOW_SCHEDULES", "morally_strong"]
+           "CI_SCHEDULES", "SLOW_SCHEDULES", "morally_strong", "tags_morally_strong"]
 
 # Each rule is named after the part of the PTX ISA that it enforces.
 RULES = {
@@ -95,6 +95,14 @@ class ProtocolError(RuntimeError):
     super().__init__(f"{detail} [{rule}: {RULES[rule]}]")
 
 
+def tags_morally_strong(a, b) -> bool:
+  """Whether two strong accesses, each tagged (CTA, scope rank, offset, bytes), are
+  morally strong (PTX ISA, Memory Consistency Model, "Morally strong operations"):
+  each one's scope includes the other's thread, and "if both are memory operations,
+  then they overlap completely".  ``b`` None: a weak access, never."""
+  return b is not None and a[2:] == b[2:] and morally_strong(a[0], a[1], b[0], b[1])
+
+
 def morally_strong(rel_cta: int, rel_scope: int, acq_cta: int, acq_scope: int) -> bool:
   """Whether a release by a thread of ``rel_cta`` and an acquire by one of
   ``acq_cta`` have scopes that include each other."""
@@ -138,11 +146,12 @@ class Shadow:
     # the last plain (non-atomic) write, and the instruction (index) that made it;
     # slot 0, clock 0, instruction -1: the initial contents
     self.w_slot, self.w_clk, self.w_insn = [0] * nbytes, [0] * nbytes, [-1] * nbytes
-    # every atomic write (red, red.async) since it: None, or {slot: (clock,
-    # instruction)}; concurrent atomics do not conflict, but each must come after the
-    # last plain write
+    # every strong write (red, red.async, atom, st.relaxed / .release) since it: None,
+    # or {slot: (clock, instruction, tag)}; morally strong ones do not conflict with
+    # each other, but each must come after the last plain write
     self.atomics: list[dict | None] = [None] * nbytes
-    # every read since the last plain write: None, or {slot: (clock, instruction)}
+    # every read since the last plain write: None, or {slot: (clock, instruction,
+    # tag)}, ``tag`` None for a weak read (see ``conflict``)
     self.readers: list[dict | None] = [None] * nbytes
     # asynchronous writes in flight: st.async (conflicts with any access) and
     # red.async (an atomic: conflicts with everything but other atomics)
@@ -164,7 +173,7 @@ class Shadow:
     for sets in (self.atomics, self.readers):
       for accesses in sets:
         if accesses:
-          for slot, (clk, _) in accesses.items():
+          for slot, (clk, _, _) in accesses.items():
             if latest.get(slot, -1) < clk:
               latest[slot] = clk
     return {slot: clk for slot, clk in latest.items() if cta_of_slot(slot) not in (None, cta)}
@@ -174,30 +183,32 @@ class Shadow:
     for b in range(off, off + n):
       inflight[b] += delta
 
-  def conflict(self, vc, off: int, n: int, *, write: bool, atomic: bool):
-    """None, or (how, slot, clock, instruction) of the first earlier access to these
-    bytes that this one is not ordered after (``how``: "in flight", "written by",
-    "read by"; ``instruction``: its index in the kernel, -1 if unknown).
-    Concurrent atomics do not conflict."""
+  def conflict(self, vc, off: int, n: int, *, write: bool, atomic: bool, tag=None):
+    """None, or (how, slot, clock, instruction, tag) of the first earlier access to
+    these bytes that this one is not ordered after (``how``: "in flight", "written
+    by", "read by"; ``instruction``: its index in the kernel, -1 if unknown; ``tag``:
+    that access's, see below).
+    ``tag``: a strong access's (CTA, scope, offset, bytes), None for a weak one; two
+    strong accesses whose tags are ``tags_morally_strong`` do not conflict."""
     w_slot, w_clk, atomics, readers = self.w_slot, self.w_clk, self.atomics, self.readers
     both_atomic = write and atomic
     for b in range(off, off + n):
       if self.inflight[b] or (self.inflight_red[b] and not both_atomic):
-        return "in flight", 0, 0, -1
+        return "in flight", 0, 0, -1, None
       s = w_slot[b]
       if vc[s] < w_clk[b]:
-        return "written by", s, w_clk[b], self.w_insn[b]
-      if atomics[b] and not both_atomic:
-        for a, (clk, insn) in atomics[b].items():
-          if vc[a] < clk:
-            return "written by", a, clk, insn
+        return "written by", s, w_clk[b], self.w_insn[b], None
+      if atomics[b]:
+        for a, (clk, insn, other) in atomics[b].items():
+          if vc[a] < clk and not (tag and tags_morally_strong(tag, other)):
+            return "written by", a, clk, insn, other
       if write and readers[b]:
-        for r, (clk, insn) in readers[b].items():
-          if vc[r] < clk:
-            return "read by", r, clk, insn
+        for r, (clk, insn, other) in readers[b].items():
+          if vc[r] < clk and not (tag and tags_morally_strong(tag, other)):
+            return "read by", r, clk, insn, other
     return None
 
-  def record(self, off: int, n: int, *, write: bool, atomic: bool, stamp) -> None:
+  def record(self, off: int, n: int, *, write: bool, atomic: bool, stamp, tag=None) -> None:
     slot, clk, insn = int(stamp[0]), int(stamp[1]), stamp[2]
     if write and not atomic:
       self.w_slot[off:off + n], self.w_clk[off:off + n] = [slot] * n, [clk] * n
@@ -207,7 +218,7 @@ class Shadow:
       return
     # A slot's clocks only grow (a thread's own clock; a barrier's phase at landing),
     # so the latest access of each slot replaces its earlier one.
-    sets, entry = self.atomics if write else self.readers, (clk, insn)
+    sets, entry = self.atomics if write else self.readers, (clk, insn, tag)
     for b in range(off, off + n):
       accesses = sets[b]
       if accesses is None:

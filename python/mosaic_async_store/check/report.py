@@ -158,8 +158,8 @@ def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1,
     outputs = None
     for seed in range(int(schedules)):
       try:
-        out = PtxKernel(ptx).launch(current, cluster=cx, smem_bytes=int(smem_bytes),
-                                    block=bx, schedule=seed, first_cta=first, grid_ctas=gx)
+        out = kernel.launch(current, cluster=cx, smem_bytes=int(smem_bytes), block=bx,
+                            schedule=seed, first_cta=first, grid_ctas=gx)
       except ProtocolError as e:
         findings.append(Finding(e.rule, e.detail, e.cta, e.thread, e.ptx_line, seed))
         continue

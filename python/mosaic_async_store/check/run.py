@@ -3,9 +3,18 @@
 Mixed into ``interp.PtxKernel``, which provides ``self.code`` /
 ``self.texts`` (the compiled instructions and their text), ``self.params``,
 ``_pack_params``, ``self.local_bytes`` and ``self.collectives``; the
-synchronisation methods (``_observe``, ``_cluster_woken``,
-``_cta_barrier_woken``) come from ``sync`` and ``_land`` from
+synchronisation methods (``_observe`` from ``sync``, ``_cluster_woken``,
+``_named_after_exit`` and ``_named_state`` from ``barriers``) and ``_land`` from
 ``access``.
+
+Polling.  A thread that spins on a strong load (``strong``) or ``nanosleep`` yields
+after each poll, and any thread after ``LOOP_YIELD`` backward jumps in a row (a
+spin on a weak load).  When it yields again in the same state (program counter and
+registers) and nothing another thread could see has changed since (``self.epoch``,
+bumped by every write, mbarrier change, barrier arrival and exit), it would only
+repeat itself: it is parked (``("poll", pc)``) until the epoch moves.  So a spin
+loop costs a few iterations per change, and one that nothing will ever end is
+reported as a hang instead of running forever.
 """
 
 from __future__ import annotations
@@ -19,13 +28,12 @@ from mosaic_async_store.check.sync import BLOCK, YIELD
 __all__ = ["EXIT", "Thread", "Runner"]
 
 EXIT = object()   # returned by an instruction: this thread stops
+LOOP_YIELD = 64   # a thread yields after this many backward jumps in a row
 
 
 def _group(th):
-  """The group a thread waiting at a warp collective or bar.sync waits with:
-  ("warp", CTA, warp) or ("bar", CTA, 0)."""
-  kind = th.wait[0]
-  return kind, th.cta, th.tid // 32 if kind == "warp" else 0
+  """The group a thread waiting at a warp collective waits with: ("warp", CTA, warp)."""
+  return "warp", th.cta, th.tid // 32
 
 
 class Thread:
@@ -35,11 +43,15 @@ class Thread:
   wait's semantics; ``fence_rel``: the clock its last fence releases with a
   later relaxed arrive; ``pending_obs``: phases a relaxed wait observed;
   ``remote_since``: its clock at its first access to another CTA's shared
-  memory, which a ``.sync_restrict::shared::cta`` fence does not release)."""
+  memory, which a ``.sync_restrict::shared::cta`` fence does not release;
+  ``polled``: its last instruction was a poll; ``poll_seen`` / ``poll_epoch``: the
+  states it polled in since the epoch it names, see the module doc; ``back_jumps``:
+  the backward jumps it took, against a runaway loop; ``poll_what``: (pc, wait) of
+  the mbarrier wait it last timed out on, which a parked poll loop is waiting for)."""
 
   __slots__ = ("regs", "pc", "cta", "tid", "state", "wait", "cluster_arrived", "local",
                "slot", "vc", "unscoped", "unscoped_pair", "seen", "fence_rel", "pending_obs",
-               "remote_since")
+               "remote_since", "polled", "poll_seen", "poll_epoch", "back_jumps", "poll_what")
 
   def __init__(self, cta, tid, special, local_bytes, slot, nslots):
     self.regs, self.pc, self.cta, self.tid = dict(special), 0, cta, tid
@@ -48,6 +60,8 @@ class Thread:
     self.slot, self.vc, self.unscoped = slot, np.zeros(nslots, np.int64), np.zeros(nslots, np.int64)
     self.seen, self.unscoped_pair = np.zeros(nslots, np.int64), None
     self.vc[slot], self.fence_rel, self.pending_obs, self.remote_since = 1, None, [], None
+    self.polled, self.poll_seen, self.poll_epoch, self.back_jumps = False, set(), -1, 0
+    self.poll_what = None
 
 
 class Runner:
@@ -82,6 +96,8 @@ class Runner:
     self.executed = 0   # thread-instructions run (bench/checker_speed.py reports it)
     self.exited = [False] * cluster
     self.remote_arrivals = [{} for _ in range(cluster)]   # CTA -> {thread slot: clock}
+    self.named, self.flags = {}, {}   # barriers.py's named barriers; strong.py's flags
+    self.epoch, self.parked = 0, []   # see the module doc (polling)
     for c in range(cluster):
       for t in range(block):
         grid = grid_ctas or cluster
@@ -102,14 +118,18 @@ class Runner:
     # that blocks costs O(1) unless its synchronisation may now complete):
     self.blocked = {}                           # thread slot -> blocked thread
     self.alive, self.alive_total = [block] * cluster, cluster * block   # not exited
-    self.group_waiting = {}                     # ("warp"|"bar", cta, warp) -> waiting
+    self.group_waiting = {}                     # ("warp", cta, warp) -> waiting
     self.cluster_reached = [cluster * block]    # [k]: threads with >= k cluster arrives
     self.cluster_waiting = 0                    # threads blocked in barrier.cluster.wait
     while True:
+      if self.parked:
+        self._unpark()
       if self.runnable:
         i = self.sched.pick_index(len(self.runnable))
         th = self.runnable[i]
         self._exec(th)
+        if th.polled:
+          self._polled(th)
         if th.state != "run":   # blocked or done: out of the run queue
           self._unqueue(self.runnable, i)
         elif len(self.runnable) > 1:   # it yielded: to the back of the queue, so that
@@ -133,6 +153,7 @@ class Runner:
                             f"waiting: {self._describe_waits(blocked)}")
       self.timeouts += 1   # nothing can change any more: these polls time out
       for th in pollers:
+        th.poll_what = (th.pc, th.wait)   # what it polls, if it then parks (a hang report)
         th.regs[th.wait[3]] = 0
         self._resume(th)
 
@@ -145,8 +166,10 @@ class Runner:
     c = th.cta
     self.alive[c] -= 1
     self.alive_total -= 1
-    if self.cluster_waiting or self.group_waiting.get(("bar", c, 0)):
+    self.epoch += 1
+    if self.cluster_waiting:
       self.dirty = True   # the barriers wait for the non-exited threads only
+    self._named_after_exit(c)
     if self.alive[c]:
       return
     self.exited[c] = True
@@ -179,13 +202,20 @@ class Runner:
   def _describe_waits(self, blocked):
     """Every waiting thread, grouped by CTA, PTX line and what it waits for (an
     mbarrier's CTA, offset, phase, pending arrivals and tx-count)."""
-    what = {"bar": "bar.sync (the CTA's other threads)", "warp": "its warp's other lanes",
-            "cluster": "barrier.cluster (the cluster's other threads)"}
+    what = {"warp": "its warp's other lanes",
+            "cluster": "barrier.cluster (the cluster's other threads)",
+            "poll": "a value that no other thread or asynchronous operation will change "
+                    "(it polls in a loop)"}
     groups = {}
     for th in blocked:
-      wait = (f"parity {th.wait[2]} of {self.mbar[th.wait[1]].describe()}"
-              if th.wait[0] == "mbar" else what[th.wait[0]])
-      groups.setdefault((th.cta, th.pc, wait), []).append(th.tid)
+      kind, pc, w = th.wait[0], th.pc, th.wait
+      if kind == "poll":
+        pc = w[1]
+        if th.poll_what is not None and th.poll_what[1][1] in self.mbar:   # a timed-out
+          (pc, w), kind = th.poll_what, "mbar"                             # wait's loop
+      wait = (f"parity {w[2]} of {self.mbar[w[1]].describe()}" if kind == "mbar"
+              else self._named_state(w[1]) if kind == "bar" else what[kind])
+      groups.setdefault((th.cta, pc, wait), []).append(th.tid)
     parts = []
     for (cta, pc, wait), tids in sorted(groups.items()):
       who = (f"thread {tids[0]}" if len(tids) == 1 else
@@ -196,7 +226,9 @@ class Runner:
     return "; ".join(parts)
 
   def _exec(self, th, max_back_jumps=1 << 20):
-    """Runs ``th`` until it blocks or exits."""
+    """Runs ``th`` until it blocks, exits or yields: after a poll, or every
+    ``LOOP_YIELD`` backward jumps (a loop may be a spin on a weak load, which only
+    another thread can end: see the module doc)."""
     code, pc, jumps, n = self.code, th.pc, 0, 0
     try:
       while True:
@@ -215,9 +247,14 @@ class Runner:
           th.pc = pc + 1
           return
         else:
-          jumps += r <= pc
-          if jumps > max_back_jumps:
-            raise RuntimeError("runaway loop")
+          if r <= pc:
+            th.back_jumps += 1   # (over all its runs: a poll loop yields every time)
+            if th.back_jumps > max_back_jumps:
+              raise RuntimeError(f"runaway loop (over {max_back_jumps} backward jumps)")
+            jumps += 1
+            if jumps == LOOP_YIELD:   # a loop iteration's start: poll-like
+              th.pc, th.polled = r, True
+              return
           pc = r
     except ProtocolError as e:  # say where, keep the rule
       if e.ptx_line is not None:
@@ -238,17 +275,18 @@ class Runner:
     """``th`` now waits (``th.wait``); marks the run dirty if that may complete."""
     self.blocked[th.slot] = th
     kind = th.wait[0]
-    if kind in ("warp", "bar"):
+    if kind == "warp":
       key = _group(th)
       n = self.group_waiting[key] = self.group_waiting.get(key, 0) + 1
-      if n >= (32 if kind == "warp" else self.alive[th.cta]):
+      if n >= 32:
         self.dirty = True
     elif kind == "cluster":
       self.cluster_waiting += 1
       if self._cluster_may_complete(th.wait[1]):
         self.dirty = True
     # "mbar": it blocked on a phase that had not completed; _advance marks the run
-    # dirty when one does.
+    # dirty when one does.  "bar": the arrival that completes the named barrier
+    # resumes it (barriers.py).
 
   def _cluster_may_complete(self, k):
     """False when some non-exited thread has not made its k-th cluster arrive yet
@@ -257,13 +295,42 @@ class Runner:
 
   def _resume(self, th):
     kind = th.wait[0]
-    if kind in ("warp", "bar"):
+    if kind == "warp":
       self.group_waiting[_group(th)] -= 1
     elif kind == "cluster":
       self.cluster_waiting -= 1
     del self.blocked[th.slot]
-    th.pc, th.state, th.wait = th.pc + 1, "run", None
+    # a parked poller already stands after its poll (it yielded)
+    th.pc, th.state, th.wait = th.pc + (kind != "poll"), "run", None
+    if kind == "poll":
+      th.poll_what = None
     self.runnable.append(th)
+
+  def _polled(self, th):
+    """``th`` yielded after a poll: parks it if it polled in this state before and
+    nothing changed since (module doc)."""
+    th.polled = False
+    if th.state != "run":
+      return
+    if th.poll_epoch != self.epoch:
+      th.poll_epoch, th.poll_seen = self.epoch, set()
+    state = (th.pc, tuple(th.regs.items()), bytes(th.local))
+    if state not in th.poll_seen:
+      th.poll_seen.add(state)
+      return
+    th.state, th.wait = "block", ("poll", th.pc - 1)
+    self.blocked[th.slot] = th
+    self.parked.append(th)
+
+  def _unpark(self):
+    """Resumes the parked pollers for which something changed."""
+    still = []
+    for th in self.parked:
+      if th.poll_epoch != self.epoch:
+        self._resume(th)
+      else:
+        still.append(th)
+    self.parked = still
 
   @staticmethod
   def _unqueue(queue, i):
@@ -293,15 +360,11 @@ class Runner:
           self._cluster_woken(th)
         self._resume(th)
         woke = True
-      elif kind in ("warp", "bar"):
+      elif kind == "warp":
         groups.setdefault(_group(th), []).append(th)
-    for (kind, cta, _), ths in groups.items():
-      size = 32 if kind == "warp" else self.alive[cta]
-      if len(ths) == size and len({th.wait for th in ths}) == 1:
-        if kind == "warp":
-          self.collectives[ths[0].wait[1]](sorted(ths, key=lambda x: x.tid))
-        else:
-          self._cta_barrier_woken(ths)
+    for ths in groups.values():
+      if len(ths) == 32 and len({th.wait for th in ths}) == 1:
+        self.collectives[ths[0].wait[1]](sorted(ths, key=lambda x: x.tid))
         for th in ths:
           self._resume(th)
         woke = True

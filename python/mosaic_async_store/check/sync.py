@@ -1,13 +1,14 @@
-"""Synchronisation semantics of the PTX checker: mbarriers, cluster and CTA
-barriers, fences, warp collectives, each with its memory-ordering effect.
+"""Synchronisation semantics of the PTX checker: mbarriers, fences, warp
+collectives, each with its memory-ordering effect (CTA and cluster barriers:
+``barriers``).
 
 Mixed into ``interp.PtxKernel``, which provides ``self.mbar`` (barrier key
 -> ``Mbarrier``), ``self.code``, ``self.collectives``, ``self.sched``,
 ``_set``, ``_mem`` and ``_bar_key``.  Semantics and scopes come from the
 opcode's qualifiers with the ISA's defaults: ``mbarrier.arrive`` is
-``.release.cta``, ``mbarrier.try_wait`` ``.acquire.cta``,
-``barrier.cluster.arrive`` ``.release`` and ``barrier.cluster.wait``
-``.acquire`` (both at cluster scope).
+``.release.cta``, ``mbarrier.try_wait`` ``.acquire.cta``.  Every change of an
+mbarrier's state counts as progress (``self.epoch``: a polling thread parked by
+``run.Runner`` may read something new).
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ class Mbarrier:
 
 
 class SyncSemantics:
-  """mbarrier.*, barrier.cluster.*, bar.sync, fences, shfl.sync / elect.sync."""
+  """mbarrier.*, fences, shfl.sync / elect.sync / vote.sync / bar.warp.sync (the CTA
+  and cluster barriers are ``barriers.BarrierSemantics``)."""
 
   # -- mbarriers ---------------------------------------------------------------
 
@@ -69,6 +71,7 @@ class SyncSemantics:
           raise NotImplementedError("more mbarriers than the checker has clock slots")
         self.barriers_made += 1
         th.vc[slot + 1] = 1
+        self.epoch += 1
         self.mbar[key] = Mbarrier(key, slot, n, (slot + 1, 1))
         self.shadow[key[0]].mbar_bytes[key[1]:key[1] + 8] = b"\x01" * 8
       return init
@@ -77,6 +80,7 @@ class SyncSemantics:
         key = self._bar_key(th, space, addr(th))
         self._barrier(th, th.vc, key)
         del self.mbar[key]
+        self.epoch += 1
         self.shadow[key[0]].mbar_bytes[key[1]:key[1] + 8] = bytes(8)
       return inval
     if mods[0] == "arrive" and len(ops) in (2, 3):
@@ -146,6 +150,7 @@ class SyncSemantics:
     return bar
 
   def _add_tx(self, bar, delta):
+    self.epoch += 1
     bar.tx += delta
     if abs(bar.tx) > TX_LIMIT:
       raise ProtocolError("tx-range", f"tx-count {bar.tx} on {bar.describe()}")
@@ -220,8 +225,10 @@ class SyncSemantics:
       init_slots = slice(self.barrier_slot0 + 1, None, 2)   # (known once launched)
       if acquire:
         for rec, wscope, data_slot, phase in th.pending_obs:
-          # the observed phase's asynchronous data (in this CTA), then its releases
-          th.vc[data_slot] = max(th.vc[data_slot], phase)
+          # the observed phase's asynchronous data (in this CTA; None: a relaxed
+          # strong read, see strong.py), then its releases
+          if data_slot is not None:
+            th.vc[data_slot] = max(th.vc[data_slot], phase)
           rec.acquire_into(th, min(scope, wscope))
         th.pending_obs.clear()
       if release == "inits":
@@ -246,71 +253,12 @@ class SyncSemantics:
   def _fence_op(self, ins):
     return self._fence(ins.mods)
 
-  def _bar_op(self, ins):
-    """bar.sync / barrier.sync (the whole CTA), bar.warp.sync, barrier.cluster.*."""
-    mods, ops, src = ins.mods, ins.ops, ins.src
-    if ins.base == "bar" and mods == ["warp", "sync"] and len(ops) == 1:
-      return self._warp_sync(src[0])
-    if mods in (["sync"], ["sync", "aligned"]) and len(ops) in (1, 2):
-      count = src[1] if len(ops) == 2 else None  # bar.sync id, nthreads (a named barrier)
-      def bar(th, bar_id=src[0]):
-        if count is not None and count(th) != th.regs["%ntid.x"]:
-          raise NotImplementedError("bar.sync over fewer threads than the CTA")
-        th.wait = ("bar", bar_id(th))
-        return BLOCK
-      return bar
-    if ins.base == "barrier" and mods[:1] == ["cluster"] and not ops:
-      if mods[1:2] == ["arrive"] and set(mods[2:]) <= {"release", "relaxed", "aligned"}:
-        return self._cluster_arrive(mods[2:])
-      if mods[1:2] == ["wait"] and set(mods[2:]) <= {"acquire", "aligned"}:
-        return self._cluster_wait(mods[2:])
-    raise NotImplementedError(f"opcode {ins.opcode}")
-
   def _collective(self, ins):
     """shfl.sync.idx / .bfly (b32), elect.sync."""
     if ins.mods not in ((["sync"],) if ins.base == "elect" else
                         (["sync", "idx", "b32"], ["sync", "bfly", "b32"])):
       raise NotImplementedError(f"opcode {ins.opcode}")
     return self._warp_collective(ins.base, ins.mods, ins.ops, ins.src)
-
-  # -- cluster and CTA barriers -------------------------------------------------
-
-  def _cluster_arrive(self, mods):
-    sem, _ = sem_scope(mods, "release")
-    def arrive(th):
-      k = th.cluster_arrived
-      while len(self.cluster_gens) <= k:
-        self.cluster_gens.append(Releases())
-      self._release(th, sem, SCOPES["cluster"], self.cluster_gens[k])
-      th.cluster_arrived = k = k + 1
-      if k == len(self.cluster_reached):
-        self.cluster_reached.append(0)
-      self.cluster_reached[k] += 1
-      if self.cluster_waiting and self._cluster_may_complete(k):
-        self.dirty = True
-    return arrive
-
-  def _cluster_wait(self, mods):
-    sem, _ = sem_scope(mods, "acquire")
-    def wait(th):
-      th.wait = ("cluster", th.cluster_arrived, sem)
-      return BLOCK
-    return wait
-
-  def _cluster_woken(self, th):
-    _, k, sem = th.wait
-    if sem != "relaxed":
-      for gen in self.cluster_gens[:k]:
-        gen.acquire_into(th, SCOPES["cluster"])
-
-  @staticmethod
-  def _cta_barrier_woken(ths):
-    """bar.sync: every participant's earlier accesses happen before every
-    participant's later ones (acq_rel at CTA scope)."""
-    joined = np.maximum.reduce([th.vc for th in ths])
-    for th in ths:
-      th.vc[:] = joined
-      th.vc[th.slot] += 1
 
   # -- warp collectives -----------------------------------------------------------
 
@@ -381,7 +329,10 @@ class SyncSemantics:
     def resolve(lanes):
       if any(mask(th) & 0xFFFFFFFF != 0xFFFFFFFF for th in lanes):
         raise NotImplementedError("bar.warp.sync with a partial member mask")
-      self._cta_barrier_woken(lanes)
+      joined = np.maximum.reduce([th.vc for th in lanes])
+      for th in lanes:
+        th.vc[:] = joined
+        th.vc[th.slot] += 1
     return self._warp_collective_at(k, resolve)
 
   def _bar_key(self, th, space, addr):
