@@ -14,17 +14,22 @@ from mosaic_async_store.check import ProtocolError, PtxKernel
 from mosaic_async_store.check.memory import SCHEDULES
 from test_interp_features import kernel
 
-# A flag at SMEM offset 0 of CTA 0, data at offset 16.  Thread 0 of each CTA
-# zeroes its flag; after a cluster barrier, CTA 1's thread 0 writes the data into
-# CTA 0 and raises the flag (PUBLISH); CTA 0's thread 0 polls it (POLL) and copies
-# the data out.
-_FLAG = """
+# Thread 0 of each CTA zeroes the word at SMEM offset 0 (a flag or a counter); after a
+# cluster barrier every other thread goes to END.
+_ZEROED = """
   mov.u32 %r3, __dynamic_shmem__0;
   setp.eq.u32 %p1, %r1, 0;
   @%p1 st.shared.u32 [%r3], 0;
   barrier.cluster.arrive.aligned;
   barrier.cluster.wait.aligned;
   @!%p1 bra END;
+"""
+
+# A flag at SMEM offset 0 of CTA 0, data at offset 16.  Thread 0 of each CTA
+# zeroes its flag; after a cluster barrier, CTA 1's thread 0 writes the data into
+# CTA 0 and raises the flag (PUBLISH); CTA 0's thread 0 polls it (POLL) and copies
+# the data out.
+_FLAG = _ZEROED + """
   setp.eq.u32 %p2, %r2, 1;
   @%p2 bra PRODUCER;
 CONSUMER:
@@ -151,13 +156,7 @@ POLL:
 
 # Four CTAs: thread 0 of CTAs 1..3 writes its rank into CTA 0's data slot and adds 1
 # to CTA 0's counter (ADD); CTA 0's thread 0 waits for 3, then sums the slots.
-_COUNTER = """
-  mov.u32 %r3, __dynamic_shmem__0;
-  setp.eq.u32 %p1, %r1, 0;
-  @%p1 st.shared.u32 [%r3], 0;
-  barrier.cluster.arrive.aligned;
-  barrier.cluster.wait.aligned;
-  @!%p1 bra END;
+_COUNTER = _ZEROED + """
   setp.ne.u32 %p2, %r2, 0;
   @%p2 bra ADDER;
 WAIT:
