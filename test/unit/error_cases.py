@@ -341,8 +341,6 @@ CLI = _cases("cli", [
      ("--swizzle 128 is not supported", "plain (untiled) ref", "--ref-shape in 8x64 tiles")),
     ("ref-shape-transposed", "compile --ref-shape 8x2x8x64 --transposed --emit plan", "exit 2",
      ("--ref-shape 8x2x8x64 is not supported", "drop --ref-shape or --transposed")),
-    ("ref-shape-compiled", "compile --ref-shape 4x2x16x64", "exit 2",
-     ("--ref-shape goes with --emit plan", "--emit ptx")),
 ])
 
 CASES = PLAN + ASYNC + PALLAS + TOOLCHAIN + CLI

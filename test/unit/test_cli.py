@@ -252,7 +252,6 @@ MISUSE = {
     "plain ref shape, swizzled": ["compile", "--ref-shape", "64x128", "--emit", "plan"],
     "ref shape of a transposed view": ["compile", "--ref-shape", "8x2x8x64", "--transposed",
                                        "--emit", "plan"],
-    "ref shape, compiled": ["compile", "--ref-shape", "4x2x16x64", "--emit", "sass"],
     "3-D shape vs tile": ["compile", "--shape", "2x4x128", "--layout", "STRIDED",
                           "--emit", "plan"],
 }
@@ -319,10 +318,42 @@ _3D = ["--shape", "2x4x128", "--layout", "STRIDED"]
      lambda r, c: ["--ref-shape", f"{64 // int(r)}x{128 // int(c)}x{r}x{c}"]),
 ])
 def test_ref_shape_fixes_name_the_flag_and_work(argv, fix, fixed, capsys):
+  """The fix the refusal names plans, and compiles to PTX whose full kernel stores the
+  right bytes into that ref (run in the PTX checker)."""
+  from demo_kernels import run_ptx   # test/harness
+  from mosaic_async_store.tools.cli_config import config_from_args
   assert cli.main(["compile", "--emit", "plan", *argv]) == 2
   err = capsys.readouterr().err.strip()
   assert not _PYTHON_ONLY.search(err), err
-  assert "verified" in _plan_summary(fixed(*re.search(fix, err).groups()))
+  argv = fixed(*re.search(fix, err).groups())
+  assert "verified" in _plan_summary(argv)
+  status, ptx = _run(["compile", "--emit", "ptx", "--full", *argv])
+  assert status == 0 and ST_ASYNC in ptx
+  cfg = config_from_args(cli.build_parser().parse_args(["compile", *argv]))
+  assert cfg.ref_shape is not None
+  out, flags, want, _ = run_ptx(cfg, ptx)
+  assert np.array_equal(out, want) and (flags == 1).all()
+
+
+def test_ref_shape_is_the_compiled_kernels_smem_ref():
+  """Every --emit kind builds the kernel with the SMEM ref of --ref-shape: (16, 64) tiles
+  give another allocation and other store addresses than the canonical (8, 64) ones, and
+  the stats count the stores of that ref's plan."""
+  ref = ["--ref-shape", "4x2x16x64"]
+  status, mlir = _run(["compile", "--emit", "mlir", *ref])
+  assert status == 0 and "memref<4x2x16x64xbf16" in mlir and "memref<8x2x8x64xbf16" not in mlir
+  for emit in ("ptx", "sass"):
+    status, text = _run(["compile", "--emit", emit, *ref])
+    assert status == 0 and text != _run(["compile", "--emit", emit])[1], emit
+  status, out = _run(["compile", "--emit", "stats", "--json", *ref])
+  stats = json.loads(out)
+  plan = plan_store(resolve_layout("WGMMA", (64, 128), "bfloat16"), (64, 128), "bfloat16",
+                    swizzle=128, ref_shape=(4, 2, 16, 64))
+  widths = {}
+  for ins in plan.instructions:
+    widths[str(ins.width)] = widths.get(str(ins.width), 0) + 1
+  assert status == 0 and stats["config"]["ref_shape"] == [4, 2, 16, 64]
+  assert stats["st_async_by_width"] == widths
 
 
 def test_negative_ref_shape_reaches_the_shape_check(capsys):

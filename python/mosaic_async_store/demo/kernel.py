@@ -56,10 +56,17 @@ class KernelIO:
 
 
 def kernel_io(cfg: StoreConfig) -> KernelIO:
+  """The buffers of ``cfg``'s kernel.  The SMEM allocation has ``cfg.ref_shape`` where
+  it is set (the store then writes that ref; ``StoreConfig`` refuses it together with
+  ``transposed`` and ``offset_rows``), else the canonical tiled ref of
+  ``cfg.ref_alloc_shape`` for ``cfg.swizzle``, as ``config.view_geometry`` has it."""
   dt = as_dtype(cfg.dtype)
   layout = resolve_layout(cfg.layout, cfg.shape, cfg.dtype)
   regs = register_map(layout, cfg.shape)
-  smem_shape, _ = default_ref_shape(cfg.ref_alloc_shape, dt, cfg.swizzle)
+  if cfg.ref_shape is not None:  # async_store's plan refuses one that does not fit
+    smem_shape = tuple(cfg.ref_shape)
+  else:
+    smem_shape, _ = default_ref_shape(cfg.ref_alloc_shape, dt, cfg.swizzle)
   smem_bytes = int(np.prod(smem_shape)) * dt.bits // 8
   reg_bytes = max(1, regs.vector_length * dt.bits // 8)
   return KernelIO(reg_bytes, 1 if regs.splat else regs.num_registers, smem_shape,

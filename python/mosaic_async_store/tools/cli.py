@@ -226,12 +226,6 @@ def _compile_text(args: argparse.Namespace) -> str:
   if args.json and args.emit != "stats":
     raise Refusal(f"--json goes with --emit stats, not --emit {args.emit}")
   cfg = config_from_args(args)
-  if cfg.ref_shape is not None and args.emit != "plan":
-    # The compiled kernel allocates the canonical ref of --shape (demo/kernel.py):
-    # its code would not be the plan's.
-    raise Refusal(f"--ref-shape goes with --emit plan, not --emit {args.emit}: the "
-                  "compiled kernel allocates the canonical ref of --shape and --swizzle. "
-                  "Fix: pass --emit plan, or drop --ref-shape")
   if cfg.arch != "sm_90a" and args.arch == "sm_90a" and args.emit not in ("plan", "mlir"):
     raise Refusal(f"--arrival {cfg.arrival} emits tcgen05 fences, which sm_90a does not "
                    "have: pass --arch sm_100a (or sm_103a)")
