@@ -1,8 +1,9 @@
 """The test suite's environment, set once here (the package itself changes none).
 
 Test folders import each other's helpers plainly (``from configs import ...``,
-``from mosaic_async_store.check.interp import ...``): pyproject's ``[tool.pytest.ini_options] pythonpath``
-puts test/emu, test/gpu, test/unit, test/harness and bench on ``sys.path``. The lit
+``from demo_kernels import ...``): pyproject's ``[tool.pytest.ini_options] pythonpath``
+puts test/emu, test/gpu, test/unit and test/harness on ``sys.path``; nothing here imports
+bench/ (the benchmark scripts reach test/harness through bench/harness_path.py). The lit
 suites (test/lit) get their environment from test/lit/lit.cfg.py.
 """
 
