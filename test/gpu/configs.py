@@ -70,6 +70,19 @@ RUNTIME_CONFIGS = [
     S(dtype="int32", atomic="add", target="cta0", cluster=4),
     S(dtype="int32", atomic="min", target="cta0", cluster=4),
     S(dtype="int32", atomic="max", target="cta0", cluster=1),  # statically local: no branch
+    # reductions with a plain form into CTA 0: the others reduce with plain
+    # red.shared::cluster (float adds, 64-bit min/max; ordered by the release arrive and
+    # the cluster-scope wait), CTA 0's local arm with red.shared::cta
+    S(dtype="float32", atomic="add", target="cta0", cluster=2),
+    S(dtype="bfloat16", atomic="add", target="cta0", cluster=4, swizzle=64),
+    S(dtype="uint64", atomic="max", target="cta0", layout="STRIDED", swizzle=None,
+      shape=(32, 64)),
+    # 64-bit and/or/xor as two 32-bit halves: red.async .b32 into a peer, red.shared::cta
+    # .b32 into the executing CTA, and both behind CTA 0's branch
+    S(dtype="int64", atomic="and", layout="STRIDED", swizzle=None, shape=(32, 64)),
+    S(dtype="uint64", atomic="or", layout="STRIDED", swizzle=None, shape=(32, 64),
+      target="local"),
+    S(dtype="int64", atomic="xor", target="cta0", shape=(64, 64)),
     # the store's ref is a static slice of a larger allocation (memref offset)
     S(offset_rows=8),
     S(dtype="float32", layout="STRIDED", swizzle=None, shape=(64, 64), offset_rows=3),
