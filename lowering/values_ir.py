@@ -1,4 +1,4 @@
-"""IR for the data side of a plan: register bytes, lane exchanges, store operands.
+"""IR for the data side of a plan: register steps, lane exchange steps, store operands.
 
 Every plan value is materialised as a ``vector<N x i8>``; byte slicing and
 concatenation are then plain vector shuffles, which LLVM's NVPTX backend turns
@@ -84,6 +84,7 @@ class ValueBuilder:
     self._values: dict[int, ir.Value] = {}
     self._bits: dict[int, ir.Value] = {}
     self._by_id = {v.id: v for v in plan.values}
+    self._made = {id(v.exchange): v.id for v in plan.values if v.exchange is not None}
     self._made_registers: dict[int, ir.Value] = {}
     self._partner_words: dict[tuple[int, int, int], ir.Value] = {}     # (r, word, mask)
     self._partner_elements: dict[tuple[int, int, int], ir.Value] = {}  # (r, element, mask)
@@ -245,27 +246,20 @@ class ValueBuilder:
     if vid not in self._values:
       v = self._by_id[vid]
       if v.exchange is not None:
-        raise AssertionError("exchanges are built by prepare() first")
+        raise AssertionError("exchanges are built by their steps (prepare()) first")
       self._values[vid] = _slice(self._register(v.reg), v.byte, v.size)
     return self._values[vid]
 
   def prepare(self) -> None:
-    """Emits the plan's register steps in order, then its lane exchanges (several
-    packed into each 32-bit shuffle): before any store, since every lane takes part."""
-    for step in self.plan.register_steps:
+    """Emits the plan's register steps, then its lane exchange steps, in order, each
+    by its ``emit``: before any store, since every lane takes part."""
+    for step in (*self.plan.register_steps, *self.plan.exchanges):
       step.emit(self)
-    made = {v.exchange: v for v in self.plan.values if v.exchange is not None}
-    pending = list(self.plan.exchanges)
-    while pending:
-      ex = pending[0]
-      size = ex.a.size
-      batch = [e for e in pending if e.lane_mask == ex.lane_mask and e.a.size == size
-               and all(x.id in self._values or x.exchange is None for x in (e.a, e.b))]
-      batch = batch[:4 // size]
-      self._exchange_batch(batch, made)
-      pending = [e for e in pending if e not in batch]
 
-  def _exchange_batch(self, batch, made) -> None:
+  def emit_exchange(self, step) -> None:
+    """A ``plan_types.LaneExchange``: its exchanges' sent halves packed into one
+    32-bit ``shfl.sync.bfly``, each merged value kept for the stores."""
+    batch = step.exchanges
     size = batch[0].a.size
     bit = self.lane_bit(batch[0].lane_mask.bit_length() - 1)
     sends, keeps = [], []
@@ -291,7 +285,7 @@ class ValueBuilder:
       else:
         merged = arith.select(bit, own_low if lo1 else recv_low,
                               own_low if lo0 else recv_low)
-      self._values[made[e].id] = merged
+      self._values[self._made[id(e)]] = merged
 
   def data(self, parts) -> ir.Value:
     """The bytes of one store, low bytes first, as vector<width x i8>."""

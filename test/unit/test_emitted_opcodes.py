@@ -51,14 +51,14 @@ def _store(cfg: StoreConfig, plain: bool):
   return store
 
 
-def _store_asm(cfg: StoreConfig, plain: bool) -> list[str]:
+def _store_asm(cfg: StoreConfig, plain: bool, prefixes=_STORE_PREFIXES) -> list[str]:
   with compat.make_ir_context(), ir.Location.unknown(), compat.enable_x64():
     parts = kernel_parts(cfg, bare=True, store=_store(cfg, plain))
     module, *_ = compat.kernel_to_module(
         parts.body, parts.grid, parts.block, parts.in_shape, parts.out_shape,
         parts.scratch, cluster=parts.cluster)
     text = module.operation.get_asm(enable_debug_info=False)
-  return [a for a in _ASM.findall(text) if a.startswith(_STORE_PREFIXES)]
+  return [a for a in _ASM.findall(text) if a.startswith(prefixes)]
 
 
 CASES = [
@@ -117,3 +117,16 @@ def test_opcodes_spelled_in_full():
                      (dict(dtype="float32", atomic="add", target="local", cluster=1), False)]:
     got |= {i.opcode for i in _plan(StoreConfig(**cfg), plain).instructions}
   assert want <= got, want - got
+
+
+@pytest.mark.parametrize("cfg", [dict(dtype="int8"), dict(dtype="int4", shape=(64, 256)),
+                                 dict(dtype="int8", swizzle=None)], ids=str)
+def test_one_shuffle_per_lane_exchange_step(cfg):
+  """The plan states which exchanges share a ``shfl.sync.bfly`` (``LaneExchange``);
+  the emitter writes one per step, with the step's lane mask, in order."""
+  cfg = StoreConfig(**cfg)
+  plan = _plan(cfg, False)
+  assert not plan.register_steps and plan.exchanges
+  assert all(len(s.exchanges) * s.exchanges[0].a.size <= 4 for s in plan.exchanges)
+  got = _store_asm(cfg, False, prefixes=("shfl.sync.bfly",))
+  assert [a.split(", ")[2] for a in got] == [str(s.lane_mask) for s in plan.exchanges]

@@ -43,6 +43,10 @@ def _i8():            # byte exchanges between lanes (shfl.bfly) before word sto
   return _plan("WGMMA", (64, 128), "i8", swizzle=128)
 
 
+def _i4_two_levels():  # byte exchanges, then exchanges of the 2-byte values they make
+  return _plan("WGMMA", (64, 256), "i4", swizzle=128)
+
+
 def _i4_one_column():  # source gather, in-thread byte regrouping, then two gathers
   return _plan("TMEM_NATIVE_V1", (128, 1), "i4", swizzle=None)
 
@@ -114,11 +118,28 @@ def _swapped_sends(plan):
 
 
 def _flipped_keep_low(plan):
-  ex = plan.exchanges[0]
+  step = plan.exchanges[0]
+  ex = step.exchanges[0]
   broken = dataclasses.replace(ex, keep_low=tuple(not k for k in ex.keep_low))
   values = tuple(dataclasses.replace(v, exchange=broken) if v.exchange is ex else v
                  for v in plan.values)
-  return dataclasses.replace(plan, values=values, exchanges=(broken,) + plan.exchanges[1:])
+  step = dataclasses.replace(step, exchanges=(broken,) + step.exchanges[1:])
+  return dataclasses.replace(plan, values=values, exchanges=(step,) + plan.exchanges[1:])
+
+
+def _exchange_before_its_input(plan):   # a step that reads what a later step makes
+  later = next(n for n, s in enumerate(plan.exchanges)
+               if any(x.exchange is not None for e in s.exchanges for x in (e.a, e.b)))
+  steps = list(plan.exchanges)
+  steps.insert(0, steps.pop(later))
+  return dataclasses.replace(plan, exchanges=tuple(steps))
+
+
+def _exchanges_of_two_masks_in_one_shuffle(plan):
+  a, b = (s.exchanges[0] for s in plan.exchanges[:2])
+  b = dataclasses.replace(b, lane_mask=a.lane_mask ^ 3)
+  return dataclasses.replace(plan, exchanges=(type(plan.exchanges[0])((a, b)),)
+                             + plan.exchanges[2:])
 
 
 def _other_value(plan):
@@ -232,6 +253,11 @@ MUTATIONS = [
     ("steps", "regrouping reads a register that does not exist", _i4_in_thread,
      lambda p: _regroup(p, own=_the_regroup(p).own + [1000, 0])),
     ("values", "slice past the end of its register", _bf16, _value_past_register),
+    ("values", "an exchange step before the step making its input", _i4_two_levels,
+     _exchange_before_its_input),
+    ("values", "an exchange step left out", _i8,
+     lambda p: dataclasses.replace(p, exchanges=p.exchanges[:-1])),
+    ("values", "one shuffle for two lane masks", _i8, _exchanges_of_two_masks_in_one_shuffle),
     ("data width", "an instruction two bytes short", _bf16, _short_part),
     ("swizzle chunk", "store across a 16-byte chunk", _bf16,
      lambda p: _instr(p, 0, dst=p.instructions[0].dst // 16 * 16 + 14)),

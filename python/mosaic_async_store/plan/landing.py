@@ -8,9 +8,9 @@ Two models, and neither uses the planner's code:
   the emitted code runs it, on labels instead of data.  Each bit of the
   array's own registers (``plan.source_registers``, the layout's register map)
   is labelled by its position; the plan's register steps move the labels by
-  their own ``apply`` (``register_steps``: gathers, byte regrouping), the lane
-  exchanges as ``plan_types.Exchange`` defines them, and each instruction's
-  parts take them to its swizzled address.
+  their own ``apply`` (``register_steps``: gathers, byte regrouping), then the
+  lane exchange steps by theirs (``plan_types.LaneExchange``), and each
+  instruction's parts take them to its swizzled address.
   The planner's own account of where the steps leave each element
   (``plan.registers.elements``) is never read, so a defect in regrouping,
   gathering or exchanging shows up as bits in the wrong place.
@@ -31,9 +31,8 @@ import numpy as np
 
 from mosaic_async_store.errors import AsyncStoreError
 from mosaic_async_store.plan.geometry import WARP_SIZE, WARPGROUP_SIZE, RefGeometry
-from mosaic_async_store.plan.plan_types import Instruction
-from mosaic_async_store.plan.register_steps import (ByteRegroup, Gather, StepDefect,
-                                                     is_lane_mask)
+from mosaic_async_store.plan.plan_types import Instruction, LaneExchange
+from mosaic_async_store.plan.register_steps import ByteRegroup, Gather, StepDefect
 
 __all__ = ["PlanDefect", "Store", "Landing", "plan_landing", "source_bit_elements",
            "element_bit_positions"]
@@ -187,50 +186,47 @@ def _register_labels(plan) -> np.ndarray:
 
 
 def _value_labels(plan, registers: np.ndarray) -> dict[int, np.ndarray]:
-  """Value id -> [thread, bit] labels: register slices, then lane exchanges as
-  plan_types.Exchange defines them."""
-  by_id = {}
+  """Value id -> [thread, bit] labels: register slices, then the plan's lane exchange
+  steps in order, each by its own ``apply`` (``plan_types.LaneExchange``)."""
+  by_id, out = {}, {}
   for v in plan.values:
     if v.id in by_id:
       raise PlanDefect("values", f"two values have id {v.id}", plan)
     by_id[v.id] = v
-  listed = {id(e) for e in plan.exchanges}
-  made = {id(v.exchange) for v in plan.values if v.exchange is not None}
-  if listed - made:
-    raise PlanDefect("values", "an exchange of plan.exchanges makes no value", plan)
-  out: dict[int, np.ndarray] = {}
-
-  def labels(vid, depth=0):
-    v = by_id.get(vid)
-    if v is None or depth > len(by_id):
-      raise PlanDefect("values", f"value {vid} is not in plan.values (or depends on itself)",
-                       plan)
-    if vid in out:
-      return out[vid]
-    ex = v.exchange
-    if ex is None:
+    if v.exchange is None:
       if not (0 <= v.reg < registers.shape[1] and v.byte >= 0 and v.size > 0
               and 8 * (v.byte + v.size) <= registers.shape[2]):
-        raise PlanDefect("values", f"value {vid} (register {v.reg}, bytes {v.byte}.."
+        raise PlanDefect("values", f"value {v.id} (register {v.reg}, bytes {v.byte}.."
                          f"{v.byte + v.size}) is not inside a register", plan)
-      out[vid] = registers[:, v.reg, 8 * v.byte:8 * (v.byte + v.size)]
-      return out[vid]
-    a, b = labels(ex.a.id, depth + 1), labels(ex.b.id, depth + 1)
-    if id(ex) not in listed or not is_lane_mask(ex.lane_mask) or a.shape != b.shape \
-        or 2 * a.shape[1] != 8 * v.size:
-      raise PlanDefect("values", f"value {vid} is not a listed exchange of two equal halves "
-                       "within a warp", plan)
-    bit = (_LANES & int(ex.lane_mask)) != 0
-    sent = np.where(bit[:, None], a, b)          # bit-0 lanes send b, bit-1 lanes send a
-    received = sent[_THREADS ^ int(ex.lane_mask)]
-    kept = np.where(bit[:, None], b, a)
-    low = np.array(ex.keep_low, dtype=bool)[bit.astype(np.int64)][:, None]
-    out[vid] = np.where(low, np.concatenate([kept, received], 1),
-                        np.concatenate([received, kept], 1))
-    return out[vid]
-
-  for v in plan.values:
-    labels(v.id)
+      out[v.id] = registers[:, v.reg, 8 * v.byte:8 * (v.byte + v.size)]
+  made = {id(v.exchange): v for v in plan.values if v.exchange is not None}
+  for n, step in enumerate(plan.exchanges):
+    where = f"lane exchange step {n}"
+    if not isinstance(step, LaneExchange):
+      raise PlanDefect("values", f"{where} is not a LaneExchange: {step!r}", plan)
+    for ex in step.exchanges:
+      if id(ex) not in made:
+        raise PlanDefect("values", f"{where}: an exchange that makes no value", plan)
+      if made[id(ex)].id in out:
+        raise PlanDefect("values", f"{where}: value {made[id(ex)].id} is made twice", plan)
+      missing = [x.id for x in (ex.a, ex.b) if x.id not in out]
+      if missing:
+        raise PlanDefect("values", f"{where} reads value {missing[0]}, which no register "
+                         "slice or earlier step makes", plan)
+    try:
+      merged = step.apply(out)
+    except StepDefect as e:
+      raise PlanDefect("values", f"{where}: {e}", plan) from None
+    for ex, labels in zip(step.exchanges, merged, strict=True):
+      v = made[id(ex)]
+      if out[ex.a.id].shape != out[ex.b.id].shape or labels.shape[1] != 8 * v.size:
+        raise PlanDefect("values", f"value {v.id} is not an exchange of two equal halves",
+                         plan)
+      out[v.id] = labels
+  unmade = [v.id for v in plan.values if v.id not in out]
+  if unmade:
+    raise PlanDefect("values", f"value {unmade[0]} is made by an exchange no step lists",
+                     plan)
   return out
 
 

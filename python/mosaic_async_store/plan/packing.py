@@ -14,10 +14,10 @@ import numpy as np
 
 from mosaic_async_store.errors import refuse
 from mosaic_async_store.plan.geometry import RegisterMap, WARP_SIZE, WARPGROUP_SIZE
-from mosaic_async_store.plan.plan_types import Exchange, Value
+from mosaic_async_store.plan.plan_types import Exchange, LaneExchange, Value
 
 __all__ = ["register_values", "register_runs", "exchange_small_values", "chain_values",
-           "gather_partner", "with_partner"]
+           "lane_exchange_steps", "gather_partner", "with_partner"]
 
 _LANES = np.arange(WARPGROUP_SIZE) % WARP_SIZE
 
@@ -144,6 +144,26 @@ def exchange_small_values(values: list[Value], writer: np.ndarray,
       next_id += 1
       used.update((a.id, b.id))
     values = [v for v in values if v.id not in used]
+
+
+def lane_exchange_steps(exchanges: list[Exchange], values) -> tuple[LaneExchange, ...]:
+  """The exchanges as shuffles (``LaneExchange``), in order: each takes the first
+  pending exchange and the pending ones of its lane mask and size whose inputs exist
+  (register slices, or values an earlier shuffle made), up to one 32-bit word."""
+  made = {id(v.exchange): v.id for v in values if v.exchange is not None}
+  ready: set[int] = set()
+  pending, steps = list(exchanges), []
+  while pending:
+    first = pending[0]
+    batch = [e for e in pending if e.lane_mask == first.lane_mask and e.a.size == first.a.size
+             and all(x.exchange is None or x.id in ready for x in (e.a, e.b))]
+    if not batch:
+      raise AssertionError("an exchange whose inputs no earlier exchange makes")
+    batch = batch[:4 // first.a.size]
+    steps.append(LaneExchange(tuple(batch)))
+    ready.update(made[id(e)] for e in batch)
+    pending = [e for e in pending if all(e is not b for b in batch)]
+  return tuple(steps)
 
 
 def gather_partner(regs: RegisterMap, mask: int) -> RegisterMap | None:

@@ -13,12 +13,15 @@ import dataclasses
 import numpy as np
 
 from mosaic_async_store.plan import ptx_forms
-from mosaic_async_store.plan.geometry import WARPGROUP_SIZE, swizzle_bytes
+from mosaic_async_store.plan.geometry import WARP_SIZE, WARPGROUP_SIZE, swizzle_bytes
 from mosaic_async_store.plan.register_steps import StepDefect
 
-__all__ = ["Value", "Exchange", "Part", "Instruction", "Target", "StoreOrder", "ASYNC_KINDS",
+__all__ = ["Value", "Exchange", "LaneExchange", "Part", "Instruction", "Target", "StoreOrder", "ASYNC_KINDS",
            "WARPS_PER_WARPGROUP", "U32", "Affine", "AddressStep", "IMMEDIATE_LIMIT",
            "formula_arithmetic"]
+
+_THREADS = np.arange(WARPGROUP_SIZE)
+_LANES = _THREADS % WARP_SIZE
 
 # Instruction kinds that complete on the barrier's tx count.
 ASYNC_KINDS = ("st.async", "red.async")
@@ -111,6 +114,59 @@ class Exchange:
   b: Value
   lane_mask: int
   keep_low: tuple[bool, bool]
+
+  def apply(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """[thread, x] per-thread labels of ``a`` and ``b`` -> [thread, 2x] of the merged
+    value: this class's definition, in NumPy."""
+    bit = (_LANES & int(self.lane_mask)) != 0
+    sent = np.where(bit[:, None], a, b)          # bit-0 lanes send b, bit-1 lanes send a
+    received = sent[_THREADS ^ int(self.lane_mask)]
+    kept = np.where(bit[:, None], b, a)
+    low = np.array(self.keep_low, dtype=bool)[bit.astype(np.int64)][:, None]
+    return np.where(low, np.concatenate([kept, received], 1),
+                    np.concatenate([received, kept], 1))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LaneExchange:
+  """One ``shfl.sync.bfly``: exchanges of one lane mask and value size whose sent
+  halves share a 32-bit word (at most ``4 // size`` of them), in order.
+
+  A plan's ``exchanges`` are these steps, run in order after the register steps
+  (every lane takes part, so before any store); each exchange's inputs are register
+  slices or values an earlier step made.  ``apply`` is their NumPy meaning (what
+  ``landing``, hence the verifier and the executor, run), ``emit`` hands the step
+  to the IR builder (``lowering/values_ir.ValueBuilder.emit_exchange``).
+  """
+
+  exchanges: tuple[Exchange, ...]
+
+  @property
+  def lane_mask(self) -> int:
+    return self.exchanges[0].lane_mask
+
+  def defect(self) -> str | None:
+    """Why these exchanges cannot share one shuffle, or None."""
+    if not self.exchanges or not all(isinstance(e, Exchange) for e in self.exchanges):
+      return "a lane exchange step without exchanges"
+    sizes = {e.a.size for e in self.exchanges} | {e.b.size for e in self.exchanges}
+    masks = {e.lane_mask for e in self.exchanges}
+    mask = int(self.lane_mask)
+    if len(sizes) != 1 or len(masks) != 1 or not 0 < mask < WARP_SIZE or \
+        sizes.pop() * len(self.exchanges) > 4:
+      return ("a shuffle of exchanges that are not one lane mask within a warp and one "
+              "value size, 4 bytes in all")
+    return None
+
+  def apply(self, values: dict[int, np.ndarray]) -> list[np.ndarray]:
+    """The merged labels of each exchange, from ``values`` (value id -> [thread, bits])."""
+    why = self.defect()
+    if why:
+      raise StepDefect(why)
+    return [e.apply(values[e.a.id], values[e.b.id]) for e in self.exchanges]
+
+  def emit(self, builder) -> None:
+    builder.emit_exchange(self)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,8 +18,8 @@ from mosaic_async_store.plan.addressing import AddressStep, base_order, plan_add
 from mosaic_async_store.plan.dtypes import DType
 from mosaic_async_store.errors import AsyncStoreError, refuse, refuse_type
 from mosaic_async_store.plan.geometry import RefGeometry, RegisterMap, register_map
-from mosaic_async_store.plan.plan_types import (Exchange, Instruction, Part, StoreOrder, Target,
-                                               Value)
+from mosaic_async_store.plan.plan_types import (Exchange, Instruction, LaneExchange, Part,
+                                               StoreOrder, Target, Value)
 from mosaic_async_store.plan.register_steps import ByteRegroup, Gather
 
 __all__ = ["StorePlan", "plan_store", "plan_verified", "check_emittable", "check_either"]
@@ -81,7 +81,8 @@ class StorePlan:
   Attributes:
     dtype, geometry, registers: what is stored, where, and from which registers.
     values: every value the instructions read (register slices, exchanges).
-    exchanges: the lane exchanges to perform first, in order.
+    exchanges: the lane exchanges, in order, after the register steps: one
+      ``LaneExchange`` step per ``shfl.sync.bfly`` (its ``apply`` and ``emit``).
     instructions: the stores, in emission order.
     atomic: the reduction op or None.
     target: where the stores land (``Target``: peer or local, the caller's cluster
@@ -92,7 +93,7 @@ class StorePlan:
   geometry: RefGeometry
   registers: RegisterMap
   values: tuple[Value, ...]
-  exchanges: tuple[Exchange, ...]
+  exchanges: tuple[LaneExchange, ...]
   instructions: tuple[Instruction, ...]
   atomic: str | None
   target: Target
@@ -207,7 +208,7 @@ class StorePlan:
              f"target={self.target.describe()} atomic={self.atomic}",
              f"total bytes {self.total_bytes}, async (tx) bytes {self.async_bytes}, "
              f"writer threads {int(self.registers.writer.sum())}, "
-             f"lane exchanges {len(self.exchanges)}"]
+             f"lane exchanges {sum(len(s.exchanges) for s in self.exchanges)}"]
     if self.register_steps:
       lines.append("  register steps: " + ", ".join(s.describe() for s in self.register_steps))
     kinds = [s.kind for s in self.address_steps]
@@ -289,7 +290,7 @@ def _schedule(regs, geom, dt, atomic, peer, plain_stores, context):
   else:
     instrs = _atomic_instructions(chains, regs.writer, dt, atomic, peer)
   ordered = tuple(sorted(all_values.values(), key=lambda v: v.id))
-  return ordered, tuple(exchanges), tuple(instrs)
+  return ordered, packing.lane_exchange_steps(exchanges, ordered), tuple(instrs)
 
 
 def _plain_bytes(schedule, regs) -> int:
