@@ -19,9 +19,9 @@ from mosaic_async_store.lowering import ptx, target
 from mosaic_async_store.lowering.ref_offset import ref_offset
 from mosaic_async_store.lowering.values_ir import ValueBuilder
 from mosaic_async_store.plan.plan_types import Target
-from mosaic_async_store.plan.planner import check_either, check_emittable, plan_store
+from mosaic_async_store.plan.planner import check_emittable, plan_store
 
-__all__ = ["async_store", "dtype_name", "emit_plan", "emit_either"]
+__all__ = ["async_store", "dtype_name", "emit_plan"]
 
 
 def dtype_name(mlir_type: ir.Type, is_signed: bool | None) -> str:
@@ -176,7 +176,7 @@ def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
       None stores into the executing CTA's own shared memory.  A target that is
       the executing CTA (``target.target_kind``) takes the local form; a
       reduction whose target may be, depending on the CTA, branches at run time
-      (``emit_either``): red.async into the executing CTA is undefined, and a
+      (``StorePlan.local_form``): red.async into the executing CTA is undefined, and a
       plain red.shared::cluster into it far dearer than red.shared::cta.
     swizzle: 16, 32, 64, 128 or None; must match the ref's tiling.
     tiling_rank: trailing ref dims forming the tile (default: inferred).
@@ -218,47 +218,40 @@ def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
   kind = target.target_kind(cluster_dim, cluster_idx, cluster)
   strides, _ = ref_ty.get_strides_and_offset()
 
-  def make_plan(peer):
-    where = Target(peer=peer, cluster_dim=cluster_dim, cluster_idx=cluster_idx,
-                   cluster_shape=cluster)
-    plan = plan_store(value.layout, value.shape,
-                      dtype_name(value.mlir_dtype, value.is_signed), swizzle=swizzle,
-                      tiling_rank=tiling_rank, optimized=optimized, atomic=atomic,
-                      ref_shape=tuple(ref_ty.shape), ref_strides=tuple(strides),
-                      plain_stores=strategy == "plain", target=where)
-    plan.verify()
-    return plan
-
   # The local form (the executing CTA's own SMEM, no mapa) where the target is
-  # always the executing CTA; the peer form where it never is, or where it is as
-  # good for any target (st.async, plain st); both, chosen at run time, for a
-  # reduction that might target the executing CTA: red.async is undefined there,
-  # and a plain red.shared::cluster far dearer than red.shared::cta
-  # (``StorePlan.wants_local_form``).
-  peer_plan = make_plan(True) if kind != "local" else None
-  if not remote_plain_ok and peer_plan is not None and peer_plan.needs_release_arrive:
+  # always the executing CTA; the peer form where it never is; where it is in some
+  # CTAs, the peer form, which for a reduction carries its local form, chosen at run
+  # time (``Target.may_be_own``, ``StorePlan.local_form``): red.async is undefined
+  # there, and a plain red.shared::cluster far dearer than red.shared::cta.
+  where = Target(peer=kind != "local", cluster_dim=cluster_dim, cluster_idx=cluster_idx,
+                 cluster_shape=cluster, may_be_own=kind == "either")
+  plan = plan_store(value.layout, value.shape,
+                    dtype_name(value.mlir_dtype, value.is_signed), swizzle=swizzle,
+                    tiling_rank=tiling_rank, optimized=optimized, atomic=atomic,
+                    ref_shape=tuple(ref_ty.shape), ref_strides=tuple(strides),
+                    plain_stores=strategy == "plain", target=where)
+  plan.verify()
+  local_form = plan.local_form
+  if not remote_plain_ok and plan.peer and plan.needs_release_arrive:
     raise refuse(*(("atomic", atomic) if atomic else ("strategy", strategy)
-                   if strategy == "plain" else ("dtype", peer_plan.dtype.name)),
+                   if strategy == "plain" else ("dtype", plan.dtype.name)),
                  "a store into a peer that st.async/red.async complete entirely: this "
-                 f"{peer_plan.dtype.name} store puts plain st/red .shared::cluster into the "
+                 f"{plan.dtype.name} store puts plain st/red .shared::cluster into the "
                  "peer, ordered only by a .release.cluster arrive, and an .acquire.cta wait "
                  "(Pallas' barrier_wait) does not synchronize with it (PTX ISA: morally "
                  "strong operations)",
                  "call mosaic_async_store.pallas.install() first: its barrier_wait waits "
                  "at cluster scope (a Mosaic kernel: wait with mas.wait and pass "
                  "remote_plain_ok=True)")
-  local_plan = make_plan(False) if kind == "local" or (
-      kind == "either" and peer_plan.wants_local_form) else None
-  if (peer_plan is not None and local_plan is not None and not expect_tx
-      and local_plan.async_bytes != peer_plan.async_bytes):
+  if local_form is not None and not expect_tx and local_form.async_bytes != plan.async_bytes:
     raise refuse("expect_tx", False,
                  "True for this store: its target may be the executing CTA at run time, "
-                 f"where plain reductions complete {local_plan.async_bytes} tx bytes "
-                 f"instead of red.async's {peer_plan.async_bytes}, so no caller can "
+                 f"where plain reductions complete {local_form.async_bytes} tx bytes "
+                 f"instead of red.async's {plan.async_bytes}, so no caller can "
                  "announce the count",
                  "pass expect_tx=True (the default), or a cluster_idx that is always "
                  "another CTA, e.g. (gpu.cluster_block_id(dim) + 1) % n")
-  plans = [p for p in (local_plan, peer_plan) if p is not None]
+  plans = [p for p in (local_form, plan) if p is not None]
   # An explicit strategy="plain" caller orders its own stores (a fence, a
   # barrier); otherwise plain pieces need the release arrive to be seen.
   if not expect_tx and strategy != "plain" and any(p.needs_release_arrive for p in plans):
@@ -267,13 +260,9 @@ def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
                  "that only the release arrive orders before the barrier",
                  "pass expect_tx=True (the default)")
   offset, step = ref_offset(ref)
-  validate.check_ref_offset(offset, step, plans[0].dtype.bits, plans[0].geometry.swizzle,
+  validate.check_ref_offset(offset, step, plan.dtype.bits, plan.geometry.swizzle,
                             max(p.widest for p in plans))
-  if local_plan is None or peer_plan is None:
-    return emit_plan(local_plan or peer_plan, value.registers, ref, barrier, expect_tx,
-                     arrival)
-  return emit_either(local_plan, peer_plan, value.registers, ref, barrier, expect_tx,
-                     arrival)
+  return emit_plan(plan, value.registers, ref, barrier, expect_tx, arrival)
 
 
 def _emit_elected_arrive(plan, bar, tid, arrival):
@@ -344,51 +333,40 @@ def emit_plan(plan, registers, ref, barrier, expect_tx=True, arrival="thread"):
   semantics alike, and upstream's own Warpgroup rule also arrives from every
   thread.  An ``orders_tensor_core`` barrier keeps its count (one arrival per
   store): ``arrival="tensor_core"``.
+
+  A plan with a local form (``StorePlan.local_form``: the target may be the
+  executing CTA at run time) emits ``scf.if (target rank == %cluster_ctarank)``:
+  the local form, else ``mapa`` and the plan.  Each arm's threads arrive once on
+  the target barrier (the executing CTA's own in the local arm) with exactly the
+  tx bytes that arm's asynchronous instructions complete: none for the local
+  arm's plain reductions, which its ``.release.cluster`` arrive orders instead.
   """
   validate.check_arrival(arrival, expect_tx)
   check_emittable(plan)
   utils = compat.mosaic_utils()
   tid = _thread_index()
-  builder = _builder(plan, registers, tid)
+  forms = [p for p in (plan.local_form, plan) if p is not None]
+  builders = [_builder(p, registers, tid) for p in forms]
   base = target.smem_address(utils.memref_ptr(ref))
   bar = target.smem_address(barrier.get_ptr())
-  if plan.target.peer:
-    rank = _target_rank(plan.target)
-    base, bar = ptx.emit_mapa(base, rank), ptx.emit_mapa(bar, rank)
-  _emit_form(plan, builder, base, bar, tid, expect_tx, arrival)
+  if plan.local_form is None:
+    if plan.target.peer:
+      rank = _target_rank(plan.target)
+      base, bar = ptx.emit_mapa(base, rank), ptx.emit_mapa(bar, rank)
+    _emit_form(plan, builders[0], base, bar, tid, expect_tx, arrival)
+    return plan.total_bytes
+  rank = _target_rank(plan.target)
+  if_op = scf.IfOp(target.is_own_rank(rank), has_else=True)
+  with ir.InsertionPoint(if_op.then_block):
+    _emit_form(plan.local_form, builders[0], base, bar, tid, expect_tx, arrival)
+    scf.yield_([])
+  with ir.InsertionPoint(if_op.else_block):
+    _emit_form(plan, builders[1], ptx.emit_mapa(base, rank), ptx.emit_mapa(bar, rank),
+               tid, expect_tx, arrival)
+    scf.yield_([])
   return plan.total_bytes
 
 
 def _target_rank(where) -> ir.Value:
   """The i32 rank of a plan's target CTA in the cluster."""
   return target.target_rank(where.cluster_dim, where.cluster_idx, where.cluster_shape)
-
-
-def emit_either(local_plan, peer_plan, registers, ref, barrier, expect_tx=True,
-                arrival="thread"):
-  """``scf.if (target rank == %cluster_ctarank)``: the local form, else the peer form.
-
-  For a target that is the executing CTA in some CTAs and not in others (a
-  run-time or constant ``cluster_idx``).  Each arm stores with its own plan
-  and each thread arrives once on the target barrier (the executing CTA's own
-  in the local arm) with exactly the tx bytes that arm's asynchronous
-  instructions complete: none for the local arm's plain reductions, which its
-  ``.release.cluster`` arrive orders instead.  Both plans write the same bytes.
-  """
-  validate.check_arrival(arrival, expect_tx)
-  check_either(local_plan, peer_plan)
-  utils = compat.mosaic_utils()
-  tid = _thread_index()
-  builders = [_builder(p, registers, tid) for p in (local_plan, peer_plan)]
-  base = target.smem_address(utils.memref_ptr(ref))
-  bar = target.smem_address(barrier.get_ptr())
-  rank = _target_rank(peer_plan.target)
-  if_op = scf.IfOp(target.is_own_rank(rank), has_else=True)
-  with ir.InsertionPoint(if_op.then_block):
-    _emit_form(local_plan, builders[0], base, bar, tid, expect_tx, arrival)
-    scf.yield_([])
-  with ir.InsertionPoint(if_op.else_block):
-    _emit_form(peer_plan, builders[1], ptx.emit_mapa(base, rank), ptx.emit_mapa(bar, rank),
-               tid, expect_tx, arrival)
-    scf.yield_([])
-  return peer_plan.total_bytes

@@ -107,15 +107,47 @@ def test_target_fields_are_typed(field, value):
   assert err.value.param == field and "Fix:" in str(err.value)
 
 
-def test_emit_either_refuses_plans_in_the_wrong_order_or_of_other_bytes():
-  from mosaic_async_store.lowering.store import emit_either
-  peer = _plan(target=Target(peer=True, cluster_dim=0, cluster_idx=1, cluster_shape=(2, 1, 1)))
-  local = _plan(target=Target(peer=False, cluster_shape=(2, 1, 1)))
+def _either(dtype="float32", atomic="add"):
+  where = Target(peer=True, cluster_dim=0, cluster_idx=1, cluster_shape=(2, 1, 1),
+                 may_be_own=True)
+  return mas.plan_store(resolve_layout("WGMMA", (64, 128), dtype), (64, 128), dtype,
+                        swizzle=128, atomic=atomic, target=where)
+
+
+@pytest.mark.parametrize("dtype, atomic", [("float32", "add"), ("int32", "min"),
+                                           ("int64", "xor")])
+def test_a_reduction_into_a_target_that_may_be_own_carries_its_local_form(dtype, atomic):
+  """The run-time choice is in the plan: the local form runs where the target is the
+  executing CTA (no red.async there), the plan itself elsewhere."""
+  plan = _either(dtype, atomic)
+  local = plan.local_form
+  assert local is not None and not local.peer and local.local_form is None
+  assert local.total_bytes == plan.total_bytes
+  assert not any(i.kind == "red.async" for i in local.instructions)
+  assert {i.space for i in local.instructions} == {"shared::cta"}
+  assert "the local form:" in plan.summary() and "peer or own (run time)" in plan.summary()
+  plan.verify()
+
+
+def test_a_store_into_a_target_that_may_be_own_keeps_one_form():
+  """st.async may target the executing CTA: no run-time choice."""
+  plan = _either("bfloat16", None)
+  assert plan.local_form is None and plan.target.may_be_own
+  plan.verify()
+
+
+def test_may_be_own_needs_a_peer_target():
   with pytest.raises(mas.AsyncStoreError) as err:
-    emit_either(peer, local, registers=None, ref=None, barrier=None)
-  assert "a local plan, then a peer plan" in str(err.value)
-  smaller = mas.plan_store(resolve_layout("WGMMA", (64, 64), "bfloat16"), (64, 64), "bfloat16",
-                           swizzle=128, target=peer.target)
+    Target(peer=False, may_be_own=True)
+  assert err.value.param == "may_be_own"
+
+
+def test_emit_plan_refuses_a_local_form_of_other_bytes():
+  from mosaic_async_store.lowering.store import emit_plan
+  plan = _either()
+  smaller = mas.plan_store(resolve_layout("WGMMA", (64, 64), "float32"), (64, 64), "float32",
+                           swizzle=128, atomic="add", target=plan.local_form.target)
   with pytest.raises(mas.AsyncStoreError) as err:
-    emit_either(local, smaller, registers=None, ref=None, barrier=None)
-  assert err.value.param == "peer_plan"
+    emit_plan(dataclasses.replace(plan, local_form=smaller), registers=None, ref=None,
+              barrier=None)
+  assert err.value.value == "local form"

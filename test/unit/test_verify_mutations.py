@@ -21,6 +21,7 @@ import pytest
 from mosaic_async_store.plan import verify
 from mosaic_async_store.demo.config import resolve_layout
 from mosaic_async_store.plan.geometry import RegisterMap
+from mosaic_async_store.plan.plan_types import Target
 from mosaic_async_store.plan.planner import StorePlan, plan_store
 from mosaic_async_store.plan.register_steps import ByteRegroup, Gather
 
@@ -41,6 +42,13 @@ def _f32():           # 8-byte st.async, staggered against bank conflicts
 
 def _i8():            # byte exchanges between lanes (shfl.bfly) before word stores
   return _plan("WGMMA", (64, 128), "i8", swizzle=128)
+
+
+def _f32_add_maybe_own():  # red.async into a peer, the local form where it is the own CTA
+  where = Target(peer=True, cluster_dim=0, cluster_idx=1, cluster_shape=(2, 1, 1),
+                 may_be_own=True)
+  return plan_store(resolve_layout("WGMMA", (64, 128), "f32"), (64, 128), "f32",
+                    swizzle=128, atomic="add", target=where)
 
 
 def _i4_two_levels():  # byte exchanges, then exchanges of the 2-byte values they make
@@ -288,6 +296,13 @@ MUTATIONS = [
      lambda p: _step(p, _first_step(p, "offset"), constant=1 << 24)),
     ("address steps", "a step missing", _bf16,
      lambda p: dataclasses.replace(p, address_steps=p.address_steps[:-1])),
+    ("local form", "a reduction into a maybe-own target without its local form",
+     _f32_add_maybe_own, lambda p: dataclasses.replace(p, local_form=None)),
+    ("local form", "the peer form as the local form", _f32_add_maybe_own,
+     lambda p: dataclasses.replace(p, local_form=dataclasses.replace(p, local_form=None))),
+    ("local form", "a local form for a target never the executing CTA", _f32_add_maybe_own,
+     lambda p: dataclasses.replace(p, target=dataclasses.replace(p.target,
+                                                                 may_be_own=False))),
     ("bank conflicts", "conflicting stores claimed optimized", _conflicting_but_optimized,
      lambda p: p),
 ]

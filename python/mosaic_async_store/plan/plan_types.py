@@ -40,7 +40,10 @@ class Target:
   when unknown).  ``cluster_size`` is the number of CTAs, when known (from the shape,
   or given alone to ``plan_store``).  ``index_from_own``: for a description only,
   the target is ``(own + index_from_own) % cluster size`` (the demo kernel's), where
-  ``cluster_idx`` is a run-time value or not given.  Anything else is refused with
+  ``cluster_idx`` is a run-time value or not given.  ``may_be_own``: a peer target
+  that is the executing CTA in some CTAs (``target_kind`` "either": an int index, a
+  run-time one); a plan that reduces then carries its local form
+  (``StorePlan.local_form``), chosen at run time.  Anything else is refused with
   AsyncStoreError (display text belongs to ``describe()``).
   """
 
@@ -50,9 +53,14 @@ class Target:
   cluster_shape: tuple[int, int, int] | None = None
   cluster_size: int | None = None
   index_from_own: int | None = None
+  may_be_own: bool = False
 
   def __post_init__(self):
     from mosaic_async_store.errors import refuse
+    if self.may_be_own is not False and (self.may_be_own is not True or not self.peer):
+      raise refuse("may_be_own", self.may_be_own, "False, or True for a peer target",
+                   "pass may_be_own=True only with peer=True (a target that is the "
+                   "executing CTA in some CTAs)")
     idx, dim = self.cluster_idx, self.cluster_dim
     if not (idx is None or (isinstance(idx, (int, np.integer)) and not isinstance(idx, bool))
             or (hasattr(idx, "type") and hasattr(idx, "owner"))):
@@ -72,7 +80,7 @@ class Target:
 
   def describe(self) -> str:
     """``peer (cluster x, index 1)``, ``peer (cluster x, run-time index)``, ``local``."""
-    where = "peer" if self.peer else "local"
+    where = "peer or own (run time)" if self.may_be_own else "peer" if self.peer else "local"
     if self.cluster_dim is None:
       return where
     dim = getattr(self.cluster_dim, "name", self.cluster_dim)

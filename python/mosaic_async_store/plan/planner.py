@@ -22,7 +22,7 @@ from mosaic_async_store.plan.plan_types import (Exchange, Instruction, LaneExcha
                                                StoreOrder, Target, Value)
 from mosaic_async_store.plan.register_steps import ByteRegroup, Gather
 
-__all__ = ["StorePlan", "plan_store", "plan_verified", "check_emittable", "check_either"]
+__all__ = ["StorePlan", "plan_store", "plan_verified", "check_emittable"]
 
 
 def _uses_plain_stores(*, peer: bool, cluster_size: int | None, atomic, plain_stores) -> bool:
@@ -57,21 +57,6 @@ def check_emittable(plan) -> None:
         "plan.target", where.describe(), "a peer target with cluster_dim and cluster_idx",
         "plan with target=Target(peer=True, cluster_dim=..., cluster_idx=...) (async_store "
         "does), or a local target")
-
-
-def check_either(local_plan, peer_plan) -> None:
-  """What ``emit_either`` checks: a local and a peer plan of the same bytes, each
-  emittable (``check_emittable``)."""
-  if local_plan.peer or not peer_plan.peer:
-    raise refuse("local_plan, peer_plan", f"{local_plan.target.describe()}, "
-                 f"{peer_plan.target.describe()}", "a local plan, then a peer plan",
-                 "pass the plan made with Target(peer=False) first")
-  if local_plan.total_bytes != peer_plan.total_bytes:
-    raise refuse("peer_plan", f"{peer_plan.total_bytes} bytes",
-                 f"the local plan's {local_plan.total_bytes} bytes",
-                 "plan both forms of the same store (same value, ref and atomic)")
-  for plan in (local_plan, peer_plan):
-    check_emittable(plan)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -112,6 +97,10 @@ class StorePlan:
   # optimized=True with bank conflicts in register order: per group, the order
   # taken, what its selects cost and what it saves (``banks``, ``StoreOrder``).
   store_orders: tuple[StoreOrder, ...] = ()
+  # A target that may be the executing CTA at run time (``target.may_be_own``) and a
+  # plan that reduces (``wants_local_form``): the plan the emitter runs where it is
+  # (``scf.if`` target rank == ``%cluster_ctarank``), the same bytes into the own CTA.
+  local_form: "StorePlan | None" = None
 
   def __post_init__(self):
     if self.source_registers is None:
@@ -166,8 +155,8 @@ class StorePlan:
   @property
   def wants_local_form(self) -> bool:
     """True when this peer plan should not run where its target turns out to be the
-    executing CTA at run time: it reduces (``async_store`` then branches on
-    ``%cluster_ctarank`` to the local plan, ``emit_either``).
+    executing CTA at run time: it reduces (a target that ``may_be_own`` then gets
+    its ``local_form``, which the emitter branches to on ``%cluster_ctarank``).
 
     red.async there is undefined (``needs_other_cta``).  A plain
     ``red.shared::cluster`` there is defined but dear: ptxas cannot tell a cluster
@@ -199,7 +188,8 @@ class StorePlan:
     """
     from mosaic_async_store.plan import verify  # verify imports this module's types
     report = verify.verify_plan(self)
-    _VERIFIED.add(self)   # a frozen plan stays verified (emit_plan does not replay it)
+    # A frozen plan stays verified (emit_plan does not replay it), its local form too.
+    _VERIFIED.update(p for p in (self, self.local_form) if p is not None)
     return report
 
   def summary(self) -> str:
@@ -218,6 +208,11 @@ class StorePlan:
     for opcode, n in sorted(self.instruction_counts.items()):
       lines.append(f"  {n:4d} x {opcode}")
     lines += [f"  store order: {o.describe()}" for o in self.store_orders]
+    if self.local_form is not None:
+      lines.append("  where the target is the executing CTA at run time (%cluster_ctarank), "
+                   "the local form:")
+      lines += [f"  {n:4d} x {opcode}"
+                for opcode, n in sorted(self.local_form.instruction_counts.items())]
     return "\n".join(lines)
 
 
@@ -379,7 +374,8 @@ def plan_store(layout, shape, dtype, *, swizzle=None, tiling_rank=None,
     target: a ``plan_types.Target`` (what ``async_store`` passes: peer or local,
       its cluster dimension, index and shape), instead of ``peer`` and
       ``cluster_size``; the plan carries it, and the emitter forms the rank
-      from it.
+      from it.  A reduction into a target that ``may_be_own`` also gets its
+      local form (``StorePlan.local_form``), the run-time choice stated in the plan.
 
   Returns:
     A :class:`StorePlan`; call ``plan.verify()`` to check it.
@@ -387,6 +383,21 @@ def plan_store(layout, shape, dtype, *, swizzle=None, tiling_rank=None,
   optimized = validate.check_flag("optimized", optimized)
   plain_stores = validate.check_flag("plain_stores", plain_stores)
   target = validate.check_target(target, peer, cluster_size)
+  plan = _plan_one(layout, shape, dtype, swizzle, tiling_rank, optimized, atomic, ref_shape,
+                   ref_strides, plain_stores, target)
+  if target.may_be_own and plan.wants_local_form:
+    # red.async into the executing CTA is undefined, a plain red.shared::cluster
+    # there dear (wants_local_form): where the target is the own CTA, this form runs.
+    local = _plan_one(layout, shape, dtype, swizzle, tiling_rank, optimized, atomic,
+                      ref_shape, ref_strides, plain_stores,
+                      dataclasses.replace(target, peer=False, may_be_own=False))
+    plan = dataclasses.replace(plan, local_form=local)
+  return plan
+
+
+def _plan_one(layout, shape, dtype, swizzle, tiling_rank, optimized, atomic, ref_shape,
+              ref_strides, plain_stores, target) -> StorePlan:
+  """``plan_store`` for one target (checked flags and Target)."""
   peer, cluster_size = target.peer, target.cluster_size
   dt, geom, atomic = validate.plan_inputs(
       layout, shape, dtype, swizzle, tiling_rank, atomic, ref_shape, ref_strides, peer)

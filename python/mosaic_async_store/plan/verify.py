@@ -44,6 +44,9 @@ CHECKS = {
     "address steps": "the plan's address steps, run as the emitter runs them, give each "
                      "instruction's swizzled destination address for every writer thread, "
                      "with immediates that ptxas folds into [reg+imm]",
+    "local form": "a reduction into a target that may be the executing CTA carries its "
+                  "local form (the plan run there, chosen at run time): the same bytes "
+                  "into the own CTA, itself verified; no other plan carries one",
     "bank conflicts": "an optimized plan costs no extra shared-memory wavefronts",
 }
 
@@ -212,6 +215,28 @@ def _check_address_steps(plan) -> None:
                        f"where its destination is byte {int(want[t])}", plan)
 
 
+def _check_local_form(plan) -> None:
+  """The run-time choice: present exactly where a reduction's target may be the
+  executing CTA, and a local plan of the same store; then verified itself."""
+  local, where = plan.local_form, plan.target
+  if local is None:
+    if where.may_be_own and plan.wants_local_form:
+      raise PlanDefect("local form", f"a {plan.atomic} reduction into a target that may be "
+                       "the executing CTA has no local form to run there (red.async into "
+                       "the executing CTA is undefined)", plan)
+    return
+  if not where.may_be_own:
+    raise PlanDefect("local form", f"a local form for a target ({where.describe()}) that "
+                     "is never the executing CTA at run time", plan)
+  same = (local.dtype == plan.dtype and local.geometry == plan.geometry
+          and local.atomic == plan.atomic and local.total_bytes == plan.total_bytes)
+  if local.peer or local.local_form is not None or not same:
+    raise PlanDefect("local form", f"the local form ({local.target.describe()}, "
+                     f"{local.total_bytes} bytes of {local.dtype}) is not this store's "
+                     f"{plan.total_bytes} bytes into the executing CTA", plan)
+  verify_plan(local)
+
+
 def verify_plan(plan) -> Report:
   """Raises PlanDefect (an AsyncStoreError) naming the first failed check of
   ``CHECKS``: a byte lost, doubled, misplaced, misaligned, wrongly
@@ -224,6 +249,7 @@ def verify_plan(plan) -> Report:
   total = _check_bits(plan, landing)
   async_bytes = _check_tx(plan, landing)
   _check_address_steps(plan)
+  _check_local_form(plan)
   waves, ideal = plan_wavefronts(plan)
   if plan.optimized and waves > ideal:
     raise PlanDefect("bank conflicts", f"optimized=True, but the stores take {waves} "
