@@ -17,6 +17,8 @@ from mosaic_async_store.check.sync import YIELD
 
 __all__ = ["AsyncOp", "AccessSemantics"]
 
+_NOT_SHARED = ("global", "local", "param")   # spaces whose buffers are never SMEM
+
 
 class AsyncOp:
   """An ``st.async`` / ``red.async`` in flight: what lands where, on which barrier."""
@@ -55,8 +57,21 @@ class AccessSemantics:
     n = size * len(vals)
     if strong is not None and len(vals) != 1:
       raise NotImplementedError("a vector strong store")
+    mem = self._mem_fn(space, n)
+    if strong is None and red is None and len(vals) == 1 and space in _NOT_SHARED:
+      g = vals[0]   # the common case, inlined: a weak scalar store outside SMEM
+      def store_plain(th):
+        buf, off = mem(th, addr(th))
+        if traced and self.store_trace is not None:
+          self._trace(th, buf, off, n)
+        value = g(th) & mask
+        self.epoch += 1
+        if self.flags:
+          self._forget_flags(buf, off, n)
+        buf[off:off + n] = value.to_bytes(n, "little")
+      return store_plain
     def store(th):
-      buf, off = self._mem(th, space, addr(th), n)
+      buf, off = mem(th, addr(th))
       if traced and self.store_trace is not None:
         self._trace(th, buf, off, n)
       tag = None if strong is None else (th.cta, strong[1], off, n)
@@ -72,6 +87,9 @@ class AccessSemantics:
     self.epoch += 1
     if weak and self.flags:
       self._forget_flags(buf, off, size * len(values))
+    if not red and len(values) == 1:
+      buf[off:off + size] = values[0].to_bytes(size, "little")
+      return
     if not red:   # one conversion for the whole (vector) store
       buf[off:off + size * len(values)] = sum(
           v << (8 * size * i) for i, v in enumerate(values)).to_bytes(size * len(values), "little")
@@ -85,10 +103,12 @@ class AccessSemantics:
     """st.async / red.async: checked at issue, queued, landed by the schedule."""
     mask, text = (1 << (8 * size)) - 1, "red.async" if red else "st.async"
     insn = len(self.code)   # this instruction's index (it is being compiled)
+    n = size * len(vals)
+    mem, bar_mem = self._mem_fn("shared::cluster", n), self._mem_fn("shared::cluster", 8)
     def issue(th):
-      n = size * len(vals)
-      buf, off = self._mem(th, "shared::cluster", addr(th), n)
-      cta, key = self._cta_of(buf), self._bar_key(th, "shared::cluster", mbar(th))
+      buf, off = mem(th, addr(th))
+      bar_buf, bar_off = bar_mem(th, mbar(th))   # as _bar_key
+      cta, key = self.smem_cta[id(buf)], (self.smem_cta[id(bar_buf)], bar_off)
       if self.store_trace is not None:
         self._trace(th, buf, off, n)
       if len(self.smem) == 1 or key[0] != cta or (red and cta == th.cta):
@@ -153,7 +173,7 @@ class AccessSemantics:
     accessing Thread or AsyncOp, named in a message; ``tag``: a strong access's
     (CTA, scope, offset, bytes), None for a weak one)."""
     sh = self.shadow[cta]
-    if sh.barrier_bytes(off, n):
+    if any(sh.mbar_bytes[off:off + n]):   # (sh.barrier_bytes, inline: a hot path)
       who = _name(who)
       raise ProtocolError("barrier-memory", f"{who} {'writes' if write else 'reads'} CTA "
                           f"{cta} SMEM bytes {off}..{off + n - 1}, which hold an initialised "

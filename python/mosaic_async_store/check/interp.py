@@ -42,18 +42,19 @@ import re
 import numpy as np
 
 from mosaic_async_store.check.memory import ProtocolError
-from mosaic_async_store.check.access import AccessSemantics
+from mosaic_async_store.check.access import _NOT_SHARED, AccessSemantics
 from mosaic_async_store.check.barriers import BarrierSemantics
 from mosaic_async_store.check.opcodes import OPCODES, decode
 from mosaic_async_store.check.run import EXIT, Runner
 from mosaic_async_store.check.sync import YIELD, SyncSemantics
-from mosaic_async_store.check.ops import RED, RED_FORMS, immediate, split_operands
+from mosaic_async_store.check.ops import (RED, RED_FORMS, UNDEFINED, immediate,
+                                          split_operands)
 from mosaic_async_store.check.strong import StrongSemantics, strong_semantics
 from mosaic_async_store.check.values import ValueSemantics
 
 SHARED_BASE = 0x400            # sm_90 reserves the first 1 KiB of the shared window
 LOCAL_BASE, GLOBAL_SHIFT = 0x100000, 40
-UNDEFINED = 0xA5C3A5C3A5C3A5C3  # what an unwritten register holds (setters mask it)
+_GLOBAL_MASK = (1 << GLOBAL_SHIFT) - 1
 
 
 def _is_register(tok, scopes):
@@ -183,6 +184,8 @@ class PtxKernel(Runner, SyncSemantics, BarrierSemantics, AccessSemantics, Strong
         v = off + {"local": LOCAL_BASE, "shared": SHARED_BASE}.get(kind, 0)
       return lambda th: v
     if op[0] == "addr":
+      if op[1][0] == "reg":   # one call per address, not two (a hot path)
+        return lambda th, n=op[1][1], off=op[2]: th.regs.get(n, UNDEFINED) + off
       base, off = self._get(op[1]), op[2]
       return lambda th: base(th) + off
     raise NotImplementedError(f"source operand {op}")
@@ -265,9 +268,18 @@ class PtxKernel(Runner, SyncSemantics, BarrierSemantics, AccessSemantics, Strong
     puts, addr, size, space = [self._set(o, ins.bits) for o in dests], ins.src[1], \
         ins.bits // 8, ins.space
     insn = len(self.code)   # this instruction's index (it is being compiled)
+    mem, n = self._mem_fn(space, size * len(puts)), size * len(puts)
+    if len(dests) == 1 and dests[0][0] == "reg":   # the common case, inlined
+      reg, mask, smem = dests[0][1], (1 << ins.bits) - 1, space not in _NOT_SHARED
+      def load1(th):
+        buf, off = mem(th, addr(th))
+        if smem:
+          self._access(th, buf, off, n, write=False, insn=insn)
+        th.regs[reg] = int.from_bytes(buf[off:off + n], "little") & mask
+      return load1
     def load(th):
-      buf, off = self._mem(th, space, addr(th), size * len(puts))
-      self._access(th, buf, off, size * len(puts), write=False, insn=insn)
+      buf, off = mem(th, addr(th))
+      self._access(th, buf, off, n, write=False, insn=insn)
       for i, p in enumerate(puts):
         p(th, int.from_bytes(buf[off + i * size:off + (i + 1) * size], "little"))
     return load
@@ -332,6 +344,36 @@ class PtxKernel(Runner, SyncSemantics, BarrierSemantics, AccessSemantics, Strong
     if off < 0 or off + n > len(buf):
       raise RuntimeError(f"{n}-byte {space} access at {addr:#x} is out of bounds")
     return buf, off
+
+  def _mem_fn(self, space, n):
+    """A function (th, addr) -> ``_mem(th, space, addr, n)`` for one instruction:
+    the common case (aligned, in bounds, a static space, no other CTA that needs
+    the exit check or a first remote access) inline, anything else through
+    ``_mem`` itself (its checks and messages)."""
+    slow = self._mem
+    if space == "global":
+      def mem(th, addr):
+        idx, gbufs = (addr >> GLOBAL_SHIFT) - 1, self.gbufs
+        if not addr % n and 0 <= idx < len(gbufs):
+          buf, off = gbufs[idx], addr & _GLOBAL_MASK
+          if off + n <= len(buf):
+            return buf, off
+        return slow(th, space, addr, n)
+    elif space in ("shared", "shared::cta", "shared::cluster"):
+      cluster = space == "shared::cluster"
+      def mem(th, addr):
+        hi = addr >> 24
+        if not addr % n and (not hi or (cluster and 0 < hi <= len(self.smem))):
+          rank = hi - 1 if hi else th.cta
+          if rank == th.cta or (th.remote_since is not None and not self.exited[rank]):
+            buf, off = self.smem[rank], (addr & 0xFFFFFF) - SHARED_BASE
+            if off >= 0 and off + n <= len(buf):
+              return buf, off
+        return slow(th, space, addr, n)
+    else:
+      def mem(th, addr):
+        return slow(th, space, addr, n)
+    return mem
 
   # -- running -------------------------------------------------------------------
 

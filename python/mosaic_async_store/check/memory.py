@@ -167,15 +167,14 @@ class Shadow:
     """(slot, clock) of every access recorded here by threads of other CTAs than
     ``cta`` (``cta_of_slot(slot)``: the CTA of a thread slot, None for others)."""
     latest = {}   # slot -> its latest clock here (one pass, then filtered by CTA)
-    for slot, clk in zip(self.w_slot, self.w_clk):
+    for slot, clk in set(zip(self.w_slot, self.w_clk)):   # (distinct pairs: fewer)
       if slot and latest.get(slot, -1) < clk:
         latest[slot] = clk
     for sets in (self.atomics, self.readers):
-      for accesses in sets:
-        if accesses:
-          for slot, (clk, _, _) in accesses.items():
-            if latest.get(slot, -1) < clk:
-              latest[slot] = clk
+      for accesses in filter(None, sets):
+        for slot, (clk, _, _) in accesses.items():
+          if latest.get(slot, -1) < clk:
+            latest[slot] = clk
     return {slot: clk for slot, clk in latest.items() if cta_of_slot(slot) not in (None, cta)}
 
   def mark_inflight(self, off: int, n: int, delta: int, *, atomic: bool) -> None:
@@ -192,7 +191,15 @@ class Shadow:
     strong accesses whose tags are ``tags_morally_strong`` do not conflict."""
     w_slot, w_clk, atomics, readers = self.w_slot, self.w_clk, self.atomics, self.readers
     both_atomic = write and atomic
-    for b in range(off, off + n):
+    end = off + n
+    if n > 1:   # the common case at once: one last writer, nothing else to check
+      s, c = w_slot[off], w_clk[off]
+      if w_slot[off:end].count(s) == n and w_clk[off:end].count(c) == n and \
+         self.inflight[off:end].count(0) == n and \
+         (both_atomic or self.inflight_red[off:end].count(0) == n) and \
+         atomics[off:end].count(None) == n and (not write or readers[off:end].count(None) == n):
+        return None if vc[s] >= c else ("written by", s, c, self.w_insn[off], None)
+    for b in range(off, end):
       if self.inflight[b] or (self.inflight_red[b] and not both_atomic):
         return "in flight", 0, 0, -1, None
       s = w_slot[b]
@@ -219,6 +226,9 @@ class Shadow:
     # A slot's clocks only grow (a thread's own clock; a barrier's phase at landing),
     # so the latest access of each slot replaces its earlier one.
     sets, entry = self.atomics if write else self.readers, (clk, insn, tag)
+    if sets[off:off + n].count(None) == n:   # none yet (the common case): n new sets
+      sets[off:off + n] = [{slot: entry} for _ in range(n)]
+      return
     for b in range(off, off + n):
       accesses = sets[b]
       if accesses is None:

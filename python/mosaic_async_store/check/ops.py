@@ -8,7 +8,9 @@ import re
 import numpy as np
 
 __all__ = ["TYPE", "ALU", "RED", "bits_of", "sign_extend", "immediate", "split_operands",
-           "RED_FORMS", "reduce_op", "bfe", "bfi", "prmt"]
+           "RED_FORMS", "reduce_op", "bfe", "bfi", "prmt", "UNDEFINED"]
+
+UNDEFINED = 0xA5C3A5C3A5C3A5C3  # what an unwritten register holds (setters mask it)
 
 TYPE = re.compile(r"^[busf](8|16|32|64)$|^(bf16|f16x2|bf16x2|pred)$")
 ALU = ("add", "sub", "and", "or", "xor", "not", "neg", "shl", "shr", "min", "max", "mul",

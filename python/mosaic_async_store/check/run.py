@@ -19,6 +19,8 @@ reported as a hang instead of running forever.
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 
 from mosaic_async_store.check.access import AsyncOp
@@ -81,6 +83,21 @@ class Runner:
     bytes at launch (as if written before the kernel; the rest is uninitialised).
     ``first_cta`` / ``grid_ctas``: this cluster's first CTA in a grid of that many
     (``%ctaid.x``, ``%nctaid.x``, ``%clusterid.x``; default: the grid is this cluster)."""
+    # A run allocates many small containers (a set per shadow byte, vector clocks,
+    # queued operations) and leaves no garbage in cycles that matters for its length:
+    # the cyclic collector's passes would only cost time (about a sixth of it).
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+      return self._launch(buffers, cluster, smem_bytes, block, max_timeouts, schedule,
+                          barrier_slots, trace_stores, smem_init, first_cta, grid_ctas)
+    finally:
+      if enabled:
+        gc.enable()
+
+  def _launch(self, buffers, cluster, smem_bytes, block, max_timeouts, schedule,
+              barrier_slots, trace_stores, smem_init, first_cta, grid_ctas):
+    """``launch`` (its arguments in order), with the collector off."""
     self._pack_params(buffers)
     self.store_trace = {} if trace_stores else None
     self.smem = [bytearray(b"\xcd" * smem_bytes) for _ in range(cluster)]  # uninitialised
@@ -98,6 +115,9 @@ class Runner:
     self.remote_arrivals = [{} for _ in range(cluster)]   # CTA -> {thread slot: clock}
     self.named, self.flags = {}, {}   # barriers.py's named barriers; strong.py's flags
     self.epoch, self.parked = 0, []   # see the module doc (polling)
+    yz = {f"%{r}.{ax}": n for ax in "yz" for r, n in (   # the same for every thread
+        ("tid", 0), ("ntid", 1), ("ctaid", 0), ("nctaid", 1), ("cluster_ctaid", 0),
+        ("cluster_nctaid", 1), ("clusterid", 0), ("nclusterid", 1))}
     for c in range(cluster):
       for t in range(block):
         grid = grid_ctas or cluster
@@ -106,11 +126,7 @@ class Runner:
                    "%nclusterid.x": grid // cluster,
                    "%cluster_ctaid.x": c, "%cluster_nctaid.x": cluster,
                    "%cluster_ctarank": c, "%cluster_nctarank": cluster,
-                   "%laneid": t % 32, "%warpid": t // 32}
-        for ax in "yz":
-          special.update({f"%{r}.{ax}": n for r, n in (
-              ("tid", 0), ("ntid", 1), ("ctaid", 0), ("nctaid", 1), ("cluster_ctaid", 0),
-              ("cluster_nctaid", 1), ("clusterid", 0), ("nclusterid", 1))})
+                   "%laneid": t % 32, "%warpid": t // 32, **yz}
         self.threads.append(Thread(c, t, special, self.local_bytes, len(self.threads) + 1,
                                    nslots))
     self.runnable, self.dirty = list(self.threads), True

@@ -11,8 +11,12 @@ ignored.
 
 from __future__ import annotations
 
+import operator
+
 from mosaic_async_store.check.floats import FLOAT_TYPE, float_cvt, float_op
-from mosaic_async_store.check.ops import ALU, TYPE, bfe, bfi, bits_of, prmt, sign_extend
+
+from mosaic_async_store.check.ops import (ALU, TYPE, UNDEFINED, bfe, bfi, bits_of, prmt,
+                                          sign_extend)
 
 __all__ = ["ValueSemantics"]
 
@@ -22,6 +26,53 @@ _ALU_QUALIFIERS = {"mul": {"lo", "wide"}, "mad": {"lo", "wide"}}
 _CMP = {"eq": "__eq__", "ne": "__ne__", "lt": "__lt__", "le": "__le__", "gt": "__gt__",
         "ge": "__ge__", "lo": "__lt__", "ls": "__le__", "hi": "__gt__", "hs": "__ge__"}
 _CVTA_SPACES = {"to", "shared", "shared::cta", "shared::cluster", "global", "local", "param"}
+
+
+def _fused(put, dest, bits, fn, ops, getters):
+  """th -> None: ``dest = fn(*sources)``, masked to ``bits``.  With a register
+  destination and one or two register or immediate sources (nearly every ALU
+  instruction) the registers are read and written inline, not through a getter
+  and a setter call each (same values: ``_get`` / ``_set`` do the same)."""
+  kinds = [o[0] for o in ops]
+  if dest[0] != "reg" or len(ops) not in (1, 2) or not set(kinds) <= {"reg", "imm"} or \
+     kinds == ["imm", "imm"]:
+    if len(getters) == 1:
+      g, = getters
+      return lambda th: put(th, fn(g(th)))
+    if len(getters) == 2:
+      a0, a1 = getters
+      return lambda th: put(th, fn(a0(th), a1(th)))
+    return lambda th: put(th, fn(*(g(th) for g in getters)))
+  d, mask, U = dest[1], (1 << bits) - 1, UNDEFINED
+  if len(ops) == 1:
+    a = ops[0][1]
+    if kinds[0] == "imm":
+      def f1c(th):
+        th.regs[d] = fn(a) & mask
+      return f1c
+    def f1(th):
+      regs = th.regs
+      regs[d] = fn(regs.get(a, U)) & mask
+    return f1
+  a, b = ops[0][1], ops[1][1]
+  if kinds == ["reg", "reg"]:
+    def frr(th):
+      regs = th.regs
+      regs[d] = fn(regs.get(a, U), regs.get(b, U)) & mask
+    return frr
+  if kinds == ["reg", "imm"]:
+    def fri(th):
+      regs = th.regs
+      regs[d] = fn(regs.get(a, U), b) & mask
+    return fri
+  def fir(th):   # ["imm", "reg"]
+    regs = th.regs
+    regs[d] = fn(a, regs.get(b, U)) & mask
+  return fir
+
+
+def _identity(v):
+  return v
 
 
 def _extras(ins):
@@ -53,8 +104,7 @@ class ValueSemantics:
       w, g = bits // len(d[1]), ins.src[1]
       puts = [self._set(o, w) for o in d[1]]
       return lambda th: [p(th, g(th) >> (w * i)) for i, p in enumerate(puts)] and None
-    put, g = self._set(d, bits), ins.src[1]
-    return lambda th: put(th, g(th))
+    return _fused(self._set(d, bits), d, bits, _identity, [s], ins.src[1:])
 
   def _arith(self, ins):
     """An arithmetic opcode: the float form (``floats.float_op``) when a type is a
@@ -73,19 +123,20 @@ class ValueSemantics:
        (base == "prmt" and ins.mods != ["b32"]):
       _refuse(ins)
     sv = (lambda v: sign_extend(v, bits)) if signed else (lambda v: v)
-    fn = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "and": lambda a, b: a & b,
-          "or": lambda a, b: a | b, "xor": lambda a, b: a ^ b, "not": lambda a: ~a,
+    # (builtins where a lambda would compute the same: one Python frame fewer)
+    fn = {"add": operator.add, "sub": operator.sub, "and": operator.and_,
+          "or": operator.or_, "xor": operator.xor, "not": operator.invert,
           "neg": lambda a: -a, "shl": lambda a, b: a << b if b < bits else 0,
           "shr": lambda a, b: sv(a) >> min(b, bits - 1) if signed or b < bits else 0,
           "min": lambda a, b: min(sv(a), sv(b)), "max": lambda a, b: max(sv(a), sv(b)),
           "selp": lambda a, b, p: a if p else b, "bfe": bfe(bits, signed), "bfi": bfi(bits),
           "prmt": prmt, "mul": lambda a, b: sv(a) * sv(b),
           "mad": lambda a, b, c: sv(a) * sv(b) + c}[base]
-    put, args = self._set(ins.ops[0], 2 * bits if "wide" in extras else bits), ins.src[1:]
-    if len(args) == 2:
-      a0, a1 = args
-      return lambda th: put(th, fn(a0(th), a1(th)))
-    return lambda th: put(th, fn(*(a(th) for a in args)))
+    if not signed and base in ("min", "max", "mul"):
+      fn = {"min": min, "max": max, "mul": operator.mul}[base]
+    dbits = 2 * bits if "wide" in extras else bits
+    return _fused(self._set(ins.ops[0], dbits), ins.ops[0], dbits, fn, ins.ops[1:],
+                  ins.src[1:])
 
   def _setp(self, ins):
     """setp.<cmp>.<integer type> p, a, b (no boolean combination, no second
@@ -96,6 +147,9 @@ class ValueSemantics:
       _refuse(ins)
     put, a, b = self._set(ins.ops[0], 1), ins.src[1], ins.src[2]
     bits, method = ins.bits, _CMP[cmp]
+    if not ins.signed:   # the same comparison of two ints, inlined
+      return _fused(put, ins.ops[0], 1, getattr(operator, method.strip("_")), ins.ops[1:],
+                    ins.src[1:])
     sv = (lambda v: sign_extend(v, bits)) if ins.signed else (lambda v: v)
     return lambda th: put(th, getattr(sv(a(th)), method)(sv(b(th))))
 
@@ -110,6 +164,8 @@ class ValueSemantics:
     if len(types) != 2 or len(ins.mods) != 2 or "f" in types[0][0] + types[1][0]:
       _refuse(ins)
     sbits, put, g = bits_of(types[1]), self._set(ins.ops[0], bits_of(types[0])), ins.src[1]
+    dbits, smask = bits_of(types[0]), (1 << sbits) - 1
     if types[1][0] == "s":   # sign-extend, then wrap to the destination
-      return lambda th: put(th, sign_extend(g(th), sbits))
-    return lambda th: put(th, g(th) & ((1 << sbits) - 1))
+      return _fused(put, ins.ops[0], dbits, lambda v: sign_extend(v, sbits), ins.ops[1:2],
+                    ins.src[1:2])
+    return _fused(put, ins.ops[0], dbits, lambda v: v & smask, ins.ops[1:2], ins.src[1:2])
