@@ -46,14 +46,16 @@ class Thread:
   later relaxed arrive; ``pending_obs``: phases a relaxed wait observed;
   ``remote_since``: its clock at its first access to another CTA's shared
   memory, which a ``.sync_restrict::shared::cta`` fence does not release;
-  ``polled``: its last instruction was a poll; ``poll_seen`` / ``poll_epoch``: the
+  ``polled``: its last instruction was a poll (``poll_pc``: that instruction, or the
+  backward branch it yielded at); ``poll_seen`` / ``poll_epoch``: the
   states it polled in since the epoch it names, see the module doc; ``back_jumps``:
   the backward jumps it took, against a runaway loop; ``poll_what``: (pc, wait) of
   the mbarrier wait it last timed out on, which a parked poll loop is waiting for)."""
 
   __slots__ = ("regs", "pc", "cta", "tid", "state", "wait", "cluster_arrived", "local",
                "slot", "vc", "unscoped", "unscoped_pair", "seen", "fence_rel", "pending_obs",
-               "remote_since", "polled", "poll_seen", "poll_epoch", "back_jumps", "poll_what")
+               "remote_since", "polled", "poll_pc", "poll_seen", "poll_epoch", "back_jumps",
+               "poll_what")
 
   def __init__(self, cta, tid, special, local_bytes, slot, nslots):
     self.regs, self.pc, self.cta, self.tid = dict(special), 0, cta, tid
@@ -63,7 +65,7 @@ class Thread:
     self.seen, self.unscoped_pair = np.zeros(nslots, np.int64), None
     self.vc[slot], self.fence_rel, self.pending_obs, self.remote_since = 1, None, [], None
     self.polled, self.poll_seen, self.poll_epoch, self.back_jumps = False, set(), -1, 0
-    self.poll_what = None
+    self.poll_what, self.poll_pc = None, None
 
 
 class Runner:
@@ -260,7 +262,7 @@ class Runner:
             self._blocks(th)
           return
         elif r is YIELD:   # done; the schedule lets another thread go first
-          th.pc = pc + 1
+          th.pc, th.poll_pc = pc + 1, pc   # (poll_pc: read only if it polled)
           return
         else:
           if r <= pc:
@@ -269,7 +271,7 @@ class Runner:
               raise RuntimeError(f"runaway loop (over {max_back_jumps} backward jumps)")
             jumps += 1
             if jumps == LOOP_YIELD:   # a loop iteration's start: poll-like
-              th.pc, th.polled = r, True
+              th.pc, th.polled, th.poll_pc = r, True, pc   # (pc: the branch)
               return
           pc = r
     except ProtocolError as e:  # say where, keep the rule
@@ -334,7 +336,7 @@ class Runner:
     if state not in th.poll_seen:
       th.poll_seen.add(state)
       return
-    th.state, th.wait = "block", ("poll", th.pc - 1)
+    th.state, th.wait = "block", ("poll", th.poll_pc)
     self.blocked[th.slot] = th
     self.parked.append(th)
 
