@@ -134,9 +134,9 @@ class BarrierSemantics:
   def _named_state(self, key) -> str:
     """A waiting thread's barrier, for a hang report."""
     bar = self.named[key]
-    need = "the CTA's non-exited threads" if bar.count is None else f"{bar.count} threads"
-    return (f"barrier {key[1]} of CTA {key[0]} ({len(bar.vcs)} arrived of {need}: "
-            f"{self._named_need(key, bar)})")
+    need = (f"the CTA's {self.alive[key[0]]} non-exited threads" if bar.count is None else
+            f"{bar.count} threads")
+    return f"barrier {key[1]} of CTA {key[0]} ({len(bar.vcs)} arrived of {need})"
 
   # -- the cluster barrier -------------------------------------------------------
 
