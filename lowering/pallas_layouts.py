@@ -18,7 +18,10 @@ instead of upstream's "Failed to infer a possible set of layouts".  A store for
 which no layout is storable at all (one int4 element; a splat of 2 bytes) is
 refused the same way while its constraints are derived (``unstorable``): with
 the planner's error for the value's most natural layout, since no choice of
-inference could succeed.
+inference could succeed.  A splat (a splat constant, a broadcast scalar) can only
+be the splat layout: upstream's rules for those ops assign it, so a splat the
+planner cannot store (128 int4 elements: half a byte per thread) is refused so,
+even where another layout could hold the same shape.
 
 Ops that are not this project's (upstream's, before ``install()``) keep
 upstream's rule; ``register(is_ours)`` puts a dispatcher in its place.
@@ -162,8 +165,9 @@ def unstorable(op, constraint: Storable) -> AsyncStoreError | TypeError | None:
 
   Without it such a store reaches the user as upstream's "Failed to infer a possible
   set of layouts": every layout inference tries is refused, and the refusals are not
-  shown.  Most natural: a splat for a constant, else the layouts inference proposes
-  (strided for an untiled ref, WGMMA for a tiled one)."""
+  shown.  Most natural: the splat for a splat (the only layout inference gives it),
+  else the layouts inference proposes (strided for an untiled ref, WGMMA for a tiled
+  one)."""
   smem = _smem_candidates(op.destination, constraint)
   if smem is None:  # transforms this check does not model: leave it to inference
     return None
@@ -186,15 +190,18 @@ def unstorable(op, constraint: Storable) -> AsyncStoreError | TypeError | None:
 
 
 def _layout_candidates(value: ir.Value, tiled: bool) -> list:
-  """Every layout Mosaic GPU ships that may hold ``value``, the most natural first."""
+  """Every layout inference may give ``value``, the most natural first: for a splat
+  (a splat ``arith.constant``, a scalar ``vector.broadcast``) only the splat, which
+  upstream's rules for those ops assign outright; else every layout Mosaic GPU ships."""
   fa = compat.fragmented_array()
   ty = ir.VectorType(value.type)
   splat = fa.WGSplatFragLayout(shape=tuple(ty.shape))
+  if _is_splat(value):
+    return [splat]
   strided = [s for s in [fa.WGStridedFragLayout.from_shaped_type(ty)] if s is not None]
   named = [getattr(fa, n) for n in _TILED_LAYOUTS if hasattr(fa, n)]
   named += [fa.tmem_native_layout(v) for v in (1, 2, 4, 8)]
-  ordered = named + strided if tiled else strided + named
-  ordered = [splat, *ordered] if _is_splat(value) else [*ordered, splat]
+  ordered = [*(named + strided if tiled else strided + named), splat]
   return list(dict.fromkeys(ordered))  # some names are one layout (WGMMA_COL, TCGEN05_COL)
 
 
