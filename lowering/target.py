@@ -21,7 +21,7 @@ from jaxlib.mlir.dialects import arith, gpu, llvm
 from mosaic_async_store.plan import validate
 from mosaic_async_store.errors import refuse
 from mosaic_async_store.lowering import ptx
-from mosaic_async_store.plan.plan_types import formula_arithmetic
+from mosaic_async_store.plan.address_steps import AddressState, formula_arithmetic
 
 __all__ = ["static_cluster_shape", "target_rank", "smem_address", "emit_addresses",
            "target_kind", "is_own_rank", "check_cluster_args"]
@@ -104,7 +104,7 @@ def smem_address(ptr: ir.Value) -> ir.Value:
 @formula_arithmetic
 class I32:
   """An i32 IR value with the operators of the plan's address formulas (those of
-  ``plan_types.U32``): each operator builds one arith op, an int operand becomes an
+  ``address_steps.U32``): each operator builds one arith op, an int operand becomes an
   ``arith.constant`` just before it, and a shift by 0 builds nothing.  So
   ``Affine.evaluate``, ``geometry.swizzle_bytes`` and ``AddressStep.run`` emit the
   very arithmetic the verifier ran on NumPy."""
@@ -125,21 +125,16 @@ class I32:
 
 
 class AddressBuilder:
-  """Runs a plan's address steps (``AddressStep.emit``) on IR: the thread index,
-  each base's swizzled offset and its address (the mapped base plus the offset)."""
+  """Runs a plan's address steps (``AddressStep.emit``) on IR: an ``AddressState``
+  of ``I32`` values (the thread index, each base's swizzled offset and its address,
+  the mapped base plus the offset, and the shared parts of split steps)."""
 
   def __init__(self, plan, base_addr: ir.Value, tid: ir.Value):
-    self.swizzle = plan.geometry.swizzle
-    self.base_addr, self.tid = base_addr, I32(tid)
-    self.offsets: list[I32] = []
-    self.addresses: list[ir.Value] = []
+    self.state = AddressState(I32(tid), I32(base_addr), plan.geometry.swizzle)
 
   def emit_address(self, step) -> tuple[ir.Value, int]:
-    formed = len(self.offsets)
-    base, imm = step.run(self.offsets, self.tid, self.swizzle)
-    if len(self.offsets) > formed:  # a new base: its address, right after its offset
-      self.addresses.append(arith.addi(self.base_addr, self.offsets[-1].value))
-    return self.addresses[base], imm
+    base, imm = step.run(self.state)
+    return self.state.addresses[base].value, imm
 
 
 def emit_addresses(plan, base_addr, tid):

@@ -28,7 +28,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 PRODUCT = {
     "mosaic_async_store": ("__init__", "_version", "errors", "compat", "pallas", "toolchain"),
     "mosaic_async_store/plan": ("__init__", "dtypes", "validate", "validate_cluster", "geometry", "subbyte",
-                                "packing", "plan_types", "ptx_forms", "planner", "banks",
+                                "packing", "plan_types", "address_steps", "ptx_forms", "planner", "store_plan",
+                                "banks",
                                 "verify", "landing", "addressing", "executor",
                                 "register_steps"),
     "mosaic_async_store/lowering": ("__init__", "store", "values_ir", "ptx", "target",

@@ -154,7 +154,7 @@ def swizzle_bytes(offset, swizzle: int | None):
   """Mosaic's (and TMA's) swizzle: 16-byte chunk bits [4, 4+b) ^= bits [7, 7+b).
 
   The one spelling of it: ``offset`` may be a NumPy array or int, a
-  ``plan_types.U32`` (the verifier's i32 replay) or lowering's ``I32`` (IR).
+  ``address_steps.U32`` (the verifier's i32 replay) or lowering's ``I32`` (IR).
   """
   if not swizzle or swizzle == 16:
     return offset

@@ -1,9 +1,10 @@
-"""The data a store plan is made of: values, instructions, exchanges, address steps.
+"""The data a store plan is made of: values, instructions, exchanges, targets, orders.
 
 A plan is a program that is the same for all 128 threads of a warpgroup (SIMT):
 every object here describes one operation executed by every thread, with the
 per-thread differences (destination offsets, which half to keep) held as NumPy
-arrays indexed by thread.  Nothing here touches MLIR.
+arrays indexed by thread.  Nothing here touches MLIR.  Address steps, the other
+part of a plan, and their arithmetic are in ``plan/address_steps.py``.
 """
 
 from __future__ import annotations
@@ -13,12 +14,11 @@ import dataclasses
 import numpy as np
 
 from mosaic_async_store.plan import ptx_forms
-from mosaic_async_store.plan.geometry import WARP_SIZE, WARPGROUP_SIZE, swizzle_bytes
+from mosaic_async_store.plan.geometry import WARP_SIZE, WARPGROUP_SIZE
 from mosaic_async_store.plan.register_steps import StepDefect
 
-__all__ = ["Value", "Exchange", "LaneExchange", "Part", "Instruction", "Target", "StoreOrder", "ASYNC_KINDS",
-           "WARPS_PER_WARPGROUP", "U32", "Affine", "AddressStep", "IMMEDIATE_LIMIT",
-           "formula_arithmetic"]
+__all__ = ["Value", "Exchange", "LaneExchange", "Part", "Instruction", "Target", "StoreOrder",
+           "ASYNC_KINDS", "WARPS_PER_WARPGROUP"]
 
 _THREADS = np.arange(WARPGROUP_SIZE)
 _LANES = _THREADS % WARP_SIZE
@@ -271,129 +271,3 @@ class StoreOrder:
                "no bank conflicts")
     return (head + f"staggered on lane bits {self.lane_bits}: +{self.selects} selects "
             f"per thread, -{self.wavefronts_saved} wavefronts ({verdict})")
-
-
-# --- address steps ------------------------------------------------------------
-
-_U32_MASK = (1 << 32) - 1
-_I32 = (-(1 << 31), 1 << 31)
-# |imm| in [reg+imm] must fit ptxas's signed 24-bit offset.
-IMMEDIATE_LIMIT = 1 << 23
-
-
-def formula_arithmetic(cls):
-  """Class decorator: the operators the address formulas use, each made from the op
-  the class's ``OPS`` table names for it (``self._with(other, op)``); a shift by 0
-  is the value itself, so the emitter builds nothing for it."""
-  for name, op in cls.OPS.items():
-    if name in ("__lshift__", "__rshift__"):
-      method = lambda self, n, _op=op: self if n == 0 else self._with(n, _op)
-    else:
-      method = lambda self, other, _op=op: self._with(other, _op)
-    setattr(cls, name, method)
-  return cls
-
-
-@formula_arithmetic
-class U32:
-  """Per-thread NumPy integers in the emitter's i32 arithmetic (every op wraps mod
-  2**32), with the operators the address formulas use.
-
-  The formulas (``Affine.evaluate``, ``geometry.swizzle_bytes``, ``AddressStep.run``)
-  are written once with Python operators and a ``constant``: on a ``U32`` they compute
-  what the code does (the verifier, the planner), on lowering/target.py's ``I32`` they
-  emit it, one arith op per operator.
-  """
-
-  __slots__ = ("array",)
-  OPS = {"__add__": np.add, "__mul__": np.multiply, "__xor__": np.bitwise_xor,
-         "__and__": np.bitwise_and, "__lshift__": np.left_shift, "__rshift__": np.right_shift}
-
-  def __init__(self, array):
-    self.array = np.asarray(array, dtype=np.int64) & _U32_MASK
-
-  def constant(self, value: int) -> "U32":
-    return U32(np.full(self.array.shape, int(value), dtype=np.int64))
-
-  def _with(self, other, op) -> "U32":
-    other = other.array if isinstance(other, U32) else int(other) & _U32_MASK
-    return U32(op(self.array, other))
-
-
-@dataclasses.dataclass(frozen=True)
-class Affine:
-  """``offset + sum(((tid >> shift) & mask) * scale for shift, mask, scale in terms)``."""
-
-  offset: int
-  terms: tuple[tuple[int, int, int], ...]
-
-  def evaluate(self, tid):
-    """The formula on ``tid``: a ``U32`` of thread indices, or the emitter's ``I32``."""
-    out = tid.constant(self.offset)
-    for shift, mask, scale in self.terms:
-      out = out + ((tid >> shift) & mask) * scale
-    return out
-
-
-@dataclasses.dataclass(frozen=True)
-class AddressStep:
-  """How to get one store's address (one step per instruction, in order).
-
-  kind "compute": evaluate ``linear`` (an Affine of the unswizzled offset) and
-  swizzle it; the result becomes a new base.  kind "offset": base ``base``
-  plus the immediate ``constant``.  kind "xor": base ``base`` XOR ``constant``
-  (also becomes a new base).  ``run`` is the step's one definition; ``apply``
-  runs it on NumPy (the verifier), ``emit`` on IR (``lowering/target.py``).
-  """
-
-  kind: str
-  base: int = -1
-  constant: int = 0
-  linear: Affine | None = None
-
-  def run(self, offsets: list, tid, swizzle):
-    """Appends a new base's swizzled offset (from the ref base) to ``offsets`` and
-    returns ``(base, immediate)``: the store's address is base ``base`` plus the
-    immediate.  ``tid`` and ``offsets`` are ``U32`` or the emitter's ``I32``."""
-    if self.kind == "compute":
-      offsets.append(swizzle_bytes(self.linear.evaluate(tid), swizzle))
-    elif self.kind == "xor":
-      offsets.append(offsets[self.base] ^ self.constant)
-    else:
-      return self.base, self.constant
-    return len(offsets) - 1, 0
-
-  def defect(self, bases: int) -> str | None:
-    """Why this step cannot run after ``bases`` bases were formed, or None."""
-    if self.kind == "compute":
-      lin = self.linear
-      if not isinstance(lin, Affine):
-        return f"computes no affine offset: {lin!r}"
-      consts = [lin.offset] + [c for term in lin.terms for c in term]
-      if any(not _I32[0] <= int(c) < _I32[1] for c in consts) or \
-          any(not 0 <= int(t[0]) < 32 for t in lin.terms):
-        return f"uses a constant outside i32: {lin}"
-      return None
-    if self.kind not in ("xor", "offset"):
-      return "is neither compute, xor nor offset"
-    if not 0 <= self.base < bases:
-      return f"reads base {self.base}, but {bases} base(s) are formed before it"
-    if self.kind == "xor" and not _I32[0] <= int(self.constant) < _I32[1]:
-      return f"xors with {self.constant}, outside i32"
-    if self.kind == "offset" and not -IMMEDIATE_LIMIT < int(self.constant) < IMMEDIATE_LIMIT:
-      return (f"adds the immediate {self.constant}, beyond ptxas's [reg+imm] "
-              f"(|imm| < {IMMEDIATE_LIMIT})")
-    return None
-
-  def apply(self, offsets: list[U32], swizzle) -> np.ndarray:
-    """[thread] -> the store's swizzled byte offset from the ref base, as the emitted
-    i32 code computes it; appends a new base to ``offsets``.  Raises StepDefect."""
-    why = self.defect(len(offsets))
-    if why:
-      raise StepDefect(why)
-    base, imm = self.run(offsets, U32(np.arange(WARPGROUP_SIZE)), swizzle)
-    return (offsets[base] + imm).array
-
-  def emit(self, builder):
-    """``(address value, immediate)`` in IR (``lowering/target.AddressBuilder``)."""
-    return builder.emit_address(self)

@@ -21,7 +21,8 @@ import numpy as np
 from mosaic_async_store.plan.geometry import WARP_SIZE, WARPGROUP_SIZE
 from mosaic_async_store.plan.landing import (PlanDefect, element_bit_positions, plan_landing,
                                         source_bit_elements)
-from mosaic_async_store.plan.plan_types import ASYNC_KINDS, AddressStep
+from mosaic_async_store.plan.address_steps import AddressState, AddressStep
+from mosaic_async_store.plan.plan_types import ASYNC_KINDS
 from mosaic_async_store.plan.register_steps import StepDefect
 
 __all__ = ["Report", "PlanDefect", "CHECKS", "verify_plan", "bank_wavefronts",
@@ -197,14 +198,14 @@ def _check_address_steps(plan) -> None:
   if len(steps) != len(instrs):
     raise PlanDefect("address steps", f"{len(steps)} address steps for {len(instrs)} "
                      "instructions", plan)
-  bases: list = []      # swizzled offsets from the ref base, as U32
+  state = AddressState.numpy(plan.geometry.swizzle)
   for n, (step, ins) in enumerate(zip(steps, instrs)):
     if not isinstance(step, AddressStep):
       raise PlanDefect("address steps", f"address step {n} is not an AddressStep: {step!r}",
                        plan)
     where = f"address step {n} ({step.kind}) of instruction {n} ({ins.kind}.{ins.ptx_type})"
     try:
-      addr = step.apply(bases, plan.geometry.swizzle)
+      addr = step.apply(state)
     except StepDefect as e:
       raise PlanDefect("address steps", f"{where} {e}", plan) from None
     want = np.asarray(plan.geometry.byte_address(ins.dst), dtype=np.int64) & _U32_MASK
