@@ -38,12 +38,12 @@ from __future__ import annotations
 
 from mosaic_async_store.check.memory import SCOPES, Releases
 from mosaic_async_store.check.ops import RED, RED_FORMS, reduce_op
-from mosaic_async_store.check.sync import YIELD
+from mosaic_async_store.check.sync import SEMS, YIELD
 
 __all__ = ["StrongSemantics", "strong_semantics"]
 
 _MAX_STRONG = 8   # bytes: the widest strong access the checker runs (b64)
-_SEMS = ("weak", "relaxed", "acquire", "release", "acq_rel", "sc", "volatile", "mmio")
+MEMORY_SEMS = (*SEMS, "weak", "volatile", "mmio")
 # .sem each opcode accepts, and its default (None: weak, no scope)
 _ALLOWED = {"ld": ({"weak", "relaxed", "acquire", "volatile"}, None),
             "st": ({"weak", "relaxed", "release", "volatile"}, None),
@@ -55,7 +55,7 @@ def strong_semantics(ins):
   """(sem, scope rank) of a strong ``ld``/``st``/``red``/``atom``, or None for a weak
   ``ld``/``st``; refuses a ``.sem`` the opcode does not take, or a missing scope."""
   allowed, default = _ALLOWED[ins.base]
-  sems = [m for m in ins.mods if m in _SEMS]
+  sems = [m for m in ins.mods if m in MEMORY_SEMS]
   scopes = [m for m in ins.mods if m in SCOPES]
   if len(sems) > 1 or len(scopes) > 1 or (sems and sems[0] not in allowed):
     raise NotImplementedError(f"opcode {ins.opcode} (.sem {'.'.join(sems)}: not one of "
@@ -106,7 +106,7 @@ class StrongSemantics:
     else:
       ok = (op, ins.t) in RED_FORMS and len(ins.ops) == 3 and \
           ("noftz" in ins.mods) == (floats and ins.t != "f32")
-    known = set(_SEMS) | set(SCOPES) | {op, ins.t, "noftz", ins.space}
+    known = set(MEMORY_SEMS) | set(SCOPES) | {op, ins.t, "noftz", ins.space}
     if not ok or ins.ops[0][0] != "reg" or not set(ins.mods) <= known:
       raise NotImplementedError(f"opcode {ins.opcode}")
     size, t, space, addr = ins.bits // 8, ins.t, ins.space, ins.src[1]

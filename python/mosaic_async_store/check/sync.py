@@ -20,13 +20,15 @@ from mosaic_async_store.check.memory import SCOPES, TX_LIMIT, ProtocolError, Rel
 BLOCK = object()  # returned by an instruction: this thread waits for the scheduler
 YIELD = object()  # returned by an instruction: done, but let other threads run first
 
-_SEMS = ("release", "acquire", "acq_rel", "relaxed", "sc")
+# The .sem qualifiers of fences, mbarrier operations and barriers (memory
+# operations add weak, volatile and mmio: strong.MEMORY_SEMS).
+SEMS = ("release", "acquire", "acq_rel", "relaxed", "sc")
 _MEMBAR_SCOPE = {"cta": "cta", "gl": "gpu", "sys": "sys"}
 
 
 def sem_scope(mods, default_sem):
   """(semantics, scope rank) named by an opcode's qualifiers (default scope .cta)."""
-  sem = next((m for m in mods if m in _SEMS), default_sem)
+  sem = next((m for m in mods if m in SEMS), default_sem)
   scope = next((SCOPES[m] for m in mods if m in SCOPES), SCOPES["cta"])
   return sem, scope
 
