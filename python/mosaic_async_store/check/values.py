@@ -163,7 +163,7 @@ class ValueSemantics:
     types = ins.types
     if len(types) != 2 or len(ins.mods) != 2 or "f" in types[0][0] + types[1][0]:
       _refuse(ins)
-    sbits, put, g = bits_of(types[1]), self._set(ins.ops[0], bits_of(types[0])), ins.src[1]
+    sbits, put = bits_of(types[1]), self._set(ins.ops[0], bits_of(types[0]))
     dbits, smask = bits_of(types[0]), (1 << sbits) - 1
     if types[1][0] == "s":   # sign-extend, then wrap to the destination
       return _fused(put, ins.ops[0], dbits, lambda v: sign_extend(v, sbits), ins.ops[1:2],
