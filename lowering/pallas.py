@@ -17,8 +17,9 @@ One module, in upstream's recipe (``jax/_src/pallas/mosaic_gpu/primitives.py``):
   ``plgpu.barrier_wait`` at a rule that waits with a cluster-scope acquire,
   which the plain pieces of a store into a peer need (float reductions:
   ``red.shared::cluster`` ordered by a ``.release.cluster`` arrive; without
-  install(), such stores are refused: docs/pallas.md).  ``uninstall()``
-  registers upstream's rules again.
+  install(), such stores are refused: docs/pallas.md), and ``plgpu.barrier_arrive``
+  on a ``ClusterBarrier`` at a rule that releases at cluster scope (both rules in
+  lowering/pallas_barriers.py).  ``uninstall()`` registers upstream's rules again.
 
 The public face is ``mosaic_async_store.pallas``, which imports this module
 (and with it jax's Pallas) on first use.
@@ -36,7 +37,7 @@ from mosaic_async_store import compat
 from mosaic_async_store.plan import validate
 from mosaic_async_store.plan.dtypes import as_dtype
 from mosaic_async_store.errors import AsyncStoreError, refuse, refuse_type
-from mosaic_async_store.lowering import debug, pallas_barriers, pallas_layouts, ptx
+from mosaic_async_store.lowering import pallas_barriers, pallas_layouts
 from mosaic_async_store.lowering.store import async_store
 
 __all__ = ["async_store_smem", "async_store_smem_p", "install", "uninstall", "is_installed",
@@ -237,39 +238,6 @@ def _dialect_dispatch(ctx, op):
 pallas_layouts.register(_is_ours)
 
 
-def _cluster_wait_rule(_upstream_rule):
-  """Pallas' ``barrier_wait`` rule, waiting with ``.acquire.cluster`` (see install()).
-
-  It does what upstream's rule (and ``BarrierRef.wait``) does: pick the
-  barrier, flip its phase bit, poll until that phase completes.  Only the
-  poll differs: ``mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64``
-  instead of upstream's unqualified form, which is ``.acquire.cta`` (PTX ISA,
-  mbarrier.try_wait: absent .sem means .acquire, absent .scope means .cta).
-  An ``orders_tensor_core`` barrier's wait is followed, as upstream's is, by
-  ``tcgen05.fence::after_thread_sync`` (later tcgen05 operations after the wait).
-  It replaces upstream's rule (``_upstream_rule``) for every barrier.
-  """
-  def rule(ctx, barrier, *flat_transforms, transforms_treedef):
-    utils = compat.mosaic_utils()
-    aval = ctx.avals_in[0]
-    tensor_core = getattr(aval.inner_aval.dtype, "orders_tensor_core", False)
-    base = _p.primitives._get_barrier_base_index(aval,
-                                                 transforms_treedef.unflatten(flat_transforms))
-    if base is not None:
-      barrier = barrier[base]
-    if isinstance(barrier, utils.DialectBarrierRef):
-      barrier = barrier.barrier_ref
-    elif isinstance(barrier, utils.CollectiveBarrierRef):
-      barrier = barrier.barrier
-    if barrier._ptx_scope != "cta":
-      raise ValueError("Can only await on CTA-local barriers")  # as upstream's wait_parity
-    debug.wait(barrier, debug=False)   # mas.wait: upstream's loop, cluster-scoped
-    if tensor_core:
-      ptx.emit_tcgen05_fence_after_thread_sync()
-    return ()
-  return rule
-
-
 def _reregister(prim, make) -> dict:
   """Registers ``make(key, rule)`` with upstream's decorator in place of each
   ``rule`` that a table (``key``: lowering and primitive semantics) has for
@@ -300,7 +268,7 @@ def install() -> None:
       upstream.async_store_smem_p: _reregister(upstream.async_store_smem_p,
                                                lambda key, rule: _RULES.get(key, rule)),
       upstream.barrier_wait_p: _reregister(upstream.barrier_wait_p,
-                                           lambda key, rule: _cluster_wait_rule(rule)),
+                                           lambda key, rule: pallas_barriers.cluster_wait_rule(rule)),
       upstream.barrier_arrive_p: _reregister(
           upstream.barrier_arrive_p,
           lambda key, rule: pallas_barriers.cluster_arrive_rule(rule))}

@@ -1,4 +1,8 @@
-"""Pallas MGPU: an arrive on a ``plgpu.ClusterBarrier`` that releases at cluster scope.
+"""Pallas MGPU: barrier rules that order at cluster scope, which ``install()`` registers.
+
+``cluster_wait_rule``: ``plgpu.barrier_wait`` polling with ``.acquire.cluster``.
+``cluster_arrive_rule``: an arrive on a ``plgpu.ClusterBarrier`` that releases at
+cluster scope.
 
 The usual way to make a peer CTA's SMEM ready before reducing into it is a
 ``plgpu.ClusterBarrier``: every thread fills its SMEM with plain stores, then
@@ -32,9 +36,9 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import arith, llvm
 
 from mosaic_async_store import compat
-from mosaic_async_store.lowering import ptx
+from mosaic_async_store.lowering import debug, ptx
 
-__all__ = ["cluster_arrive_rule", "CLUSTER_ARRIVE"]
+__all__ = ["cluster_arrive_rule", "cluster_wait_rule", "CLUSTER_ARRIVE"]
 
 # The elected arrive on each collective CTA's barrier: upstream's inline PTX,
 # with .release.cluster where upstream's has the default .release.cta.
@@ -109,3 +113,37 @@ def _arrive(collective, *, tensor_core: bool, predicate: ir.Value | None) -> Non
   llvm.inline_asm(ir.Type.parse("!llvm.void"),
                   [should_arrive, collective.barrier.get_ptr(), block],
                   _ARRIVE_ASM, "b,r,r", has_side_effects=True)
+
+
+def cluster_wait_rule(_upstream_rule):
+  """Pallas' ``barrier_wait`` rule, waiting with ``.acquire.cluster`` (``install()``,
+  lowering/pallas.py, registers it).
+
+  It does what upstream's rule (and ``BarrierRef.wait``) does: pick the
+  barrier, flip its phase bit, poll until that phase completes.  Only the
+  poll differs: ``mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64``
+  instead of upstream's unqualified form, which is ``.acquire.cta`` (PTX ISA,
+  mbarrier.try_wait: absent .sem means .acquire, absent .scope means .cta).
+  An ``orders_tensor_core`` barrier's wait is followed, as upstream's is, by
+  ``tcgen05.fence::after_thread_sync`` (later tcgen05 operations after the wait).
+  It replaces upstream's rule (``_upstream_rule``) for every barrier.
+  """
+  def rule(ctx, barrier, *flat_transforms, transforms_treedef):
+    utils, _p = compat.mosaic_utils(), compat.pallas_internals()
+    aval = ctx.avals_in[0]
+    tensor_core = getattr(aval.inner_aval.dtype, "orders_tensor_core", False)
+    base = _p.primitives._get_barrier_base_index(aval,
+                                                 transforms_treedef.unflatten(flat_transforms))
+    if base is not None:
+      barrier = barrier[base]
+    if isinstance(barrier, utils.DialectBarrierRef):
+      barrier = barrier.barrier_ref
+    elif isinstance(barrier, utils.CollectiveBarrierRef):
+      barrier = barrier.barrier
+    if barrier._ptx_scope != "cta":
+      raise ValueError("Can only await on CTA-local barriers")  # as upstream's wait_parity
+    debug.wait(barrier, debug=False)   # mas.wait: upstream's loop, cluster-scoped
+    if tensor_core:
+      ptx.emit_tcgen05_fence_after_thread_sync()
+    return ()
+  return rule
