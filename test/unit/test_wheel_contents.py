@@ -35,7 +35,7 @@ PRODUCT = {
     "mosaic_async_store/lowering": ("__init__", "store", "values_ir", "ptx", "target",
                                     "ref_offset", "debug", "pallas", "pallas_layouts",
                                     "pallas_barriers"),
-    "mosaic_async_store/demo": ("__init__", "config", "kernel", "check"),
+    "mosaic_async_store/demo": ("__init__", "config", "kernel", "kernel_io", "check"),
     "mosaic_async_store/tools": ("__init__", "toolchain", "mlir_skew", "ptx_stats",
                                  "pallas_capture", "check_kernel", "cli", "cli_config",
                                  "cli_terms"),
