@@ -195,6 +195,8 @@ def test_a_split_base_cannot_be_xored_again():
   AddressStep("xor", base=0, constant=4, low_mask=15).apply(state)
   with pytest.raises(StepDefect, match="formed from parts and keeps no offset"):
     AddressStep("xor", base=1, constant=8).apply(state)
+  with pytest.raises(StepDefect, match="only xor steps split"):
+    AddressStep("offset", base=0, constant=16, low_mask=15).apply(state)
 
 
 def test_emitted_split_steps_form_each_part_once():

@@ -229,6 +229,22 @@ def _base_not_formed_yet(plan):
   return _step(plan, _first_step(plan, "xor"), base=len(plan.address_steps))
 
 
+def _tmem_add_into_peer():   # 31 xor bases split into shared high and low parts
+  return _plan("TMEM_NATIVE_V4", (128, 128), "i32", swizzle=128, atomic="add", peer=True)
+
+
+def _xor_from_split_base(plan):   # a split base keeps no offset to xor
+  first = _first_step(plan, "xor")
+  n = next(n for n, s in enumerate(plan.address_steps) if s.kind == "xor" and n > first)
+  split_base = sum(s.kind != "offset" for s in plan.address_steps[:first])
+  return _step(plan, n, base=split_base, low_mask=0)
+
+
+def _split_high_part_off(plan):   # the high part xored into the wrong chunk
+  n = next(n for n, s in enumerate(plan.address_steps) if s.low_mask)
+  return _step(plan, n, constant=plan.address_steps[n].constant ^ 128)
+
+
 def _wrong_affine(plan):          # the computed base one 16-byte chunk off
   linear = plan.address_steps[0].linear
   return _step(plan, 0, linear=dataclasses.replace(linear, offset=linear.offset + 16))
@@ -294,6 +310,8 @@ MUTATIONS = [
     ("address steps", "computed base off by a chunk", _bf16, _wrong_affine),
     ("address steps", "immediate beyond [reg+imm]", _bf16,
      lambda p: _step(p, _first_step(p, "offset"), constant=1 << 24)),
+    ("address steps", "an xor from a split base", _tmem_add_into_peer, _xor_from_split_base),
+    ("address steps", "a split xor's high part off", _tmem_add_into_peer, _split_high_part_off),
     ("address steps", "a step missing", _bf16,
      lambda p: dataclasses.replace(p, address_steps=p.address_steps[:-1])),
     ("local form", "a reduction into a maybe-own target without its local form",

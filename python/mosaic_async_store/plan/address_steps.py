@@ -170,6 +170,8 @@ class AddressStep:
 
   def defect(self, state: AddressState) -> str | None:
     """Why this step cannot run after what ``state`` holds, or None."""
+    if self.low_mask and self.kind != "xor":
+      return f"splits a {self.kind} step (low_mask {self.low_mask}): only xor steps split"
     if self.kind == "compute":
       lin = self.linear
       if not isinstance(lin, Affine):
