@@ -18,7 +18,8 @@ import numpy as np
 from mosaic_async_store.errors import AsyncStoreError
 from mosaic_async_store.plan.geometry import WARPGROUP_SIZE
 # The steps themselves (data, their one definition, apply and emit) are plan data.
-from mosaic_async_store.plan.address_steps import IMMEDIATE_LIMIT, U32, U32_MASK, AddressStep, Affine
+from mosaic_async_store.plan.address_steps import (IMMEDIATE_LIMIT, U32, U32_MASK, AddressStep,
+                                                   Affine)
 
 __all__ = ["Affine", "AddressStep", "plan_addresses", "base_order", "affine_in_thread",
            "instruction_cost"]
@@ -80,10 +81,10 @@ def plan_addresses(linear: list[np.ndarray], swizzle_fn, writer: np.ndarray,
   xor of the most recent base it is a constant xor of, else a computed base.
 
   Where ``instruction_cost`` (told ``base_add_free``) says it is strictly cheaper,
-  every xor step is instead
-  split at one low mask (``AddressStep.low_mask``), each from the oldest computed
-  base, so that the parts of all split steps come from one base and are shared.
-  Which stores are offsets, xors and computes is the same either way."""
+  every xor step is instead split at one low mask (``AddressStep.low_mask``), each
+  from the oldest computed base, so that the parts of all split steps come from one
+  base and are shared.  Which stores are offsets, xors and computes is the same
+  either way."""
   bases: list[np.ndarray] = []
   computed: list[int] = []          # indices of the computed bases
   steps: list[AddressStep] = []
