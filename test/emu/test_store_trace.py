@@ -142,3 +142,4 @@ def test_a_register_order_store_is_worse_only_by_its_moves():
   text = static.markdown([row], static.summarize([row]), "cmd", {
       "date": "d", "jax": "j", "jaxlib": "j", "machine": "m", "seconds": 1, "jobs": 1})
   assert "1 / 0 / 0 over those where ours has more SASS instructions" in text
+
