@@ -20,8 +20,8 @@ refused the same way while its constraints are derived (``unstorable``): with
 the planner's error for the value's most natural layout, since no choice of
 inference could succeed.  A splat (a splat constant, a broadcast scalar) can only
 be the splat layout: upstream's rules for those ops assign it, so a splat the
-planner cannot store (128 int4 elements: half a byte per thread) is refused so,
-even where another layout could hold the same shape.
+planner cannot store (128 int4 elements: half a byte per thread) is refused with
+the planner's error, even where another layout could hold the same shape.
 
 Ops that are not this project's (upstream's, before ``install()``) keep
 upstream's rule; ``register(is_ours)`` puts a dispatcher in its place.
