@@ -140,6 +140,42 @@ def test_a_poll_nothing_will_end_is_a_hang(poll, where, schedule):
                    "a value that no other thread", str(finding)), finding
 
 
+# Thread 0 of cluster 1 raises a global flag; thread 0 of cluster 0 polls it.
+_CROSS_CLUSTER_POLL = kernel("""
+  mov.u32 %r9, %clusterid.x;
+  ld.param.u64 %rd1, [k_param_0];
+  setp.ne.u32 %p1, %r1, 0;
+  @%p1 bra END;
+  setp.eq.u32 %p5, %r9, 1;
+  @%p5 bra RAISE;
+POLL:
+  ld.acquire.gpu.global.u32 %r4, [%rd1];
+  setp.eq.u32 %p3, %r4, 0;
+  @%p3 bra POLL;
+  bra END;
+RAISE:
+  st.release.gpu.global.u32 [%rd1], 1;
+END:
+""")
+
+
+def test_a_poll_on_another_cluster_is_a_hang_that_says_why():
+  """The checker runs a grid's clusters one after another, so cluster 0's poll of a
+  flag only cluster 1 raises hangs, in every schedule; the report says that a grid's
+  clusters need not run together on hardware either (CUDA guarantees that only for a
+  cooperative launch).  A poll nothing ends in a one-cluster grid says nothing of it."""
+  from mosaic_async_store.check import check_ptx
+  report = check_ptx(_CROSS_CLUSTER_POLL, [np.zeros(4, np.int32)], smem_bytes=16, block=32,
+                     cluster=1, grid=2, schedules=len(SCHEDULES))
+  assert {f.rule for f in report.findings} == {"hang"}
+  assert {f.schedule for f in report.findings} == set(range(len(SCHEDULES)))
+  for f in report.findings:
+    assert "CTA 0 thread 0" in str(f) and "The grid has 2 clusters" in str(f), f
+    assert "launched cooperatively" in str(f)
+  alone = _finding(_flag_kernel(publish=""), 0)
+  assert "The grid has" not in str(alone)
+
+
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_a_counted_poll_loop_is_not_a_hang(schedule):
   """A poll that gives up after 200 tries changes its registers each time: it runs

@@ -117,6 +117,7 @@ class Runner:
     self.remote_arrivals = [{} for _ in range(cluster)]   # CTA -> {thread slot: clock}
     self.named, self.flags = {}, {}   # barriers.py's named barriers; strong.py's flags
     self.epoch, self.parked = 0, []   # see the module doc (polling)
+    self.grid_clusters = (grid_ctas or cluster) // cluster
     yz = {f"%{r}.{ax}": n for ax in "yz" for r, n in (   # the same for every thread
         ("tid", 0), ("ntid", 1), ("ctaid", 0), ("nctaid", 1), ("cluster_ctaid", 0),
         ("cluster_nctaid", 1), ("clusterid", 0), ("nclusterid", 1))}
@@ -168,7 +169,8 @@ class Runner:
       pollers = [th for th in blocked if th.wait[0] == "mbar"]
       if not pollers or self.timeouts >= max_timeouts:
         raise ProtocolError("hang", f"deadlock after {self.timeouts} timed-out polls; "
-                            f"waiting: {self._describe_waits(blocked)}")
+                            f"waiting: {self._describe_waits(blocked)}"
+                            + self._grid_note(blocked))
       self.timeouts += 1   # nothing can change any more: these polls time out
       for th in pollers:
         th.poll_what = (th.pc, th.wait)   # what it polls, if it then parks (a hang report)
@@ -216,6 +218,16 @@ class Runner:
       raise ProtocolError("exit", f"CTA {c} exits (its last thread: {th.tid}) with no thread "
                           f"of it knowing that {who} to its shared memory or mbarriers "
                           "completed")
+
+  def _grid_note(self, blocked) -> str:
+    """Why a poll may wait for another cluster in vain: said where the grid has more
+    than one cluster and a thread hangs in a polling loop."""
+    if self.grid_clusters < 2 or not any(th.wait[0] == "poll" for th in blocked):
+      return ""
+    return (f". The grid has {self.grid_clusters} clusters, which the checker runs one "
+            "after another: a poll that only another cluster's write ends hangs here, as "
+            "it may on hardware, where a grid's clusters need not run at the same time "
+            "(unless the kernel is launched cooperatively)")
 
   def _describe_waits(self, blocked):
     """Every waiting thread, grouped by CTA, PTX line and what it waits for (an
