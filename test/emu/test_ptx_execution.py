@@ -50,6 +50,12 @@ REQUIRED = [
     S(dtype="int32", atomic="add", target="cta0", cluster=4, arrival="warpgroup"),
     S(target="local", arrival="warpgroup"), S(dtype="int8", arrival="tensor_core"),
     S(dtype="float32", atomic="add", shape=(64, 64), arrival="tensor_core"),
+    # Split address steps (shared high and low parts) into a peer, and behind the
+    # run-time branch where CTA 0 takes the local form (plain xors) and the others the
+    # split peer form.
+    S(dtype="int32", atomic="add", shape=(128, 128), layout="TMEM_NATIVE_V4"),
+    S(dtype="int32", atomic="add", shape=(128, 128), layout="TMEM_NATIVE_V4", target="cta0",
+      cluster=4),
 ]
 CONFIGS = REQUIRED + [c for c in RUNTIME_CONFIGS if c not in REQUIRED]
 

@@ -220,8 +220,7 @@ class Runner:
                           "completed")
 
   def _grid_note(self, blocked) -> str:
-    """Why a poll may wait for another cluster in vain: said where the grid has more
-    than one cluster and a thread hangs in a polling loop."""
+    """Why a polling loop in a grid of several clusters may wait in vain, or ""."""
     if self.grid_clusters < 2 or not any(th.wait[0] == "poll" for th in blocked):
       return ""
     return (f". The grid has {self.grid_clusters} clusters, which the checker runs one "

@@ -154,18 +154,23 @@ class AddressStep:
       return self._run_split(state), 0
     return state.new_base(offset, state.ref_base + offset), 0
 
-  def _run_split(self, state: AddressState) -> int:
-    low, b = self.low_mask, self.base
-    high = ~low & U32_MASK
-    c_high, c_low = self.constant & high, self.constant & low
+  def split_parts(self) -> tuple[tuple, tuple]:
+    """The names of a split step's high and low parts, ``(kind, base, its bits of
+    constant, low_mask)``: steps that name a part share it (``AddressState.part``;
+    ``addressing.instruction_cost`` prices each part once by the same names)."""
+    high = ~self.low_mask & U32_MASK
+    return (("high", self.base, self.constant & high, self.low_mask),
+            ("low", self.base, self.constant & self.low_mask, self.low_mask))
 
-    def masked(bits, mask):
-      offset = state.offsets[b]
+  def _run_split(self, state: AddressState) -> int:
+    (high_key, low_key), offset = self.split_parts(), state.offsets[self.base]
+
+    def masked(bits, mask):   # (offset ^ bits) & mask, with no xor for bits 0
       return (offset ^ bits if bits else offset) & mask
 
-    high_part = state.part(("high", b, c_high, low),
-                           lambda: state.ref_base + masked(c_high, high))
-    low_part = state.part(("low", b, c_low, low), lambda: masked(c_low, low))
+    high_part = state.part(high_key, lambda: state.ref_base + masked(
+        high_key[2], ~self.low_mask & U32_MASK))
+    low_part = state.part(low_key, lambda: masked(low_key[2], self.low_mask))
     return state.new_base(None, high_part + low_part)
 
   def defect(self, state: AddressState) -> str | None:

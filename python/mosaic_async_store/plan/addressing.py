@@ -18,8 +18,7 @@ import numpy as np
 from mosaic_async_store.errors import AsyncStoreError
 from mosaic_async_store.plan.geometry import WARPGROUP_SIZE
 # The steps themselves (data, their one definition, apply and emit) are plan data.
-from mosaic_async_store.plan.address_steps import (IMMEDIATE_LIMIT, U32, U32_MASK, AddressStep,
-                                                   Affine)
+from mosaic_async_store.plan.address_steps import IMMEDIATE_LIMIT, U32, AddressStep, Affine
 
 __all__ = ["Affine", "AddressStep", "plan_addresses", "base_order", "affine_in_thread",
            "instruction_cost"]
@@ -148,9 +147,7 @@ def instruction_cost(steps: list[AddressStep], base_add_free: bool = False) -> i
     elif s.kind == "xor" and not s.low_mask:
       cost += 1 + base_add
     elif s.kind == "xor":
-      high = ~s.low_mask & U32_MASK
-      for key, price in ((("high", s.base, s.constant & high, s.low_mask), 1 + base_add),
-                         (("low", s.base, s.constant & s.low_mask, s.low_mask), 1)):
+      for key, price in zip(s.split_parts(), (1 + base_add, 1)):
         if key not in parts:
           parts.add(key)
           cost += price
