@@ -27,13 +27,13 @@ import tempfile
 from typing import Any
 
 from mosaic_async_store import errors
-from mosaic_async_store.tools.mlir_skew import normalize_generic_mlir
+from mosaic_async_store.tools.mlir_skew import normalize_generic_mlir, prepare_outlined_kernels
 from mosaic_async_store.tools.ptx_stats import Stats
 
 __all__ = [
     "ToolchainError", "CompileError", "Compiled", "Stats", "PIPELINE", "ARCHS",
     "DEFAULT_ARCH", "check_arch",
-    "find_tool", "pipeline_for", "generic_text", "mlir_to_ptx",
+    "find_tool", "pipeline_for", "pipeline_stages", "generic_text", "mlir_to_ptx",
     "extract_ptx", "ptx_to_cubin", "cubin_to_sass", "compile_module",
 ]
 
@@ -170,7 +170,11 @@ ARCHS: dict[str, str] = {
 }
 DEFAULT_ARCH = "sm_90a"
 
-_PIPELINE_TEMPLATE = (
+# Two stages, so that mlir_skew's KERNEL_RULES can edit the outlined kernels (llvm.func,
+# after convert-gpu-to-nvvm) where Mosaic's private passes edit them, before the casts are
+# reconciled and the module is translated.  Printing and re-parsing between the stages
+# (generic form) changes nothing a kernel compiles to.
+_STAGE_OUTLINE = (
     "builtin.module(arith-expand,canonicalize,"
     "gpu-launch-sink-index-computations,convert-nvgpu-to-nvvm,"
     "gpu-kernel-outlining,"
@@ -179,8 +183,10 @@ _PIPELINE_TEMPLATE = (
     "nvvm-attach-target{chip=@ARCH@ features=@FEATURES@ O=3},lower-affine,"
     "convert-arith-to-llvm,convert-index-to-llvm{index-bitwidth=64},"
     "canonicalize,cse,gpu.module(convert-gpu-to-nvvm{index-bitwidth=64}),"
-    "gpu.module(canonicalize),gpu.module(cse),"
-    "gpu.module(reconcile-unrealized-casts),"
+    "gpu.module(canonicalize),gpu.module(cse))"
+)
+_STAGE_TRANSLATE = (
+    "builtin.module(gpu.module(reconcile-unrealized-casts),"
     "gpu-module-to-binary{format=isa})"
 )
 
@@ -202,10 +208,21 @@ def check_arch(arch: Any) -> str:
 
 
 
+def pipeline_stages(arch: str = DEFAULT_ARCH) -> tuple[str, str]:
+  """The two mlir-opt pass pipelines for one target of ``ARCHS``: up to the outlined
+  kernels in the NVVM dialect, and from there to the ``gpu.binary`` holding the PTX;
+  ``mlir_skew.prepare_outlined_kernels`` runs between them."""
+  outline = (_STAGE_OUTLINE.replace("@ARCH@", check_arch(arch))
+             .replace("@FEATURES@", ARCHS[arch]))
+  return outline, _STAGE_TRANSLATE
+
+
 def pipeline_for(arch: str = DEFAULT_ARCH) -> str:
-  """The mlir-opt pass pipeline for one target architecture of ``ARCHS``."""
-  return (_PIPELINE_TEMPLATE.replace("@ARCH@", check_arch(arch))
-          .replace("@FEATURES@", ARCHS[arch]))
+  """The whole mlir-opt pass pipeline for one target of ``ARCHS``, as one string (the
+  two stages joined; what ``mlir-opt --pass-pipeline`` would run in one go, less the
+  kernel rules between them)."""
+  outline, translate = pipeline_stages(arch)
+  return outline[:-1] + "," + translate[len("builtin.module("):]
 
 
 PIPELINE = pipeline_for(DEFAULT_ARCH)
@@ -244,8 +261,11 @@ def _prepare(module: Any) -> str:
 
 
 def _run_mlir_opt(text: str, arch: str) -> str:
-  lowered, _ = _run("mlir-opt", [f"--pass-pipeline={pipeline_for(arch)}"],
-                    stdin=text)
+  outline, translate = pipeline_stages(arch)
+  outlined, _ = _run("mlir-opt", [f"--pass-pipeline={outline}", "--mlir-print-op-generic"],
+                     stdin=text)
+  lowered, _ = _run("mlir-opt", [f"--pass-pipeline={translate}"],
+                    stdin=prepare_outlined_kernels(outlined))
   return lowered
 
 

@@ -1,0 +1,269 @@
+"""Pallas MGPU kernels that move data with TMA and compute with WGMMA, as users write them.
+
+Each maker returns ``(fn, args)``, the form ``check`` and the ``compile``/``check`` CLI
+take (``FILE.py:FUNCTION``): a jitted function that calls one Pallas kernel, and NumPy
+inputs.  Two families:
+
+* ``SMALL``: a 64x128 f16 TMA round trip (``copy_gmem_to_smem`` + ``barrier_wait``, then
+  ``commit_smem`` + ``copy_smem_to_gmem``) under Lane and Warpgroup semantics, a
+  ``pl.pallas_call`` WGMMA matmul whose blocks arrive by TMA, an ``emit_pipeline`` kernel,
+  and a 2-CTA multicast copy (``collective_axes`` over the cluster).
+* ``PRODUCTION``: upstream's hardware-tested kernels on small grids, built as upstream's
+  tests build them (jax's ``pallas/ops/gpu`` modules and tests/pallas/mosaic_gpu_test.py):
+  the Hopper matmul without and with a 2-CTA cluster, flash attention (warp-specialised,
+  ``setmaxnreg``), the warp-specialised pipelined copy and the realistic pipelined matmul.
+  Where upstream asks the GPU (its SM count, the CUDA runtime version) the maker answers
+  for it, so that the kernel lowers on a CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from typing import Callable
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.experimental import pallas as pl  # noqa: E402
+from jax.experimental.pallas import mosaic_gpu as plgpu  # noqa: E402
+
+__all__ = ["SMALL", "PRODUCTION", "ALL", "SETMAXNREG"]
+
+_TILE = (64, 128)
+
+
+def _inputs(*shapes, dtype=np.float16):
+  rng = np.random.default_rng(0)
+  return tuple(rng.uniform(-1, 1, s).astype(dtype) for s in shapes)
+
+
+def _round_trip(semantics):
+  def body(x_ref, o_ref, smem, bar):
+    plgpu.copy_gmem_to_smem(x_ref, smem, bar)
+    plgpu.barrier_wait(bar)
+    smem[...] = smem[...] + jnp.float16(1)
+    plgpu.commit_smem()
+    plgpu.copy_smem_to_gmem(smem, o_ref)
+    plgpu.wait_smem_to_gmem(0)
+
+  params = plgpu.CompilerParams(lowering_semantics=semantics)
+  kernel = plgpu.kernel(body, out_type=jax.ShapeDtypeStruct(_TILE, jnp.float16),
+                        scratch_types=[plgpu.SMEM(_TILE, jnp.float16), plgpu.Barrier()],
+                        compiler_params=params)
+  return jax.jit(kernel), _inputs(_TILE)
+
+
+def tma_round_trip_lane():
+  """A 64x128 f16 tile: TMA load, +1 in registers, TMA store (Lane semantics)."""
+  return _round_trip(plgpu.LoweringSemantics.Lane)
+
+
+def tma_round_trip_warpgroup():
+  """The same round trip under Warpgroup semantics."""
+  return _round_trip(plgpu.LoweringSemantics.Warpgroup)
+
+
+def _transforms(dtype, swizzle=128):
+  elems = 8 * swizzle // (jnp.dtype(dtype).itemsize * 8)
+  return (plgpu.TilingTransform((8, elems)), plgpu.SwizzleTransform(swizzle))
+
+
+def wgmma_matmul():
+  """``pl.pallas_call``: a 128x128x64 f16 matmul, A and B blocks by TMA, WGMMA into an
+  f32 accumulator, the result stored by TMA."""
+  m = n = 128
+  k = 64
+  transforms = _transforms(jnp.float16)
+
+  def body(a_smem, b_smem, o_smem, acc):
+    plgpu.wgmma(acc, a_smem, b_smem)
+    plgpu.wgmma_wait(0)
+    o_smem[...] = acc[...].astype(jnp.float16)
+
+  call = pl.pallas_call(
+      body,
+      in_specs=[plgpu.BlockSpec((m, k), lambda: (0, 0), transforms=transforms),
+                plgpu.BlockSpec((k, n), lambda: (0, 0), transforms=transforms)],
+      out_specs=plgpu.BlockSpec((m, n), lambda: (0, 0), transforms=transforms),
+      out_shape=jax.ShapeDtypeStruct((m, n), jnp.float16),
+      scratch_shapes=[plgpu.ACC((m, n), jnp.float32)],
+      compiler_params=plgpu.CompilerParams())
+  return jax.jit(call), _inputs((m, k), (k, n))
+
+
+def pipelined_add():
+  """``plgpu.emit_pipeline``: x + y over a 256x128 f32 array in 64x128 blocks, two
+  blocks in flight."""
+  shape, block = (256, 128), (64, 128)
+
+  def body(x_gmem, y_gmem, o_gmem):
+    def step(_, x_smem, y_smem, o_smem):
+      o_smem[...] = x_smem[...] + y_smem[...]
+
+    spec = pl.BlockSpec(block, lambda i: (i, 0))
+    plgpu.emit_pipeline(step, grid=(shape[0] // block[0],), in_specs=[spec, spec],
+                        out_specs=[spec], max_concurrent_steps=2)(x_gmem, y_gmem, o_gmem)
+
+  kernel = plgpu.kernel(body, out_type=jax.ShapeDtypeStruct(shape, jnp.float32))
+  return jax.jit(kernel), _inputs(shape, shape, dtype=np.float32)
+
+
+def multicast_copy():
+  """A 2-CTA cluster: one TMA load multicast to both CTAs (``collective_axes``), each
+  CTA storing its copy into its own row of the output."""
+  def body(x_ref, y_ref, smem, bar):
+    plgpu.copy_gmem_to_smem(x_ref, smem, bar, collective_axes="cluster")
+    plgpu.barrier_wait(bar)
+    plgpu.copy_smem_to_gmem(smem, y_ref.at[jax.lax.axis_index("cluster")])
+    plgpu.wait_smem_to_gmem(0)
+
+  kernel = plgpu.kernel(body, out_type=jax.ShapeDtypeStruct((2, 128), jnp.float32),
+                        scratch_types=[plgpu.SMEM((128,), jnp.float32), plgpu.Barrier()],
+                        cluster=(2,), cluster_names=("cluster",))
+  return jax.jit(kernel), _inputs((128,), dtype=np.float32)
+
+
+@contextlib.contextmanager
+def _patched(module, name, value):
+  old = getattr(module, name)
+  setattr(module, name, value)
+  try:
+    yield
+  finally:
+    setattr(module, name, old)
+
+
+class _Deferred:
+  """A callable that enters ``patches`` around each call (upstream's kernels ask the GPU
+  for its SM count and CUDA version while they are traced, which happens on each
+  lowering, after the maker returned)."""
+
+  def __init__(self, fn: Callable, patches: Callable[[], contextlib.AbstractContextManager]):
+    self._fn, self._patches = fn, patches
+    functools.update_wrapper(self, fn)
+
+  def __call__(self, *args):
+    with self._patches():
+      return self._fn(*args)
+
+
+def _hopper_matmul(cluster: bool):
+  from jax.experimental.pallas.ops.gpu import hopper_matmul_mgpu as hm
+  m, k, n = 256, 128, 256
+  config = hm.TuningConfig(
+      tile_m=128, tile_n=128, tile_k=64, max_concurrent_steps=2,
+      cluster_dimension=hm.MatmulDimension.M if cluster else None)
+  fn = _Deferred(jax.jit(lambda a, b: hm.matmul(a, b, None, config)),
+                 lambda: _patched(hm, "get_num_sms", lambda: 4))
+  return fn, _inputs((m, k), (k, n))
+
+
+def hopper_matmul():
+  """Upstream's Hopper matmul (pallas/ops/gpu/hopper_matmul_mgpu.py): Warpgroup
+  semantics, warp-specialised, TMA pipeline, WGMMA; 256x128x256 f16 on 4 SMs."""
+  return _hopper_matmul(cluster=False)
+
+
+def hopper_matmul_cluster():
+  """The same matmul with a 2-CTA cluster along M (TMA multicast of B)."""
+  return _hopper_matmul(cluster=True)
+
+
+class _CudaVersions:
+  """What upstream's attention asks of the CUDA runtime: a version past its workaround."""
+
+  @staticmethod
+  def cuda_runtime_get_version():
+    return 12091
+
+
+def flash_attention():
+  """Upstream's flash attention forward (pallas/ops/gpu/attention_mgpu.py): two compute
+  warpgroups and a memory warpgroup, ``setmaxnreg``; batch 1, 256 queries and keys,
+  2 heads, head dim 64."""
+  from jax.experimental.pallas.ops.gpu import attention_mgpu as am
+  config = am.TuningConfig(block_q=64, block_kv=64, max_concurrent_steps=2)
+  shape = (1, 256, 2, 64)
+  fn = _Deferred(jax.jit(lambda q, k, v: am.attention(q, k, v, config)),
+                 lambda: _patched(am, "cuda_versions", _CudaVersions))
+  return fn, _inputs(shape, shape, shape)
+
+
+def warp_specialized_copy():
+  """Upstream's test_pipelined_copy (WarpSpecializedPipelineTest): a 512x512 f16 copy
+  through ``emit_pipeline_warp_specialized`` (a memory warpgroup with 40 registers, one
+  compute warpgroup), with an index-invariant second output."""
+  from jax._src.pallas.mosaic_gpu import pipeline as mgpu_pipeline
+  m = n = 512
+  blk_m = blk_n = 32
+
+  def copy_step(_, x_smem, o_smem, o_last_smem):
+    o_smem[...] = x_smem[...]
+    o_last_smem[...] = x_smem[...]
+
+  spec = pl.BlockSpec((2 * blk_m, blk_n), lambda i, j: (i, j))
+
+  def body(*gmem_refs):
+    mgpu_pipeline.emit_pipeline_warp_specialized(
+        copy_step, grid=(m // (2 * blk_m), n // blk_n), memory_registers=40,
+        max_concurrent_steps=2, num_compute_wgs=1, wg_axis="wg",
+        in_specs=[spec],
+        out_specs=[spec, pl.BlockSpec((2 * blk_m, blk_n), lambda i, j: (0, 0))],
+    )(*gmem_refs)
+
+  kernel = plgpu.kernel(
+      body, out_type=(jax.ShapeDtypeStruct((m, n), jnp.float16),
+                      jax.ShapeDtypeStruct((2 * blk_m, blk_n), jnp.float16)),
+      compiler_params=plgpu.CompilerParams(approx_math=True),
+      num_threads=2, thread_name="wg")
+  return jax.jit(kernel), _inputs((m, n))
+
+
+def realistic_matmul():
+  """Upstream's test_realistic_matmul (PipelineSm90ATest) on a 2x2 grid: a
+  ``pl.pallas_call`` whose body runs ``emit_pipeline`` over K with WGMMA and
+  ``delay_release``."""
+  dtype = jnp.float16
+  tile_m = tile_n = 128
+  tile_k = 64
+  grid_m, grid_k, grid_n = 2, 4, 2
+  m, k, n = grid_m * tile_m, grid_k * tile_k, grid_n * tile_n
+  transforms = _transforms(dtype)
+
+  def body(a_gmem, b_gmem, o_smem, acc):
+    def step(_, a_smem, b_smem):
+      plgpu.wgmma(acc, a_smem, b_smem)
+      plgpu.wgmma_wait(1)
+
+    pid_m, pid_n = pl.program_id(0), pl.program_id(1)
+    plgpu.emit_pipeline(
+        step,
+        in_specs=[plgpu.BlockSpec((tile_m, tile_k), lambda kk: (pid_m, kk),
+                                  transforms=transforms, delay_release=1),
+                  plgpu.BlockSpec((tile_k, tile_n), lambda kk: (kk, pid_n),
+                                  transforms=transforms, delay_release=1)],
+        grid=(grid_k,), max_concurrent_steps=2)(a_gmem, b_gmem)
+    o_smem[...] = acc[...].astype(dtype)
+
+  call = pl.pallas_call(
+      body,
+      in_specs=[pl.BlockSpec(memory_space=plgpu.GMEM), pl.BlockSpec(memory_space=plgpu.GMEM)],
+      out_specs=plgpu.BlockSpec((tile_m, tile_n), lambda i, j: (i, j), transforms=transforms),
+      out_shape=jax.ShapeDtypeStruct((m, n), dtype),
+      scratch_shapes=[plgpu.ACC((tile_m, tile_n), jnp.float32)],
+      grid=(grid_m, grid_n), compiler_params=plgpu.CompilerParams())
+  return jax.jit(call), _inputs((m, k), (k, n))
+
+
+SMALL = {f.__name__: f for f in (tma_round_trip_lane, tma_round_trip_warpgroup,
+                                 wgmma_matmul, pipelined_add, multicast_copy)}
+PRODUCTION = {f.__name__: f for f in (hopper_matmul, hopper_matmul_cluster, flash_attention,
+                                      warp_specialized_copy, realistic_matmul)}
+ALL = {**SMALL, **PRODUCTION}
+# The kernels whose warpgroups re-balance registers with setmaxnreg.
+SETMAXNREG = ("hopper_matmul", "hopper_matmul_cluster", "flash_attention",
+              "warp_specialized_copy")
