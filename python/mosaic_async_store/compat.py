@@ -9,6 +9,7 @@ give clear errors) before anything heavy is loaded.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 __all__ = [
@@ -328,3 +329,90 @@ def barrier_arrive_operands(flat_args, params) -> tuple[list, object]:
   import jax.numpy as jnp
   *flat, user_predicate = flat
   return flat, pallas_internals().lowering._ensure_ir_value(user_predicate, jnp.bool)
+
+
+# pl.pallas_call's arguments that upstream's Mosaic GPU pallas_call shim (jax >= 0.11)
+# takes, and those whose default changes nothing there.
+_SHIM_ARGS = ("grid", "in_specs", "out_specs", "scratch_shapes")
+_HARMLESS_DEFAULTS = {"name": None, "debug": False, "metadata": None, "cost_estimate": None}
+
+
+def pallas_call_shim():
+  """Upstream's current Mosaic GPU path for ``pl.pallas_call`` (jax >= 0.11:
+  ``jax._src.pallas.mosaic_gpu.pallas_call.pallas_call``, which builds the call from
+  ``plgpu.kernel`` and ``emit_pipeline``), or None where ``pl.pallas_call`` still has
+  a Mosaic GPU lowering rule of its own (jax 0.10)."""
+  try:
+    from jax._src.pallas.mosaic_gpu import pallas_call as shim  # private: jax 0.11, 0.12
+  except ImportError:
+    return None
+  from jax._src.pallas import core as pallas_core
+  from jax._src.pallas.mosaic_gpu import core as gpu_core
+  if pallas_core.get_lowering_rule(gpu_core.CompilerParams, "gpu") is not None:
+    return None   # a jax that lowers pallas_call for Mosaic GPU itself
+  return shim.pallas_call
+
+
+@contextlib.contextmanager
+def mosaic_gpu_pallas_call():
+  """While active, ``pl.pallas_call(..., compiler_params=plgpu.CompilerParams(...))``
+  goes through upstream's current Mosaic GPU path (``pallas_call_shim``).
+
+  jax 0.11 and 0.12 dropped ``pallas_call``'s Mosaic GPU lowering rule (lowering
+  one dies on ``assert rule is not None``); upstream's own tests build such calls
+  with the shim instead.  Calls made while this is active are routed there; a
+  ``pallas_call`` built before it (whose lowering would hit the assertion) is
+  refused with an AsyncStoreError that says how to fix it.  jax 0.10: nothing to do.
+  """
+  shim = pallas_call_shim()
+  if shim is None:
+    yield
+    return
+  import jax.experimental.pallas as pl
+  from jax._src.pallas import core as pallas_core
+  from jax._src.pallas import pallas_call as pallas_call_module
+  from jax._src.pallas.mosaic_gpu import core as gpu_core
+  original = pallas_call_module.pallas_call
+
+  def routed(kernel, out_shape, *, compiler_params=None, **kwargs):
+    if not isinstance(compiler_params, gpu_core.CompilerParams):
+      return original(kernel, out_shape, compiler_params=compiler_params, **kwargs)
+    return shim(kernel, out_shape, compiler_params=compiler_params,
+                **_shim_kwargs(kwargs))
+
+  def prebuilt(*_, **__):
+    from mosaic_async_store.errors import refuse
+    raise refuse("fn", "a pl.pallas_call with plgpu.CompilerParams built before the "
+                 "check or compile began", f"on jax {'.'.join(map(str, jax_version()))},"
+                 " a pallas_call that is built while fn is traced (jax dropped its Mosaic "
+                 "GPU lowering rule; this project routes such calls through upstream's "
+                 "plgpu.kernel + emit_pipeline path)", "call pl.pallas_call inside fn "
+                 "(or inside FUNCTION for the CLI), or use plgpu.kernel")
+
+  rules = pallas_core._backend_lowering_rules   # private: jax 0.11, 0.12
+  pl.pallas_call = pallas_call_module.pallas_call = routed
+  rules[gpu_core.CompilerParams] = (prebuilt, "gpu")
+  try:
+    yield
+  finally:
+    pl.pallas_call = pallas_call_module.pallas_call = original
+    rules.pop(gpu_core.CompilerParams, None)
+
+
+def _shim_kwargs(kwargs: dict) -> dict:
+  """``pl.pallas_call``'s keyword arguments as the shim takes them; refuses (naming it)
+  one the shim has no equivalent for."""
+  from mosaic_async_store.errors import refuse
+  out = {}
+  for name, value in kwargs.items():
+    if name in _SHIM_ARGS:
+      out[name] = value
+    elif name in _HARMLESS_DEFAULTS or (name == "input_output_aliases" and not value) or (
+        name == "interpret" and not value):
+      continue   # no effect on the kernel the shim builds
+    else:
+      raise refuse(f"pl.pallas_call({name}=...)", value, "on jax "
+                   f"{'.'.join(map(str, jax_version()))}'s Mosaic GPU path: grid, in_specs, "
+                   "out_specs, scratch_shapes and compiler_params", "express it with "
+                   "plgpu.kernel, or drop it")
+  return out

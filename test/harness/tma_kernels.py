@@ -14,6 +14,11 @@ inputs.  Two families:
   ``setmaxnreg``), the warp-specialised pipelined copy and the realistic pipelined matmul.
   Where upstream asks the GPU (its SM count, the CUDA runtime version) the maker answers
   for it, so that the kernel lowers on a CPU.
+
+jax 0.11 and 0.12 have no Mosaic GPU lowering for ``pl.pallas_call`` itself; ``check``
+and ``compile`` route a ``pl.pallas_call`` built while the kernel is traced through
+upstream's current path (``compat.mosaic_gpu_pallas_call``), so the makers build theirs
+inside the traced function, as a user's jitted code does.
 """
 
 from __future__ import annotations
@@ -84,15 +89,17 @@ def wgmma_matmul():
     plgpu.wgmma_wait(0)
     o_smem[...] = acc[...].astype(jnp.float16)
 
-  call = pl.pallas_call(
-      body,
-      in_specs=[plgpu.BlockSpec((m, k), lambda: (0, 0), transforms=transforms),
-                plgpu.BlockSpec((k, n), lambda: (0, 0), transforms=transforms)],
-      out_specs=plgpu.BlockSpec((m, n), lambda: (0, 0), transforms=transforms),
-      out_shape=jax.ShapeDtypeStruct((m, n), jnp.float16),
-      scratch_shapes=[plgpu.ACC((m, n), jnp.float32)],
-      compiler_params=plgpu.CompilerParams())
-  return jax.jit(call), _inputs((m, k), (k, n))
+  def matmul(a, b):   # built while traced (module docstring)
+    return pl.pallas_call(
+        body,
+        in_specs=[plgpu.BlockSpec((m, k), lambda: (0, 0), transforms=transforms),
+                  plgpu.BlockSpec((k, n), lambda: (0, 0), transforms=transforms)],
+        out_specs=plgpu.BlockSpec((m, n), lambda: (0, 0), transforms=transforms),
+        out_shape=jax.ShapeDtypeStruct((m, n), jnp.float16),
+        scratch_shapes=[plgpu.ACC((m, n), jnp.float32)],
+        compiler_params=plgpu.CompilerParams())(a, b)
+
+  return jax.jit(matmul), _inputs((m, k), (k, n))
 
 
 def pipelined_add():
@@ -249,14 +256,18 @@ def realistic_matmul():
         grid=(grid_k,), max_concurrent_steps=2)(a_gmem, b_gmem)
     o_smem[...] = acc[...].astype(dtype)
 
-  call = pl.pallas_call(
-      body,
-      in_specs=[pl.BlockSpec(memory_space=plgpu.GMEM), pl.BlockSpec(memory_space=plgpu.GMEM)],
-      out_specs=plgpu.BlockSpec((tile_m, tile_n), lambda i, j: (i, j), transforms=transforms),
-      out_shape=jax.ShapeDtypeStruct((m, n), dtype),
-      scratch_shapes=[plgpu.ACC((tile_m, tile_n), jnp.float32)],
-      grid=(grid_m, grid_n), compiler_params=plgpu.CompilerParams())
-  return jax.jit(call), _inputs((m, k), (k, n))
+  def matmul(a, b):   # built while traced (module docstring)
+    return pl.pallas_call(
+        body,
+        in_specs=[pl.BlockSpec(memory_space=plgpu.GMEM),
+                  pl.BlockSpec(memory_space=plgpu.GMEM)],
+        out_specs=plgpu.BlockSpec((tile_m, tile_n), lambda i, j: (i, j),
+                                  transforms=transforms),
+        out_shape=jax.ShapeDtypeStruct((m, n), dtype),
+        scratch_shapes=[plgpu.ACC((tile_m, tile_n), jnp.float32)],
+        grid=(grid_m, grid_n), compiler_params=plgpu.CompilerParams())(a, b)
+
+  return jax.jit(matmul), _inputs((m, k), (k, n))
 
 
 SMALL = {f.__name__: f for f in (tma_round_trip_lane, tma_round_trip_warpgroup,

@@ -139,8 +139,9 @@ def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1,
   Raises:
     AsyncStoreError / TypeError: an argument the checker cannot take, or PTX with an
       opcode it does not run exactly (named, with its line), before anything runs.
-    NotImplementedError: an instruction whose run-time case the checker does not
-      model (e.g. a float NaN result), naming it.
+      An instruction whose run-time case the checker does not model (e.g. a float NaN
+      result) is refused the same way when a schedule reaches it: a limit of the
+      checker is never a finding.
   """
   bx, cx, gx = _check_args(ptx, args, smem_bytes, block, cluster, grid, schedules)
   try:
@@ -163,6 +164,10 @@ def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1,
       except ProtocolError as e:
         findings.append(Finding(e.rule, e.detail, e.cta, e.thread, e.ptx_line, seed))
         continue
+      except NotImplementedError as e:   # the checker's limit, not the kernel's fault
+        raise refuse("ptx", " ".join(str(e).split()), "instructions and run-time cases "
+                     "docs/checker.md lists as run exactly", "check that kernel another "
+                     "way, or report the case") from None
       except RuntimeError as e:   # the kernel faulted (bounds, alignment, a runaway loop)
         findings.append(Finding("fault", str(e), None, None, None, seed))
         continue

@@ -66,21 +66,15 @@ def kernel_parameters(mlir: str) -> list[int]:
 
 
 def _lower(fn, specs):
-  from mosaic_async_store.tools.pallas_capture import (lower_pallas_to_mosaic_modules,
-                                                       lower_warpgroup_dialect)
   from mosaic_async_store.tools.toolchain import CompileError, mlir_to_ptx
-  try:
-    modules = lower_pallas_to_mosaic_modules(fn, *specs)
-  except CompileError as e:
-    raise refuse("fn", repr(fn)[:80], "a Pallas MGPU or Mosaic GPU kernel", str(e)) from None
-  if len(modules) != 1:
-    raise refuse("fn", f"a function that launches {len(modules)} kernels",
-                 "one kernel", "check each kernel on its own")
-  module = modules[0]
-  if _DIALECT.search(module.operation.get_asm(print_generic_op_form=True)):
-    module = lower_warpgroup_dialect(module)   # Warpgroup semantics: ops and types left
+  from mosaic_async_store.tools.user_kernel import first_error, lower_kernel
+  module = lower_kernel(fn, specs)
   mlir = str(module)
-  return mlir, mlir_to_ptx(module)   # only the PTX is run: no ptxas or SASS needed
+  try:
+    return mlir, mlir_to_ptx(module)   # only the PTX is run: no ptxas or SASS needed
+  except CompileError as e:
+    raise refuse("fn", f"<kernel {getattr(fn, '__name__', type(fn).__name__)}>",
+                 "a kernel the deviceless toolchain compiles", first_error(str(e))) from None
 
 
 def check(fn, *args, schedules: int = 3) -> Report:
@@ -90,25 +84,23 @@ def check(fn, *args, schedules: int = 3) -> Report:
   backend) or a Mosaic GPU kernel (``mgpu.as_gpu_kernel``).  It is lowered and compiled
   for sm_90a on the CPU; every cluster of its grid runs, one after another, each under
   ``schedules`` schedules (races between clusters are not looked for).  ``outputs`` are
-  the kernel's outputs (NumPy arrays) after the grid ran (``check_ptx``), or None.  Refused before anything runs (AsyncStoreError / TypeError naming the
-  parameter): arguments that are not NumPy arrays, a count or shape the kernel does
-  not take, a function that is not one Mosaic GPU kernel, an opcode the checker does
-  not run exactly.
+  the kernel's outputs (NumPy arrays) after the grid ran (``check_ptx``), or None.
+
+  On jax 0.11 and newer, ``pl.pallas_call`` has no Mosaic GPU lowering of its own; a
+  ``pl.pallas_call`` that ``fn`` builds while it is traced goes through upstream's
+  current path (``compat.mosaic_gpu_pallas_call``), one built before is refused.
+
+  Raises (before anything runs; AsyncStoreError, or TypeError for a value of the wrong
+  kind, each naming the parameter): arguments that are not NumPy arrays, a count or
+  shape the kernel does not take, an exception raised by the kernel's own code (its
+  type, message and line), a function that is not one Mosaic GPU kernel, a kernel the
+  toolchain cannot compile (the tool's first error line), an opcode or run-time case
+  the checker does not run exactly (named, with its PTX line).
   """
-  import jax
-  for i, a in enumerate(args):
-    if not isinstance(a, np.ndarray):
-      raise refuse_type(f"args[{i}]", a, "a NumPy array", "pass np.asarray(...)")
-  if not callable(fn):
-    raise refuse_type("fn", fn, "a Pallas MGPU or Mosaic GPU kernel", "pass the kernel")
-  specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args]
-  try:
-    out_specs = jax.eval_shape(fn, *specs)
-  except (TypeError, ValueError) as e:
-    raise refuse("args", [f"{a.dtype}{list(a.shape)}" for a in args],
-                  "the shapes and dtypes the kernel takes", f"jax says: {e}") from None
-  outs = jax.tree_util.tree_leaves(out_specs)
+  from mosaic_async_store.tools.user_kernel import kernel_specs
+  specs, outs = kernel_specs(fn, args)
   mlir, ptx = _lower(fn, specs)
+  _refuse_unmodelled(ptx)   # the first opcode the checker cannot run, before the launch
   shape = launch_shape(mlir)
   if shape["grid"][1:] != (1, 1) or shape["cluster"][1:] != (1, 1) or shape["block"][1:] != (1, 1):
     raise refuse("fn", f"grid {shape['grid']}, block {shape['block']}, cluster "
@@ -126,6 +118,17 @@ def check(fn, *args, schedules: int = 3) -> Report:
   return Report(report.findings, results, report.schedules)
 
 
+def _refuse_unmodelled(ptx: str) -> None:
+  from mosaic_async_store.check.interp import PtxKernel
+  try:
+    PtxKernel(ptx)
+  except NotImplementedError as e:
+    raise refuse("fn", "a kernel whose PTX has " + " ".join(str(e).split()),
+                 "the opcodes docs/checker.md lists as run exactly",
+                 "check the rest of the protocol in a kernel without it, or report "
+                 "the opcode") from None
+
+
 def _poisoned(spec) -> np.ndarray:
   """An output buffer of 0xA5 bytes: what the kernel never writes shows."""
   dtype = np.dtype(spec.dtype)
@@ -134,28 +137,9 @@ def _poisoned(spec) -> np.ndarray:
 
 
 def load_target(spec: str):
-  """``FILE.py:FUNCTION`` -> ``(fn, args)``: FUNCTION() of that file, which must return a
-  kernel and a tuple (or list) of NumPy arrays.  Raises ValueError with a one-line
-  reason in the CLI's terms."""
-  import importlib.util
-  import pathlib
-  path, sep, name = spec.rpartition(":")
-  if not sep or not path.endswith(".py") or not name.isidentifier():
-    raise ValueError(f"expected FILE.py:FUNCTION, got {spec!r} (e.g. my_kernel.py:make)")
-  file = pathlib.Path(path)
-  if not file.is_file():
-    raise ValueError(f"no such file: {path}")
-  module_spec = importlib.util.spec_from_file_location(file.stem, file)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  make = getattr(module, name, None)
-  if not callable(make):
-    raise ValueError(f"{path} has no function {name!r}")
-  made = make()
-  if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[1], (tuple, list))):
-    raise ValueError(f"{name}() must return (kernel, (array, ...)); it returned "
-                     f"{type(made).__name__}")
-  return made[0], tuple(made[1])
+  """See :func:`mosaic_async_store.tools.user_kernel.load_target`."""
+  from mosaic_async_store.tools.user_kernel import load_target as _load
+  return _load(spec)
 
 
 def report_json(report: Report) -> dict:

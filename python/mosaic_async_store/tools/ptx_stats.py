@@ -13,7 +13,7 @@ import dataclasses
 import re
 
 __all__ = [
-    "Stats", "STORE_PREFIXES", "ptx_opcodes", "parse_ptxas_report",
+    "Stats", "STORE_PREFIXES", "ASYNC_KINDS", "async_kind", "ptx_opcodes", "parse_ptxas_report",
     "sass_instructions",
 ]
 
@@ -23,6 +23,40 @@ STORE_PREFIXES = (
     "st.", "red.", "atom.", "cp.async.bulk.", "mbarrier.arrive",
     "mbarrier.expect_tx", "mbarrier.complete_tx", "mapa.", "shfl.sync.",
 )
+
+# The asynchronous and synchronising instructions a kernel's stats count, by kind: the
+# first pattern that matches a full PTX opcode names its kind (order matters: multicast
+# before a plain TMA load, the tensor forms before other bulk copies).
+ASYNC_KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (kind, re.compile(pattern)) for kind, pattern in (
+        ("TMA load multicast", r"^cp\.async\.bulk\.tensor\..*\.global.*multicast::cluster"),
+        ("TMA load", r"^cp\.async\.bulk\.tensor\.\d+d\.shared::cluster\.global"),
+        ("TMA store", r"^cp\.async\.bulk\.tensor\.\d+d\.global\.shared"),
+        ("TMA reduction", r"^cp\.reduce\.async\.bulk\.tensor"),
+        ("TMA prefetch", r"^cp\.async\.bulk\.prefetch"),
+        ("bulk copy multicast", r"^cp\.async\.bulk\..*multicast::cluster"),
+        ("bulk copy", r"^cp\.(?:reduce\.)?async\.bulk\.(?:global|shared)"),
+        ("bulk group commit", r"^cp\.async\.bulk\.commit_group"),
+        ("bulk group wait", r"^cp\.async\.bulk\.wait_group"),
+        ("WGMMA", r"^wgmma\.mma_async"),
+        ("WGMMA fence, commit, wait", r"^wgmma\.(?:fence|commit_group|wait_group)"),
+        ("tcgen05", r"^tcgen05\."),
+        ("st.async", r"^st\.async"),
+        ("red.async", r"^red\.async"),
+        ("mbarrier init", r"^mbarrier\.init"),
+        ("mbarrier arrive", r"^mbarrier\.(?:arrive|expect_tx|complete_tx)"),
+        ("mbarrier wait", r"^mbarrier\.(?:try_wait|test_wait)"),
+        ("async proxy fence", r"^fence\.proxy\.async"),
+        ("CTA barrier", r"^(?:bar|barrier)\.(?:sync|arrive|red)|^barrier\.cta"),
+        ("cluster barrier", r"^barrier\.cluster"),
+        ("setmaxnreg", r"^setmaxnreg"),
+    ))
+
+
+def async_kind(opcode: str) -> str | None:
+  """The kind (a name of ``ASYNC_KINDS``) of a full PTX opcode, or None."""
+  return next((kind for kind, pattern in ASYNC_KINDS if pattern.search(opcode)), None)
+
 
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 # A label (``$L__BB0_1:``, ``done:``); ``(?!:)`` keeps ``shared::cluster`` out.
@@ -139,6 +173,9 @@ class Stats:
     sass_store_span: SASS instructions from the first to the last store or
       reduction into shared memory, both included (0: none).
     sass_opcodes: SASS opcode with modifiers -> count.
+    async_opcodes: full PTX opcode -> count, for every opcode of an ``ASYNC_KINDS``
+      kind (TMA, bulk copies and groups, WGMMA, st.async/red.async, mbarriers,
+      barriers, setmaxnreg).
   """
 
   registers: int
@@ -150,6 +187,7 @@ class Stats:
   sass_instructions: int
   sass_store_span: int
   sass_opcodes: dict[str, int]
+  async_opcodes: dict[str, int] = dataclasses.field(default_factory=dict)
 
   @classmethod
   def from_outputs(cls, ptx: str, ptxas_report: str, sass: str) -> Stats:
@@ -164,7 +202,17 @@ class Stats:
         sass_instructions=len(sass_ops),
         sass_store_span=_store_span(sass_ops),
         sass_opcodes=dict(sorted(collections.Counter(sass_ops).items())),
+        async_opcodes={op: n for op, n in sorted(opcodes.items()) if async_kind(op)},
     )
+
+  @property
+  def asynchronous(self) -> dict[str, int]:
+    """Instructions per ``ASYNC_KINDS`` kind, in the table's order (kinds absent: 0
+    rows are left out)."""
+    counts: collections.Counter[str] = collections.Counter()
+    for op, n in self.async_opcodes.items():
+      counts[async_kind(op)] += n
+    return {kind: counts[kind] for kind, _ in ASYNC_KINDS if counts[kind]}
 
   @property
   def st_async_by_width(self) -> dict[int, int]:

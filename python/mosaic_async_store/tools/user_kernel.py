@@ -1,0 +1,219 @@
+"""A user's Pallas MGPU or Mosaic GPU kernel: loaded, traced, lowered and compiled on a CPU.
+
+    fn, args = load_target("my_kernel.py:make")     # FUNCTION() -> (fn, arrays)
+    compiled = compile_kernel(fn, *args, arch="sm_90a")
+    compiled.ptx, compiled.sass, compiled.stats.asynchronous
+
+``check`` (tools/check_kernel.py) and the CLI's ``compile FILE.py:FUNCTION`` and
+``check FILE.py:FUNCTION`` share this path.  Whatever goes wrong on it is an
+``AsyncStoreError`` (or ``TypeError`` for a value of the wrong kind) that says what
+and where in one message: an exception raised by the kernel's own code names its type,
+message and source line; a tool's refusal names the tool's first error line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import pathlib
+import sys
+import traceback
+
+import numpy as np
+
+from mosaic_async_store.errors import refuse, refuse_type
+
+__all__ = ["load_target", "lower_kernel", "compile_kernel", "kernel_specs", "first_error"]
+
+# Frames in these folders are the machinery, not the user's kernel.
+_MACHINERY = tuple(str(pathlib.Path(p).resolve()) for p in (
+    __import__("jax").__path__[0], __import__("jaxlib").__path__[0],
+    pathlib.Path(__file__).parents[1], contextlib.__file__.rsplit("/", 1)[0]))
+
+
+def _user_frame(error: BaseException) -> traceback.FrameSummary | None:
+  """The innermost frame of ``error``'s traceback outside jax, jaxlib, this package
+  and the standard library: the user's line that was running."""
+  frames = [f for f in traceback.extract_tb(error.__traceback__)
+            if not str(pathlib.Path(f.filename).resolve()).startswith(_MACHINERY)]
+  return frames[-1] if frames else None
+
+
+def _raised_by_user(error: BaseException) -> bool:
+  frames = traceback.extract_tb(error.__traceback__)
+  return bool(frames) and _user_frame(error) == frames[-1]
+
+
+def _where(frame: traceback.FrameSummary) -> str:
+  return f"{frame.filename}:{frame.lineno} (in {frame.name}: {(frame.line or '').strip()})"
+
+
+def _kernel_error(param: str, error: BaseException):
+  """An exception from the user's code (``fn``'s body or FUNCTION) as an AsyncStoreError
+  naming its type, message and line."""
+  message = " ".join(str(error).split()) or "(no message)"
+  frame = _user_frame(error)
+  return refuse(param, f"code that raised {type(error).__name__}: {message}",
+                "code that runs", f"fix the kernel at {_where(frame)}" if frame else
+                "fix the kernel")
+
+
+@contextlib.contextmanager
+def _tracebacks_unfiltered():
+  """jax removes its own frames from tracebacks; the user's frame is found only in the
+  whole traceback."""
+  import jax
+  old = jax.config.jax_traceback_filtering
+  jax.config.update("jax_traceback_filtering", "off")
+  try:
+    yield
+  finally:
+    jax.config.update("jax_traceback_filtering", old)
+
+
+def load_target(spec: str):
+  """``FILE.py:FUNCTION`` -> ``(fn, args)``: FUNCTION() of that file, which must return a
+  kernel and a tuple (or list) of NumPy arrays.  FILE's folder is importable while it
+  loads (so FILE may import modules beside it).  Raises ValueError with a one-line
+  reason in the CLI's terms."""
+  from mosaic_async_store import compat
+  path, sep, name = spec.rpartition(":")
+  if not sep or not path.endswith(".py") or not name.isidentifier():
+    raise ValueError(f"expected FILE.py:FUNCTION, got {spec!r} (e.g. my_kernel.py:make)")
+  file = pathlib.Path(path)
+  if not file.is_file():
+    raise ValueError(f"no such file: {path}")
+  folder = str(file.resolve().parent)
+  sys.path.insert(0, folder)
+  try:
+    with compat.mosaic_gpu_pallas_call(), _tracebacks_unfiltered():
+      module_spec = importlib.util.spec_from_file_location(file.stem, file)
+      module = importlib.util.module_from_spec(module_spec)
+      try:
+        module_spec.loader.exec_module(module)
+      except Exception as e:   # the user's file: any exception is its own
+        raise ValueError(f"{path} raised {_one_line(e)} while loading"
+                         f"{_at(e)}") from None
+      make = getattr(module, name, None)
+      if not callable(make):
+        raise ValueError(f"{path} has no function {name!r}")
+      try:
+        made = make()
+      except Exception as e:
+        raise ValueError(f"{name}() raised {_one_line(e)}{_at(e)}") from None
+  finally:
+    sys.path.remove(folder)
+  if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[1], (tuple, list))):
+    raise ValueError(f"{name}() must return (kernel, (array, ...)); it returned "
+                     f"{type(made).__name__}")
+  return made[0], tuple(made[1])
+
+
+def _one_line(e: BaseException) -> str:
+  return f"{type(e).__name__}: {' '.join(str(e).split()) or '(no message)'}"
+
+
+def _at(e: BaseException) -> str:
+  frame = _user_frame(e)
+  return f" at {frame.filename}:{frame.lineno}" if frame else ""
+
+
+def kernel_specs(fn, args) -> tuple[list, list]:
+  """Checks ``fn`` and ``args`` and traces ``fn`` abstractly: (input specs, output
+  specs), each a list of ``jax.ShapeDtypeStruct``."""
+  import jax
+  if not callable(fn):
+    raise refuse_type("fn", fn, "a Pallas MGPU or Mosaic GPU kernel (a callable)",
+                      "pass the kernel, e.g. plgpu.kernel(body, ...)")
+  for i, a in enumerate(args):
+    if not isinstance(a, np.ndarray):
+      raise refuse_type(f"args[{i}]", a, "a NumPy array", "pass np.asarray(...)")
+  specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args]
+  from mosaic_async_store import compat
+  with compat.mosaic_gpu_pallas_call(), _tracebacks_unfiltered():
+    try:
+      out_specs = jax.eval_shape(fn, *specs)
+    except Exception as e:   # the user's kernel, traced by jax: anything can happen
+      if _raised_by_user(e) or not isinstance(e, (TypeError, ValueError)):
+        raise _kernel_error("fn", e) from None
+      frame = _user_frame(e)
+      where = f" (at {frame.filename}:{frame.lineno})" if frame else ""
+      raise refuse("args", [f"{a.dtype}{list(a.shape)}" for a in args],
+                   "the shapes and dtypes the kernel takes",
+                   f"jax says{where}: {' '.join(str(e).split())}") from None
+  return specs, jax.tree_util.tree_leaves(out_specs)
+
+
+def lower_kernel(fn, specs):
+  """The Mosaic GPU module of the one kernel ``fn`` launches, traced with ``specs``,
+  with its dialect ops lowered (ready for ``toolchain.compile_module``)."""
+  from mosaic_async_store import compat
+  from mosaic_async_store.tools.pallas_capture import (lower_pallas_to_mosaic_modules,
+                                                       lower_warpgroup_dialect)
+  from mosaic_async_store.tools.toolchain import CompileError
+  from mosaic_async_store.errors import AsyncStoreError
+  with compat.mosaic_gpu_pallas_call(), _tracebacks_unfiltered():
+    try:
+      modules = lower_pallas_to_mosaic_modules(fn, *specs)
+    except CompileError as e:
+      raise refuse("fn", _brief(fn), "a Pallas MGPU or Mosaic GPU kernel", str(e)) from None
+    except AsyncStoreError:
+      raise
+    except Exception as e:   # lowering runs the user's kernel body again
+      if _raised_by_user(e):
+        raise _kernel_error("fn", e) from None
+      raise refuse("fn", _brief(fn), "a kernel that jax lowers for a GPU",
+                   f"jax's lowering says: {_one_line(e)}{_at(e)}") from None
+  if len(modules) != 1:
+    raise refuse("fn", f"a function that launches {len(modules)} kernels",
+                 "one kernel", "check or compile each kernel on its own")
+  module = modules[0]
+  if "mosaic_gpu." in module.operation.get_asm(print_generic_op_form=True):
+    try:
+      module = lower_warpgroup_dialect(module)   # Warpgroup semantics: ops and types left
+    except CompileError as e:
+      raise refuse("fn", _brief(fn), "a kernel whose Mosaic GPU dialect lowers",
+                   first_error(str(e))) from None
+  return module
+
+
+def _brief(fn) -> str:
+  name = getattr(fn, "__name__", None) or type(fn).__name__
+  return f"<kernel {name}>"
+
+
+def first_error(message: str) -> str:
+  """A tool's message cut to its first ``error`` line (mlir-opt and ptxas print the
+  whole module or every line after it), plus the ``note: see current operation``
+  line, which names the op."""
+  lines = [line.strip() for line in message.splitlines()]
+  errors = [i for i, line in enumerate(lines) if "error" in line.lower() and i > 0]
+  if not errors:
+    return " ".join(message.split())[:400]
+  first = lines[errors[0]]
+  note = next((line for line in lines[errors[0] + 1:] if "see current operation" in line),
+              "")
+  return f"{lines[0].split(':')[0]}: {first}" + (f" ({note[:200]})" if note else "")
+
+
+def compile_kernel(fn, *args, arch: str = "sm_90a", keep_dir=None):
+  """Compiles the kernel ``fn`` (a Pallas MGPU or Mosaic GPU kernel) for ``arch`` on
+  the CPU, traced with the NumPy arrays ``args``: its MLIR, PTX, cubin, SASS and static
+  counts (``toolchain.Compiled``; ``stats.asynchronous`` counts TMA, bulk groups, WGMMA,
+  st.async/red.async, barriers and setmaxnreg).
+
+  Raises:
+    AsyncStoreError / TypeError: a bad ``fn``, ``args`` or ``arch``; an exception in
+      the kernel's own code (its type, message and line); a tool's refusal (its first
+      error line, e.g. WGMMA for sm_100a, which has no wgmma).
+    ToolchainError: a tool of the deviceless toolchain is missing.
+  """
+  from mosaic_async_store.tools import toolchain
+  toolchain.check_arch(arch)
+  specs, _ = kernel_specs(fn, args)
+  module = lower_kernel(fn, specs)
+  try:
+    return toolchain.compile_module(module, arch, keep_dir=keep_dir)
+  except toolchain.CompileError as e:
+    raise refuse("fn", _brief(fn), f"a kernel the deviceless toolchain compiles for {arch}",
+                 first_error(str(e))) from None
