@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 from jax.experimental import pallas as pl  # noqa: E402
 from jax.experimental.pallas import mosaic_gpu as plgpu  # noqa: E402
 
-__all__ = ["SMALL", "PRODUCTION", "ALL", "SETMAXNREG"]
+__all__ = ["SMALL", "PRODUCTION", "ALL", "WGMMA", "SETMAXNREG"]
 
 _TILE = (64, 128)
 
@@ -275,6 +275,9 @@ SMALL = {f.__name__: f for f in (tma_round_trip_lane, tma_round_trip_warpgroup,
 PRODUCTION = {f.__name__: f for f in (hopper_matmul, hopper_matmul_cluster, flash_attention,
                                       warp_specialized_copy, realistic_matmul)}
 ALL = {**SMALL, **PRODUCTION}
+# The kernels that multiply with WGMMA (sm_90a only: Blackwell has tcgen05 instead).
+WGMMA = ("wgmma_matmul", "hopper_matmul", "hopper_matmul_cluster", "flash_attention",
+         "realistic_matmul")
 # The kernels whose warpgroups re-balance registers with setmaxnreg.
 SETMAXNREG = ("hopper_matmul", "hopper_matmul_cluster", "flash_attention",
               "warp_specialized_copy")

@@ -2,14 +2,14 @@
 
     $ mosaic-async-store demo
     $ mosaic-async-store compile --dtype f32 --layout WGMMA --swizzle 64 --emit stats
+    $ mosaic-async-store compile my_kernel.py:make --emit stats   # your kernel
     $ mosaic-async-store check my_kernel.py:make [--schedules 3] [--json]
 
 Exit status: 0 on success; 1 when ``demo``'s GPU run receives wrong data or ``check``
-finds a broken rule; 2 on
-misuse or on a configuration the hardware (or the chosen implementation)
-cannot do, always with exactly one line on stderr; 3 when a tool of the
-deviceless toolchain is missing.  Anything else is a bug and raises with its
-traceback.
+finds a broken rule; 2 on misuse, on a configuration the hardware (or the chosen
+implementation) cannot do, and on a kernel of yours that cannot be loaded, compiled or
+checked, always with exactly one line on stderr; 3 when a tool of the deviceless
+toolchain is missing.  Anything else is a bug and raises with its traceback.
 
 Heavy imports (jax, jaxlib.mlir, lowering/) happen inside the commands so that
 ``--help`` and argument errors are instant.
@@ -31,6 +31,8 @@ from mosaic_async_store.errors import AsyncStoreError
 from mosaic_async_store.tools.cli_config import (EXIT_MISUSE, Refusal, add_arch_arg,
                                                  add_config_args, config_from_args,
                                                  glue_dash_values)
+from mosaic_async_store.tools.cli_kernel import (CONFIG_ONLY, check_command,
+                                                 compile_kernel_text)
 from mosaic_async_store.tools.cli_terms import in_cli_terms
 
 __all__ = ["main", "build_parser"]
@@ -69,14 +71,25 @@ def build_parser() -> argparse.ArgumentParser:
                             "present, runs a 64x128 bf16 WGMMA tile stored with a "
                             "128-byte swizzle into the peer CTA of a 2-CTA cluster."))
   add_arch_arg(demo)
-  comp = sub.add_parser("compile", help="compile any configuration to mlir|ptx|sass|stats|plan",
-                        description="Builds one store kernel and prints what is asked.")
+  comp = sub.add_parser("compile", help="compile any configuration, or your kernel, to "
+                        "mlir|ptx|sass|stats|plan",
+                        description="Builds one store kernel (the options below) or your "
+                        "kernel (FILE.py:FUNCTION, where FUNCTION() returns (kernel, "
+                        "arrays), as for check) and prints what is asked.")
+  comp.add_argument("kernel", metavar="FILE.py:FUNCTION", nargs="?",
+                    help="your kernel instead of the store kernel: a Python file and a "
+                    "function in it returning (kernel, (arrays...))")
+  first = len(comp._actions)
   add_config_args(comp)
+  comp.set_defaults(**{CONFIG_ONLY: {a.dest: (a.option_strings[0], a.default)
+                                     for a in comp._actions[first:]}})
   add_arch_arg(comp)
   comp.add_argument("--emit", choices=EMIT_KINDS, default="ptx",
                     help="mlir (Mosaic GPU IR as built), ptx, sass, stats (table), "
                     "or plan (this project's store plan + verification, no compiler; "
-                    "ignores --impl) (default ptx)")
+                    "ignores --impl) (default ptx); with FILE.py:FUNCTION, stats counts "
+                    "every asynchronous instruction (TMA, bulk groups, WGMMA, st.async, "
+                    "barriers, setmaxnreg)")
   comp.add_argument("--json", action="store_true", help="with --emit stats: JSON")
   chk = sub.add_parser("check", help="run your kernel in the PTX protocol checker",
                        description="Runs FUNCTION() of FILE.py, which returns (kernel, "
@@ -223,8 +236,6 @@ def _demo(args: argparse.Namespace, out) -> int:
 
 
 def _compile_text(args: argparse.Namespace) -> str:
-  if args.json and args.emit != "stats":
-    raise Refusal(f"--json goes with --emit stats, not --emit {args.emit}")
   cfg = config_from_args(args)
   if cfg.arch != "sm_90a" and args.arch == "sm_90a" and args.emit not in ("plan", "mlir"):
     raise Refusal(f"--arrival {cfg.arrival} emits tcgen05 fences, which sm_90a does not "
@@ -245,7 +256,9 @@ def _compile_text(args: argparse.Namespace) -> str:
 
 
 def _compile(args: argparse.Namespace, out) -> int:
-  text = _compile_text(args)
+  if args.json and args.emit != "stats":
+    raise Refusal(f"--json goes with --emit stats, not --emit {args.emit}")
+  text = compile_kernel_text(args) if args.kernel else _compile_text(args)
   if args.output is None:
     out.write(text)
     return 0
@@ -255,22 +268,6 @@ def _compile(args: argparse.Namespace, out) -> int:
   except OSError as e:
     raise Refusal(f"cannot write --output {args.output}: {e.strerror}") from None
   return 0
-
-
-def _check(args: argparse.Namespace, out) -> int:
-  from mosaic_async_store.tools import check_kernel
-  if args.schedules < 1:
-    raise Refusal(f"--schedules {args.schedules}: must be >= 1 (e.g. --schedules 3)")
-  try:
-    fn, arrays = check_kernel.load_target(args.target)
-  except ValueError as e:
-    raise Refusal(str(e)) from None
-  report = check_kernel.check(fn, *arrays, schedules=args.schedules)
-  if args.json:
-    out.write(json.dumps(check_kernel.report_json(report), indent=2) + "\n")
-  else:
-    out.write(f"{args.target}: {report}\n")
-  return 0 if report.ok else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -287,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
       return _demo(args, sys.stdout)
     if args.command == "check":
-      return _check(args, sys.stdout)
+      return check_command(args, sys.stdout)
     return _compile(args, sys.stdout)
   except Refusal as e:
     status, message = e.status, in_cli_terms(str(e))

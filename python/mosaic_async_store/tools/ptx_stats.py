@@ -30,7 +30,7 @@ STORE_PREFIXES = (
 ASYNC_KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (kind, re.compile(pattern)) for kind, pattern in (
         ("TMA load multicast", r"^cp\.async\.bulk\.tensor\..*\.global.*multicast::cluster"),
-        ("TMA load", r"^cp\.async\.bulk\.tensor\.\d+d\.shared::cluster\.global"),
+        ("TMA load", r"^cp\.async\.bulk\.tensor\.\d+d\.shared::(?:cluster|cta)\.global"),
         ("TMA store", r"^cp\.async\.bulk\.tensor\.\d+d\.global\.shared"),
         ("TMA reduction", r"^cp\.reduce\.async\.bulk\.tensor"),
         ("TMA prefetch", r"^cp\.async\.bulk\.prefetch"),

@@ -215,5 +215,10 @@ def compile_kernel(fn, *args, arch: str = "sm_90a", keep_dir=None):
   try:
     return toolchain.compile_module(module, arch, keep_dir=keep_dir)
   except toolchain.CompileError as e:
-    raise refuse("fn", _brief(fn), f"a kernel the deviceless toolchain compiles for {arch}",
-                 first_error(str(e))) from None
+    said = first_error(str(e))
+    fix = ("compile it for arch='sm_90a': WGMMA exists on sm_90a only (sm_100a and newer "
+           "multiply with tcgen05)" if "wgmma" in said.lower() and arch != "sm_90a" else
+           "change the construct the tool names, or report it if upstream's GPU path "
+           "compiles it")
+    raise refuse("fn", _brief(fn), f"a kernel the deviceless toolchain compiles for {arch}"
+                 f" ({said})", fix) from None

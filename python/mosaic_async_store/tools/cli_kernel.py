@@ -1,0 +1,106 @@
+"""The CLI's commands on a user's kernel: ``compile FILE.py:FUNCTION`` and ``check
+FILE.py:FUNCTION`` (FUNCTION() returns ``(fn, arrays)``).
+
+    $ mosaic-async-store compile my_kernel.py:make --emit stats [--arch sm_100a] [--json]
+    $ mosaic-async-store check my_kernel.py:make [--schedules 3] [--json]
+
+Every refusal (a bad FILE or FUNCTION, an exception in the user's code, a kernel the
+toolchain or the checker cannot take) reaches ``cli.main`` as a ``Refusal`` or an
+``AsyncStoreError``: one ``error:`` line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+from mosaic_async_store.tools.cli_config import Refusal
+
+__all__ = ["CONFIG_ONLY", "compile_kernel_text", "check_command", "stats_rows"]
+
+# compile's options that describe the project's store kernel, not a user's kernel.
+CONFIG_ONLY = "config_only"
+
+
+def _library_call(fn, *args, **kwargs):
+  """Runs a library call; the project's TypeError refusals (a value of the wrong kind,
+  in errors.refuse_type's format) become one-line Refusals like its AsyncStoreErrors.
+  Any other TypeError is a bug and keeps its traceback."""
+  try:
+    return fn(*args, **kwargs)
+  except TypeError as e:
+    if " is not supported: allowed " in str(e):
+      raise Refusal(str(e)) from None
+    raise
+
+
+def _load(target: str):
+  from mosaic_async_store.tools.user_kernel import load_target
+  try:
+    return load_target(target)
+  except ValueError as e:
+    raise Refusal(str(e)) from None
+
+
+def _refuse_store_flags(args: argparse.Namespace) -> None:
+  given = [flag for dest, (flag, default) in getattr(args, CONFIG_ONLY).items()
+           if getattr(args, dest) != default]
+  if given:
+    many = len(given) > 1
+    raise Refusal(f"{', '.join(given)} {'describe' if many else 'describes'} the project's "
+                  f"store kernel; with {args.kernel} the kernel is yours: drop "
+                  f"{'them' if many else 'it'}")
+  if args.emit == "plan":
+    raise Refusal(f"--emit plan is the project's store plan; for {args.kernel} use "
+                  "--emit mlir, ptx, sass or stats")
+
+
+def stats_rows(stats) -> list[tuple[str, int]]:
+  """(name, value) rows of a user kernel's stats: resources, sizes, then each kind of
+  asynchronous instruction and each of their opcodes."""
+  rows = [("registers", stats.registers),
+          ("spill stores (bytes)", stats.spill_stores),
+          ("spill loads (bytes)", stats.spill_loads),
+          ("static shared memory (bytes)", stats.shared_memory),
+          ("PTX instructions", stats.ptx_instructions),
+          ("SASS instructions", stats.sass_instructions)]
+  rows += list(stats.asynchronous.items())
+  rows += [(f"PTX {op}", n) for op, n in stats.async_opcodes.items()]
+  return rows
+
+
+def compile_kernel_text(args: argparse.Namespace) -> str:
+  """What ``compile FILE.py:FUNCTION --emit E`` prints."""
+  from mosaic_async_store.tools import user_kernel
+  _refuse_store_flags(args)
+  fn, arrays = _load(args.kernel)
+  if args.emit == "mlir":
+    specs, _ = _library_call(user_kernel.kernel_specs, fn, arrays)
+    module = _library_call(user_kernel.lower_kernel, fn, specs)
+    return module.operation.get_asm(enable_debug_info=False)
+  compiled = _library_call(user_kernel.compile_kernel, fn, *arrays, arch=args.arch)
+  if args.emit != "stats":
+    return {"ptx": compiled.ptx, "sass": compiled.sass}[args.emit]
+  if args.json:
+    out = dataclasses.asdict(compiled.stats)
+    out.update(asynchronous=compiled.stats.asynchronous, kernel=args.kernel, arch=args.arch)
+    return json.dumps(out, indent=2) + "\n"
+  rows = stats_rows(compiled.stats)
+  width = max(len(name) for name, _ in rows)
+  table = "\n".join(f"{name:<{width}}  {value:>6}" for name, value in rows)
+  return f"# {args.kernel} ({args.arch})\n{table}\n"
+
+
+def check_command(args: argparse.Namespace, out) -> int:
+  """``check FILE.py:FUNCTION``: 0 when no rule broke, 1 on findings."""
+  from mosaic_async_store.tools import check_kernel
+  if args.schedules < 1:
+    raise Refusal(f"--schedules {args.schedules}: must be >= 1 (e.g. --schedules 3)")
+  fn, arrays = _load(args.target)
+  report = _library_call(check_kernel.check, fn, *arrays, schedules=args.schedules)
+  if args.json:
+    out.write(json.dumps(check_kernel.report_json(report), indent=2) + "\n")
+  else:
+    out.write(f"{args.target}: {report}\n")
+  return 0 if report.ok else 1
