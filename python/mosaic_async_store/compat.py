@@ -332,9 +332,10 @@ def barrier_arrive_operands(flat_args, params) -> tuple[list, object]:
 
 
 # pl.pallas_call's arguments that upstream's Mosaic GPU pallas_call shim (jax >= 0.11)
-# takes, and those whose default changes nothing there.
+# takes, and those that do not change the kernel it builds (a name, debug printing,
+# metadata and a cost estimate for XLA).
 _SHIM_ARGS = ("grid", "in_specs", "out_specs", "scratch_shapes")
-_HARMLESS_DEFAULTS = {"name": None, "debug": False, "metadata": None, "cost_estimate": None}
+_IGNORED_ARGS = ("name", "debug", "metadata", "cost_estimate")
 
 
 def pallas_call_shim():
@@ -407,7 +408,7 @@ def _shim_kwargs(kwargs: dict) -> dict:
   for name, value in kwargs.items():
     if name in _SHIM_ARGS:
       out[name] = value
-    elif name in _HARMLESS_DEFAULTS or (name == "input_output_aliases" and not value) or (
+    elif name in _IGNORED_ARGS or (name == "input_output_aliases" and not value) or (
         name == "interpret" and not value):
       continue   # no effect on the kernel the shim builds
     else:

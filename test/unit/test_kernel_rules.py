@@ -50,6 +50,16 @@ def test_byval_merges_existing_argument_attributes():
   assert out.count("arg_attrs") == 1
 
 
+def test_byval_reads_argument_types_with_brackets_of_their_own():
+  text = (_KERNEL.replace("void (array<256 x i8>, ptr, i64)",
+                          "void (array<256 x i8>, struct<(ptr, i64)>, i64)")
+          .replace("%arg1: !llvm.ptr,", "%arg1: !llvm.struct<(ptr, i64)>,")
+          .replace('"llvm.store"(%3, %arg1)', '"llvm.store"(%3, %1)'))
+  out = _rule("tma-descriptor-byval").apply(text)
+  assert "function_type = !llvm.func<void (ptr, struct<(ptr, i64)>, i64)>" in out
+  assert "^bb0(%arg0: !llvm.ptr, %arg1: !llvm.struct<(ptr, i64)>, %arg2: i64):" in out
+
+
 def test_byval_leaves_a_blob_used_otherwise_alone():
   used = _KERNEL.replace('"llvm.return"() : () -> ()',
                          '"llvm.store"(%arg0, %arg1) <{ordering = 0 : i64}> : '

@@ -164,7 +164,7 @@ RULES: tuple[Rule, ...] = (
 #     ...
 #   }) {gpu.kernel, ..., nvvm.kernel, ...} : () -> ()
 _FUNC_OPEN = re.compile(r'^( *)(?:%[\w#]+ = )?"llvm\.func"\(\) <\{.*\}> \(\{$', re.M)
-_FUNC_TYPE = re.compile(r"function_type = !llvm\.func<void \((.*?)\)>(?=[,}])")
+_FUNC_TYPE = "function_type = !llvm.func<void ("
 _ARG_ATTRS = re.compile(r"arg_attrs = \[")
 _BLOCK_ARGS = re.compile(r"^( *)\^bb0\((.*)\):$", re.M)
 
@@ -194,10 +194,12 @@ def _bracket_end(text: str, start: int) -> int:
 
 def _descriptor_args_by_value(kernel: str) -> str:
   head, newline, body = kernel.partition("\n")
-  ftype, block = _FUNC_TYPE.search(head), _BLOCK_ARGS.match(body)
-  if ftype is None or block is None:
+  block, at = _BLOCK_ARGS.match(body), head.find(_FUNC_TYPE)
+  if block is None or at < 0:
     return kernel
-  types = split_top_level(ftype.group(1))
+  opening = at + len(_FUNC_TYPE) - 1             # the "(" of the argument list
+  closing = _bracket_end(head, opening)          # just past its ")"
+  types = split_top_level(head[opening + 1:closing - 1])
   args = split_top_level(block.group(2))
   if len(types) != len(args):
     return kernel
@@ -225,9 +227,8 @@ def _descriptor_args_by_value(kernel: str) -> str:
     extra = f"llvm.align = 64 : i64, llvm.byval = !llvm.{ty}, nvvm.grid_constant"
     inner = attrs[i][1:-1].strip()
     attrs[i] = "{" + (f"{inner}, {extra}" if inner else extra) + "}"
-  head = _set_arg_attrs(head, attrs)
-  head = _FUNC_TYPE.sub(lambda _: f"function_type = !llvm.func<void ({', '.join(types)})>",
-                        head, count=1)
+  head = head[:opening + 1] + ", ".join(types) + head[closing - 1:]
+  head = _set_arg_attrs(head, attrs)   # after the splice: it moves what follows it
   bb = f"{block.group(1)}^bb0({', '.join(args)}):"
   return head + newline + bb + rest
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import pathlib
+import re
 import sys
 import traceback
 
@@ -25,6 +26,9 @@ from mosaic_async_store.errors import refuse, refuse_type
 
 __all__ = ["load_target", "lower_kernel", "compile_kernel", "kernel_specs", "first_error"]
 
+# Ops, types and attributes of the Mosaic GPU dialect (not its discardable module attributes
+# such as mosaic_gpu.arch_major): a Warpgroup-semantics module still holds them.
+_DIALECT = re.compile(r'"mosaic_gpu\.[\w.]+"\(|[!#]mosaic_gpu\.\w+')
 # Frames in these folders are the machinery, not the user's kernel.
 _MACHINERY = tuple(str(pathlib.Path(p).resolve()) for p in (
     __import__("jax").__path__[0], __import__("jaxlib").__path__[0],
@@ -168,7 +172,7 @@ def lower_kernel(fn, specs):
     raise refuse("fn", f"a function that launches {len(modules)} kernels",
                  "one kernel", "check or compile each kernel on its own")
   module = modules[0]
-  if "mosaic_gpu." in module.operation.get_asm(print_generic_op_form=True):
+  if _DIALECT.search(module.operation.get_asm(print_generic_op_form=True)):
     try:
       module = lower_warpgroup_dialect(module)   # Warpgroup semantics: ops and types left
     except CompileError as e:
