@@ -20,11 +20,10 @@ import numpy as np
 
 from mosaic_async_store.check.interp import Memref
 from mosaic_async_store.check.report import Report, check_ptx
-from mosaic_async_store.errors import refuse, refuse_type
+from mosaic_async_store.errors import refuse
 
 __all__ = ["check", "launch_shape", "kernel_parameters", "load_target", "report_json"]
 
-_DIALECT = re.compile(r'"mosaic_gpu\.[\w.]+"\(|[!#]mosaic_gpu\.\w+')
 _CAST = re.compile(r"(%[\w#]+) = builtin\.unrealized_conversion_cast %[\w#]+ : [^\n]* to "
                    r"memref<[^\n]*mosaic_gpu\.from_kernel_arg_idx = (\d+)")
 _LAUNCH = re.compile(
