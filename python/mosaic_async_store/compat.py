@@ -417,3 +417,24 @@ def _shim_kwargs(kwargs: dict) -> dict:
                    "out_specs, scratch_shapes and compiler_params", "express it with "
                    "plgpu.kernel, or drop it")
   return out
+
+
+@contextlib.contextmanager
+def frames_not_user(*folders: str):
+  """While active, jax counts frames in ``folders`` as its own, not the user's: the
+  source locations it gives a lowered kernel's ops (``source_info_util.user_frame``)
+  then name the user's line that called this package's helpers (``pallas_load``,
+  ``async_store_smem``), not the helper's line.  jax 0.10 to 0.12 keep the list in
+  the private ``source_info_util._exclude_paths`` (``register_exclusion`` adds to it;
+  nothing removes from it, so this does, and clears the caches of both functions)."""
+  from jax._src import source_info_util as info   # private: jax 0.10 .. 0.12
+  added = [f for f in folders if f not in info._exclude_paths]
+  for folder in added:
+    info.register_exclusion(folder)
+  try:
+    yield
+  finally:
+    for folder in added:
+      info._exclude_paths.remove(folder)
+    info._exclude_path_regex.cache_clear()
+    info.is_user_filename.cache_clear()

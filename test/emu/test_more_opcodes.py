@@ -197,10 +197,13 @@ def test_vote_sync_gives_every_lane_the_warps_vote(below, want, schedule):
   assert out.view(np.uint32).reshape(32, 4).tolist() == [want] * 32
 
 
-def test_vote_with_a_partial_mask_is_refused():
+def test_vote_by_a_lane_outside_its_membermask_is_reported():
+  """Lanes 16..31 run vote.sync with the mask of lanes 0..15 (undefined: the ISA)."""
   ptx = kernel("""
   setp.lt.u32 %p1, %r1, 5;
   vote.sync.any.pred %p2, %p1, 0xffff;
 """)
-  with pytest.raises(RuntimeError, match="partial member mask"):
+  with pytest.raises(ProtocolError) as err:
     PtxKernel(ptx).launch([np.zeros(4, np.uint32)], cluster=1, smem_bytes=16, block=32)
+  assert err.value.rule == "collective-mask"
+  assert "membermask 0x0000ffff, which does not name it" in str(err.value)

@@ -36,12 +36,13 @@ PRODUCT = {
                                     "ref_offset", "debug", "pallas", "pallas_layouts",
                                     "pallas_barriers"),
     "mosaic_async_store/demo": ("__init__", "config", "kernel", "kernel_io", "check"),
-    "mosaic_async_store/tools": ("__init__", "toolchain", "mlir_skew", "ptx_stats",
+    "mosaic_async_store/tools": ("__init__", "toolchain", "mlir_skew", "mlir_locations",
+                                 "ptx_stats",
                                  "pallas_capture", "check_kernel", "user_kernel", "cli",
                                  "cli_config", "cli_kernel", "cli_terms"),
     "mosaic_async_store/check": ("__init__", "interp", "opcodes", "values", "run", "sync",
-                                 "barriers", "access", "strong", "memory", "ops", "floats",
-                                 "report"),
+                                 "barriers", "access", "strong", "memory", "global_memory",
+                                 "ops", "floats", "lineinfo", "report"),
 }
 # The test and benchmark code (test/harness: kernels, runners, reports, lit helpers;
 # bench/: the benchmark scripts) under their present names, and former ones.

@@ -4,12 +4,14 @@ undefined-behaviour rules (docs/checker.md).
 
     from mosaic_async_store.check import check_ptx, Memref
     report = check_ptx(ptx, [x, Memref(out)], smem_bytes=..., cluster=(2, 1, 1))
-    print(report)            # ok, or each finding: rule, CTA, thread, PTX line, schedule
+    print(report)            # ok, or each finding: rule, CTA, thread, PTX line (and the
+                             # user's source line, where the PTX has line info), schedule
 
 Modules: ``interp`` (parsing and the opcode dispatch), ``run`` (threads and the
 scheduler), ``sync`` (mbarriers, barriers, fences), ``access`` (plain and asynchronous
 memory accesses), ``memory`` (the model: rules, scopes, the per-byte shadow, schedules),
-``ops`` and ``floats`` (values), ``report`` (``check_ptx``, ``Report``, ``Finding``).
+``ops`` and ``floats`` (values), ``lineinfo`` (the PTX's ``.file`` / ``.loc``: each
+instruction's source line), ``report`` (``check_ptx``, ``Report``, ``Finding``).
 ``check`` (a Pallas or Mosaic kernel lowered, compiled and bound) is
 ``tools/check_kernel.py``'s: it needs the deviceless toolchain.
 """

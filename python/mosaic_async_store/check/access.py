@@ -1,17 +1,20 @@
 """Memory accesses of the PTX checker: plain and atomic stores, asynchronous
 stores in flight, warp matrix loads and stores, each checked against the
-per-byte history of ``memory.Shadow`` (strong loads and atom: ``strong``).
+per-byte history of ``memory.Shadow`` (shared memory) or of
+``global_memory.GlobalShadow`` (global memory) (strong loads and atom: ``strong``).
 
 Mixed into ``interp.PtxKernel``, which provides ``_mem`` (address ->
 (buffer, offset)), ``_set``, ``_bar_key``, ``_barrier``, ``_add_tx``,
 ``_advance``, ``self.smem`` / ``self.shadow`` / ``self.smem_cta`` (the CTAs'
-shared memories), ``self.inflight``, ``self.sched``, ``self.mbar``,
-``self.threads`` and ``self.barrier_slot0`` (the first barrier clock slot).
+shared memories), ``self.gshadow`` (the global buffers' shadow),
+``self.inflight``, ``self.sched``, ``self.mbar``, ``self.threads`` and
+``self.barrier_slot0`` (the first barrier clock slot).
 """
 
 from __future__ import annotations
 
-from mosaic_async_store.check.memory import SCOPES, ProtocolError
+from mosaic_async_store.check.memory import (SCOPES, ProtocolError, shown_source,
+                                             tags_morally_strong)
 from mosaic_async_store.check.ops import reduce_op
 from mosaic_async_store.check.sync import YIELD
 
@@ -39,6 +42,16 @@ class AsyncOp:
 _SCOPE_NAMES = {rank: name for name, rank in SCOPES.items()}
 
 
+def _unordered_read(sh, vc, off, n, tag):
+  """(slot, clock, instruction, tag) of a read of these bytes since their last write
+  that a write with clock ``vc`` (and ``tag``) is not ordered after, or None."""
+  for accesses in filter(None, sh.readers[off:off + n]):
+    for r, (clk, insn, other) in accesses.items():
+      if vc[r] < clk and not (tag and tags_morally_strong(tag, other)):
+        return r, clk, insn, other
+  return None
+
+
 def _name(who) -> str:
   """An access's author for a message: a Thread, or an AsyncOp."""
   return who.text if isinstance(who, AsyncOp) else f"CTA {who.cta} thread {who.tid}"
@@ -60,10 +73,15 @@ class AccessSemantics:
     mem = self._mem_fn(space, n)
     if strong is None and red is None and len(vals) == 1 and space in _NOT_SHARED:
       g = vals[0]   # the common case, inlined: a weak scalar store outside SMEM
+      glob = space == "global"
       def store_plain(th):
         buf, off = mem(th, addr(th))
         if traced and self.store_trace is not None:
           self._trace(th, buf, off, n)
+        if glob:   # (_global_access, inline)
+          bad = self.gshadow.access(th, buf, off, n, True, False, insn, None)
+          if bad is not None:
+            self._global_race(th, buf, off, n, True, bad, None)
         value = g(th) & mask
         self.epoch += 1
         if self.flags:
@@ -161,11 +179,27 @@ class AccessSemantics:
 
   def _access(self, th, buf, off, n, *, write, insn, atomic=False, tag=None):
     """A thread's access to ``buf`` by instruction ``insn`` (its index): checked
-    against the byte history if it is SMEM (``tag``: see ``memory.Shadow.conflict``)."""
+    against the byte history if it is SMEM or global memory (``tag``: see
+    ``memory.Shadow.conflict``); local memory and parameters have none."""
     cta = self.smem_cta.get(id(buf))
     if cta is not None:
       self._check(th.vc, th, cta, off, n, write=write, atomic=atomic,
                   who=th, stamp=(th.slot, th.vc[th.slot], insn), tag=tag)
+    elif id(buf) in self.gshadow.pages:
+      self._global_access(th, buf, off, n, write=write, insn=insn, atomic=atomic, tag=tag)
+
+  def _global_access(self, th, buf, off, n, *, write, insn, atomic=False, tag=None):
+    """``_access`` to global buffer ``buf`` (global_memory: no asynchronous stores,
+    no mbarriers, no exit rule)."""
+    bad = self.gshadow.access(th, buf, off, n, write, atomic, insn, tag)
+    if bad is not None:
+      self._global_race(th, buf, off, n, write, bad, tag)
+
+  def _global_race(self, th, buf, off, n, write, bad, tag):
+    """Raises the race ``bad`` (``memory.Shadow.conflict``'s tuple) in global memory,
+    as in SMEM, naming the buffer."""
+    what = f"{_name(th)} {'writes' if write else 'reads'} {self.gshadow.describe(buf, off, n)}"
+    self._conflict(what, *bad, th, tag)
 
   def _check(self, vc, th, cta, off, n, *, write, atomic, who, stamp, tag=None):
     """Raises unless the access is ordered after the conflicting earlier ones;
@@ -184,43 +218,64 @@ class AccessSemantics:
       if bad[0] == "in flight":
         raise ProtocolError("early-read", f"{what} while an asynchronous store into them is "
                             "in flight")
-      self._conflict(what, *bad, th if th is not None else who.th, tag)
+      self._conflict(what, *bad, th if th is not None else who.th, tag,
+                     reads=(sh, vc, off, n) if write else None)
     sh.record(off, n, write=write, atomic=atomic, stamp=stamp, tag=tag)
 
-  def _where(self, insn):
-    return f"PTX line {self.lines[insn]}: `{self.texts[insn]}`" if insn >= 0 else "?"
+  def _insn_where(self, insn):
+    """Instruction ``insn`` for a message: its PTX line, its source line (if the PTX
+    has line info) and its text.  (Not ``_where``: barriers.py has one, which would
+    shadow this in ``PtxKernel``'s method order.)"""
+    if insn < 0:
+      return "?"
+    source = self.sources[insn]
+    shown = f" ({shown_source(source)})" if source is not None else ""
+    return f"PTX line {self.lines[insn]}{shown}: `{self.texts[insn]}`"
 
-  def _conflict(self, what, how, slot, clk, insn, other_tag, th, tag):
+  def _conflict(self, what, how, slot, clk, insn, other_tag, th, tag, *, reads=None):
     """Raises the race (or early read) between this access (``what``, by or issued by
     thread ``th``; ``tag``: see ``memory.Shadow.conflict``) and the earlier one of
-    (``slot``, ``clk``) by instruction ``insn`` (``other_tag``), naming both and what
-    is missing between them."""
+    (``slot``, ``clk``) by instruction ``insn`` (``other_tag``), naming both, their
+    sources and what is missing between them.  ``reads``: (shadow, clock, offset,
+    bytes) of a write.  A write over asynchronous data that a thread has read since,
+    unordered with that read, is a write-after-read race, not an early read: had the
+    read been ordered before it, the write would have been ordered after the data."""
+    read = reads and slot >= self.barrier_slot0 and _unordered_read(*reads, tag)
+    if read:
+      how, slot, clk, insn, other_tag = "read by", *read
+    other_source = self.sources[insn] if insn >= 0 else None
     if slot >= self.barrier_slot0:
       bar = next(b for b in self.mbar.values() if b.slot == slot)
       raise ProtocolError("early-read", f"{what}, {how} the asynchronous stores of "
                           f"phase {clk - 1} of {bar.describe()} (one issued at "
-                          f"{self._where(insn)}), which it has not observed")
+                          f"{self._insn_where(insn)}), which it has not observed",
+                          other_source=other_source)
     other = self.threads[slot - 1]
-    detail = (f"{what}, {how} CTA {other.cta} thread {other.tid} at {self._where(insn)}, "
-              "with no happens-before between them")
+    kind = "write-after-read: " if how == "read by" else ""   # (only writes meet reads)
+    raise ProtocolError("race", f"{kind}{what}, {how} CTA {other.cta} thread {other.tid} at "
+                        f"{self._insn_where(insn)}, with no happens-before between them; "
+                        f"{self._missing(other, slot, clk, th, tag, other_tag)}",
+                        other_source=other_source)
+
+  @staticmethod
+  def _missing(other, slot, clk, th, tag, other_tag) -> str:
+    """What a race's message says is missing between the two accesses."""
     if tag and other_tag:
-      detail += (f"; both are strong, but not morally strong (.{_SCOPE_NAMES[other_tag[1]]} "
-                 f"by CTA {other_tag[0]}, bytes {other_tag[2]}..+{other_tag[3]}; "
-                 f".{_SCOPE_NAMES[tag[1]]} by CTA {tag[0]}, bytes {tag[2]}..+{tag[3]}: each "
-                 "scope must include the other's thread, .cluster across CTAs, and the "
-                 "accesses must overlap completely)")
-    elif th.unscoped[slot] >= clk:
+      return (f"both are strong, but not morally strong (.{_SCOPE_NAMES[other_tag[1]]} "
+              f"by CTA {other_tag[0]}, bytes {other_tag[2]}..+{other_tag[3]}; "
+              f".{_SCOPE_NAMES[tag[1]]} by CTA {tag[0]}, bytes {tag[2]}..+{tag[3]}: each "
+              "scope must include the other's thread, .cluster across CTAs, and the "
+              "accesses must overlap completely)")
+    if th.unscoped[slot] >= clk:
       rel, acq = (_SCOPE_NAMES[s] for s in th.unscoped_pair)
-      detail += (f"; they synchronised only through a release at .{rel} scope and an "
-                 f"acquire at .{acq} scope, across CTAs: not morally strong (both scopes "
-                 "must include both threads: .cluster)")
-    elif other.cta != th.cta:
-      detail += ("; no release by that thread after its access is acquired by this one "
-                 "at a scope that includes both CTAs (.cluster)")
-    else:
-      detail += ("; no release by that thread after its access (an arrive, bar.sync, a "
-                 "release fence) is acquired by this one before it")
-    raise ProtocolError("race", detail)
+      return (f"they synchronised only through a release at .{rel} scope and an "
+              f"acquire at .{acq} scope, across CTAs: not morally strong (both scopes "
+              "must include both threads: .cluster)")
+    if other.cta != th.cta:
+      return ("no release by that thread after its access is acquired by this one "
+              "at a scope that includes both CTAs (.cluster)")
+    return ("no release by that thread after its access (an arrive, bar.sync, a "
+            "release fence) is acquired by this one before it")
 
   def _stmatrix_op(self, ins):
     mods = ins.mods

@@ -1,52 +1,89 @@
 """CTA and cluster barriers of the PTX checker: ``bar`` / ``barrier`` (named CTA
 barriers, with ``.sync`` and ``.arrive`` and an optional thread count) and
-``barrier.cluster.arrive`` / ``.wait``, each with its memory-ordering effect.
+``barrier.cluster.arrive`` / ``.wait``, each with its memory-ordering effect and
+the ``.aligned`` rule.
 
 Mixed into ``interp.PtxKernel``, which provides ``self.named`` (the named
-barriers, (CTA, id) -> ``NamedBarrier``), ``self.alive`` (each CTA's non-exited
-threads), ``self.cluster_*`` (the cluster barrier's generations), ``_resume``,
-``_release`` and ``self.epoch`` (bumped on every change another thread may see).
+barriers' current instances, (CTA, id) -> ``NamedBarrier``),
+``self.warp_arrivals`` (the warps arriving, (CTA, id, warp) -> ``WarpArrival``),
+``self.cluster_lanes`` (each warp's k-th cluster arrive and wait, see
+``_cluster_lane``), ``self.threads`` / ``self.block`` / ``self.alive`` (the
+threads, in CTA then thread order, and each CTA's non-exited ones),
+``self.cluster_*`` (the cluster barrier's generations), ``self.texts`` /
+``self.lines``, ``_resume``, ``_release`` and ``self.epoch`` (bumped on every
+change another thread may see).
 
 What the ISA says, and how it is run (PTX ISA, bar / barrier):
-  * "bar{.cta}.sync, bar{.cta}.red and bar{.cta}.arrive": a barrier ``a``
-    (0..15) of the CTA completes once ``b`` threads arrived, or all threads of the
-    CTA when ``b`` is not given (here: its non-exited threads); ``.arrive`` "does
-    not cause any waiting by the executing threads".  ``b`` must be a multiple of
-    the warp size and the same for every arrival of one barrier instance (a
-    different count is refused: how hardware combines them is not specified).
+  * Warps are counted: "The barrier{.cta} instruction causes executing thread to
+    wait for all non-exited threads from its warp and marks warps' arrival at
+    barrier".  A lane that arrives on barrier ``a`` (0..15) waits until every
+    non-exited lane of its warp has arrived on ``a`` (at any instruction naming
+    it, without ``.aligned``); then the warp arrives, counting 32 threads (a short
+    last warp too: "barriers are executed on a per-warp basis").  The barrier
+    completes once (warps arrived) * 32 >= ``b``, or, without ``b``, once every
+    warp of the CTA that has a non-exited thread arrived; "the waiting threads are
+    restarted without delay".  ``.arrive`` "does not cause executing thread to wait
+    for threads of other participating warps".  ``b`` "must be a multiple of the
+    warp size" (else the finding ``barrier-count``) and the same for every
+    arrival of one barrier instance (a different count is refused: how hardware
+    combines them is not specified).
+  * ``.aligned``: "all threads in CTA will execute the same barrier instruction";
+    ``bar{.cta}.sync`` / ``.arrive`` are ``barrier{.cta}.sync.aligned`` /
+    ``.arrive.aligned``.  Checked per warp (what the checker can observe): the
+    lanes of a warp arriving on one barrier must do so at one instruction when any
+    of them is aligned; a lane arriving elsewhere, or exiting while its warp-mates
+    wait at an aligned barrier, is the finding ``aligned-divergence`` (a lane
+    that never arrives is a ``hang``).
   * Memory ordering (Memory Consistency Model, "Synchronizes-with"): a
     ``bar.sync`` / ``bar.red`` / ``bar.arrive`` synchronises with every
     ``bar.sync`` / ``bar.red`` of the same barrier instance, at CTA scope: the
     waiting threads acquire every arriving thread's earlier accesses; an arriving
     (``.arrive``) thread acquires nothing.
-  * Threads are counted one by one.  Hardware counts a warp's arrival as its 32
-    threads; ``bar``/``barrier.*.aligned`` require the whole warp to execute the
-    instruction together, which a kernel that is correct does, so both counts agree.
   * ``barrier.cluster.arrive`` is ``.release`` and ``barrier.cluster.wait``
     ``.acquire`` by default, both at cluster scope; the wait waits for the
-    cluster's non-exited threads.
+    cluster's non-exited threads (counted one by one, as the ISA says).  With
+    ``.aligned`` "all threads in the warp must execute the same barrier.cluster
+    instruction": a warp's k-th arrives (and the waits after them) must be one
+    instruction when any of them is aligned (``aligned-divergence``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from mosaic_async_store.check.memory import SCOPES, Releases
+from mosaic_async_store.check.memory import SCOPES, ProtocolError, Releases
 from mosaic_async_store.check.sync import BLOCK, sem_scope
 
-__all__ = ["NamedBarrier", "BarrierSemantics"]
+__all__ = ["NamedBarrier", "WarpArrival", "BarrierSemantics", "WARP"]
 
 _NAMED_BARRIERS = 16   # barrier ids 0..15 (PTX ISA, bar)
+WARP = 32
+_ALIGNED = ("PTX ISA, bar / barrier.cluster: .aligned (bar is barrier.aligned) requires "
+            "all threads of the warp to execute the same barrier instruction")
 
 
 class NamedBarrier:
   """One instance of a named CTA barrier: the thread count its arrivals give (None:
-  the whole CTA), the clock each arrival released, the threads that wait."""
+  the whole CTA), the warps that arrived, the join of their clocks, the lanes that
+  wait (``.sync``)."""
 
-  __slots__ = ("count", "vcs", "waiters")
+  __slots__ = ("count", "warps", "vc", "waiters")
 
-  def __init__(self, count):
-    self.count, self.vcs, self.waiters = count, [], []
+  def __init__(self, count, vc):
+    self.count, self.warps, self.vc, self.waiters = count, 0, vc, []
+
+
+class WarpArrival:
+  """The lanes of one warp that arrived on one named barrier, waiting for the warp's
+  other non-exited lanes (``live``): tid -> (thread, whether it syncs); the
+  thread count they give, the join of their clocks, the first lane at each
+  instruction (pc -> tid), whether any arrived at an aligned one."""
+
+  __slots__ = ("lanes", "live", "count", "vc", "pcs", "aligned")
+
+  def __init__(self, count, live, vc):
+    self.lanes, self.live, self.count, self.vc = {}, live, count, vc
+    self.pcs, self.aligned = {}, False
 
 
 class BarrierSemantics:
@@ -56,94 +93,176 @@ class BarrierSemantics:
   def _bar_op(self, ins):
     """bar.sync / barrier.sync / bar.arrive / barrier.arrive (``.cta`` and
     ``.aligned`` spellings), bar.warp.sync, barrier.cluster.*; bar.red is refused."""
-    mods, ops, src = ins.mods, ins.ops, ins.src
+    mods, ops, src, pc = ins.mods, ins.ops, ins.src, len(self.code)
     if ins.base == "bar" and mods == ["warp", "sync"] and len(ops) == 1:
       return self._warp_sync(src[0])
+    aligned = ins.base == "bar" or "aligned" in mods   # bar{.cta}.* is .aligned
     if ins.base == "barrier" and mods[:1] == ["cluster"] and not ops:
       if mods[1:2] == ["arrive"] and set(mods[2:]) <= {"release", "relaxed", "aligned"}:
-        return self._cluster_arrive(mods[2:])
+        return self._cluster_arrive(mods[2:], pc, aligned)
       if mods[1:2] == ["wait"] and set(mods[2:]) <= {"acquire", "aligned"}:
-        return self._cluster_wait(mods[2:])
+        return self._cluster_wait(mods[2:], pc, aligned)
     plain = [m for m in mods if m not in ("cta", "aligned")]
     if plain in (["sync"], ["arrive"]) and mods.count("cta") <= 1 and \
        mods.count("aligned") <= 1 and len(ops) in (1, 2) and all(src):
       if plain == ["arrive"] and len(ops) != 2:
         raise NotImplementedError(f"opcode {ins.opcode} (bar.arrive needs a thread count)")
-      return self._named(plain[0], src[0], src[1] if len(ops) == 2 else None)
+      return self._named(plain[0] == "sync", src[0], src[1] if len(ops) == 2 else None,
+                         pc, aligned)
     raise NotImplementedError(f"opcode {ins.opcode}")
 
   # -- named CTA barriers --------------------------------------------------------
 
-  def _named(self, kind, bar_id, count):
-    """The arrival on barrier ``bar_id(th)`` of the thread's CTA; ``kind`` "sync"
-    waits for the barrier to complete, "arrive" does not."""
+  def _named(self, sync, bar_id, count, pc, aligned):
+    """The arrival of a lane on barrier ``bar_id(th)`` of its CTA at instruction
+    ``pc``: it waits for its warp; then ``sync`` waits for the barrier to complete."""
     def arrive(th):
       a, b = bar_id(th), None if count is None else count(th)
       if not 0 <= a < _NAMED_BARRIERS:
         raise RuntimeError(f"barrier id {a}: the ISA allows 0..{_NAMED_BARRIERS - 1}")
-      if b is not None and (b <= 0 or b % 32):
-        raise RuntimeError(f"barrier thread count {b}: the ISA wants a positive multiple "
-                           "of the warp size (32)")
-      key = (th.cta, a)
-      bar = self.named.get(key)
-      if bar is None:
-        bar = self.named[key] = NamedBarrier(b)
-      elif bar.count != b:
-        raise NotImplementedError(
-            f"barrier {a} of CTA {th.cta} arrived on with thread count "
-            f"{'the CTA' if b is None else b} while its other arrivals gave "
-            f"{'the CTA' if bar.count is None else bar.count}")
-      bar.vcs.append(th.vc.copy())   # what it releases to the threads that wait
-      th.vc[th.slot] += 1
+      if b is not None and (b <= 0 or b % WARP):
+        raise ProtocolError("barrier-count", f"barrier {a} of CTA {th.cta} with thread "
+                            f"count {b}")
+      wkey = (th.cta, a, th.tid // WARP)
+      rec = self.warp_arrivals.get(wkey)
+      if rec is None:
+        live = self._warp_live(th.cta, wkey[2])
+        rec = self.warp_arrivals[wkey] = WarpArrival(b, live, th.vc.copy())
+      else:
+        self._lane_joins(rec, wkey, th, pc, aligned, b)
+        np.maximum(rec.vc, th.vc, out=rec.vc)
+      rec.lanes[th.tid] = (th, sync)
+      rec.pcs.setdefault(pc, th.tid)
+      rec.aligned |= aligned
+      th.vc[th.slot] += 1   # what it releases to the threads that wait
       self.epoch += 1
-      if kind == "sync":
-        bar.waiters.append(th)
-      if self._named_complete(key, th):
-        return None
-      if kind == "sync":
-        th.wait = ("bar", key)
-        return BLOCK
-      return None
+      th.wait = ("bar", wkey)
+      if len(rec.lanes) >= rec.live:
+        self._warp_arrives(wkey, th)
+      return None if th.wait is None else BLOCK
     return arrive
 
-  def _named_need(self, key, bar):
-    return self.alive[key[0]] if bar.count is None else bar.count
+  def _lane_joins(self, rec, wkey, th, pc, aligned, b):
+    """Checks a lane joining its warp's arrival: the same thread count, and the
+    same instruction as its warp-mates when any of them is aligned."""
+    if rec.count != b:
+      raise NotImplementedError(
+          f"barrier {wkey[1]} of CTA {th.cta} arrived on by lane {th.tid % WARP} of warp "
+          f"{wkey[2]} with thread count {'the CTA' if b is None else b} while its "
+          f"warp-mates gave {'the CTA' if rec.count is None else rec.count}")
+    other = next((q for q in rec.pcs if q != pc), None)
+    if other is not None and (aligned or rec.aligned):
+      raise ProtocolError("aligned-divergence", (
+          f"CTA {th.cta} warp {wkey[2]}: lane {th.tid % WARP} arrives on barrier "
+          f"{wkey[1]} at {self._where(pc)} while lane {rec.pcs[other] % WARP} of its warp "
+          f"arrived on the same barrier instance at {self._where(other)}"))
+
+  def _where(self, pc) -> str:
+    return f"PTX line {self.lines[pc]} (`{self.texts[pc]}`)"
+
+  def _warp_live(self, cta, w) -> int:
+    """The non-exited lanes of warp ``w`` of ``cta`` (a short last warp has fewer)."""
+    first = cta * self.block + w * WARP
+    lanes = self.threads[first:min(first + WARP, (cta + 1) * self.block)]
+    return sum(t.state != "done" for t in lanes)
+
+  def _wake(self, th, current):
+    """``th`` goes on: resumed, or (the thread whose instruction runs) not blocked."""
+    if th is current:
+      th.wait = None
+    else:
+      self._resume(th)
+
+  def _warp_arrives(self, wkey, current):
+    """Every non-exited lane of the warp arrived: the warp arrives on the barrier's
+    current instance; its ``.arrive`` lanes go on, its ``.sync`` lanes wait for the
+    barrier to complete."""
+    rec, key = self.warp_arrivals.pop(wkey), wkey[:2]
+    bar = self.named.get(key)
+    if bar is None:
+      bar = self.named[key] = NamedBarrier(rec.count, rec.vc)
+    elif bar.count != rec.count:
+      raise NotImplementedError(
+          f"barrier {key[1]} of CTA {key[0]} arrived on with thread count "
+          f"{'the CTA' if rec.count is None else rec.count} while its other arrivals "
+          f"gave {'the CTA' if bar.count is None else bar.count}")
+    else:
+      np.maximum(bar.vc, rec.vc, out=bar.vc)
+    bar.warps += 1
+    for th, sync in rec.lanes.values():
+      if sync:
+        th.wait = ("bar", key)
+        bar.waiters.append(th)
+      else:
+        self._wake(th, current)
+    self._named_complete(key, current)
+
+  def _named_need(self, cta, count) -> int:
+    """The warps that complete a barrier of ``cta``: ``count`` / 32, or (None) every
+    warp of the CTA with a non-exited thread."""
+    if count is not None:
+      return count // WARP
+    warps = -(-self.block // WARP)
+    if self.alive[cta] == self.block:
+      return warps
+    return sum(self._warp_live(cta, w) > 0 for w in range(warps))
 
   def _named_complete(self, key, current=None) -> bool:
-    """Completes barrier ``key`` if enough threads arrived: every waiting thread
+    """Completes barrier ``key`` if enough warps arrived: every waiting thread
     acquires every arrival; the waiters other than ``current`` (the thread whose
     instruction completes it) resume.  Returns whether it completed."""
     bar = self.named.get(key)
-    if bar is None or len(bar.vcs) < self._named_need(key, bar):
+    if bar is None or bar.warps < self._named_need(key[0], bar.count):
       return False
     del self.named[key]
-    joined = np.maximum.reduce(bar.vcs)
     for th in bar.waiters:
-      np.maximum(th.vc, joined, out=th.vc)
+      np.maximum(th.vc, bar.vc, out=th.vc)
       th.vc[th.slot] += 1
-      if th is not current:
-        self._resume(th)
+      self._wake(th, current)
     return True
 
-  def _named_after_exit(self, cta):
-    """A thread of ``cta`` exited: its barriers that wait for the whole CTA may now
-    be complete (they count its non-exited threads)."""
-    for key in [k for k, b in self.named.items() if k[0] == cta and b.count is None]:
+  def _barriers_after_exit(self, th):
+    """``th`` exited: a warp-mate waiting at an aligned barrier (or whose aligned
+    cluster barrier it skipped) is a divergence; its warp's arrivals may now be
+    complete (they wait for the non-exited lanes), and so may the barriers that
+    wait for the whole CTA (its warps with a non-exited thread)."""
+    c, w = th.cta, th.tid // WARP
+    for wkey in [k for k in self.warp_arrivals if k[0] == c and k[2] == w]:
+      rec = self.warp_arrivals[wkey]
+      if rec.aligned:
+        pc, tid = next(iter(rec.pcs.items()))
+        raise ProtocolError("aligned-divergence", (
+            f"CTA {c} warp {w}: lane {th.tid % WARP} exits while lane {tid % WARP} of its "
+            f"warp waits at {self._where(pc)} on barrier {wkey[1]}"))
+      rec.live -= 1
+      if len(rec.lanes) >= rec.live:
+        self._warp_arrives(wkey, None)
+    for key in [k for k, b in self.named.items() if k[0] == c and b.count is None]:
       self._named_complete(key)
+    self._cluster_lanes_exit(th)
 
   def _named_state(self, key) -> str:
-    """A waiting thread's barrier, for a hang report."""
-    bar = self.named[key]
-    need = (f"the CTA's {self.alive[key[0]]} non-exited threads" if bar.count is None else
-            f"{bar.count} threads")
-    return f"barrier {key[1]} of CTA {key[0]} ({len(bar.vcs)} arrived of {need})"
+    """A waiting thread's barrier, for a hang report: ``key`` (CTA, id) after its
+    warp arrived, (CTA, id, warp) while it waits for its warp-mates."""
+    bar, rec = self.named.get(key[:2]), self.warp_arrivals.get(key)
+    warps = 0 if bar is None else bar.warps
+    count = rec.count if bar is None else bar.count
+    need = (f"the CTA's {self._named_need(key[0], None)} warps with a non-exited thread"
+            if count is None else f"{count} threads")
+    state = (f"barrier {key[1]} of CTA {key[0]} ({WARP * warps} arrived of {need}; "
+             f"warps count {WARP} each, {warps} arrived)")
+    if len(key) == 2:
+      return state
+    return (f"the other non-exited lanes of warp {key[2]} ({len(rec.lanes)} of "
+            f"{rec.live} arrived) to arrive on {state}")
 
   # -- the cluster barrier -------------------------------------------------------
 
-  def _cluster_arrive(self, mods):
+  def _cluster_arrive(self, mods, pc, aligned):
     sem, _ = sem_scope(mods, "release")
     def arrive(th):
       k = th.cluster_arrived
+      self._cluster_lane(th, "arrive", k + 1, pc, aligned)
       while len(self.cluster_gens) <= k:
         self.cluster_gens.append(Releases())
       self._release(th, sem, SCOPES["cluster"], self.cluster_gens[k])
@@ -156,12 +275,54 @@ class BarrierSemantics:
         self.dirty = True
     return arrive
 
-  def _cluster_wait(self, mods):
+  def _cluster_wait(self, mods, pc, aligned):
     sem, _ = sem_scope(mods, "acquire")
     def wait(th):
+      self._cluster_lane(th, "wait", th.cluster_arrived, pc, aligned)
       th.wait = ("cluster", th.cluster_arrived, sem)
       return BLOCK
     return wait
+
+  def _cluster_lane(self, th, kind, k, pc, aligned):
+    """The lane's k-th ``barrier.cluster.arrive`` (``kind`` "arrive"), or its wait
+    after its k-th arrive ("wait"): its warp's lanes must execute one instruction
+    there when any of them is aligned.  Each record ([pc, first tid, aligned, tids,
+    live lanes]) lives until every non-exited lane of the warp made it."""
+    w = th.tid // WARP
+    key = (th.cta, w, kind, k)
+    rec = self.cluster_lanes.get(key)
+    if rec is None:
+      rec = self.cluster_lanes[key] = [pc, th.tid, aligned, set(), self._warp_live(th.cta, w)]
+    elif rec[0] != pc and (aligned or rec[2]):
+      raise ProtocolError("aligned-divergence", (
+          f"CTA {th.cta} warp {w}: lane {th.tid % WARP} executes its {self._nth(kind, k)} at "
+          f"{self._where(pc)} while lane {rec[1] % WARP} of its warp executed it at "
+          f"{self._where(rec[0])}"))
+    rec[2] |= aligned
+    rec[3].add(th.tid)
+    if len(rec[3]) >= rec[4]:
+      del self.cluster_lanes[key]
+
+  @staticmethod
+  def _nth(kind, k) -> str:
+    return (f"barrier.cluster.arrive number {k}" if kind == "arrive" else
+            f"barrier.cluster.wait after arrive number {k}")
+
+  def _cluster_lanes_exit(self, th):
+    """``th`` exited: skipping an aligned cluster arrive or wait its warp-mates
+    executed is a divergence; the records wait for one lane fewer."""
+    c, w = th.cta, th.tid // WARP
+    for key in [k for k in self.cluster_lanes if k[0] == c and k[1] == w]:
+      rec = self.cluster_lanes[key]
+      if rec[2] and th.tid not in rec[3]:
+        raise ProtocolError("aligned-divergence", (
+            f"CTA {c} warp {w}: lane {th.tid % WARP} exits without its "
+            f"{self._nth(*key[2:])}, which lane {rec[1] % WARP} of its warp executed at "
+            f"{self._where(rec[0])}"))
+      rec[3].discard(th.tid)
+      rec[4] -= 1
+      if len(rec[3]) >= rec[4]:
+        del self.cluster_lanes[key]
 
   def _cluster_woken(self, th):
     _, k, sem = th.wait

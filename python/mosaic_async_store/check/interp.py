@@ -19,8 +19,9 @@ Model:
     synchronisation can complete;
   * asynchronous stores (``st.async`` / ``red.async``) and their complete_tx
     land when the schedule says, in any order (``memory.Schedule``);
-    memory ordering is checked by vector clocks with scopes, per SMEM byte
-    (``memory``), and every violated rule raises ``ProtocolError``;
+    memory ordering is checked by vector clocks with scopes, per byte of
+    shared and global memory (``memory``, ``global_memory``), and every violated
+    rule raises ``ProtocolError``;
   * ``mbarrier.try_wait`` on an unfinished phase blocks; it returns false (the
     hardware time limit expiring) only when no thread can make progress any
     more and nothing is in flight, i.e. when the barrier can never complete;
@@ -41,9 +42,12 @@ import re
 
 import numpy as np
 
+from mosaic_async_store.check import warp
+from mosaic_async_store.check import lineinfo
 from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.access import _NOT_SHARED, AccessSemantics
 from mosaic_async_store.check.barriers import BarrierSemantics
+from mosaic_async_store.check.global_memory import GlobalShadow
 from mosaic_async_store.check.opcodes import OPCODES, decode
 from mosaic_async_store.check.run import EXIT, Runner
 from mosaic_async_store.check.sync import YIELD, SyncSemantics
@@ -51,6 +55,10 @@ from mosaic_async_store.check.ops import (RED, RED_FORMS, UNDEFINED, immediate,
                                           split_operands)
 from mosaic_async_store.check.strong import StrongSemantics, strong_semantics
 from mosaic_async_store.check.values import ValueSemantics
+
+# Handlers that are functions of a family module (the opcode table names them
+# "module.function"), not methods of PtxKernel.
+_FAMILIES = {"warp.shfl": warp.shfl, "warp.vote": warp.vote, "warp.elect": warp.elect}
 
 SHARED_BASE = 0x400            # sm_90 reserves the first 1 KiB of the shared window
 LOCAL_BASE, GLOBAL_SHIFT = 0x100000, 40
@@ -84,14 +92,17 @@ class PtxKernel(Runner, SyncSemantics, BarrierSemantics, AccessSemantics, Strong
   """``PtxKernel(ptx_text).launch(buffers, cluster=..., smem_bytes=...)``."""
 
   def __init__(self, text: str):
+    self.files = lineinfo.file_table(text)   # .loc's file ids (lineinfo.py)
     text = re.sub(r"//[^\n]*", "", text)
     m = re.search(r"\.entry\s+\w+\s*\((.*?)\)", text, re.S)
     self.params = re.findall(r"(\w+)\s*(?:,|$)", m.group(1).strip())
     self.symbols = {p: ("param", 8 * i) for i, p in enumerate(self.params)}
     for name in re.findall(r"\.global\s[^;]*?(\w+)\[\d+\]", text[:m.start()]):
       self.symbols[name] = ("global", 0)   # printf formats: never read (address unmapped)
-    self.code, self.texts, self.labels, self.collectives, self.local_bytes = [], [], {}, {}, 0
+    self.code, self.texts, self.labels, self.local_bytes = [], [], {}, 0
     self.lines = []           # the PTX source line of each instruction (1-based)
+    self.sources = []         # its "file:line" from the last .loc before it, or None
+    self._loc = None
     self.store_trace = None   # launch(trace_stores=True) fills it
     start = text.index("{", m.end())
     self._first_line = text.count("\n", 0, start) + 1
@@ -101,15 +112,23 @@ class PtxKernel(Runner, SyncSemantics, BarrierSemantics, AccessSemantics, Strong
 
   def _parse(self, body):
     """Splits the body into statements, tracking ``{}`` scopes: registers and
-    labels declared in an inner (inline asm) block shadow the outer ones."""
+    labels declared in an inner (inline asm) block shadow the outer ones.  Stops
+    at the body's end (debug sections may follow); ``.loc`` / ``.file`` lines (no
+    ``;``) give the next instructions their source."""
     scopes, nblock, fixups, i = [], 0, [], 0  # scope: (id, {reg: renamed}, {label: pc})
     while i < len(body):
       if body[i].isspace():
         i += 1
+      elif body[i] == "}" and len(scopes) == 1:   # the kernel's end
+        break
       elif body[i] in "{}":
         nblock += 1
         scopes = scopes + [(nblock, {}, {})] if body[i] == "{" else scopes[:-1]
         i += 1
+      elif directive := lineinfo.DIRECTIVE.match(body, i):
+        if directive.group(1):   # a .loc (a .file: read in __init__)
+          self._loc = lineinfo.source(self.files, *directive.group(1, 2))
+        i = directive.end()
       elif lab := re.match(r"([$\w]+):", body[i:i + 100]):
         (scopes[-1][2] if len(scopes) > 1 else self.labels)[lab.group(1)] = len(self.code)
         i += lab.end()
@@ -122,6 +141,7 @@ class PtxKernel(Runner, SyncSemantics, BarrierSemantics, AccessSemantics, Strong
           line = self._first_line + body.count("\n", 0, j)
           self.texts.append(stmt)
           self.lines.append(line)
+          self.sources.append(self._loc)
           try:
             self.code.append(self._compile(stmt, scopes, fixups))
           except NotImplementedError as e:   # say where
@@ -131,6 +151,11 @@ class PtxKernel(Runner, SyncSemantics, BarrierSemantics, AccessSemantics, Strong
                     None)
       target = self.labels[label] if target is None else target
       self.code[k] = _guarded(lambda th, t=target: t, guard)
+
+  def source_at(self, ptx_line):
+    """The source of the (first) instruction at PTX line ``ptx_line``, or None."""
+    k = next((k for k, line in enumerate(self.lines) if line == ptx_line), None)
+    return None if k is None else self.sources[k]
 
   def _declare(self, stmt, scopes):
     kind, words = stmt.split()[0], stmt.split()
@@ -220,6 +245,8 @@ class PtxKernel(Runner, SyncSemantics, BarrierSemantics, AccessSemantics, Strong
     from the opcode table (``opcodes.OPCODES``)."""
     ins = decode(opcode, ops, self._get)
     entry = OPCODES.get(ins.base)
+    if entry is not None and entry.handler in _FAMILIES:   # a family module's function
+      return _FAMILIES[entry.handler](self, ins)
     if entry is None or entry.handler is None:
       raise NotImplementedError(f"opcode {opcode} (not in the checker's opcode table, "
                                 "mosaic_async_store/check/opcodes.py)")
@@ -270,10 +297,15 @@ class PtxKernel(Runner, SyncSemantics, BarrierSemantics, AccessSemantics, Strong
     insn = len(self.code)   # this instruction's index (it is being compiled)
     mem, n = self._mem_fn(space, size * len(puts)), size * len(puts)
     if len(dests) == 1 and dests[0][0] == "reg":   # the common case, inlined
-      reg, mask, smem = dests[0][1], (1 << ins.bits) - 1, space not in _NOT_SHARED
+      reg, mask = dests[0][1], (1 << ins.bits) - 1
+      glob, smem = space == "global", space not in _NOT_SHARED   # (local, param: no shadow)
       def load1(th):
         buf, off = mem(th, addr(th))
-        if smem:
+        if glob:   # (_global_access, inline)
+          bad = self.gshadow.access(th, buf, off, n, False, False, insn, None)
+          if bad is not None:
+            self._global_race(th, buf, off, n, False, bad, None)
+        elif smem:
           self._access(th, buf, off, n, write=False, insn=insn)
         th.regs[reg] = int.from_bytes(buf[off:off + n], "little") & mask
       return load1
@@ -379,12 +411,15 @@ class PtxKernel(Runner, SyncSemantics, BarrierSemantics, AccessSemantics, Strong
 
   def _pack_params(self, args):
     """Global buffer i (the i-th argument) goes to (i + 1) << 40; the kernel's
-    8-byte parameters get its address (a NumPy array) or its descriptor (Memref)."""
-    self.gbufs, words, shapes = [], [], []
+    8-byte parameters get its address (a NumPy array) or its descriptor (Memref);
+    then a fresh shadow (global_memory: the bytes now are the initial contents)."""
+    self.gbufs, words, shapes, names = [], [], [], []
     for i, a in enumerate(args):
       arr = np.ascontiguousarray(a.array if isinstance(a, Memref) else a)
       addr = (i + 1) << GLOBAL_SHIFT
       self.gbufs.append(bytearray(arr.tobytes()))
+      names.append(f"argument {i}" + (f", parameter {self.params[len(words)]}"
+                                      if len(words) < len(self.params) else ""))
       if isinstance(a, Memref):   # allocated, aligned, offset, sizes, strides (elements)
         strides = [int(np.prod(arr.shape[k + 1:])) for k in range(arr.ndim)]
         words += [addr, addr, 0, *arr.shape, *strides]
@@ -398,3 +433,4 @@ class PtxKernel(Runner, SyncSemantics, BarrierSemantics, AccessSemantics, Strong
           f"({', '.join(shapes) or 'none'}); expected: one per NumPy array (its address) "
           "and 3 + 2 * ndim per Memref (a memref descriptor)")
     self.param_buf = b"".join(w.to_bytes(8, "little") for w in words)
+    self.gshadow = GlobalShadow(self.gbufs, names)

@@ -1,5 +1,6 @@
 """The checker's memory model: happens-before by vector clocks, a shadow of every
-shared-memory byte, and asynchronous operations that land late.
+shared-memory byte (global memory's, with the same verdicts: ``global_memory``),
+and asynchronous operations that land late.
 
 Happens-before.  Every thread has a vector clock (``vc``) over *slots*: slot 0
 is the initial contents of memory, slots 1..N the threads, and one slot per
@@ -26,7 +27,9 @@ that is not ordered after *any* of them is reported whatever the interleaving),
 how many asynchronous writes to it are in flight, and whether it belongs to an
 initialised mbarrier (then only mbarrier operations may touch it).  A read or
 write not ordered after the conflicting accesses raises ``ProtocolError``
-(concurrent atomics do not conflict).
+(concurrent atomics do not conflict).  ``global_memory.GlobalShadow`` keeps the
+same history for the bytes of the global buffers (no asynchronous writes, no
+mbarriers there), a record per run of bytes accessed together.
 """
 
 from __future__ import annotations
@@ -43,10 +46,12 @@ __all__ = ["ProtocolError", "RULES", "SCOPES", "Releases", "Shadow", "Schedule",
 RULES = {
     "hang": "a barrier phase that can never complete (on hardware: a hang)",
     "race": "PTX ISA, Memory Consistency Model: conflicting accesses not ordered by "
-            "causality order (a data race; the reader may see the old bytes)",
+            "causality order (a data race: a read may see the old or the new bytes; a "
+            "write after a read it is not ordered after is a write-after-read)",
     "early-read": "PTX ISA, mbarrier / st.async: the destination of an asynchronous "
                   "store accessed before the thread observed the completion of the "
-                  "mbarrier phase that tracks it",
+                  "mbarrier phase that tracks it (a write over such bytes that a thread "
+                  "read since, unordered with that read, is a race: write-after-read)",
     "red.async-self": "PTX ISA, red.async: the destination shared memory and the "
                       "mbarrier must be in a CTA other than the executing thread's",
     "st.async-cluster-of-one": "PTX ISA, st.async/red.async: undefined in a cluster "
@@ -65,6 +70,20 @@ RULES = {
     "barrier-memory": "PTX ISA, mbarrier: an access other than an mbarrier operation to "
                       "the 8 bytes of an initialised mbarrier (undefined until "
                       "mbarrier.inval)",
+    "barrier-reinit": "PTX ISA, mbarrier.init: performing mbarrier.init on a location "
+                      "holding a valid mbarrier object is undefined (mbarrier.inval "
+                      "it first)",
+    "arrive-nocomplete": "PTX ISA, mbarrier.arrive: the behavior is undefined if an "
+                         "arrive-on operation with .noComplete causes the mbarrier to "
+                         "complete its current phase",
+    "collective-mask": "PTX ISA, shfl.sync / vote.sync / elect.sync / bar.warp.sync: the "
+                       "behavior is undefined if the executing thread is not in the "
+                       "membermask",
+    "aligned-divergence": "PTX ISA, .aligned: all threads in the warp must execute the "
+                          "same .aligned instruction (in conditionally executed code, only "
+                          "if all threads evaluate the condition identically)",
+    "barrier-count": "PTX ISA, bar / barrier: the thread count b \"must be a multiple "
+                     "of the warp size\" (and positive)",
     "exit": "CUDA Programming Guide, distributed shared memory: every access to a "
             "CTA's shared memory (and arrive on its mbarriers) from another CTA must "
             "complete before the target CTA exits",
@@ -86,13 +105,40 @@ SCHEDULES = SLOW_SCHEDULES if os.environ.get("MAS_EMU_SLOW", "") not in ("", "0"
 class ProtocolError(RuntimeError):
   """A violated synchronisation rule; ``rule`` is a key of RULES.  Where one thread's
   instruction broke it: ``cta``, ``thread``, ``ptx_line`` (1-based, in the PTX text)
-  and ``instruction``; else they are None (a hang, a landing asynchronous store)."""
+  and ``instruction``; else they are None (a hang, a landing asynchronous store).
+  ``source`` / ``other_source``: the user's "file:line" (the PTX's ``.loc``) of that
+  instruction and of the earlier access it conflicts with (a race, an early read),
+  or None (``check_ptx`` reads a missing ``source`` off ``ptx_line``).  Whoever
+  re-raises it to say where raises ``from`` it, so that ``along_causes`` still finds
+  what the first one knew."""
 
   def __init__(self, rule: str, detail: str, *, cta=None, thread=None, ptx_line=None,
-               instruction=None):
+               instruction=None, source=None, other_source=None):
     self.rule, self.detail = rule, detail
     self.cta, self.thread, self.ptx_line, self.instruction = cta, thread, ptx_line, instruction
+    self.source, self.other_source = source, other_source
     super().__init__(f"{detail} [{rule}: {RULES[rule]}]")
+
+  def along_causes(self, name: str):
+    """The first ``name`` that is not None, of this error or of the ProtocolErrors
+    it was raised from."""
+    e = self
+    while isinstance(e, ProtocolError):
+      if getattr(e, name, None) is not None:
+        return getattr(e, name)
+      e = e.__cause__
+    return None
+
+
+def shown_source(source: str) -> str:
+  """A "file:line" as messages show it: the file relative to the working folder when
+  it lies in it (so that a report reads the same on every checkout)."""
+  path, _, line = source.rpartition(":")
+  try:
+    relative = os.path.relpath(path) if os.path.isabs(path) else path
+  except ValueError:   # another drive (Windows)
+    relative = path
+  return f"{path if relative.split(os.sep)[0] == os.pardir else relative}:{line}"
 
 
 def tags_morally_strong(a, b) -> bool:
@@ -253,6 +299,11 @@ class Schedule:
   def yields(self) -> bool:
     """Whether a thread pauses after a synchronising instruction."""
     return self.yield_p > 0 and self.rng.random() < self.yield_p
+
+  def pick_leader(self, n: int) -> int:
+    """Which of ``n`` lanes (in lane order) ``elect.sync`` elects: the ISA leaves it
+    to the hardware, so schedule 0 takes the lowest, 1 the highest, others any."""
+    return 0 if self.seed == 0 else n - 1 if self.seed == 1 else self.rng.randrange(n)
 
   def landing_now(self, inflight: list) -> list:
     """The in-flight operations that land now, while threads can still run."""

@@ -2,7 +2,8 @@
 and examples of the forms it runs and of those it refuses.
 
 An instruction's base opcode (the text before the first ``.``) selects its
-``Opcode``; the handler, a method of ``interp.PtxKernel``, checks the qualifiers
+``Opcode``; the handler (a method of ``interp.PtxKernel``, or a ``module.function``
+of a family module that ``interp._FAMILIES`` lists, e.g. ``warp.shfl``) checks the qualifiers
 and operands and returns the function that executes the instruction, or raises
 NotImplementedError naming the opcode.  A base opcode missing from the table is
 refused the same way.  Everything happens when the kernel is parsed, so no
@@ -29,7 +30,8 @@ EXAMPLE_REGISTERS = (".reg .pred %p<8>;", ".reg .b16 %h<8>;", ".reg .b32 %r<32>;
 
 @dataclasses.dataclass(frozen=True)
 class Opcode:
-  """One base opcode: ``handler`` (the PtxKernel method that compiles it; None for
+  """One base opcode: ``handler`` (the PtxKernel method, or ``module.function`` of a
+  family module, that compiles it; None for
   ``bra``, which the parser resolves), statements it runs and statements it refuses."""
 
   handler: str | None
@@ -207,11 +209,11 @@ OPCODES: dict[str, Opcode] = {
                                   "barrier.cluster.arrive.relaxed.aligned",
                                   "barrier.cluster.wait", "barrier.cluster.wait.aligned"),
                       ("barrier.cluster.arrive.acquire", "barrier.red.or.pred %p1, 0, %p2")),
-    "shfl": Opcode("_collective", ("shfl.sync.idx.b32 %r1, %r2, 0, 31, -1",
+    "shfl": Opcode("warp.shfl", ("shfl.sync.idx.b32 %r1, %r2, 0, 31, -1",
                                    "shfl.sync.bfly.b32 %r1|%p1, %r2, 1, 31, -1"),
                    ("shfl.sync.up.b32 %r1, %r2, 1, 0, -1",)),
-    "elect": Opcode("_collective", ("elect.sync %r1|%p1, -1",)),
-    "vote": Opcode("_vote", ("vote.sync.all.pred %p1, %p2, -1", "vote.sync.any.pred %p1, %p2, -1",
+    "elect": Opcode("warp.elect", ("elect.sync %r1|%p1, -1",)),
+    "vote": Opcode("warp.vote", ("vote.sync.all.pred %p1, %p2, -1", "vote.sync.any.pred %p1, %p2, -1",
                              "vote.sync.uni.pred %p1, %p2, -1",
                              "vote.sync.ballot.b32 %r1, %p2, -1"),
                    ("vote.all.pred %p1, %p2", "vote.sync.any.b32 %r1, %p2, -1")),

@@ -17,7 +17,7 @@ import dataclasses
 import numpy as np
 
 from mosaic_async_store.check.interp import Memref, PtxKernel
-from mosaic_async_store.check.memory import ProtocolError
+from mosaic_async_store.check.memory import ProtocolError, shown_source
 from mosaic_async_store.errors import refuse, refuse_type
 
 __all__ = ["Finding", "Report", "check_ptx", "MAX_BLOCK", "MAX_CLUSTER", "MAX_SMEM_BYTES"]
@@ -37,6 +37,10 @@ class Finding:
       asynchronous store, whose message names the parties).
     ptx_line: that instruction's line in the PTX text (1-based), or None.
     schedule: the schedule's seed.
+    source: that instruction's line in the user's source, "path/to/file.py:42", from
+      the PTX's line info (``.file`` / ``.loc``: ``check`` compiles with it), or None.
+    other_source: the same for the earlier access it conflicts with (a race, an early
+      read: the message names that access), or None.
   """
 
   rule: str
@@ -45,10 +49,15 @@ class Finding:
   thread: int | None
   ptx_line: int | None
   schedule: int
+  source: str | None = None
+  other_source: str | None = None
 
   def __str__(self) -> str:
     where = "" if self.cta is None else f"CTA {self.cta} thread {self.thread}, "
-    line = "" if self.ptx_line is None else f"PTX line {self.ptx_line}, "
+    at = [] if self.ptx_line is None else [f"PTX line {self.ptx_line}"]
+    if self.source is not None:   # the user's line, next to the PTX line
+      at.append(f"({shown_source(self.source)})" if at else shown_source(self.source))
+    line = f"{' '.join(at)}, " if at else ""
     return f"[{self.rule}] {where}{line}schedule {self.schedule}: {self.message}"
 
 
@@ -162,7 +171,9 @@ def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1,
         out = kernel.launch(current, cluster=cx, smem_bytes=int(smem_bytes), block=bx,
                             schedule=seed, first_cta=first, grid_ctas=gx)
       except ProtocolError as e:
-        findings.append(Finding(e.rule, e.detail, e.cta, e.thread, e.ptx_line, seed))
+        findings.append(Finding(e.rule, e.detail, e.cta, e.thread, e.ptx_line, seed,
+                                e.source or kernel.source_at(e.ptx_line),
+                                e.along_causes("other_source")))
         continue
       except NotImplementedError as e:   # the checker's limit, not the kernel's fault
         raise refuse("ptx", " ".join(str(e).split()), "instructions and run-time cases "

@@ -2,9 +2,9 @@
 
 Mixed into ``interp.PtxKernel``, which provides ``self.code`` /
 ``self.texts`` (the compiled instructions and their text), ``self.params``,
-``_pack_params``, ``self.local_bytes`` and ``self.collectives``; the
+``_pack_params`` and ``self.local_bytes``; the
 synchronisation methods (``_observe`` from ``sync``, ``_cluster_woken``,
-``_named_after_exit`` and ``_named_state`` from ``barriers``) and ``_land`` from
+``_barriers_after_exit`` and ``_named_state`` from ``barriers``) and ``_land`` from
 ``access``.
 
 Polling.  A thread that spins on a strong load (``strong``) or ``nanosleep`` yields
@@ -23,6 +23,7 @@ import gc
 
 import numpy as np
 
+from mosaic_async_store.check import warp
 from mosaic_async_store.check.access import AsyncOp
 from mosaic_async_store.check.memory import ProtocolError, Schedule, Shadow
 from mosaic_async_store.check.sync import BLOCK, YIELD
@@ -31,11 +32,6 @@ __all__ = ["EXIT", "Thread", "Runner"]
 
 EXIT = object()   # returned by an instruction: this thread stops
 LOOP_YIELD = 64   # a thread yields after this many backward jumps in a row
-
-
-def _group(th):
-  """The group a thread waiting at a warp collective waits with: ("warp", CTA, warp)."""
-  return "warp", th.cta, th.tid // 32
 
 
 class Thread:
@@ -50,12 +46,14 @@ class Thread:
   backward branch it yielded at); ``poll_seen`` / ``poll_epoch``: the
   states it polled in since the epoch it names, see the module doc; ``back_jumps``:
   the backward jumps it took, against a runaway loop; ``poll_what``: (pc, wait) of
-  the mbarrier wait it last timed out on, which a parked poll loop is waiting for)."""
+  the mbarrier wait it last timed out on, which a parked poll loop is waiting for;
+  ``tried_wait``: the mbarrier wait that last returned false to it (sync.py);
+  ``released``: per location it wrote with a release, that release (strong.py))."""
 
   __slots__ = ("regs", "pc", "cta", "tid", "state", "wait", "cluster_arrived", "local",
                "slot", "vc", "unscoped", "unscoped_pair", "seen", "fence_rel", "pending_obs",
                "remote_since", "polled", "poll_pc", "poll_seen", "poll_epoch", "back_jumps",
-               "poll_what")
+               "poll_what", "tried_wait", "released")
 
   def __init__(self, cta, tid, special, local_bytes, slot, nslots):
     self.regs, self.pc, self.cta, self.tid = dict(special), 0, cta, tid
@@ -65,7 +63,7 @@ class Thread:
     self.seen, self.unscoped_pair = np.zeros(nslots, np.int64), None
     self.vc[slot], self.fence_rel, self.pending_obs, self.remote_since = 1, None, [], None
     self.polled, self.poll_seen, self.poll_epoch, self.back_jumps = False, set(), -1, 0
-    self.poll_what, self.poll_pc = None, None
+    self.poll_what, self.poll_pc, self.tried_wait, self.released = None, None, None, {}
 
 
 class Runner:
@@ -116,6 +114,7 @@ class Runner:
     self.exited = [False] * cluster
     self.remote_arrivals = [{} for _ in range(cluster)]   # CTA -> {thread slot: clock}
     self.named, self.flags = {}, {}   # barriers.py's named barriers; strong.py's flags
+    self.warp_arrivals, self.cluster_lanes = {}, {}   # barriers.py: warps arriving
     self.epoch, self.parked = 0, []   # see the module doc (polling)
     self.grid_clusters = (grid_ctas or cluster) // cluster
     yz = {f"%{r}.{ax}": n for ax in "yz" for r, n in (   # the same for every thread
@@ -137,7 +136,7 @@ class Runner:
     # that blocks costs O(1) unless its synchronisation may now complete):
     self.blocked = {}                           # thread slot -> blocked thread
     self.alive, self.alive_total = [block] * cluster, cluster * block   # not exited
-    self.group_waiting = {}                     # ("warp", cta, warp) -> waiting
+    self.group_waiting = {}                     # (cta, warp) -> lanes at collectives
     self.cluster_reached = [cluster * block]    # [k]: threads with >= k cluster arrives
     self.cluster_waiting = 0                    # threads blocked in barrier.cluster.wait
     while True:
@@ -187,9 +186,9 @@ class Runner:
     self.alive[c] -= 1
     self.alive_total -= 1
     self.epoch += 1
-    if self.cluster_waiting:
-      self.dirty = True   # the barriers wait for the non-exited threads only
-    self._named_after_exit(c)
+    if self.cluster_waiting or self.group_waiting.get((c, th.tid // 32)):
+      self.dirty = True   # barriers and warp collectives wait for non-exited threads only
+    self._barriers_after_exit(th)   # warps wait for their non-exited lanes
     if self.alive[c]:
       return
     self.exited[c] = True
@@ -304,10 +303,10 @@ class Runner:
     """``th`` now waits (``th.wait``); marks the run dirty if that may complete."""
     self.blocked[th.slot] = th
     kind = th.wait[0]
-    if kind == "warp":
-      key = _group(th)
+    if kind == "warp":   # (warp.py) dirty once every live member lane may wait
+      key = (th.cta, th.tid // 32)
       n = self.group_waiting[key] = self.group_waiting.get(key, 0) + 1
-      if n >= 32:
+      if n >= len(warp.live_lanes(self, th.cta, th.tid // 32, th.wait[1].mask)):
         self.dirty = True
     elif kind == "cluster":
       self.cluster_waiting += 1
@@ -325,7 +324,7 @@ class Runner:
   def _resume(self, th):
     kind = th.wait[0]
     if kind == "warp":
-      self.group_waiting[_group(th)] -= 1
+      self.group_waiting[(th.cta, th.tid // 32)] -= 1
     elif kind == "cluster":
       self.cluster_waiting -= 1
     del self.blocked[th.slot]
@@ -372,7 +371,7 @@ class Runner:
 
   def _resolve(self):
     """Releases every thread whose synchronisation can complete now."""
-    woke, groups, self.dirty = False, {}, False
+    woke, lanes, self.dirty = False, [], False
     blocked = [self.blocked[s] for s in sorted(self.blocked)]   # in thread order
     if self.cluster_waiting:
       # barrier.cluster.wait waits for the cluster's non-exited threads (PTX ISA)
@@ -390,11 +389,5 @@ class Runner:
         self._resume(th)
         woke = True
       elif kind == "warp":
-        groups.setdefault(_group(th), []).append(th)
-    for ths in groups.values():
-      if len(ths) == 32 and len({th.wait for th in ths}) == 1:
-        self.collectives[ths[0].wait[1]](sorted(ths, key=lambda x: x.tid))
-        for th in ths:
-          self._resume(th)
-        woke = True
-    return woke
+        lanes.append(th)
+    return warp.meet(self, lanes) or woke if lanes else woke

@@ -14,7 +14,9 @@ The PTX ISA's rules, as run here (Memory Consistency Model):
     other's thread, and they overlap completely: ``memory.tags_morally_strong``) do
     not race; every other pair of conflicting accesses must be ordered.
   * "Release and acquire patterns" / "Synchronizes-with": a release (``.release``,
-    ``.acq_rel``, or a relaxed write after a release fence) synchronises with an
+    ``.acq_rel``, a relaxed write after a release fence, or a strong write after a
+    release on the same location by the same thread: the ISA's release pattern "a
+    release operation on M followed by a strong write on M in program order") synchronises with an
     acquire (``.acquire``, ``.acq_rel``, or a relaxed read followed by an acquire
     fence) that reads the value it wrote, or a value written by an atomic
     read-modify-write after it (``red``, ``atom``: the release sequence of the C++
@@ -162,6 +164,12 @@ class StrongSemantics:
     writers = {} if old is None else dict(old[2])
     writers[th.slot] = int(th.vc[th.slot])
     self._forget_flags(buf, off, size)
+    if sem in ("release", "acq_rel"):   # what a later strong write of th continues
+      mine = Releases()
+      mine.add(th.cta, scope, th.vc)
+      th.released[(key, size)] = mine
+    elif (key, size) in th.released:   # a release pattern: th's earlier release on
+      releases = releases.merged(th.released[(key, size)])   # the location, then this
     self._release(th, sem, scope, releases)   # (advances th's clock)
     self.flags[key] = (size, releases, writers)
 

@@ -1,9 +1,9 @@
-"""Synchronisation semantics of the PTX checker: mbarriers, fences, warp
-collectives, each with its memory-ordering effect (CTA and cluster barriers:
-``barriers``).
+"""Synchronisation semantics of the PTX checker: mbarriers and fences, each with its
+memory-ordering effect (CTA and cluster barriers: ``barriers``; warp collectives:
+``warp``).
 
 Mixed into ``interp.PtxKernel``, which provides ``self.mbar`` (barrier key
--> ``Mbarrier``), ``self.code``, ``self.collectives``, ``self.sched``,
+-> ``Mbarrier``), ``self.code``, ``self.sched``,
 ``_set``, ``_mem`` and ``_bar_key``.  Semantics and scopes come from the
 opcode's qualifiers with the ISA's defaults: ``mbarrier.arrive`` is
 ``.release.cta``, ``mbarrier.try_wait`` ``.acquire.cta``.  Every change of an
@@ -33,6 +33,45 @@ def sem_scope(mods, default_sem):
   return sem, scope
 
 
+# The qualifiers of each mbarrier form besides .sem, .scope, the state space and .b64
+# (PTX ISA, mbarrier): (flags it may take, its .sem values, its state spaces).
+_CTA_SPACES = (None, "shared", "shared::cta")
+_MBARRIER_FORMS = {
+    "init": ((), (), _CTA_SPACES), "inval": ((), (), _CTA_SPACES),
+    "arrive": (("expect_tx", "noComplete"), ("release", "relaxed"),
+               _CTA_SPACES + ("shared::cluster",)),
+    "expect_tx": ((), ("relaxed",), _CTA_SPACES + ("shared::cluster",)),
+    "complete_tx": ((), ("relaxed",), _CTA_SPACES + ("shared::cluster",)),
+    "try_wait": (("parity",), ("acquire", "relaxed"), _CTA_SPACES),
+    "test_wait": (("parity",), ("acquire", "relaxed"), _CTA_SPACES),
+}
+_MBARRIER_OPERANDS = {"init": (2,), "inval": (1,), "arrive": (2, 3), "expect_tx": (2,),
+                      "complete_tx": (2,), "try_wait": (3, 4), "test_wait": (3,)}
+
+
+def _mbarrier_form(mods, ops, space):
+  """The form of an mbarrier instruction, once every qualifier and the operand count
+  are checked against the ISA's grammar (anything else is refused by name)."""
+  form = mods[0] if mods else None
+  if form not in _MBARRIER_FORMS:
+    raise NotImplementedError(f"opcode mbarrier.{'.'.join(mods)}")
+  flags, sems, spaces = _MBARRIER_FORMS[form]
+  rest = [m for m in mods[1:] if m not in ("b64", space)]
+  sem = [m for m in rest if m in SEMS]
+  scope = [m for m in rest if m in SCOPES]
+  other = [m for m in rest if m not in SEMS and m not in SCOPES]
+  bad = (len(mods) != len(set(mods)) or space not in spaces or len(sem) > 1 or
+         len(scope) > 1 or (sem and sem[0] not in sems) or
+         (scope and scope[0] not in ("cta", "cluster")) or not set(other) <= set(flags) or
+         len(ops) not in _MBARRIER_OPERANDS[form] or "b64" not in mods[1:] or
+         ("expect_tx" in other and "noComplete" in other) or
+         ("noComplete" in other and (len(ops) != 3 or space == "shared::cluster")))
+  if bad:
+    raise NotImplementedError(f"opcode mbarrier.{'.'.join(mods)} (not a form of "
+                              f"mbarrier.{form} the checker runs exactly)")
+  return form
+
+
 class Mbarrier:
   """One mbarrier: phase, pending arrivals, tx-count, expected arrivals; the
   clocks released into the current phase and, per completed phase, everything
@@ -55,17 +94,22 @@ class Mbarrier:
 
 
 class SyncSemantics:
-  """mbarrier.*, fences, shfl.sync / elect.sync / vote.sync / bar.warp.sync (the CTA
-  and cluster barriers are ``barriers.BarrierSemantics``)."""
+  """mbarrier.* and fences; the entries of bar.warp.sync and of the .aligned matrix
+  collectives into ``warp`` (the CTA and cluster barriers are
+  ``barriers.BarrierSemantics``)."""
 
   # -- mbarriers ---------------------------------------------------------------
 
   def _mbarrier(self, mods, ops, src, space):
-    if mods[0] == "init":
+    form = _mbarrier_form(mods, ops, space)
+    if form == "init":
       def init(th, addr=src[0], count=src[1]):
         key, n = self._bar_key(th, space, addr(th)), count(th)
         if not 1 <= n <= TX_LIMIT:
           raise ProtocolError("count-range", f"mbarrier.init with count {n}")
+        if key in self.mbar:
+          raise ProtocolError("barrier-reinit", f"mbarrier.init on {self.mbar[key].describe()}"
+                              ", which is initialised and not invalidated")
         # Two clock slots per barrier: its asynchronous data, and its initialisation
         # (so that fence.mbarrier_init can release the inits alone).
         slot = self.barrier_slot0 + 2 * self.barriers_made
@@ -77,7 +121,7 @@ class SyncSemantics:
         self.mbar[key] = Mbarrier(key, slot, n, (slot + 1, 1))
         self.shadow[key[0]].mbar_bytes[key[1]:key[1] + 8] = b"\x01" * 8
       return init
-    if mods[0] == "inval":
+    if form == "inval":
       def inval(th, addr=src[0]):
         key = self._bar_key(th, space, addr(th))
         self._barrier(th, th.vc, key)
@@ -85,33 +129,13 @@ class SyncSemantics:
         self.epoch += 1
         self.shadow[key[0]].mbar_bytes[key[1]:key[1] + 8] = bytes(8)
       return inval
-    if mods[0] == "arrive" and len(ops) in (2, 3):
-      # [state,] [addr], tx-count with .expect_tx; else [state,] [addr], arrive-count
-      expect, zero, one = "expect_tx" in mods, (lambda th: 0), (lambda th: 1)
-      addr, put = src[1], self._set(ops[0], 64)
-      tx = src[2] if expect and len(ops) == 3 else zero
-      count = src[2] if not expect and len(ops) == 3 else one
-      sem, scope = sem_scope(mods, "release")
-      def arrive(th):  # the expect-tx operation first, then the arrive-on operation
-        bar = self._barrier(th, th.vc, space, addr(th))
-        if bar.key[0] != th.cta:   # the exit rule: it must complete before that CTA exits
-          self.remote_arrivals[bar.key[0]][th.slot] = int(th.vc[th.slot])
-        bar.arrivals[th.slot] = int(th.vc[th.slot])
-        self._release(th, sem, scope, bar.releases)
-        self._add_tx(bar, tx(th))
-        bar.pending -= count(th)
-        if bar.pending < 0:
-          raise ProtocolError("arrival-overflow", f"CTA {th.cta} thread {th.tid} arrives on "
-                              f"{bar.describe()}")
-        put(th, bar.phase)
-        self._advance(bar)
-        return YIELD if self.sched.yields() else None
-      return arrive
-    if mods[0] == "expect_tx":
+    if form == "arrive":
+      return self._arrive(mods, ops, src, space)
+    if form == "expect_tx":
       def expect(th, addr=src[0], tx=src[1]):
         self._add_tx(self._barrier(th, th.vc, space, addr(th)), tx(th))
       return expect
-    if mods[0] == "complete_tx" and len(ops) == 2:
+    if form == "complete_tx":
       # tx-count decremented as an asynchronous transfer's completion does (no data,
       # no ordering: the ISA's only .sem for it is .relaxed)
       def complete(th, addr=src[0], tx=src[1]):
@@ -119,23 +143,70 @@ class SyncSemantics:
         self._add_tx(bar, -tx(th))
         self._advance(bar)
       return complete
-    if mods[0] in ("try_wait", "test_wait") and len(ops) in (3, 4):
-      # .parity: the operand is the parity of the phase to wait for; otherwise it is
-      # the state an arrive returned (here: the phase number), whose parity it is.
-      # test_wait (non-blocking) is run as try_wait: a poll loop around it waits the
-      # same way; its early "false" answers are not explored.
-      pred, addr, parity = ops[0][1], src[1], src[2]
-      sem, scope = sem_scope(mods, "acquire")
-      def try_wait(th):
-        bar, par = self._barrier(th, th.vc, space, addr(th)), parity(th) & 1
-        if bar.phase & 1 != par:   # the phase of that parity has completed
-          self._observe(th, bar, sem, scope)
-          th.regs[pred] = 1
-          return None
-        th.wait = ("mbar", bar.key, par, pred, sem, scope)
-        return BLOCK
-      return try_wait
-    raise NotImplementedError(f"opcode mbarrier.{'.'.join(mods)}")
+    return self._wait(mods, ops, src, space)
+
+  def _arrive(self, mods, ops, src, space):
+    """``mbarrier.arrive{.expect_tx|.noComplete}``: [state,] [addr], tx-count with
+    .expect_tx, else an optional arrive-count (mandatory with .noComplete)."""
+    expect, zero, one = "expect_tx" in mods, (lambda th: 0), (lambda th: 1)
+    no_complete = "noComplete" in mods
+    addr, put = src[1], self._set(ops[0], 64)
+    tx = src[2] if expect and len(ops) == 3 else zero
+    count = src[2] if not expect and len(ops) == 3 else one
+    sem, scope = sem_scope(mods, "release")
+    def arrive(th):  # the expect-tx operation first, then the arrive-on operation
+      bar = self._barrier(th, th.vc, space, addr(th))
+      if bar.key[0] != th.cta:   # the exit rule: it must complete before that CTA exits
+        self.remote_arrivals[bar.key[0]][th.slot] = int(th.vc[th.slot])
+      bar.arrivals[th.slot] = int(th.vc[th.slot])
+      self._release(th, sem, scope, bar.releases)
+      self._add_tx(bar, tx(th))
+      bar.pending -= count(th)
+      if bar.pending < 0:
+        raise ProtocolError("arrival-overflow", f"CTA {th.cta} thread {th.tid} arrives on "
+                            f"{bar.describe()}")
+      if no_complete and bar.pending == 0 and bar.tx == 0:
+        raise ProtocolError("arrive-nocomplete", f"CTA {th.cta} thread {th.tid}'s "
+                            f"arrive.noComplete completes the phase of {bar.describe()}")
+      put(th, bar.phase)
+      self._advance(bar)
+      return YIELD if self.sched.yields() else None
+    return arrive
+
+  def _wait(self, mods, ops, src, space):
+    """``mbarrier.test_wait`` / ``try_wait``: the predicate says whether the phase
+    completed.  .parity: the operand is the parity of the phase to wait for; else
+    it is the state an arrive returned (here: the phase number), whose parity it is.
+
+    Both may return false (PTX ISA: test_wait is non-blocking; try_wait returns when
+    the phase completes or a time limit expires), and a program that proceeds on
+    false observes nothing.  So the failed wait is explored: test_wait on an
+    unfinished phase returns false (and yields: a poll); a wait whose phase has
+    completed, but which this thread has not observed before, returns false on its
+    first try (it could have run before the completion) and the truth when the
+    thread retries it (same instruction, barrier and phase); try_wait on an
+    unfinished phase, retried, blocks until the phase completes (``run``), or
+    returns false once nothing can make progress any more."""
+    pred, addr, parity = ops[0][1], src[1], src[2]
+    sem, scope = sem_scope(mods, "acquire")
+    blocking, pc = mods[0] == "try_wait", len(self.code)
+    def wait(th):
+      bar, par = self._barrier(th, th.vc, space, addr(th)), parity(th) & 1
+      done = bar.phase & 1 != par   # the phase of that parity has completed
+      instance = (pc, bar.key, par, bar.phase)
+      if done and (th.tried_wait == instance or th.seen[bar.slot] >= bar.phase):
+        self._observe(th, bar, sem, scope)
+        th.regs[pred] = 1
+        return None
+      if th.tried_wait != instance or not blocking:
+        th.tried_wait, th.regs[pred] = instance, 0
+        if done or not blocking:
+          th.polled = True   # (a poll: the run parks it if nothing changes)
+          return YIELD
+        return None
+      th.wait = ("mbar", bar.key, par, pred, sem, scope)
+      return BLOCK
+    return wait
 
   def _barrier(self, th_or_none, vc, space_or_key, addr=None):
     """The Mbarrier at ``addr``; its initialisation must be visible to ``vc``."""
@@ -201,7 +272,9 @@ class SyncSemantics:
     only operations on the thread's own CTA's shared memory: accesses it made to
     other CTAs' shared memory are left out of what it releases (from the first
     such access on: conservative).  ``.sync_restrict::shared::cluster`` (acquire
-    only) covers all shared memory, which is all the checker tracks.
+    only) covers all shared memory.  A thread's clock does not tell state spaces
+    apart, so both also order its global-memory accesses (a limit: a global race
+    ordered only by such a fence is not reported).
     ``fence.mbarrier_init.release.cluster`` releases the thread's earlier
     ``mbarrier.init``s and nothing else.  ``fence.proxy.*`` orders proxies, which
     are not modelled."""
@@ -255,87 +328,19 @@ class SyncSemantics:
   def _fence_op(self, ins):
     return self._fence(ins.mods)
 
-  def _collective(self, ins):
-    """shfl.sync.idx / .bfly (b32), elect.sync."""
-    if ins.mods not in ((["sync"],) if ins.base == "elect" else
-                        (["sync", "idx", "b32"], ["sync", "bfly", "b32"])):
-      raise NotImplementedError(f"opcode {ins.opcode}")
-    return self._warp_collective(ins.base, ins.mods, ins.ops, ins.src)
-
-  # -- warp collectives -----------------------------------------------------------
+  # -- warp collectives (warp.py) ---------------------------------------------------
 
   def _warp_collective_at(self, k, resolve):
-    """Registers ``resolve(lanes)`` for instruction ``k``; the returned instruction
-    blocks its lane until all 32 lanes of the warp wait at ``k`` (run.Runner then
-    calls ``resolve`` with them in lane order)."""
-    self.collectives[k] = resolve
-
-    def block(th):
-      th.wait = ("warp", k)
-      return BLOCK
-    return block
-
-  def _warp_collective(self, base, mods, ops, src):
-    """The lane blocks; ``resolve`` runs once all 32 lanes wait at this instruction."""
-    dest = ops[0][1:] if ops[0][0] == "pair" else (ops[0],)
-    puts = [self._set(dest[0], 32)] + [self._set(o, 1) for o in dest[1:]]
-    k = len(self.code)
-
-    def resolve(lanes):
-      if any(src[-1](th) & 0xFFFFFFFF != 0xFFFFFFFF for th in lanes):
-        raise NotImplementedError(f"{base} with a partial member mask")
-      vals = [src[1](th) for th in lanes] if base == "shfl" else None
-      for lane, th in enumerate(lanes):
-        if base == "elect":   # full mask: lane 0 leads; every lane learns its id
-          j, ok = 0, lane == 0
-        else:                 # c = segment mask << 8 | clamp
-          b, c = src[2](th), src[3](th)
-          lo = lane & (c >> 8) & 31
-          hi = lo | (c & 31 & ~(c >> 8))
-          j = lane ^ b if mods[1] == "bfly" else lo | (b & ~(c >> 8) & 31)
-          ok = j <= hi
-          j = vals[j if ok else lane]
-        puts[0](th, j)
-        if len(puts) > 1:
-          puts[1](th, ok)
-    return self._warp_collective_at(k, resolve)
-
-  def _vote(self, ins):
-    """``vote.sync.{all,any,uni}.pred d, p, membermask`` and ``vote.sync.ballot.b32``,
-    full member mask only: the lanes meet, then each gets the warp's vote (ballot:
-    bit i is lane i's predicate).  PTX ISA, vote: no memory ordering is implied."""
-    mode = ins.mods[1] if len(ins.mods) == 3 and ins.mods[0] == "sync" else None
-    if (mode, ins.mods[-1]) not in (("all", "pred"), ("any", "pred"), ("uni", "pred"),
-                                    ("ballot", "b32")) or len(ins.ops) != 3 or \
-       ins.ops[0][0] != "reg" or ins.src[1] is None:
-      raise NotImplementedError(f"opcode {ins.opcode}")
-    put, pred, mask = self._set(ins.ops[0], 32 if mode == "ballot" else 1), ins.src[1], ins.src[2]
-    k = len(self.code)
-
-    def resolve(lanes):
-      if any(mask(th) & 0xFFFFFFFF != 0xFFFFFFFF for th in lanes):
-        raise NotImplementedError("vote.sync with a partial member mask")
-      bits = [pred(th) & 1 for th in lanes]
-      value = {"all": int(all(bits)), "any": int(any(bits)), "uni": int(len(set(bits)) == 1),
-               "ballot": sum(b << i for i, b in enumerate(bits))}[mode]
-      for th in lanes:
-        put(th, value)
-    return self._warp_collective_at(k, resolve)
+    """The meeting of an ``.aligned`` collective at instruction ``k`` (the one being
+    compiled): ``resolve(lanes)`` runs once the warp's 32 lanes wait there."""
+    from mosaic_async_store.check import warp   # (warp.py imports this module)
+    assert k == len(self.code)
+    return warp.aligned_collective(self, resolve)
 
   def _warp_sync(self, mask):
-    """``bar.warp.sync mask`` (full mask only): the warp's lanes meet, and each one's
-    earlier accesses happen before every lane's later ones (PTX ISA, bar.warp.sync:
-    it "guarantees memory ordering among threads participating in barrier")."""
-    k = len(self.code)
-
-    def resolve(lanes):
-      if any(mask(th) & 0xFFFFFFFF != 0xFFFFFFFF for th in lanes):
-        raise NotImplementedError("bar.warp.sync with a partial member mask")
-      joined = np.maximum.reduce([th.vc for th in lanes])
-      for th in lanes:
-        th.vc[:] = joined
-        th.vc[th.slot] += 1
-    return self._warp_collective_at(k, resolve)
+    """``bar.warp.sync membermask`` (warp.py)."""
+    from mosaic_async_store.check import warp
+    return warp.warp_sync(self, mask)
 
   def _bar_key(self, th, space, addr):
     buf, off = self._mem(th, space, addr, 8)

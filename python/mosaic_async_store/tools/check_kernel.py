@@ -64,13 +64,26 @@ def kernel_parameters(mlir: str) -> list[int]:
   return [i for _, i in sorted(uses)]
 
 
+def _package_folders() -> tuple[str, ...]:
+  """This package's folders (with the lowering), each ending in a separator."""
+  import os
+  import mosaic_async_store.lowering as lowering
+  package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  return tuple(os.path.join(p, "") for p in (package, *lowering.__path__))
+
+
 def _lower(fn, specs):
+  """The kernel's MLIR (for its launch shape and parameters) and its PTX with line
+  info: each finding then names the user's Python line (``Finding.source``), the
+  line that called this package's helpers rather than the helper's own."""
+  from mosaic_async_store import compat
   from mosaic_async_store.tools.toolchain import CompileError, mlir_to_ptx
   from mosaic_async_store.tools.user_kernel import first_error, lower_kernel
-  module = lower_kernel(fn, specs)
+  with compat.frames_not_user(*_package_folders()):
+    module = lower_kernel(fn, specs)
   mlir = str(module)
-  try:
-    return mlir, mlir_to_ptx(module)   # only the PTX is run: no ptxas or SASS needed
+  try:   # only the PTX is run: no ptxas or SASS needed
+    return mlir, mlir_to_ptx(module, line_info=True)
   except CompileError as e:
     raise refuse("fn", f"<kernel {getattr(fn, '__name__', type(fn).__name__)}>",
                  "a kernel the deviceless toolchain compiles", first_error(str(e))) from None

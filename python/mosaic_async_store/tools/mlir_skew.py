@@ -174,7 +174,9 @@ def kernel_functions(text: str) -> list[tuple[int, int]]:
   the start of its first line to the end of its closing line."""
   spans = []
   for m in _FUNC_OPEN.finditer(text):
-    close = re.compile(rf"^{m.group(1)}\}}\)(?: \{{(.*)\}})? : \(\) -> \(\)$", re.M)
+    # (a location after the type: mlir-opt --mlir-print-debuginfo, the checker's path)
+    close = re.compile(rf"^{m.group(1)}\}}\)(?: \{{(.*)\}})? : \(\) -> \(\)(?: loc\(.*\))?$",
+                       re.M)
     end = close.search(text, m.end())
     if end is not None and "nvvm.kernel" in (end.group(1) or ""):
       spans.append((m.start(), end.end()))

@@ -27,6 +27,7 @@ import tempfile
 from typing import Any
 
 from mosaic_async_store import errors
+from mosaic_async_store.tools.mlir_locations import launch_locations
 from mosaic_async_store.tools.mlir_skew import normalize_generic_mlir, prepare_outlined_kernels
 from mosaic_async_store.tools.ptx_stats import Stats
 
@@ -189,6 +190,11 @@ _STAGE_TRANSLATE = (
     "builtin.module(gpu.module(reconcile-unrealized-casts),"
     "gpu-module-to-binary{format=isa})"
 )
+# Only for the checker (``line_info=True``): the PTX then carries ``.file`` / ``.loc``
+# directives with the kernel's Python lines, which the NVPTX backend emits only for a
+# function with a debug-info scope.  Upstream's pipeline runs the same pass
+# (jaxlib/mosaic/gpu/custom_call.cc).  The PTX of every other compile stays as it was.
+_LINE_INFO_PASS = "ensure-debug-info-scope-on-llvm-func{emission-kind=DebugDirectivesOnly}"
 
 
 def check_arch(arch: Any) -> str:
@@ -208,13 +214,17 @@ def check_arch(arch: Any) -> str:
 
 
 
-def pipeline_stages(arch: str = DEFAULT_ARCH) -> tuple[str, str]:
+def pipeline_stages(arch: str = DEFAULT_ARCH, *, line_info: bool = False) -> tuple[str, str]:
   """The two mlir-opt pass pipelines for one target of ``ARCHS``: up to the outlined
   kernels in the NVVM dialect, and from there to the ``gpu.binary`` holding the PTX;
-  ``mlir_skew.prepare_outlined_kernels`` runs between them."""
+  ``mlir_skew.prepare_outlined_kernels`` runs between them.  ``line_info``: the
+  translation first gives each kernel a debug-info scope (``_LINE_INFO_PASS``)."""
   outline = (_STAGE_OUTLINE.replace("@ARCH@", check_arch(arch))
              .replace("@FEATURES@", ARCHS[arch]))
-  return outline, _STAGE_TRANSLATE
+  if not line_info:
+    return outline, _STAGE_TRANSLATE
+  return outline, _STAGE_TRANSLATE.replace("gpu-module-to-binary",
+                                           f"{_LINE_INFO_PASS},gpu-module-to-binary")
 
 
 def pipeline_for(arch: str = DEFAULT_ARCH) -> str:
@@ -233,8 +243,9 @@ PIPELINE = pipeline_for(DEFAULT_ARCH)
 _MOSAIC_DIALECT = re.compile(r'"mosaic_gpu\.[\w.]+"\(|[!#]mosaic_gpu\.\w+')
 
 
-def generic_text(module: Any) -> str:
-  """Generic-form MLIR text of an ``ir.Module`` (a str is returned as is)."""
+def generic_text(module: Any, *, debug_info: bool = False) -> str:
+  """Generic-form MLIR text of an ``ir.Module`` (a str is returned as is);
+  ``debug_info``: with the ops' source locations (``loc(...)``)."""
   if isinstance(module, str):
     return module
   operation = getattr(module, "operation", None)
@@ -242,7 +253,7 @@ def generic_text(module: Any) -> str:
     raise errors.refuse_type(
         "module", module, "a jaxlib.mlir.ir.Module or generic MLIR text",
         "pass the module built by _kernel_to_module or captured from Pallas")
-  return operation.get_asm(print_generic_op_form=True, enable_debug_info=False)
+  return operation.get_asm(print_generic_op_form=True, enable_debug_info=debug_info)
 
 
 def _refuse_mosaic_dialect(text: str) -> None:
@@ -254,16 +265,23 @@ def _refuse_mosaic_dialect(text: str) -> None:
         " (upstream: layout inference, lower_mgpu_dialect, canonicalize).")
 
 
-def _prepare(module: Any) -> str:
-  text = normalize_generic_mlir(generic_text(module))
+def _prepare(module: Any, line_info: bool = False) -> str:
+  if line_info and not isinstance(module, str):
+    with launch_locations(module):   # every .loc names its file (mlir_locations)
+      text = generic_text(module, debug_info=True)
+  else:
+    text = generic_text(module)
+  text = normalize_generic_mlir(text)
   _refuse_mosaic_dialect(text)
   return text
 
 
-def _run_mlir_opt(text: str, arch: str) -> str:
-  outline, translate = pipeline_stages(arch)
-  outlined, _ = _run("mlir-opt", [f"--pass-pipeline={outline}", "--mlir-print-op-generic"],
-                     stdin=text)
+def _run_mlir_opt(text: str, arch: str, line_info: bool = False) -> str:
+  # (line_info is positional-or-keyword: test/harness/tool_cache.py keys on it)
+  outline, translate = pipeline_stages(arch, line_info=line_info)
+  keep = ["--mlir-print-debuginfo"] if line_info else []   # the locations, into stage 2
+  outlined, _ = _run("mlir-opt", [f"--pass-pipeline={outline}", "--mlir-print-op-generic",
+                                  *keep], stdin=text)
   lowered, _ = _run("mlir-opt", [f"--pass-pipeline={translate}"],
                     stdin=prepare_outlined_kernels(outlined))
   return lowered
@@ -291,9 +309,12 @@ def extract_ptx(lowered: str) -> str:
   return raw.encode("latin-1").decode("utf-8", errors="replace")
 
 
-def mlir_to_ptx(text: Any, arch: str = DEFAULT_ARCH) -> str:
-  """Lowers generic MLIR text (or a module) to PTX with mlir-opt."""
-  return extract_ptx(_run_mlir_opt(_prepare(text), check_arch(arch)))
+def mlir_to_ptx(text: Any, arch: str = DEFAULT_ARCH, *, line_info: bool = False) -> str:
+  """Lowers generic MLIR text (or a module) to PTX with mlir-opt.  ``line_info``
+  (the checker's path): the PTX also carries ``.file`` / ``.loc`` directives naming
+  the source lines of the module's locations (a module: printed with them; text:
+  as given); its instructions are those of the PTX without."""
+  return extract_ptx(_run_mlir_opt(_prepare(text, line_info), check_arch(arch), line_info))
 
 
 def ptx_to_cubin(ptx: str, arch: str = DEFAULT_ARCH) -> tuple[bytes, str]:

@@ -1,0 +1,180 @@
+"""The shadow of global memory: for every byte of the launch's global buffers (the
+kernel's arguments), the history that ``memory.Shadow`` keeps for SMEM bytes, with
+the same verdicts (``memory.tags_morally_strong`` for strong pairs).
+
+Why.  The PTX ISA's data races are not a shared-memory matter: "The relations
+defined in the memory consistency model are independent of state spaces. In
+particular, causality order closes over all memory operations across all the
+state spaces" (Memory Consistency Model, "State spaces"), and "Two conflicting
+memory operations are said to be in a data-race if they are not related in
+causality order and they are not morally strong" ("Conflict and Data-races").
+So two warps that write one output word, or one that reads what another writes,
+without ordering, race in global memory exactly as in SMEM.
+
+Cost.  Global buffers can be megabytes, and a kernel's global accesses are many
+(every input load, every output store), so the shadow is lazy and shared: a page
+of ``PAGE`` cells is made when an access first touches it, and a cell holds the
+record of the run of bytes last accessed together (bytes never accessed hold
+None: only the initial write).  An access of exactly such a run (the common case:
+a word loaded, a word stored) checks and updates one record; any other access
+copies the records of the bytes it touches into records of its own
+(``GlobalShadow._mixed``), so every byte keeps its own history.
+
+A record is a list (the hot path's cheapest object) holding the history that
+``memory.Shadow`` keeps per byte, for the page's bytes [start, start + n):
+``[w_slot, w_clk, w_insn, atomics, readers, start, n]``: the last weak write
+(slot, clock, instruction; slot 0, clock 0: the initial contents), then every
+strong write (``atomics``) and every read (``readers``) since, each None, one
+(slot, clock, instruction, tag) or {slot: (clock, instruction, tag)} (``_with``).
+Only cells of its run ever hold a record (it is made for a whole run and written
+into all of its cells), so when all of them still do, it is updated in place.
+Global memory has no asynchronous stores into it (st.async and red.async write
+``.shared::cluster``) and no mbarriers, so a record holds no in-flight counts.
+
+Launches.  A shadow lives for one launch (``interp.PtxKernel._pack_params`` makes
+it): the bytes a buffer holds when the launch starts are the initial contents
+(slot 0, clock 0: the ISA's hypothetical initial write W0, "Initialization"), so
+reads of inputs never race, and accesses of different clusters of a grid, which
+``report.check_ptx`` runs as launches one after another, are never compared.
+The exit rule (``run.Runner._thread_exits``) is about shared memory only and
+never looks here.
+"""
+
+from __future__ import annotations
+
+from mosaic_async_store.check.memory import tags_morally_strong
+
+__all__ = ["PAGE", "GlobalShadow"]
+
+PAGE_SHIFT = 12
+PAGE = 1 << PAGE_SHIFT   # cells per lazily made page
+_PAGE_MASK = PAGE - 1
+
+
+def _unordered(accesses, vc, tag):
+  """(slot, clock, instruction, tag) of one of ``accesses`` (see ``_with``) that an
+  access with clock ``vc`` and ``tag`` is not ordered after and not morally strong
+  with, or None."""
+  if type(accesses) is tuple:
+    a, clk, _, other = accesses
+    return None if vc.item(a) >= clk or (tag and tags_morally_strong(tag, other)) else accesses
+  for a, (clk, insn, other) in accesses.items():
+    if vc.item(a) < clk and not (tag and tags_morally_strong(tag, other)):
+      return a, clk, insn, other
+  return None
+
+
+def _with(accesses, slot, clk, insn, tag):
+  """A record's reads (or strong writes) with one more by ``slot``, which replaces
+  that slot's earlier one.  One access is a tuple (slot, clock, instruction, tag),
+  several a dict {slot: (clock, instruction, tag)} in the order they came (as
+  ``memory.Shadow``'s): most bytes are read once, and a tuple is cheaper."""
+  if accesses is None or (type(accesses) is tuple and accesses[0] == slot):
+    return slot, clk, insn, tag
+  if type(accesses) is tuple:
+    accesses = {accesses[0]: accesses[1:]}
+  accesses[slot] = (clk, insn, tag)
+  return accesses
+
+
+def _conflict(rec, vc, write, tag):
+  """``memory.Shadow.conflict`` for the bytes of record ``rec`` (nothing is ever in
+  flight in global memory)."""
+  if rec[1] and vc.item(rec[0]) < rec[1]:   # (clock 0: the initial contents)
+    return "written by", rec[0], rec[1], rec[2], None
+  bad = rec[3] and _unordered(rec[3], vc, tag)
+  if bad:
+    return ("written by", *bad)
+  bad = write and rec[4] and _unordered(rec[4], vc, tag)
+  return ("read by", *bad) if bad else None
+
+
+def _record(rec, slot, clk, insn, write, atomic, tag):
+  """``memory.Shadow.record`` into record ``rec``."""
+  if write and not atomic:
+    rec[:5] = slot, clk, insn, None, None
+  elif write:
+    rec[3] = _with(rec[3], slot, clk, insn, tag)
+  else:
+    rec[4] = _with(rec[4], slot, clk, insn, tag)
+
+
+def _copy(accesses):
+  """A record's reads or strong writes for a new record (a dict is updated in
+  place, so each record needs its own; a tuple never is)."""
+  return dict(accesses) if type(accesses) is dict else accesses
+
+
+class GlobalShadow:
+  """The shadows of one launch's global buffers, by buffer: a page list each, every
+  page None until an access touches it.  ``names[i]``: how a message names buffer
+  ``i`` (its argument and parameter)."""
+
+  def __init__(self, bufs, names):
+    self.pages = {id(b): [None] * (-(-len(b) // PAGE)) for b in bufs}
+    self.index = {id(b): i for i, b in enumerate(bufs)}
+    self.names = names
+
+  def describe(self, buf, off: int, n: int) -> str:
+    """The bytes of an access, for a message."""
+    i = self.index[id(buf)]
+    return f"global buffer {i} ({self.names[i]}) bytes {off}..{off + n - 1}"
+
+  def access(self, th, buf, off, n, write, atomic, insn, tag):
+    """Checks thread ``th``'s access to ``n`` bytes of ``buf`` at ``off`` by
+    instruction ``insn`` (its index; ``tag``: a strong access's, see
+    ``memory.Shadow.conflict``) and records it; returns None, or the conflict
+    (``Shadow.conflict``'s tuple; then nothing is recorded: the launch ends)."""
+    o = off & _PAGE_MASK
+    end = o + n
+    if end > PAGE:   # (naturally aligned accesses of at most a page never cross one)
+      first = PAGE - o
+      return (self.access(th, buf, off, first, write, atomic, insn, tag)
+              or self.access(th, buf, off + first, n - first, write, atomic, insn, tag))
+    pages, k = self.pages[id(buf)], off >> PAGE_SHIFT
+    cells = pages[k]
+    if cells is None:
+      cells = pages[k] = [None] * PAGE
+    rec, slot, vc = cells[o], th.slot, th.vc
+    if rec is None and (n == 1 or cells[o:end].count(None) == n):   # untouched bytes:
+      clk = vc.item(slot)                                           # nothing to check
+      rec = ([0, 0, -1, None, (slot, clk, insn, tag), o, n] if not write else
+             [0, 0, -1, (slot, clk, insn, tag), None, o, n] if atomic else
+             [slot, clk, insn, None, None, o, n])
+      cells[o:end] = [rec] * n
+      return None
+    # (count compares lists, but no other record has this run: equal means the same)
+    if rec is None or rec[5] != o or rec[6] != n or (n > 1 and cells[o:end].count(rec) != n):
+      return self._mixed(cells, o, n, vc, slot, write, atomic, insn, tag)
+    bad = _conflict(rec, vc, write, tag)
+    if bad is None:
+      _record(rec, slot, vc.item(slot), insn, write, atomic, tag)
+    return bad
+
+  @staticmethod
+  def _mixed(cells, o, n, vc, slot, write, atomic, insn, tag):
+    """``access`` to bytes whose records are not one run of exactly these bytes:
+    each record is checked, then each run of bytes sharing one gets a copy of its
+    own that records the access (a weak write: one new record for them all)."""
+    end, seen = o + n, set()
+    for b in range(o, end):
+      rec = cells[b]
+      if rec is not None and id(rec) not in seen:
+        seen.add(id(rec))
+        bad = _conflict(rec, vc, write, tag)
+        if bad is not None:
+          return bad
+    clk, b = vc.item(slot), o
+    if write and not atomic:
+      cells[o:end] = [[slot, clk, insn, None, None, o, n]] * n
+      return None
+    while b < end:
+      old, run = cells[b], b + 1
+      while run < end and cells[run] is old:
+        run += 1
+      rec = ([0, 0, -1, None, None, b, run - b] if old is None else
+             [*old[:3], _copy(old[3]), _copy(old[4]), b, run - b])
+      _record(rec, slot, clk, insn, write, atomic, tag)
+      cells[b:run] = [rec] * (run - b)
+      b = run
+    return None

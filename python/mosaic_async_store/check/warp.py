@@ -1,0 +1,217 @@
+"""Warp collectives of the PTX checker: ``shfl.sync``, ``vote.sync``, ``elect.sync``,
+``bar.warp.sync``, and the meeting of the ``.sync.aligned`` matrix collectives
+(``ldmatrix`` / ``stmatrix``, whose data movement is access.py's).
+
+What the ISA says (PTX ISA, shfl.sync / vote.sync / elect.sync / bar.warp.sync), and
+how it is run:
+  * a ``.sync`` collective "causes executing thread to wait until all non-exited
+    threads corresponding to membermask have executed [it] with the same qualifiers
+    and same membermask value before resuming execution": lanes meet by (opcode
+    with its qualifiers, membermask), wherever they execute it (sm_70 and newer: two
+    call sites of one warp meet), and exited lanes (or lanes a partial last warp does
+    not have) are not waited for;
+  * "the behavior ... is undefined if the executing thread is not in the
+    membermask": rule ``collective-mask``;
+  * shfl.sync: "results are undefined if a thread sources a register from an
+    inactive thread or a thread that is not in membermask": that lane receives
+    ``ops.UNDEFINED`` (the bytes built from it show);
+  * vote.sync votes over the lanes that met (ballot: bit i is lane i's predicate);
+  * elect.sync elects one leader among the lanes that met; which one is the
+    hardware's choice, so the schedule chooses (``memory.Schedule.pick_leader``:
+    the lowest lane in schedule 0, the highest in schedule 1, a seeded one else);
+  * ``.aligned`` collectives need every lane of the warp at the same instruction: a
+    warp whose lanes wait at two different ones, or whose lanes exited while others
+    wait at one, is reported as ``aligned-divergence``.
+
+A lane that reaches a collective blocks with ``("warp", Meeting)``; ``run.Runner``
+calls ``meet`` with the waiting lanes when a meeting may complete.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mosaic_async_store.check.memory import ProtocolError
+from mosaic_async_store.check.ops import UNDEFINED
+from mosaic_async_store.check.sync import BLOCK
+
+__all__ = ["Meeting", "meet", "live_lanes", "sync_collective", "aligned_collective",
+           "shfl", "vote", "elect", "warp_sync"]
+
+FULL = 0xFFFFFFFF
+
+
+class Meeting:
+  """What one lane brings to a collective: ``sig`` (lanes meet when theirs are
+  equal), ``mask`` (the member lanes), ``value`` (its contribution), ``pc``,
+  ``resolve(lanes, values) -> results`` (one per lane, in lane order) and
+  ``finish(th, result)`` (writes the lane's destinations)."""
+
+  __slots__ = ("sig", "mask", "value", "pc", "resolve", "finish", "aligned")
+
+  def __init__(self, sig, mask, value, pc, resolve, finish, aligned=False):
+    self.sig, self.mask, self.value, self.pc = sig, mask, value, pc
+    self.resolve, self.finish, self.aligned = resolve, finish, aligned
+
+
+def live_lanes(k, cta, warp, mask):
+  """The non-exited threads of ``warp`` in ``cta`` whose lanes ``mask`` names."""
+  base, n = cta * k.block + 32 * warp, min(32, k.block - 32 * warp)
+  return [k.threads[base + lane] for lane in range(n)
+          if mask >> lane & 1 and k.threads[base + lane].state != "done"]
+
+
+def sync_collective(k, opcode, mask_getter, contribution, resolve, finish):
+  """The instruction ``opcode`` of a ``.sync`` collective at ``len(k.code)``: the lane
+  checks it is in the membermask, then blocks with its Meeting."""
+  pc = len(k.code)
+
+  def block(th):
+    mask = mask_getter(th) & FULL
+    if not mask >> (th.tid % 32) & 1:
+      raise ProtocolError("collective-mask", f"lane {th.tid % 32} executes {opcode} with "
+                          f"membermask {mask:#010x}, which does not name it")
+    th.wait = ("warp", Meeting((opcode, mask), mask, contribution(th), pc, resolve, finish))
+    return BLOCK
+  return block
+
+
+def aligned_collective(k, resolve):
+  """The instruction of an ``.aligned`` collective at ``len(k.code)``: every lane of
+  the warp meets at it; ``resolve(lanes)`` runs with the 32 lanes in lane order."""
+  pc = len(k.code)
+
+  def block(th):
+    th.wait = ("warp", Meeting(("aligned", pc), FULL, None, pc,
+                               lambda lanes, values: resolve(lanes) or [None] * len(lanes),
+                               None, aligned=True))
+    return BLOCK
+  return block
+
+
+def meet(k, waiting) -> bool:
+  """Completes every meeting whose non-exited member lanes all wait at it (``waiting``:
+  the threads blocked at warp collectives, in thread order); True if one did."""
+  warps = {}
+  for th in waiting:
+    warps.setdefault((th.cta, th.tid // 32), []).append(th)
+  woke = False
+  for (cta, w), lanes in warps.items():
+    _check_aligned(k, cta, w, lanes)
+    groups = {}
+    for th in lanes:
+      groups.setdefault(th.wait[1].sig, []).append(th)
+    for group in groups.values():
+      first = group[0].wait[1]
+      if len(group) != len(live_lanes(k, cta, w, first.mask)):
+        continue
+      if first.aligned and len(group) != 32:
+        raise ProtocolError("aligned-divergence", f"CTA {cta} warp {w} meets at "
+                            f"`{k.texts[first.pc]}` (PTX line {k.lines[first.pc]}) with "
+                            f"{len(group)} lanes: an .aligned instruction needs all 32",
+                            cta=cta, thread=group[0].tid, ptx_line=k.lines[first.pc],
+                            instruction=k.texts[first.pc])
+      results = first.resolve(group, [th.wait[1].value for th in group])
+      for th, result in zip(group, results):
+        finish = th.wait[1].finish
+        if finish is not None:
+          finish(th, result)
+        k._resume(th)
+      woke = True
+  return woke
+
+
+def _check_aligned(k, cta, w, lanes):
+  """Lanes of one warp waiting at two different .aligned collectives diverged."""
+  pcs = sorted({th.wait[1].pc for th in lanes if th.wait[1].aligned})
+  if len(pcs) > 1:
+    a, b = pcs[:2]
+    raise ProtocolError("aligned-divergence", f"CTA {cta} warp {w}: lanes wait at "
+                        f"`{k.texts[a]}` (PTX line {k.lines[a]}) and at `{k.texts[b]}` "
+                        f"(PTX line {k.lines[b]}); an .aligned instruction must be executed "
+                        "by all threads of the warp together", cta=cta, ptx_line=k.lines[b],
+                        instruction=k.texts[b])
+
+
+# -- the collectives ------------------------------------------------------------------
+
+
+def shfl(k, ins):
+  """``shfl.sync.{idx,bfly}.b32 d{|p}, a, b, c, membermask``: lane i reads lane j's
+  ``a`` (idx: j = (i & segmask) | (b & ~segmask); bfly: j = i ^ b; c = segmask << 8 |
+  clamp); out of range (j above the segment's clamp) it keeps its own ``a`` and p is
+  false."""
+  if ins.mods not in (["sync", "idx", "b32"], ["sync", "bfly", "b32"]) or len(ins.ops) != 5:
+    raise NotImplementedError(f"opcode {ins.opcode}")
+  dest = ins.ops[0][1:] if ins.ops[0][0] == "pair" else (ins.ops[0],)
+  puts = [k._set(dest[0], 32)] + [k._set(o, 1) for o in dest[1:]]
+  a, b, c = ins.src[1], ins.src[2], ins.src[3]
+  bfly = ins.mods[1] == "bfly"
+
+  def resolve(lanes, values):
+    by_lane = {th.tid % 32: v[0] for th, v in zip(lanes, values)}
+    out = []
+    for th, (own, bv, cv) in zip(lanes, values):
+      lane = th.tid % 32
+      lo = lane & (cv >> 8) & 31
+      hi = lo | (cv & 31 & ~(cv >> 8))
+      j = lane ^ bv if bfly else lo | (bv & ~(cv >> 8) & 31)
+      ok = j <= hi
+      out.append((by_lane.get(j, UNDEFINED) if ok else own, ok))
+    return out
+
+  def finish(th, result):
+    puts[0](th, result[0])
+    if len(puts) > 1:
+      puts[1](th, result[1])
+  return sync_collective(k, ins.opcode, ins.src[4],
+                         lambda th: (a(th), b(th) & 31, c(th) & 0x1F1F), resolve, finish)
+
+
+def vote(k, ins):
+  """``vote.sync.{all,any,uni}.pred d, p, membermask`` and ``vote.sync.ballot.b32``:
+  every lane that met gets the vote of those lanes (no memory ordering: PTX ISA)."""
+  mode = ins.mods[1] if len(ins.mods) == 3 and ins.mods[0] == "sync" else None
+  if (mode, ins.mods[-1]) not in (("all", "pred"), ("any", "pred"), ("uni", "pred"),
+                                  ("ballot", "b32")) or len(ins.ops) != 3 or \
+     ins.ops[0][0] != "reg" or ins.src[1] is None:
+    raise NotImplementedError(f"opcode {ins.opcode}")
+  put, pred = k._set(ins.ops[0], 32 if mode == "ballot" else 1), ins.src[1]
+
+  def resolve(lanes, bits):
+    value = {"all": int(all(bits)), "any": int(any(bits)), "uni": int(len(set(bits)) == 1),
+             "ballot": sum(bit << (th.tid % 32) for th, bit in zip(lanes, bits))}[mode]
+    return [value] * len(lanes)
+  return sync_collective(k, ins.opcode, ins.src[2], lambda th: pred(th) & 1, resolve, put)
+
+
+def elect(k, ins):
+  """``elect.sync d|p, membermask``: one lane that met leads (the schedule's choice);
+  every lane gets its lane id in d, p is true in the leader only."""
+  if ins.mods != ["sync"] or len(ins.ops) != 2 or ins.ops[0][0] not in ("pair", "reg", "sink"):
+    raise NotImplementedError(f"opcode {ins.opcode}")
+  dest = ins.ops[0][1:] if ins.ops[0][0] == "pair" else (ins.ops[0],)
+  puts = [k._set(dest[0], 32)] + [k._set(o, 1) for o in dest[1:]]
+
+  def resolve(lanes, values):
+    leader = lanes[k.sched.pick_leader(len(lanes))]
+    return [(leader.tid % 32, th is leader) for th in lanes]
+
+  def finish(th, result):
+    puts[0](th, result[0])
+    if len(puts) > 1:
+      puts[1](th, result[1])
+  return sync_collective(k, ins.opcode, ins.src[1], lambda th: None, resolve, finish)
+
+
+def warp_sync(k, mask):
+  """``bar.warp.sync membermask``: the member lanes meet, and each one's earlier
+  accesses happen before every member's later ones (PTX ISA, bar.warp.sync: it
+  "guarantees memory ordering among threads participating in barrier")."""
+  def resolve(lanes, values):
+    joined = np.maximum.reduce([th.vc for th in lanes])
+    for th in lanes:
+      th.vc[:] = joined
+      th.vc[th.slot] += 1
+    return [None] * len(lanes)
+  return sync_collective(k, "bar.warp.sync", mask, lambda th: None, resolve, None)
