@@ -66,7 +66,8 @@ def test_check_ptx_refuses_a_run_time_case_it_does_not_model():
   ld.param.u64 %rd1, [k_param_0];
   ld.global.b32 %r3, [%rd1];
   add.f32 %r5, %r3, %r3;
-  st.global.b32 [%rd1+4], %r5;
+  setp.eq.u32 %p1, %r1, 0;
+  @%p1 st.global.b32 [%rd1+4], %r5;
 """)
   nan = np.array([0x7FC00001, 0], np.uint32)
   with pytest.raises(AsyncStoreError, match=r"ptx=.*NaN.*is not supported"):
