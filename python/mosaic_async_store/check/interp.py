@@ -22,9 +22,11 @@ Model:
     memory ordering is checked by vector clocks with scopes, per byte of
     shared and global memory (``memory``, ``global_memory``), and every violated
     rule raises ``ProtocolError``;
-  * ``mbarrier.try_wait`` on an unfinished phase blocks; it returns false (the
-    hardware time limit expiring) only when no thread can make progress any
-    more and nothing is in flight, i.e. when the barrier can never complete;
+  * ``mbarrier.test_wait`` / ``try_wait`` may return false, and the checker lets
+    them (sync.py, ``_wait``): the first try of a wait the thread could have run
+    before the phase completed returns false; ``try_wait`` retried on an
+    unfinished phase blocks, and returns false (the hardware time limit
+    expiring) only when no thread can make progress any more;
   * addresses: a CTA's shared window starts at SHARED_BASE; ``mapa`` puts
     (rank + 1) << 24 into a ``.shared::cluster`` address, so an unmapped
     (shared::cta) address used as a cluster address means "own CTA", as on
