@@ -1,4 +1,5 @@
-"""How fast the PTX checker runs a real kernel: the demo store kernel on 2 and 4 CTAs.
+"""How fast the PTX checker runs real kernels: the demo store kernel on 2 and 4 CTAs, and
+a 384-thread pipeline with a loop.
 
 For each cluster size the demo configuration's full kernel (SMEM initialisation,
 cluster barrier, register loads, the asynchronous store into the peer, the wait,
@@ -8,7 +9,11 @@ run's SMEM bytes are compared with ``demo.check.execute_config`` (so a fast wron
 checker fails here, it does not score).  Reported per cluster size: the median
 wall time of one schedule's run, the thread-instructions it executed (every
 instruction of every thread, counted by the interpreter) and thread-instructions
-per second.  Writes nothing unless ``--json PATH`` is given.
+per second.  The pipeline (``pipeline_kernel``): one CTA of three warpgroups,
+warpgroup 0 producing into a two-slot SMEM ring and warpgroups 1 and 2 consuming, with
+a full and an empty mbarrier per slot and ``--iters`` iterations of a loop with
+``try_wait`` polls, as a Pallas pipeline is built; its output is checked against
+NumPy the same way.  Writes nothing unless ``--json PATH`` is given.
 
   python bench/checker_speed.py [--reps 5] [--schedules 0 1 2] [--json out.json]
 
@@ -26,7 +31,81 @@ import time
 
 import numpy as np
 
-__all__ = ["demo_kernel", "run_once", "main"]
+__all__ = ["demo_kernel", "run_once", "pipeline_kernel", "run_pipeline", "main"]
+
+# The pipeline: 384 threads; ring of 2 slots x 128 words at SMEM 0, full[2] at 1024
+# (count 128: the producers), empty[2] at 1040 (count 256: the consumers).
+_PIPELINE = """.version 8.6
+.target sm_90a
+.address_size 64
+.visible .entry pipeline(
+  .param .u64 pipeline_param_0
+)
+{
+  .reg .pred %p<4>;
+  .reg .b32 %r<32>;
+  .reg .b64 %rd<8>;
+  .shared .align 16 .b8 __dynamic_shmem__0;
+  mov.u32 %r1, %tid.x;
+  mov.u32 %r2, __dynamic_shmem__0;
+  add.u32 %r3, %r2, 1024;
+  add.u32 %r4, %r2, 1040;
+  setp.ne.u32 %p1, %r1, 0;
+  @%p1 bra INIT_DONE;
+  mbarrier.init.shared::cta.b64 [%r3], 128;
+  add.u32 %r5, %r3, 8;
+  mbarrier.init.shared::cta.b64 [%r5], 128;
+  mbarrier.init.shared::cta.b64 [%r4], 256;
+  add.u32 %r5, %r4, 8;
+  mbarrier.init.shared::cta.b64 [%r5], 256;
+INIT_DONE:
+  bar.sync 0;
+  mov.u32 %r10, 0;
+  mov.u32 %r11, 0;
+  setp.ge.u32 %p3, %r1, 128;
+  and.b32 %r12, %r1, 127;
+  shl.b32 %r13, %r12, 2;
+LOOP:
+  and.b32 %r14, %r10, 1;
+  shr.u32 %r15, %r10, 1;
+  and.b32 %r15, %r15, 1;
+  shl.b32 %r16, %r14, 3;
+  add.u32 %r17, %r3, %r16;
+  add.u32 %r18, %r4, %r16;
+  shl.b32 %r19, %r14, 9;
+  add.u32 %r19, %r19, %r13;
+  add.u32 %r19, %r19, %r2;
+  @%p3 bra CONSUME;
+  xor.b32 %r20, %r15, 1;
+WAIT_EMPTY:
+  mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r18], %r20;
+  @!%p2 bra WAIT_EMPTY;
+  mul.lo.u32 %r21, %r10, 1000;
+  add.u32 %r21, %r21, %r12;
+  st.shared.u32 [%r19], %r21;
+  mbarrier.arrive.shared::cta.b64 %rd1, [%r17];
+  bra NEXT;
+CONSUME:
+  mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r17], %r15;
+  @!%p2 bra CONSUME;
+  ld.shared.u32 %r22, [%r19];
+  add.u32 %r11, %r11, %r22;
+  mbarrier.arrive.shared::cta.b64 %rd1, [%r18];
+NEXT:
+  add.u32 %r10, %r10, 1;
+  setp.lt.u32 %p2, %r10, {iters};
+  @%p2 bra LOOP;
+  @!%p3 bra DONE;
+  ld.param.u64 %rd2, [pipeline_param_0];
+  cvta.to.global.u64 %rd2, %rd2;
+  sub.u32 %r23, %r1, 128;
+  mul.wide.u32 %rd3, %r23, 4;
+  add.s64 %rd4, %rd2, %rd3;
+  st.global.u32 [%rd4], %r11;
+DONE:
+  ret;
+}
+"""
 
 
 def demo_kernel(cluster: int):
@@ -68,6 +147,37 @@ def run_once(cfg, ptx, inputs, schedule: int) -> tuple[float, int]:
   return seconds, getattr(kernel, "executed", 0)   # (absent before the counter existed)
 
 
+def pipeline_kernel(iters: int) -> str:
+  """The PTX of the 384-thread pipeline (module doc) with ``iters`` iterations."""
+  return _PIPELINE.replace("{iters}", str(iters))
+
+
+def run_pipeline(ptx, iters: int, schedule: int) -> tuple[float, int]:
+  """(seconds, thread-instructions) of one checked run of the pipeline; raises if a
+  consumer's sum is wrong."""
+  from mosaic_async_store.check.interp import PtxKernel
+  kernel = PtxKernel(ptx)
+  start = time.perf_counter()
+  [out] = kernel.launch([np.zeros(256, np.uint32)], cluster=1, smem_bytes=1056, block=384,
+                        schedule=schedule)
+  seconds = time.perf_counter() - start
+  column = np.arange(256) % 128
+  want = sum(i * 1000 + column for i in range(iters)).astype(np.uint32)
+  if not (out.view(np.uint32) == want).all():
+    raise SystemExit(f"pipeline schedule {schedule}: wrong sums")
+  return seconds, kernel.executed
+
+
+def _row(kernel, cluster, schedule, runs):
+  """One result row from ``runs`` ((seconds, thread-instructions) each), printed."""
+  seconds = statistics.median(s for s, _ in runs)
+  instructions = runs[0][1]
+  print(f"{kernel} cluster {cluster} schedule {schedule}: {seconds:.3f} s, "
+        f"{instructions} thread-instructions, {instructions / seconds:,.0f}/s")
+  return {"kernel": kernel, "cluster": cluster, "schedule": schedule, "seconds": seconds,
+          "thread_instructions": instructions, "per_second": instructions / seconds}
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--reps", type=int, default=5, help="runs per schedule (default 5)")
@@ -75,27 +185,30 @@ def main(argv=None) -> int:
                       help="schedule seeds (default: 0 1 2, the CI schedules)")
   parser.add_argument("--clusters", type=int, nargs="+", default=[2, 4],
                       help="cluster sizes (default: 2 4)")
+  parser.add_argument("--iters", type=int, default=8,
+                      help="loop iterations of the 384-thread pipeline (default 8; 0: skip it)")
   parser.add_argument("--json", help="also write the numbers to this file")
   args = parser.parse_args(argv)
   if args.reps < 1:
     parser.error(f"--reps {args.reps}: must be at least 1")
+  if args.iters < 0:
+    parser.error(f"--iters {args.iters}: must be 0 (no pipeline) or more")
   rows = []
   for cluster in args.clusters:
     cfg, ptx, inputs = demo_kernel(cluster)
     for schedule in args.schedules:
       runs = [run_once(cfg, ptx, inputs, schedule) for _ in range(args.reps)]
-      seconds = statistics.median(s for s, _ in runs)
-      instructions = runs[0][1]
-      rows.append({"cluster": cluster, "schedule": schedule, "seconds": seconds,
-                   "thread_instructions": instructions,
-                   "per_second": instructions / seconds})
-      print(f"cluster {cluster} schedule {schedule}: {seconds:.3f} s, "
-            f"{instructions} thread-instructions, {instructions / seconds:,.0f}/s")
+      rows.append(_row("demo", cluster, schedule, runs))
+  if args.iters:
+    ptx = pipeline_kernel(args.iters)
+    for schedule in args.schedules:
+      runs = [run_pipeline(ptx, args.iters, schedule) for _ in range(args.reps)]
+      rows.append(_row(f"pipeline384x{args.iters}", 1, schedule, runs))
   if args.json:
     import jax
     meta = {"python": sys.version.split()[0], "jax": jax.__version__,
             "machine": platform.machine(), "processor": platform.processor(),
-            "reps": args.reps}
+            "reps": args.reps, "iters": args.iters}
     with open(args.json, "w") as f:
       json.dump({"meta": meta, "rows": rows}, f, indent=1)
   return 0

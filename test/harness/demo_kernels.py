@@ -96,7 +96,7 @@ def run_cost_kernel(cfg: StoreConfig, ptx: str, schedule=0):
   _, flags = kernel.launch([_poison_spare_bits(cfg, src), np.full(cfg.cluster * 128, -1, np.int32)],
                            cluster=cfg.cluster, smem_bytes=_smem_bytes(cfg),
                            schedule=schedule, trace_stores=True, smem_init=list(per_cta))
-  got = np.concatenate([np.frombuffer(bytes(b[:io.smem_bytes]), np.uint8) for b in kernel.smem])
+  got = np.concatenate([np.frombuffer(bytes(b[:io.smem_bytes]), np.uint8) for b in kernel.machine.smem])
   if (got != hostdata.expected_smem(cfg, codes, init)).any():
     raise AssertionError(f"{cfg.describe()}: the kernel's bytes are wrong")
   if not (flags.view(np.int32) == 1).all():

@@ -42,7 +42,9 @@ PRODUCT = {
                                  "cli_config", "cli_kernel", "cli_terms"),
     "mosaic_async_store/check": ("__init__", "interp", "opcodes", "values", "run", "sync",
                                  "barriers", "access", "strong", "memory", "global_memory",
-                                 "ops", "floats", "lineinfo", "report", "warp"),
+                                 "ops", "floats", "lineinfo", "report", "warp", "machine",
+                                 "program", "outcomes", "addresses", "memops", "asyncops",
+                                 "control"),
 }
 # The test and benchmark code (test/harness: kernels, runners, reports, lit helpers;
 # bench/: the benchmark scripts) under their present names, and former ones.

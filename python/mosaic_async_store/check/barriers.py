@@ -3,15 +3,14 @@ barriers, with ``.sync`` and ``.arrive`` and an optional thread count) and
 ``barrier.cluster.arrive`` / ``.wait``, each with its memory-ordering effect and
 the ``.aligned`` rule.
 
-Mixed into ``interp.PtxKernel``, which provides ``self.named`` (the named
-barriers' current instances, (CTA, id) -> ``NamedBarrier``),
-``self.warp_arrivals`` (the warps arriving, (CTA, id, warp) -> ``WarpArrival``),
-``self.cluster_lanes`` (each warp's k-th cluster arrive and wait, see
-``_cluster_lane``), ``self.threads`` / ``self.block`` / ``self.alive`` (the
-threads, in CTA then thread order, and each CTA's non-exited ones),
-``self.cluster_*`` (the cluster barrier's generations), ``self.texts`` /
-``self.lines``, ``_resume``, ``_release`` and ``self.epoch`` (bumped on every
-change another thread may see).
+Functions of the machine ``k`` (``machine.Machine``), whose state they use:
+``k.named`` (the named barriers' current instances, (CTA, id) -> ``NamedBarrier``),
+``k.warp_arrivals`` (the warps arriving, (CTA, id, warp) -> ``WarpArrival``),
+``k.cluster_lanes`` (each warp's nth cluster arrive and wait, see
+``_cluster_lane``), ``k.threads`` / ``k.block`` / ``k.alive`` (the threads, in CTA
+then thread order, and each CTA's non-exited ones), ``k.cluster_*`` (the cluster
+barrier's generations) and ``k.epoch`` (bumped on every change another thread may
+see).
 
 What the ISA says, and how it is run (PTX ISA, bar / barrier):
   * Warps are counted: "The barrier{.cta} instruction causes executing thread to
@@ -51,10 +50,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from mosaic_async_store.check.memory import SCOPES, ProtocolError, Releases
-from mosaic_async_store.check.sync import BLOCK, sem_scope
+from mosaic_async_store.check import run, sync
+from mosaic_async_store.check.memory import SCOPES, ProtocolError, Releases, sem_scope
+from mosaic_async_store.check.opcodes import Opcode
+from mosaic_async_store.check.outcomes import BLOCK
 
-__all__ = ["NamedBarrier", "WarpArrival", "BarrierSemantics", "WARP"]
+__all__ = ["NamedBarrier", "WarpArrival", "WARP", "OPCODES"]
 
 _NAMED_BARRIERS = 16   # barrier ids 0..15 (PTX ISA, bar)
 WARP = 32
@@ -86,246 +87,277 @@ class WarpArrival:
     self.pcs, self.aligned = {}, False
 
 
-class BarrierSemantics:
-  """bar.sync / bar.arrive / barrier.sync / barrier.arrive (named CTA barriers) and
-  barrier.cluster.arrive / .wait."""
+# bar.sync / bar.arrive / barrier.sync / barrier.arrive (named CTA barriers) and
+# barrier.cluster.arrive / .wait.
 
-  def _bar_op(self, ins):
-    """bar.sync / barrier.sync / bar.arrive / barrier.arrive (``.cta`` and
-    ``.aligned`` spellings), bar.warp.sync, barrier.cluster.*; bar.red is refused."""
-    mods, ops, src, pc = ins.mods, ins.ops, ins.src, len(self.code)
-    if ins.base == "bar" and mods == ["warp", "sync"] and len(ops) == 1:
-      return self._warp_sync(src[0])
-    aligned = ins.base == "bar" or "aligned" in mods   # bar{.cta}.* is .aligned
-    if ins.base == "barrier" and mods[:1] == ["cluster"] and not ops:
-      if mods[1:2] == ["arrive"] and set(mods[2:]) <= {"release", "relaxed", "aligned"}:
-        return self._cluster_arrive(mods[2:], pc, aligned)
-      if mods[1:2] == ["wait"] and set(mods[2:]) <= {"acquire", "aligned"}:
-        return self._cluster_wait(mods[2:], pc, aligned)
-    plain = [m for m in mods if m not in ("cta", "aligned")]
-    if plain in (["sync"], ["arrive"]) and mods.count("cta") <= 1 and \
-       mods.count("aligned") <= 1 and len(ops) in (1, 2) and all(src):
-      if plain == ["arrive"] and len(ops) != 2:
-        raise NotImplementedError(f"opcode {ins.opcode} (bar.arrive needs a thread count)")
-      return self._named(plain[0] == "sync", src[0], src[1] if len(ops) == 2 else None,
-                         pc, aligned)
-    raise NotImplementedError(f"opcode {ins.opcode}")
 
-  # -- named CTA barriers --------------------------------------------------------
+def _bar_op(k, ins):
+  """bar.sync / barrier.sync / bar.arrive / barrier.arrive (``.cta`` and
+  ``.aligned`` spellings), bar.warp.sync, barrier.cluster.*; bar.red is refused."""
+  mods, ops, src, pc = ins.mods, ins.ops, ins.src, len(k.program.code)
+  if ins.base == "bar" and mods == ["warp", "sync"] and len(ops) == 1:
+    return sync._warp_sync(k, src[0])
+  aligned = ins.base == "bar" or "aligned" in mods   # bar{.cta}.* is .aligned
+  if ins.base == "barrier" and mods[:1] == ["cluster"] and not ops:
+    if mods[1:2] == ["arrive"] and set(mods[2:]) <= {"release", "relaxed", "aligned"}:
+      return _cluster_arrive(k, mods[2:], pc, aligned)
+    if mods[1:2] == ["wait"] and set(mods[2:]) <= {"acquire", "aligned"}:
+      return _cluster_wait(k, mods[2:], pc, aligned)
+  plain = [m for m in mods if m not in ("cta", "aligned")]
+  if plain in (["sync"], ["arrive"]) and mods.count("cta") <= 1 and \
+     mods.count("aligned") <= 1 and len(ops) in (1, 2) and all(src):
+    if plain == ["arrive"] and len(ops) != 2:
+      raise NotImplementedError(f"opcode {ins.opcode} (bar.arrive needs a thread count)")
+    return _named(k, plain[0] == "sync", src[0], src[1] if len(ops) == 2 else None,
+                       pc, aligned)
+  raise NotImplementedError(f"opcode {ins.opcode}")
 
-  def _named(self, sync, bar_id, count, pc, aligned):
-    """The arrival of a lane on barrier ``bar_id(th)`` of its CTA at instruction
-    ``pc``: it waits for its warp; then ``sync`` waits for the barrier to complete."""
-    def arrive(th):
-      a, b = bar_id(th), None if count is None else count(th)
-      if not 0 <= a < _NAMED_BARRIERS:
-        raise RuntimeError(f"barrier id {a}: the ISA allows 0..{_NAMED_BARRIERS - 1}")
-      if b is not None and (b <= 0 or b % WARP):
-        raise ProtocolError("barrier-count", f"barrier {a} of CTA {th.cta} with thread "
-                            f"count {b}")
-      wkey = (th.cta, a, th.tid // WARP)
-      rec = self.warp_arrivals.get(wkey)
-      if rec is None:
-        live = self._warp_live(th.cta, wkey[2])
-        rec = self.warp_arrivals[wkey] = WarpArrival(b, live, th.vc.copy())
-      else:
-        self._lane_joins(rec, wkey, th, pc, aligned, b)
-        np.maximum(rec.vc, th.vc, out=rec.vc)
-      rec.lanes[th.tid] = (th, sync)
-      rec.pcs.setdefault(pc, th.tid)
-      rec.aligned |= aligned
-      th.vc[th.slot] += 1   # what it releases to the threads that wait
-      self.epoch += 1
-      th.wait = ("bar", wkey)
-      if len(rec.lanes) >= rec.live:
-        self._warp_arrives(wkey, th)
-      return None if th.wait is None else BLOCK
-    return arrive
 
-  def _lane_joins(self, rec, wkey, th, pc, aligned, b):
-    """Checks a lane joining its warp's arrival: the same thread count, and the
-    same instruction as its warp-mates when any of them is aligned."""
-    if rec.count != b:
-      raise NotImplementedError(
-          f"barrier {wkey[1]} of CTA {th.cta} arrived on by lane {th.tid % WARP} of warp "
-          f"{wkey[2]} with thread count {'the CTA' if b is None else b} while its "
-          f"warp-mates gave {'the CTA' if rec.count is None else rec.count}")
-    other = next((q for q in rec.pcs if q != pc), None)
-    if other is not None and (aligned or rec.aligned):
-      raise ProtocolError("aligned-divergence", (
-          f"CTA {th.cta} warp {wkey[2]}: lane {th.tid % WARP} arrives on barrier "
-          f"{wkey[1]} at {self._where(pc)} while lane {rec.pcs[other] % WARP} of its warp "
-          f"arrived on the same barrier instance at {self._where(other)}"))
+# -- named CTA barriers --------------------------------------------------------
 
-  def _where(self, pc) -> str:
-    return f"PTX line {self.lines[pc]} (`{self.texts[pc]}`)"
 
-  def _warp_live(self, cta, w) -> int:
-    """The non-exited lanes of warp ``w`` of ``cta`` (a short last warp has fewer)."""
-    first = cta * self.block + w * WARP
-    lanes = self.threads[first:min(first + WARP, (cta + 1) * self.block)]
-    return sum(t.state != "done" for t in lanes)
-
-  def _wake(self, th, current):
-    """``th`` goes on: resumed, or (the thread whose instruction runs) not blocked."""
-    if th is current:
-      th.wait = None
-    else:
-      self._resume(th)
-
-  def _warp_arrives(self, wkey, current):
-    """Every non-exited lane of the warp arrived: the warp arrives on the barrier's
-    current instance; its ``.arrive`` lanes go on, its ``.sync`` lanes wait for the
-    barrier to complete."""
-    rec, key = self.warp_arrivals.pop(wkey), wkey[:2]
-    bar = self.named.get(key)
-    if bar is None:
-      bar = self.named[key] = NamedBarrier(rec.count, rec.vc)
-    elif bar.count != rec.count:
-      raise NotImplementedError(
-          f"barrier {key[1]} of CTA {key[0]} arrived on with thread count "
-          f"{'the CTA' if rec.count is None else rec.count} while its other arrivals "
-          f"gave {'the CTA' if bar.count is None else bar.count}")
-    else:
-      np.maximum(bar.vc, rec.vc, out=bar.vc)
-    bar.warps += 1
-    for th, sync in rec.lanes.values():
-      if sync:
-        th.wait = ("bar", key)
-        bar.waiters.append(th)
-      else:
-        self._wake(th, current)
-    self._named_complete(key, current)
-
-  def _named_need(self, cta, count) -> int:
-    """The warps that complete a barrier of ``cta``: ``count`` / 32, or (None) every
-    warp of the CTA with a non-exited thread."""
-    if count is not None:
-      return count // WARP
-    warps = -(-self.block // WARP)
-    if self.alive[cta] == self.block:
-      return warps
-    return sum(self._warp_live(cta, w) > 0 for w in range(warps))
-
-  def _named_complete(self, key, current=None) -> bool:
-    """Completes barrier ``key`` if enough warps arrived: every waiting thread
-    acquires every arrival; the waiters other than ``current`` (the thread whose
-    instruction completes it) resume.  Returns whether it completed."""
-    bar = self.named.get(key)
-    if bar is None or bar.warps < self._named_need(key[0], bar.count):
-      return False
-    del self.named[key]
-    for th in bar.waiters:
-      np.maximum(th.vc, bar.vc, out=th.vc)
-      th.vc[th.slot] += 1
-      self._wake(th, current)
-    return True
-
-  def _barriers_after_exit(self, th):
-    """``th`` exited: a warp-mate waiting at an aligned barrier (or whose aligned
-    cluster barrier it skipped) is a divergence; its warp's arrivals may now be
-    complete (they wait for the non-exited lanes), and so may the barriers that
-    wait for the whole CTA (its warps with a non-exited thread)."""
-    c, w = th.cta, th.tid // WARP
-    for wkey in [k for k in self.warp_arrivals if k[0] == c and k[2] == w]:
-      rec = self.warp_arrivals[wkey]
-      if rec.aligned:
-        pc, tid = next(iter(rec.pcs.items()))
-        raise ProtocolError("aligned-divergence", (
-            f"CTA {c} warp {w}: lane {th.tid % WARP} exits while lane {tid % WARP} of its "
-            f"warp waits at {self._where(pc)} on barrier {wkey[1]}"))
-      rec.live -= 1
-      if len(rec.lanes) >= rec.live:
-        self._warp_arrives(wkey, None)
-    for key in [k for k, b in self.named.items() if k[0] == c and b.count is None]:
-      self._named_complete(key)
-    self._cluster_lanes_exit(th)
-
-  def _named_state(self, key) -> str:
-    """A waiting thread's barrier, for a hang report: ``key`` (CTA, id) after its
-    warp arrived, (CTA, id, warp) while it waits for its warp-mates."""
-    bar, rec = self.named.get(key[:2]), self.warp_arrivals.get(key)
-    warps = 0 if bar is None else bar.warps
-    count = rec.count if bar is None else bar.count
-    need = (f"the CTA's {self._named_need(key[0], None)} warps with a non-exited thread"
-            if count is None else f"{count} threads")
-    state = (f"barrier {key[1]} of CTA {key[0]} ({WARP * warps} arrived of {need}; "
-             f"warps count {WARP} each, {warps} arrived)")
-    if len(key) == 2:
-      return state
-    return (f"the other non-exited lanes of warp {key[2]} ({len(rec.lanes)} of "
-            f"{rec.live} arrived) to arrive on {state}")
-
-  # -- the cluster barrier -------------------------------------------------------
-
-  def _cluster_arrive(self, mods, pc, aligned):
-    sem, _ = sem_scope(mods, "release")
-    def arrive(th):
-      k = th.cluster_arrived
-      self._cluster_lane(th, "arrive", k + 1, pc, aligned)
-      while len(self.cluster_gens) <= k:
-        self.cluster_gens.append(Releases())
-      self._release(th, sem, SCOPES["cluster"], self.cluster_gens[k])
-      th.cluster_arrived = k = k + 1
-      if k == len(self.cluster_reached):
-        self.cluster_reached.append(0)
-      self.cluster_reached[k] += 1
-      self.epoch += 1
-      if self.cluster_waiting and self._cluster_may_complete(k):
-        self.dirty = True
-    return arrive
-
-  def _cluster_wait(self, mods, pc, aligned):
-    sem, _ = sem_scope(mods, "acquire")
-    def wait(th):
-      self._cluster_lane(th, "wait", th.cluster_arrived, pc, aligned)
-      th.wait = ("cluster", th.cluster_arrived, sem)
-      return BLOCK
-    return wait
-
-  def _cluster_lane(self, th, kind, k, pc, aligned):
-    """The lane's k-th ``barrier.cluster.arrive`` (``kind`` "arrive"), or its wait
-    after its k-th arrive ("wait"): its warp's lanes must execute one instruction
-    there when any of them is aligned.  Each record ([pc, first tid, aligned, tids,
-    live lanes]) lives until every non-exited lane of the warp made it."""
-    w = th.tid // WARP
-    key = (th.cta, w, kind, k)
-    rec = self.cluster_lanes.get(key)
+def _named(k, waits, bar_id, count, pc, aligned):
+  """The arrival of a lane on barrier ``bar_id(th)`` of its CTA at instruction
+  ``pc``: it waits for its warp; then, if ``waits``, it waits for the barrier to complete."""
+  def arrive(th):
+    a, b = bar_id(th), None if count is None else count(th)
+    if not 0 <= a < _NAMED_BARRIERS:
+      raise RuntimeError(f"barrier id {a}: the ISA allows 0..{_NAMED_BARRIERS - 1}")
+    if b is not None and (b <= 0 or b % WARP):
+      raise ProtocolError("barrier-count", f"barrier {a} of CTA {th.cta} with thread "
+                          f"count {b}")
+    wkey = (th.cta, a, th.tid // WARP)
+    rec = k.warp_arrivals.get(wkey)
     if rec is None:
-      rec = self.cluster_lanes[key] = [pc, th.tid, aligned, set(), self._warp_live(th.cta, w)]
-    elif rec[0] != pc and (aligned or rec[2]):
+      live = _warp_live(k, th.cta, wkey[2])
+      rec = k.warp_arrivals[wkey] = WarpArrival(b, live, th.vc.copy())
+    else:
+      _lane_joins(k, rec, wkey, th, pc, aligned, b)
+      np.maximum(rec.vc, th.vc, out=rec.vc)
+    rec.lanes[th.tid] = (th, waits)
+    rec.pcs.setdefault(pc, th.tid)
+    rec.aligned |= aligned
+    th.vc[th.slot] += 1   # what it releases to the threads that wait
+    k.epoch += 1
+    th.wait = ("bar", wkey)
+    if len(rec.lanes) >= rec.live:
+      _warp_arrives(k, wkey, th)
+    return None if th.wait is None else BLOCK
+  return arrive
+
+
+def _lane_joins(k, rec, wkey, th, pc, aligned, b):
+  """Checks a lane joining its warp's arrival: the same thread count, and the
+  same instruction as its warp-mates when any of them is aligned."""
+  if rec.count != b:
+    raise NotImplementedError(
+        f"barrier {wkey[1]} of CTA {th.cta} arrived on by lane {th.tid % WARP} of warp "
+        f"{wkey[2]} with thread count {'the CTA' if b is None else b} while its "
+        f"warp-mates gave {'the CTA' if rec.count is None else rec.count}")
+  other = next((q for q in rec.pcs if q != pc), None)
+  if other is not None and (aligned or rec.aligned):
+    raise ProtocolError("aligned-divergence", (
+        f"CTA {th.cta} warp {wkey[2]}: lane {th.tid % WARP} arrives on barrier "
+        f"{wkey[1]} at {_where(k, pc)} while lane {rec.pcs[other] % WARP} of its warp "
+        f"arrived on the same barrier instance at {_where(k, other)}"))
+
+
+def _where(k, pc) -> str:
+  return f"PTX line {k.program.lines[pc]} (`{k.program.texts[pc]}`)"
+
+
+def _warp_live(k, cta, w) -> int:
+  """The non-exited lanes of warp ``w`` of ``cta`` (a short last warp has fewer)."""
+  first = cta * k.block + w * WARP
+  lanes = k.threads[first:min(first + WARP, (cta + 1) * k.block)]
+  return sum(t.state != "done" for t in lanes)
+
+
+def _wake(k, th, current):
+  """``th`` goes on: resumed, or (the thread whose instruction runs) not blocked."""
+  if th is current:
+    th.wait = None
+  else:
+    run._resume(k, th)
+
+
+def _warp_arrives(k, wkey, current):
+  """Every non-exited lane of the warp arrived: the warp arrives on the barrier's
+  current instance; its ``.arrive`` lanes go on, its ``.sync`` lanes wait for the
+  barrier to complete."""
+  rec, key = k.warp_arrivals.pop(wkey), wkey[:2]
+  bar = k.named.get(key)
+  if bar is None:
+    bar = k.named[key] = NamedBarrier(rec.count, rec.vc)
+  elif bar.count != rec.count:
+    raise NotImplementedError(
+        f"barrier {key[1]} of CTA {key[0]} arrived on with thread count "
+        f"{'the CTA' if rec.count is None else rec.count} while its other arrivals "
+        f"gave {'the CTA' if bar.count is None else bar.count}")
+  else:
+    np.maximum(bar.vc, rec.vc, out=bar.vc)
+  bar.warps += 1
+  for th, waits in rec.lanes.values():
+    if waits:
+      th.wait = ("bar", key)
+      bar.waiters.append(th)
+    else:
+      _wake(k, th, current)
+  _named_complete(k, key, current)
+
+
+def _named_need(k, cta, count) -> int:
+  """The warps that complete a barrier of ``cta``: ``count`` / 32, or (None) every
+  warp of the CTA with a non-exited thread."""
+  if count is not None:
+    return count // WARP
+  warps = -(-k.block // WARP)
+  if k.alive[cta] == k.block:
+    return warps
+  return sum(_warp_live(k, cta, w) > 0 for w in range(warps))
+
+
+def _named_complete(k, key, current=None) -> bool:
+  """Completes barrier ``key`` if enough warps arrived: every waiting thread
+  acquires every arrival; the waiters other than ``current`` (the thread whose
+  instruction completes it) resume.  Returns whether it completed."""
+  bar = k.named.get(key)
+  if bar is None or bar.warps < _named_need(k, key[0], bar.count):
+    return False
+  del k.named[key]
+  for th in bar.waiters:
+    np.maximum(th.vc, bar.vc, out=th.vc)
+    th.vc[th.slot] += 1
+    _wake(k, th, current)
+  return True
+
+
+def _barriers_after_exit(k, th):
+  """``th`` exited: a warp-mate waiting at an aligned barrier (or whose aligned
+  cluster barrier it skipped) is a divergence; its warp's arrivals may now be
+  complete (they wait for the non-exited lanes), and so may the barriers that
+  wait for the whole CTA (its warps with a non-exited thread)."""
+  c, w = th.cta, th.tid // WARP
+  for wkey in [key for key in k.warp_arrivals if key[0] == c and key[2] == w]:
+    rec = k.warp_arrivals[wkey]
+    if rec.aligned:
+      pc, tid = next(iter(rec.pcs.items()))
       raise ProtocolError("aligned-divergence", (
-          f"CTA {th.cta} warp {w}: lane {th.tid % WARP} executes its {self._nth(kind, k)} at "
-          f"{self._where(pc)} while lane {rec[1] % WARP} of its warp executed it at "
-          f"{self._where(rec[0])}"))
-    rec[2] |= aligned
-    rec[3].add(th.tid)
+          f"CTA {c} warp {w}: lane {th.tid % WARP} exits while lane {tid % WARP} of its "
+          f"warp waits at {_where(k, pc)} on barrier {wkey[1]}"))
+    rec.live -= 1
+    if len(rec.lanes) >= rec.live:
+      _warp_arrives(k, wkey, None)
+  for key in [key for key, b in k.named.items() if key[0] == c and b.count is None]:
+    _named_complete(k, key)
+  _cluster_lanes_exit(k, th)
+
+
+def _named_state(k, key) -> str:
+  """A waiting thread's barrier, for a hang report: ``key`` (CTA, id) after its
+  warp arrived, (CTA, id, warp) while it waits for its warp-mates."""
+  bar, rec = k.named.get(key[:2]), k.warp_arrivals.get(key)
+  warps = 0 if bar is None else bar.warps
+  count = rec.count if bar is None else bar.count
+  need = (f"the CTA's {_named_need(k, key[0], None)} warps with a non-exited thread"
+          if count is None else f"{count} threads")
+  state = (f"barrier {key[1]} of CTA {key[0]} ({WARP * warps} arrived of {need}; "
+           f"warps count {WARP} each, {warps} arrived)")
+  if len(key) == 2:
+    return state
+  return (f"the other non-exited lanes of warp {key[2]} ({len(rec.lanes)} of "
+          f"{rec.live} arrived) to arrive on {state}")
+
+
+# -- the cluster barrier -------------------------------------------------------
+
+
+def _cluster_arrive(k, mods, pc, aligned):
+  sem, _ = sem_scope(mods, "release")
+  def arrive(th):
+    nth = th.cluster_arrived
+    _cluster_lane(k, th, "arrive", nth + 1, pc, aligned)
+    while len(k.cluster_gens) <= nth:
+      k.cluster_gens.append(Releases())
+    sync._release(k, th, sem, SCOPES["cluster"], k.cluster_gens[nth])
+    th.cluster_arrived = nth = nth + 1
+    if nth == len(k.cluster_reached):
+      k.cluster_reached.append(0)
+    k.cluster_reached[nth] += 1
+    k.epoch += 1
+    if k.cluster_waiting and run._cluster_may_complete(k, nth):
+      k.dirty = True
+  return arrive
+
+
+def _cluster_wait(k, mods, pc, aligned):
+  sem, _ = sem_scope(mods, "acquire")
+  def wait(th):
+    _cluster_lane(k, th, "wait", th.cluster_arrived, pc, aligned)
+    th.wait = ("cluster", th.cluster_arrived, sem)
+    return BLOCK
+  return wait
+
+
+def _cluster_lane(k, th, kind, nth, pc, aligned):
+  """The lane's nth ``barrier.cluster.arrive`` (``kind`` "arrive"), or its wait
+  after its nth arrive ("wait"): its warp's lanes must execute one instruction
+  there when any of them is aligned.  Each record ([pc, first tid, aligned, tids,
+  live lanes]) lives until every non-exited lane of the warp made it."""
+  w = th.tid // WARP
+  key = (th.cta, w, kind, nth)
+  rec = k.cluster_lanes.get(key)
+  if rec is None:
+    rec = k.cluster_lanes[key] = [pc, th.tid, aligned, set(), _warp_live(k, th.cta, w)]
+  elif rec[0] != pc and (aligned or rec[2]):
+    raise ProtocolError("aligned-divergence", (
+        f"CTA {th.cta} warp {w}: lane {th.tid % WARP} executes its {_nth(kind, nth)} at "
+        f"{_where(k, pc)} while lane {rec[1] % WARP} of its warp executed it at "
+        f"{_where(k, rec[0])}"))
+  rec[2] |= aligned
+  rec[3].add(th.tid)
+  if len(rec[3]) >= rec[4]:
+    del k.cluster_lanes[key]
+
+
+def _nth(kind, nth) -> str:
+  return (f"barrier.cluster.arrive number {nth}" if kind == "arrive" else
+          f"barrier.cluster.wait after arrive number {nth}")
+
+
+def _cluster_lanes_exit(k, th):
+  """``th`` exited: skipping an aligned cluster arrive or wait its warp-mates
+  executed is a divergence; the records wait for one lane fewer."""
+  c, w = th.cta, th.tid // WARP
+  for key in [key for key in k.cluster_lanes if key[0] == c and key[1] == w]:
+    rec = k.cluster_lanes[key]
+    if rec[2] and th.tid not in rec[3]:
+      raise ProtocolError("aligned-divergence", (
+          f"CTA {c} warp {w}: lane {th.tid % WARP} exits without its "
+          f"{_nth(*key[2:])}, which lane {rec[1] % WARP} of its warp executed at "
+          f"{_where(k, rec[0])}"))
+    rec[3].discard(th.tid)
+    rec[4] -= 1
     if len(rec[3]) >= rec[4]:
-      del self.cluster_lanes[key]
+      del k.cluster_lanes[key]
 
-  @staticmethod
-  def _nth(kind, k) -> str:
-    return (f"barrier.cluster.arrive number {k}" if kind == "arrive" else
-            f"barrier.cluster.wait after arrive number {k}")
 
-  def _cluster_lanes_exit(self, th):
-    """``th`` exited: skipping an aligned cluster arrive or wait its warp-mates
-    executed is a divergence; the records wait for one lane fewer."""
-    c, w = th.cta, th.tid // WARP
-    for key in [k for k in self.cluster_lanes if k[0] == c and k[1] == w]:
-      rec = self.cluster_lanes[key]
-      if rec[2] and th.tid not in rec[3]:
-        raise ProtocolError("aligned-divergence", (
-            f"CTA {c} warp {w}: lane {th.tid % WARP} exits without its "
-            f"{self._nth(*key[2:])}, which lane {rec[1] % WARP} of its warp executed at "
-            f"{self._where(rec[0])}"))
-      rec[3].discard(th.tid)
-      rec[4] -= 1
-      if len(rec[3]) >= rec[4]:
-        del self.cluster_lanes[key]
+def _cluster_woken(k, th):
+  _, nth, sem = th.wait
+  if sem != "relaxed":
+    for gen in k.cluster_gens[:nth]:
+      gen.acquire_into(th, SCOPES["cluster"])
 
-  def _cluster_woken(self, th):
-    _, k, sem = th.wait
-    if sem != "relaxed":
-      for gen in self.cluster_gens[:k]:
-        gen.acquire_into(th, SCOPES["cluster"])
+
+# The opcodes this family runs (``opcodes.Opcode``: the handler, statements it runs,
+# statements it refuses; test/emu/test_opcode_table.py compiles every one).
+OPCODES = {
+    "bar": Opcode(_bar_op, ("bar.sync 0", "bar.sync 1, 128", "bar.warp.sync -1",
+                            "bar.arrive 1, 128", "bar.cta.sync %r1, %r2"),
+                  ("bar.arrive 1", "bar.red.popc.u32 %r1, 0, %p1", "bar.sync.foo 0")),
+    "barrier": Opcode(_bar_op, ("barrier.sync 0", "barrier.sync.aligned 2, 64",
+                                "barrier.cta.arrive.aligned 3, 96", "barrier.cluster.arrive",
+                                "barrier.cluster.arrive.relaxed.aligned",
+                                "barrier.cluster.wait", "barrier.cluster.wait.aligned"),
+                      ("barrier.cluster.arrive.acquire", "barrier.red.or.pred %p1, 0, %p2")),
+}

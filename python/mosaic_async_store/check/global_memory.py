@@ -31,12 +31,12 @@ into all of its cells), so when all of them still do, it is updated in place.
 Global memory has no asynchronous stores into it (st.async and red.async write
 ``.shared::cluster``) and no mbarriers, so a record holds no in-flight counts.
 
-Launches.  A shadow lives for one launch (``interp.PtxKernel._pack_params`` makes
+Launches.  A shadow lives for one launch (``machine.Machine.pack_params`` makes
 it): the bytes a buffer holds when the launch starts are the initial contents
 (slot 0, clock 0: the ISA's hypothetical initial write W0, "Initialization"), so
 reads of inputs never race, and accesses of different clusters of a grid, which
 ``report.check_ptx`` runs as launches one after another, are never compared.
-The exit rule (``run.Runner._thread_exits``) is about shared memory only and
+The exit rule (``run._thread_exits``) is about shared memory only and
 never looks here.
 """
 

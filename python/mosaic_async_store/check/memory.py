@@ -39,8 +39,9 @@ import random
 
 import numpy as np
 
-__all__ = ["ProtocolError", "RULES", "SCOPES", "Releases", "Shadow", "Schedule", "SCHEDULES",
-           "CI_SCHEDULES", "SLOW_SCHEDULES", "morally_strong", "tags_morally_strong"]
+__all__ = ["ProtocolError", "RULES", "SCOPES", "SEMS", "sem_scope", "Releases", "Shadow",
+           "Schedule", "SCHEDULES", "CI_SCHEDULES", "SLOW_SCHEDULES", "morally_strong",
+           "tags_morally_strong"]
 
 # Each rule is named after the part of the PTX ISA that it enforces.
 RULES = {
@@ -100,6 +101,18 @@ TX_LIMIT = (1 << 20) - 1
 CI_SCHEDULES = (0, 1, 2)
 SLOW_SCHEDULES = tuple(range(24))
 SCHEDULES = SLOW_SCHEDULES if os.environ.get("MAS_EMU_SLOW", "") not in ("", "0") else CI_SCHEDULES
+
+
+# The .sem qualifiers of fences, mbarrier operations and barriers (memory
+# operations add weak, volatile and mmio: strong.MEMORY_SEMS).
+SEMS = ("release", "acquire", "acq_rel", "relaxed", "sc")
+
+
+def sem_scope(mods, default_sem):
+  """(semantics, scope rank) named by an opcode's qualifiers (default scope .cta)."""
+  sem = next((m for m in mods if m in SEMS), default_sem)
+  scope = next((SCOPES[m] for m in mods if m in SCOPES), SCOPES["cta"])
+  return sem, scope
 
 
 class ProtocolError(RuntimeError):

@@ -159,7 +159,7 @@ def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1,
     raise refuse("ptx", str(e), "the opcodes docs/checker.md lists as run exactly",
                  "check that instruction's kernel another way, or report it") from None
   try:
-    kernel._pack_params(list(args))
+    kernel.machine.pack_params(list(args))
   except ValueError as e:
     raise refuse("args", f"{len(args)} arguments", str(e),
                  "pass one argument per kernel parameter, in order") from None

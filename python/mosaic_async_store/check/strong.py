@@ -2,8 +2,8 @@
 ``ld.relaxed`` / ``ld.acquire`` / ``ld.volatile``, ``st.relaxed`` / ``st.release`` /
 ``st.volatile``, ``red`` (``.relaxed`` or ``.release``) and ``atom`` (every ``.sem``).
 
-Mixed into ``interp.PtxKernel``, which provides ``_mem``, ``_access``, ``_set``,
-``_release`` (sync.py), ``self.flags`` and ``self.epoch``.
+Functions of the machine ``k`` (``machine.Machine``), with ``k.flags`` (each
+strongly written location's release state) and ``k.epoch``.
 
 The PTX ISA's rules, as run here (Memory Consistency Model):
   * "Strong operations": an ``ld``/``st`` with ``.relaxed``, ``.acquire`` /
@@ -38,11 +38,13 @@ refused by name.
 
 from __future__ import annotations
 
-from mosaic_async_store.check.memory import SCOPES, Releases
+from mosaic_async_store.check import access, addresses, program, sync
+from mosaic_async_store.check.memory import SCOPES, SEMS, Releases
+from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.ops import RED, RED_FORMS, reduce_op
-from mosaic_async_store.check.sync import SEMS, YIELD
+from mosaic_async_store.check.outcomes import YIELD
 
-__all__ = ["StrongSemantics", "strong_semantics"]
+__all__ = ["MEMORY_SEMS", "strong_semantics", "OPCODES"]
 
 _MAX_STRONG = 8   # bytes: the widest strong access the checker runs (b64)
 MEMORY_SEMS = (*SEMS, "weak", "volatile", "mmio")
@@ -76,109 +78,131 @@ def strong_semantics(ins):
   return sem, SCOPES[scopes[0]] if scopes else SCOPES["gpu"]
 
 
-class StrongSemantics:
-  """Strong loads, stores and read-modify-writes, and the locations' release state."""
+# Strong loads, stores and read-modify-writes, and the locations' release state.
 
-  def _strong_ld(self, ins, sem, scope):
-    """``ld.relaxed`` / ``ld.acquire`` / ``ld.volatile``: a strong read; it acquires
-    the release state of the location it reads (``.acquire``), or keeps it for a
-    later acquire fence (relaxed); then it yields (a poll)."""
-    if ins.ops[0][0] == "vec" or ins.t[0] == "s" and ins.bits < 32:
-      raise NotImplementedError(f"opcode {ins.opcode}")
-    put, addr, size, space = self._set(ins.ops[0], ins.bits), ins.src[1], ins.bits // 8, ins.space
-    insn = len(self.code)
-    def load(th):
-      buf, off = self._mem(th, space, addr(th), size)
-      self._access(th, buf, off, size, write=False, insn=insn, tag=(th.cta, scope, off, size))
-      put(th, int.from_bytes(buf[off:off + size], "little"))
-      self._reads_from(th, buf, off, size, sem, scope)
-      th.polled = True
-      return YIELD
-    return load
 
-  def _atom(self, ins):
-    """``atom{.sem}{.scope}{.space}.op.type d, [a], b{, c}``: returns the old value
-    and writes ``op(old, b)`` (``cas``: ``c`` if old == b; ``exch``: b) as one
-    strong read-modify-write; the integer ops and float adds of ``red``."""
-    sem, scope = strong_semantics(ins)
-    op = next((m for m in ins.mods if m in RED + ("cas", "exch")), None)
-    floats = ins.t[0] == "f" or ins.t[:2] == "bf"
-    if op in ("cas", "exch"):
-      ok = ins.t in ("b32", "b64") and len(ins.ops) == (4 if op == "cas" else 3)
+def _strong_ld(k, ins, sem, scope):
+  """``ld.relaxed`` / ``ld.acquire`` / ``ld.volatile``: a strong read; it acquires
+  the release state of the location it reads (``.acquire``), or keeps it for a
+  later acquire fence (relaxed); then it yields (a poll)."""
+  if ins.ops[0][0] == "vec" or ins.t[0] == "s" and ins.bits < 32:
+    raise NotImplementedError(f"opcode {ins.opcode}")
+  put, addr = program.setter(ins.ops[0], ins.bits), ins.src[1]
+  size, space = ins.bits // 8, ins.space
+  insn = len(k.program.code)
+  def load(th):
+    buf, off = addresses.mem(k, th, space, addr(th), size)
+    access._access(k, th, buf, off, size, write=False, insn=insn, tag=(th.cta, scope, off, size))
+    put(th, int.from_bytes(buf[off:off + size], "little"))
+    _reads_from(k, th, buf, off, size, sem, scope)
+    th.polled = True
+    return YIELD
+  return load
+
+
+def _atom(k, ins):
+  """``atom{.sem}{.scope}{.space}.op.type d, [a], b{, c}``: returns the old value
+  and writes ``op(old, b)`` (``cas``: ``c`` if old == b; ``exch``: b) as one
+  strong read-modify-write; the integer ops and float adds of ``red``."""
+  sem, scope = strong_semantics(ins)
+  op = next((m for m in ins.mods if m in RED + ("cas", "exch")), None)
+  floats = ins.t[0] == "f" or ins.t[:2] == "bf"
+  if op in ("cas", "exch"):
+    ok = ins.t in ("b32", "b64") and len(ins.ops) == (4 if op == "cas" else 3)
+  else:
+    ok = (op, ins.t) in RED_FORMS and len(ins.ops) == 3 and \
+        ("noftz" in ins.mods) == (floats and ins.t != "f32")
+  known = set(MEMORY_SEMS) | set(SCOPES) | {op, ins.t, "noftz", ins.space}
+  if not ok or ins.ops[0][0] != "reg" or not set(ins.mods) <= known:
+    raise NotImplementedError(f"opcode {ins.opcode}")
+  size, t, space, addr = ins.bits // 8, ins.t, ins.space, ins.src[1]
+  put, b = program.setter(ins.ops[0], ins.bits), ins.src[2]
+  c, mask = ins.src[3] if op == "cas" else None, (1 << ins.bits) - 1
+  insn = len(k.program.code)
+  def atom(th):
+    buf, off = addresses.mem(k, th, space, addr(th), size)
+    access._access(k, th, buf, off, size, write=True, atomic=True, insn=insn,
+                 tag=(th.cta, scope, off, size))
+    old, new = int.from_bytes(buf[off:off + size], "little"), b(th) & mask
+    if op == "exch":
+      value = new
+    elif op == "cas":
+      value = (c(th) & mask) if old == new else old
     else:
-      ok = (op, ins.t) in RED_FORMS and len(ins.ops) == 3 and \
-          ("noftz" in ins.mods) == (floats and ins.t != "f32")
-    known = set(MEMORY_SEMS) | set(SCOPES) | {op, ins.t, "noftz", ins.space}
-    if not ok or ins.ops[0][0] != "reg" or not set(ins.mods) <= known:
-      raise NotImplementedError(f"opcode {ins.opcode}")
-    size, t, space, addr = ins.bits // 8, ins.t, ins.space, ins.src[1]
-    put, b = self._set(ins.ops[0], ins.bits), ins.src[2]
-    c, mask = ins.src[3] if op == "cas" else None, (1 << ins.bits) - 1
-    insn = len(self.code)
-    def atom(th):
-      buf, off = self._mem(th, space, addr(th), size)
-      self._access(th, buf, off, size, write=True, atomic=True, insn=insn,
-                   tag=(th.cta, scope, off, size))
-      old, new = int.from_bytes(buf[off:off + size], "little"), b(th) & mask
-      if op == "exch":
-        value = new
-      elif op == "cas":
-        value = (c(th) & mask) if old == new else old
-      else:
-        value = reduce_op(op, t, old, new)
-      if value != old:   # (a failed cas in a spin loop changes nothing: it may park)
-        buf[off:off + size] = value.to_bytes(size, "little")
-        self.epoch += 1
-      put(th, old)
-      self._reads_from(th, buf, off, size, sem, scope)
-      self._publish(th, buf, off, size, sem, scope, rmw=True)
-      th.polled = True
-      return YIELD
-    return atom
+      value = reduce_op(op, t, old, new)
+    if value != old:   # (a failed cas in a spin loop changes nothing: it may park)
+      buf[off:off + size] = value.to_bytes(size, "little")
+      k.epoch += 1
+    put(th, old)
+    _reads_from(k, th, buf, off, size, sem, scope)
+    _publish(k, th, buf, off, size, sem, scope, rmw=True)
+    th.polled = True
+    return YIELD
+  return atom
 
-  # -- the locations' release state ---------------------------------------------------
 
-  def _reads_from(self, th, buf, off, size, sem, scope):
-    """``th`` read the location: it learns that its writers' writes completed, and
-    acquires their release state (``.acquire`` / ``.acq_rel``), or keeps it for an
-    acquire fence (relaxed)."""
-    state = self.flags.get((id(buf), off))
-    if state is None or state[0] != size:
-      return
-    _, releases, writers = state
-    for slot, clk in writers.items():
-      th.seen[slot] = max(th.seen[slot], clk)
-    if sem in ("acquire", "acq_rel"):
-      releases.acquire_into(th, scope)
-    else:   # a snapshot: later writes to the location must not reach this read
-      th.pending_obs.append((releases.merged(Releases()), scope, None, 0))
+# -- the locations' release state ---------------------------------------------------
 
-  def _publish(self, th, buf, off, size, sem, scope, *, rmw):
-    """A strong write of ``th`` to the location: its release state becomes this
-    write's release (a plain write's) or continues with it (a read-modify-write)."""
-    key = (id(buf), off)
-    old = self.flags.get(key) if rmw else None
-    if old is not None and old[0] != size:
-      old = None
-    releases = Releases() if old is None else old[1].merged(Releases())
-    writers = {} if old is None else dict(old[2])
-    writers[th.slot] = int(th.vc[th.slot])
-    self._forget_flags(buf, off, size)
-    if sem in ("release", "acq_rel"):   # what a later strong write of th continues
-      mine = Releases()
-      mine.add(th.cta, scope, th.vc)
-      th.released[(key, size)] = mine
-    elif (key, size) in th.released:   # a release pattern: th's earlier release on
-      releases = releases.merged(th.released[(key, size)])   # the location, then this
-    self._release(th, sem, scope, releases)   # (advances th's clock)
-    self.flags[key] = (size, releases, writers)
 
-  def _forget_flags(self, buf, off, n):
-    """A write over [off, off + n) of ``buf``: the release states it overlaps end
-    (``self.flags``: (buffer id, offset) -> (bytes, releases, writers); a strong
-    access is at most 8 bytes, so only locations from ``off - 7`` on can overlap)."""
-    flags, i = self.flags, id(buf)
-    for o in range(off - _MAX_STRONG + 1, off + n):
-      state = flags.get((i, o))
-      if state is not None and o + state[0] > off:
-        del flags[(i, o)]
+def _reads_from(k, th, buf, off, size, sem, scope):
+  """``th`` read the location: it learns that its writers' writes completed, and
+  acquires their release state (``.acquire`` / ``.acq_rel``), or keeps it for an
+  acquire fence (relaxed)."""
+  state = k.flags.get((id(buf), off))
+  if state is None or state[0] != size:
+    return
+  _, releases, writers = state
+  for slot, clk in writers.items():
+    th.seen[slot] = max(th.seen[slot], clk)
+  if sem in ("acquire", "acq_rel"):
+    releases.acquire_into(th, scope)
+  else:   # a snapshot: later writes to the location must not reach this read
+    th.pending_obs.append((releases.merged(Releases()), scope, None, 0))
+
+
+def _publish(k, th, buf, off, size, sem, scope, *, rmw):
+  """A strong write of ``th`` to the location: its release state becomes this
+  write's release (a plain write's) or continues with it (a read-modify-write)."""
+  key = (id(buf), off)
+  old = k.flags.get(key) if rmw else None
+  if old is not None and old[0] != size:
+    old = None
+  releases = Releases() if old is None else old[1].merged(Releases())
+  writers = {} if old is None else dict(old[2])
+  writers[th.slot] = int(th.vc[th.slot])
+  _forget_flags(k, buf, off, size)
+  if sem in ("release", "acq_rel"):   # what a later strong write of th continues
+    mine = Releases()
+    mine.add(th.cta, scope, th.vc)
+    th.released[(key, size)] = mine
+  elif (key, size) in th.released:   # a release pattern: th's earlier release on
+    releases = releases.merged(th.released[(key, size)])   # the location, then this
+  sync._release(k, th, sem, scope, releases)   # (advances th's clock)
+  k.flags[key] = (size, releases, writers)
+
+
+def _forget_flags(k, buf, off, n):
+  """A write over [off, off + n) of ``buf``: the release states it overlaps end
+  (``k.flags``: (buffer id, offset) -> (bytes, releases, writers); a strong
+  access is at most 8 bytes, so only locations from ``off - 7`` on can overlap)."""
+  flags, i = k.flags, id(buf)
+  for o in range(off - _MAX_STRONG + 1, off + n):
+    state = flags.get((i, o))
+    if state is not None and o + state[0] > off:
+      del flags[(i, o)]
+
+
+# The opcodes this family runs (``opcodes.Opcode``: the handler, statements it runs,
+# statements it refuses; test/emu/test_opcode_table.py compiles every one).
+OPCODES = {
+    "atom": Opcode(_atom, ("atom.shared.add.u32 %r1, [%r2], 1",
+                           "atom.acquire.cluster.shared::cluster.or.b32 %r1, [%r2], %r3",
+                           "atom.acq_rel.gpu.global.cas.b64 %rd1, [%rd2], %rd3, %rd4",
+                           "atom.release.cta.shared::cta.exch.b32 %r1, [%r2], %r3",
+                           "atom.global.min.s32 %r1, [%rd2], %r3",
+                           "atom.shared.add.f32 %f1, [%r2], %f3"),
+                   ("atom.sc.gpu.global.add.u32 %r1, [%rd2], %r3",
+                    "atom.shared.cas.b16 %h1, [%r2], %h3, %h4",
+                    "atom.shared.add.f16 %h1, [%r2], %h3",
+                    "atom.global.v2.f32.add %rd1, [%rd2], %rd3")),
+}

@@ -2,35 +2,28 @@
 memory-ordering effect (CTA and cluster barriers: ``barriers``; warp collectives:
 ``warp``).
 
-Mixed into ``interp.PtxKernel``, which provides ``self.mbar`` (barrier key
--> ``Mbarrier``), ``self.code``, ``self.sched``,
-``_set``, ``_mem`` and ``_bar_key``.  Semantics and scopes come from the
+Functions of the machine ``k`` (``machine.Machine``; its ``mbar`` maps a barrier's
+key (CTA, offset) to its ``Mbarrier``).  Semantics and scopes come from the
 opcode's qualifiers with the ISA's defaults: ``mbarrier.arrive`` is
 ``.release.cta``, ``mbarrier.try_wait`` ``.acquire.cta``.  Every change of an
-mbarrier's state counts as progress (``self.epoch``: a polling thread parked by
-``run.Runner`` may read something new).
+mbarrier's state counts as progress (``k.epoch``: a polling thread parked by
+``run`` may read something new).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from mosaic_async_store.check.memory import SCOPES, TX_LIMIT, ProtocolError, Releases
+from mosaic_async_store.check import addresses, program, warp
+from mosaic_async_store.check.memory import (SCOPES, SEMS, TX_LIMIT, ProtocolError, Releases,
+                                             sem_scope)
+from mosaic_async_store.check.opcodes import Opcode
+from mosaic_async_store.check.outcomes import BLOCK, YIELD
 
-BLOCK = object()  # returned by an instruction: this thread waits for the scheduler
-YIELD = object()  # returned by an instruction: done, but let other threads run first
 
-# The .sem qualifiers of fences, mbarrier operations and barriers (memory
-# operations add weak, volatile and mmio: strong.MEMORY_SEMS).
-SEMS = ("release", "acquire", "acq_rel", "relaxed", "sc")
+__all__ = ["Mbarrier", "OPCODES"]
+
 _MEMBAR_SCOPE = {"cta": "cta", "gl": "gpu", "sys": "sys"}
-
-
-def sem_scope(mods, default_sem):
-  """(semantics, scope rank) named by an opcode's qualifiers (default scope .cta)."""
-  sem = next((m for m in mods if m in SEMS), default_sem)
-  scope = next((SCOPES[m] for m in mods if m in SCOPES), SCOPES["cta"])
-  return sem, scope
 
 
 # The qualifiers of each mbarrier form besides .sem, .scope, the state space and .b64
@@ -93,255 +86,293 @@ class Mbarrier:
             f"pending {self.pending}, tx {self.tx}, count {self.count}]")
 
 
-class SyncSemantics:
-  """mbarrier.* and fences; the entries of bar.warp.sync and of the .aligned matrix
-  collectives into ``warp`` (the CTA and cluster barriers are
-  ``barriers.BarrierSemantics``)."""
+# mbarrier.* and fences; the entries of bar.warp.sync and of the .aligned matrix
+# collectives into ``warp`` (the CTA and cluster barriers are
+# ``barriers``).
 
-  # -- mbarriers ---------------------------------------------------------------
 
-  def _mbarrier(self, mods, ops, src, space):
-    form = _mbarrier_form(mods, ops, space)
-    if form == "init":
-      def init(th, addr=src[0], count=src[1]):
-        key, n = self._bar_key(th, space, addr(th)), count(th)
-        if not 1 <= n <= TX_LIMIT:
-          raise ProtocolError("count-range", f"mbarrier.init with count {n}")
-        if key in self.mbar:
-          raise ProtocolError("barrier-reinit", f"mbarrier.init on {self.mbar[key].describe()}"
-                              ", which is initialised and not invalidated")
-        # Two clock slots per barrier: its asynchronous data, and its initialisation
-        # (so that fence.mbarrier_init can release the inits alone).
-        slot = self.barrier_slot0 + 2 * self.barriers_made
-        if slot + 1 >= len(th.vc):
-          raise NotImplementedError("more mbarriers than the checker has clock slots")
-        self.barriers_made += 1
-        th.vc[slot + 1] = 1
-        self.epoch += 1
-        self.mbar[key] = Mbarrier(key, slot, n, (slot + 1, 1))
-        self.shadow[key[0]].mbar_bytes[key[1]:key[1] + 8] = b"\x01" * 8
-      return init
-    if form == "inval":
-      def inval(th, addr=src[0]):
-        key = self._bar_key(th, space, addr(th))
-        self._barrier(th, th.vc, key)
-        del self.mbar[key]
-        self.epoch += 1
-        self.shadow[key[0]].mbar_bytes[key[1]:key[1] + 8] = bytes(8)
-      return inval
-    if form == "arrive":
-      return self._arrive(mods, ops, src, space)
-    if form == "expect_tx":
-      def expect(th, addr=src[0], tx=src[1]):
-        self._add_tx(self._barrier(th, th.vc, space, addr(th)), tx(th))
-      return expect
-    if form == "complete_tx":
-      # tx-count decremented as an asynchronous transfer's completion does (no data,
-      # no ordering: the ISA's only .sem for it is .relaxed)
-      def complete(th, addr=src[0], tx=src[1]):
-        bar = self._barrier(th, th.vc, space, addr(th))
-        self._add_tx(bar, -tx(th))
-        self._advance(bar)
-      return complete
-    return self._wait(mods, ops, src, space)
+# -- mbarriers ---------------------------------------------------------------
 
-  def _arrive(self, mods, ops, src, space):
-    """``mbarrier.arrive{.expect_tx|.noComplete}``: [state,] [addr], tx-count with
-    .expect_tx, else an optional arrive-count (mandatory with .noComplete)."""
-    expect, zero, one = "expect_tx" in mods, (lambda th: 0), (lambda th: 1)
-    no_complete = "noComplete" in mods
-    addr, put = src[1], self._set(ops[0], 64)
-    tx = src[2] if expect and len(ops) == 3 else zero
-    count = src[2] if not expect and len(ops) == 3 else one
-    sem, scope = sem_scope(mods, "release")
-    def arrive(th):  # the expect-tx operation first, then the arrive-on operation
-      bar = self._barrier(th, th.vc, space, addr(th))
-      if bar.key[0] != th.cta:   # the exit rule: it must complete before that CTA exits
-        self.remote_arrivals[bar.key[0]][th.slot] = int(th.vc[th.slot])
-      bar.arrivals[th.slot] = int(th.vc[th.slot])
-      self._release(th, sem, scope, bar.releases)
-      self._add_tx(bar, tx(th))
-      bar.pending -= count(th)
-      if bar.pending < 0:
-        raise ProtocolError("arrival-overflow", f"CTA {th.cta} thread {th.tid} arrives on "
-                            f"{bar.describe()}")
-      if no_complete and bar.pending == 0 and bar.tx == 0:
-        raise ProtocolError("arrive-nocomplete", f"CTA {th.cta} thread {th.tid}'s "
-                            f"arrive.noComplete completes the phase of {bar.describe()}")
-      put(th, bar.phase)
-      self._advance(bar)
-      return YIELD if self.sched.yields() else None
-    return arrive
 
-  def _wait(self, mods, ops, src, space):
-    """``mbarrier.test_wait`` / ``try_wait``: the predicate says whether the phase
-    completed.  .parity: the operand is the parity of the phase to wait for; else
-    it is the state an arrive returned (here: the phase number), whose parity it is.
+def _mbarrier(k, mods, ops, src, space):
+  form = _mbarrier_form(mods, ops, space)
+  if form == "init":
+    def init(th, addr=src[0], count=src[1]):
+      key, n = _bar_key(k, th, space, addr(th)), count(th)
+      if not 1 <= n <= TX_LIMIT:
+        raise ProtocolError("count-range", f"mbarrier.init with count {n}")
+      if key in k.mbar:
+        raise ProtocolError("barrier-reinit", f"mbarrier.init on {k.mbar[key].describe()}"
+                            ", which is initialised and not invalidated")
+      # Two clock slots per barrier: its asynchronous data, and its initialisation
+      # (so that fence.mbarrier_init can release the inits alone).
+      slot = k.barrier_slot0 + 2 * k.barriers_made
+      if slot + 1 >= len(th.vc):
+        raise NotImplementedError("more mbarriers than the checker has clock slots")
+      k.barriers_made += 1
+      th.vc[slot + 1] = 1
+      k.epoch += 1
+      k.mbar[key] = Mbarrier(key, slot, n, (slot + 1, 1))
+      k.shadow[key[0]].mbar_bytes[key[1]:key[1] + 8] = b"\x01" * 8
+    return init
+  if form == "inval":
+    def inval(th, addr=src[0]):
+      key = _bar_key(k, th, space, addr(th))
+      _barrier(k, th, th.vc, key)
+      del k.mbar[key]
+      k.epoch += 1
+      k.shadow[key[0]].mbar_bytes[key[1]:key[1] + 8] = bytes(8)
+    return inval
+  if form == "arrive":
+    return _arrive(k, mods, ops, src, space)
+  if form == "expect_tx":
+    def expect(th, addr=src[0], tx=src[1]):
+      _add_tx(k, _barrier(k, th, th.vc, space, addr(th)), tx(th))
+    return expect
+  if form == "complete_tx":
+    # tx-count decremented as an asynchronous transfer's completion does (no data,
+    # no ordering: the ISA's only .sem for it is .relaxed)
+    def complete(th, addr=src[0], tx=src[1]):
+      bar = _barrier(k, th, th.vc, space, addr(th))
+      _add_tx(k, bar, -tx(th))
+      _advance(k, bar)
+    return complete
+  return _wait(k, mods, ops, src, space)
 
-    Both may return false (PTX ISA: test_wait is non-blocking; try_wait returns when
-    the phase completes or a time limit expires), and a program that proceeds on
-    false observes nothing.  So the failed wait is explored: test_wait on an
-    unfinished phase returns false (and yields: a poll); a wait whose phase has
-    completed, but which this thread has not observed before, returns false on its
-    first try (it could have run before the completion) and the truth when the
-    thread retries it (same instruction, barrier and phase); try_wait on an
-    unfinished phase, retried, blocks until the phase completes (``run``), or
-    returns false once nothing can make progress any more."""
-    pred, addr, parity = ops[0][1], src[1], src[2]
-    sem, scope = sem_scope(mods, "acquire")
-    blocking, pc = mods[0] == "try_wait", len(self.code)
-    def wait(th):
-      bar, par = self._barrier(th, th.vc, space, addr(th)), parity(th) & 1
-      done = bar.phase & 1 != par   # the phase of that parity has completed
-      instance = (pc, bar.key, par, bar.phase)
-      if done and (th.tried_wait == instance or th.seen[bar.slot] >= bar.phase):
-        self._observe(th, bar, sem, scope)
-        th.regs[pred] = 1
-        return None
-      if th.tried_wait != instance or not blocking:
-        th.tried_wait, th.regs[pred] = instance, 0
-        if done or not blocking:
-          th.polled = True   # (a poll: the run parks it if nothing changes)
-          return YIELD
-        return None
-      th.wait = ("mbar", bar.key, par, pred, sem, scope)
-      return BLOCK
-    return wait
 
-  def _barrier(self, th_or_none, vc, space_or_key, addr=None):
-    """The Mbarrier at ``addr``; its initialisation must be visible to ``vc``."""
-    key = (space_or_key if addr is None else self._bar_key(th_or_none, space_or_key, addr))
-    bar = self.mbar.get(key)
-    if bar is None:
-      raise ProtocolError("barrier-uninit", f"no mbarrier.init at CTA {key[0]} offset "
-                          f"{key[1]:#x}")
-    slot, clk = bar.init
-    if vc[slot] < clk:
-      who = "an asynchronous operation" if th_or_none is None else \
-          f"CTA {th_or_none.cta} thread {th_or_none.tid}"
-      raise ProtocolError("barrier-init", f"{who} uses {bar.describe()}")
-    return bar
+def _arrive(k, mods, ops, src, space):
+  """``mbarrier.arrive{.expect_tx|.noComplete}``: [state,] [addr], tx-count with
+  .expect_tx, else an optional arrive-count (mandatory with .noComplete)."""
+  expect, zero, one = "expect_tx" in mods, (lambda th: 0), (lambda th: 1)
+  no_complete = "noComplete" in mods
+  addr, put = src[1], program.setter(ops[0], 64)
+  tx = src[2] if expect and len(ops) == 3 else zero
+  count = src[2] if not expect and len(ops) == 3 else one
+  sem, scope = sem_scope(mods, "release")
+  def arrive(th):  # the expect-tx operation first, then the arrive-on operation
+    bar = _barrier(k, th, th.vc, space, addr(th))
+    if bar.key[0] != th.cta:   # the exit rule: it must complete before that CTA exits
+      k.remote_arrivals[bar.key[0]][th.slot] = int(th.vc[th.slot])
+    bar.arrivals[th.slot] = int(th.vc[th.slot])
+    _release(k, th, sem, scope, bar.releases)
+    _add_tx(k, bar, tx(th))
+    bar.pending -= count(th)
+    if bar.pending < 0:
+      raise ProtocolError("arrival-overflow", f"CTA {th.cta} thread {th.tid} arrives on "
+                          f"{bar.describe()}")
+    if no_complete and bar.pending == 0 and bar.tx == 0:
+      raise ProtocolError("arrive-nocomplete", f"CTA {th.cta} thread {th.tid}'s "
+                          f"arrive.noComplete completes the phase of {bar.describe()}")
+    put(th, bar.phase)
+    _advance(k, bar)
+    return YIELD if k.sched.yields() else None
+  return arrive
 
-  def _add_tx(self, bar, delta):
-    self.epoch += 1
-    bar.tx += delta
-    if abs(bar.tx) > TX_LIMIT:
-      raise ProtocolError("tx-range", f"tx-count {bar.tx} on {bar.describe()}")
 
-  def _advance(self, bar):
-    """A phase completes when no arrival is pending and the tx-count is zero."""
-    if bar.pending == 0 and bar.tx == 0:
-      prev = bar.records[-1] if bar.records else Releases()
-      bar.records.append(prev.merged(bar.releases))
-      bar.arrival_records.append(bar.arrivals)
-      bar.releases, bar.arrivals = Releases(), {}
-      bar.phase, bar.pending = bar.phase + 1, bar.count
-      self.dirty = True   # waiters may wake
+def _wait(k, mods, ops, src, space):
+  """``mbarrier.test_wait`` / ``try_wait``: the predicate says whether the phase
+  completed.  .parity: the operand is the parity of the phase to wait for; else
+  it is the state an arrive returned (here: the phase number), whose parity it is.
 
-  def _observe(self, th, bar, sem, scope):
-    """``th`` saw the phase before the current one complete."""
-    q = bar.phase - 1
-    if q < 0:
-      return
-    th.seen[bar.slot] = max(th.seen[bar.slot], q + 1)   # it has landed (the exit rule),
-    for slot, clk in bar.arrival_records[q].items():     # and so have its arrivals
-      th.seen[slot] = max(th.seen[slot], clk)
-    if sem in ("acquire", "acq_rel", "sc"):
-      th.vc[bar.slot] = max(th.vc[bar.slot], q + 1)  # its asynchronous data is visible
-      bar.records[q].acquire_into(th, scope)
-    else:  # a relaxed wait: neither data nor visibility, until a later acquire fence
-      th.pending_obs.append((bar.records[q], scope, bar.slot, q + 1))
+  Both may return false (PTX ISA: test_wait is non-blocking; try_wait returns when
+  the phase completes or a time limit expires), and a program that proceeds on
+  false observes nothing.  So the failed wait is explored: test_wait on an
+  unfinished phase returns false (and yields: a poll); a wait whose phase has
+  completed, but which this thread has not observed before, returns false on its
+  first try (it could have run before the completion) and the truth when the
+  thread retries it (same instruction, barrier and phase); try_wait on an
+  unfinished phase, retried, blocks until the phase completes (``run``), or
+  returns false once nothing can make progress any more."""
+  pred, addr, parity = ops[0][1], src[1], src[2]
+  sem, scope = sem_scope(mods, "acquire")
+  blocking, pc = mods[0] == "try_wait", len(k.program.code)
+  def wait(th):
+    bar, par = _barrier(k, th, th.vc, space, addr(th)), parity(th) & 1
+    done = bar.phase & 1 != par   # the phase of that parity has completed
+    instance = (pc, bar.key, par, bar.phase)
+    if done and (th.tried_wait == instance or th.seen[bar.slot] >= bar.phase):
+      _observe(k, th, bar, sem, scope)
+      th.regs[pred] = 1
+      return None
+    if th.tried_wait != instance or not blocking:
+      th.tried_wait, th.regs[pred] = instance, 0
+      if done or not blocking:
+        th.polled = True   # (a poll: the run parks it if nothing changes)
+        return YIELD
+      return None
+    th.wait = ("mbar", bar.key, par, pred, sem, scope)
+    return BLOCK
+  return wait
 
-  # -- release / acquire helpers ----------------------------------------------
 
-  def _release(self, th, sem, scope, into: Releases):
-    """Publishes ``th``'s clock into ``into`` if the operation releases: by its
-    own semantics, or as a relaxed operation after a fence (the fence's scope)."""
-    if sem in ("release", "acq_rel", "sc"):
-      into.add(th.cta, scope, th.vc)
-    elif th.fence_rel is not None:
-      vc, fscope = th.fence_rel
-      into.add(th.cta, min(fscope, scope), vc)
+def _barrier(k, th_or_none, vc, space_or_key, addr=None):
+  """The Mbarrier at ``addr``; its initialisation must be visible to ``vc``."""
+  key = (space_or_key if addr is None else _bar_key(k, th_or_none, space_or_key, addr))
+  bar = k.mbar.get(key)
+  if bar is None:
+    raise ProtocolError("barrier-uninit", f"no mbarrier.init at CTA {key[0]} offset "
+                        f"{key[1]:#x}")
+  slot, clk = bar.init
+  if vc[slot] < clk:
+    who = "an asynchronous operation" if th_or_none is None else \
+        f"CTA {th_or_none.cta} thread {th_or_none.tid}"
+    raise ProtocolError("barrier-init", f"{who} uses {bar.describe()}")
+  return bar
+
+
+def _add_tx(k, bar, delta):
+  k.epoch += 1
+  bar.tx += delta
+  if abs(bar.tx) > TX_LIMIT:
+    raise ProtocolError("tx-range", f"tx-count {bar.tx} on {bar.describe()}")
+
+
+def _advance(k, bar):
+  """A phase completes when no arrival is pending and the tx-count is zero."""
+  if bar.pending == 0 and bar.tx == 0:
+    prev = bar.records[-1] if bar.records else Releases()
+    bar.records.append(prev.merged(bar.releases))
+    bar.arrival_records.append(bar.arrivals)
+    bar.releases, bar.arrivals = Releases(), {}
+    bar.phase, bar.pending = bar.phase + 1, bar.count
+    k.dirty = True   # waiters may wake
+
+
+def _observe(k, th, bar, sem, scope):
+  """``th`` saw the phase before the current one complete."""
+  q = bar.phase - 1
+  if q < 0:
+    return
+  th.seen[bar.slot] = max(th.seen[bar.slot], q + 1)   # it has landed (the exit rule),
+  for slot, clk in bar.arrival_records[q].items():     # and so have its arrivals
+    th.seen[slot] = max(th.seen[slot], clk)
+  if sem in ("acquire", "acq_rel", "sc"):
+    th.vc[bar.slot] = max(th.vc[bar.slot], q + 1)  # its asynchronous data is visible
+    bar.records[q].acquire_into(th, scope)
+  else:  # a relaxed wait: neither data nor visibility, until a later acquire fence
+    th.pending_obs.append((bar.records[q], scope, bar.slot, q + 1))
+
+
+# -- release / acquire helpers ----------------------------------------------
+
+
+def _release(k, th, sem, scope, into: Releases):
+  """Publishes ``th``'s clock into ``into`` if the operation releases: by its
+  own semantics, or as a relaxed operation after a fence (the fence's scope)."""
+  if sem in ("release", "acq_rel", "sc"):
+    into.add(th.cta, scope, th.vc)
+  elif th.fence_rel is not None:
+    vc, fscope = th.fence_rel
+    into.add(th.cta, min(fscope, scope), vc)
+  th.vc[th.slot] += 1
+
+
+def _fence(k, mods):
+  """The fences, by their ``.sem`` (PTX ISA, membar/fence): ``.acquire`` acquires
+  what earlier relaxed waits observed; ``.release`` lets later relaxed arrives
+  release this thread's earlier accesses; ``.acq_rel`` (the default), ``.sc``
+  and ``membar`` do both.  ``.sync_restrict::shared::cta`` (release only) orders
+  only operations on the thread's own CTA's shared memory: accesses it made to
+  other CTAs' shared memory are left out of what it releases (from the first
+  such access on: conservative).  ``.sync_restrict::shared::cluster`` (acquire
+  only) covers all shared memory.  A thread's clock does not tell state spaces
+  apart, so both also order its global-memory accesses (a limit: a global race
+  ordered only by such a fence is not reported).
+  ``fence.mbarrier_init.release.cluster`` releases the thread's earlier
+  ``mbarrier.init``s and nothing else.  ``fence.proxy.*`` orders proxies, which
+  are not modelled."""
+  if mods and mods[0].startswith("proxy"):
+    return lambda th: None
+  restrict = next((m for m in mods if m.startswith("sync_restrict")), None)
+  if mods and mods[0] == "mbarrier_init":
+    if mods[1:] != ["release", "cluster"]:
+      raise NotImplementedError(f"opcode fence.{'.'.join(mods)}")
+    scope, acquire, release = SCOPES["cluster"], False, "inits"
+  elif mods and mods[0] in _MEMBAR_SCOPE:   # membar.cta / .gl / .sys
+    scope, acquire, release = SCOPES[_MEMBAR_SCOPE[mods[0]]], True, "all"
+  else:
+    sem, scope = sem_scope([m for m in mods if m != restrict], "acq_rel")
+    if (restrict, sem) not in ((None, "acq_rel"), (None, "sc"), (None, "acquire"),
+                               (None, "release"), ("sync_restrict::shared::cta", "release"),
+                               ("sync_restrict::shared::cluster", "acquire")):
+      raise NotImplementedError(f"opcode fence.{'.'.join(mods)}")
+    acquire = sem != "release"
+    release = None if sem == "acquire" else (
+        "own-cta" if restrict == "sync_restrict::shared::cta" else "all")
+  def fence(th):
+    init_slots = slice(k.barrier_slot0 + 1, None, 2)   # (known once launched)
+    if acquire:
+      for rec, wscope, data_slot, phase in th.pending_obs:
+        # the observed phase's asynchronous data (in this CTA; None: a relaxed
+        # strong read, see strong.py), then its releases
+        if data_slot is not None:
+          th.vc[data_slot] = max(th.vc[data_slot], phase)
+        rec.acquire_into(th, min(scope, wscope))
+      th.pending_obs.clear()
+    if release == "inits":
+      vc = np.zeros_like(th.vc)
+      vc[init_slots] = th.vc[init_slots]
+      th.fence_rel = (vc, scope)
+    elif release == "own-cta":
+      vc = th.vc.copy()
+      if th.remote_since is not None:
+        vc[th.slot] = min(vc[th.slot], th.remote_since - 1)
+      th.fence_rel = (vc, scope)
+    elif release == "all":
+      th.fence_rel = (th.vc.copy(), scope)
     th.vc[th.slot] += 1
+  return fence
 
-  def _fence(self, mods):
-    """The fences, by their ``.sem`` (PTX ISA, membar/fence): ``.acquire`` acquires
-    what earlier relaxed waits observed; ``.release`` lets later relaxed arrives
-    release this thread's earlier accesses; ``.acq_rel`` (the default), ``.sc``
-    and ``membar`` do both.  ``.sync_restrict::shared::cta`` (release only) orders
-    only operations on the thread's own CTA's shared memory: accesses it made to
-    other CTAs' shared memory are left out of what it releases (from the first
-    such access on: conservative).  ``.sync_restrict::shared::cluster`` (acquire
-    only) covers all shared memory.  A thread's clock does not tell state spaces
-    apart, so both also order its global-memory accesses (a limit: a global race
-    ordered only by such a fence is not reported).
-    ``fence.mbarrier_init.release.cluster`` releases the thread's earlier
-    ``mbarrier.init``s and nothing else.  ``fence.proxy.*`` orders proxies, which
-    are not modelled."""
-    if mods and mods[0].startswith("proxy"):
-      return lambda th: None
-    restrict = next((m for m in mods if m.startswith("sync_restrict")), None)
-    if mods and mods[0] == "mbarrier_init":
-      if mods[1:] != ["release", "cluster"]:
-        raise NotImplementedError(f"opcode fence.{'.'.join(mods)}")
-      scope, acquire, release = SCOPES["cluster"], False, "inits"
-    elif mods and mods[0] in _MEMBAR_SCOPE:   # membar.cta / .gl / .sys
-      scope, acquire, release = SCOPES[_MEMBAR_SCOPE[mods[0]]], True, "all"
-    else:
-      sem, scope = sem_scope([m for m in mods if m != restrict], "acq_rel")
-      if (restrict, sem) not in ((None, "acq_rel"), (None, "sc"), (None, "acquire"),
-                                 (None, "release"), ("sync_restrict::shared::cta", "release"),
-                                 ("sync_restrict::shared::cluster", "acquire")):
-        raise NotImplementedError(f"opcode fence.{'.'.join(mods)}")
-      acquire = sem != "release"
-      release = None if sem == "acquire" else (
-          "own-cta" if restrict == "sync_restrict::shared::cta" else "all")
-    def fence(th):
-      init_slots = slice(self.barrier_slot0 + 1, None, 2)   # (known once launched)
-      if acquire:
-        for rec, wscope, data_slot, phase in th.pending_obs:
-          # the observed phase's asynchronous data (in this CTA; None: a relaxed
-          # strong read, see strong.py), then its releases
-          if data_slot is not None:
-            th.vc[data_slot] = max(th.vc[data_slot], phase)
-          rec.acquire_into(th, min(scope, wscope))
-        th.pending_obs.clear()
-      if release == "inits":
-        vc = np.zeros_like(th.vc)
-        vc[init_slots] = th.vc[init_slots]
-        th.fence_rel = (vc, scope)
-      elif release == "own-cta":
-        vc = th.vc.copy()
-        if th.remote_since is not None:
-          vc[th.slot] = min(vc[th.slot], th.remote_since - 1)
-        th.fence_rel = (vc, scope)
-      elif release == "all":
-        th.fence_rel = (th.vc.copy(), scope)
-      th.vc[th.slot] += 1
-    return fence
 
-  # -- table entries (opcodes.OPCODES) ------------------------------------------
+# -- table entries (opcodes.OPCODES) ------------------------------------------
 
-  def _mbarrier_op(self, ins):
-    return self._mbarrier(ins.mods, ins.ops, ins.src, ins.space)
 
-  def _fence_op(self, ins):
-    return self._fence(ins.mods)
+def _mbarrier_op(k, ins):
+  return _mbarrier(k, ins.mods, ins.ops, ins.src, ins.space)
 
-  # -- warp collectives (warp.py) ---------------------------------------------------
 
-  def _warp_collective_at(self, k, resolve):
-    """The meeting of an ``.aligned`` collective at instruction ``k`` (the one being
-    compiled): ``resolve(lanes)`` runs once the warp's 32 lanes wait there."""
-    from mosaic_async_store.check import warp   # (warp.py imports this module)
-    assert k == len(self.code)
-    return warp.aligned_collective(self, resolve)
+def _fence_op(k, ins):
+  return _fence(k, ins.mods)
 
-  def _warp_sync(self, mask):
-    """``bar.warp.sync membermask`` (warp.py)."""
-    from mosaic_async_store.check import warp
-    return warp.warp_sync(self, mask)
 
-  def _bar_key(self, th, space, addr):
-    buf, off = self._mem(th, space, addr, 8)
-    return self.smem_cta[id(buf)], off
+# -- warp collectives (warp.py) ---------------------------------------------------
+
+
+def _warp_collective_at(k, pc, resolve):
+  """The meeting of an ``.aligned`` collective at instruction ``pc`` (the one being
+  compiled): ``resolve(lanes)`` runs once the warp's 32 lanes wait there."""
+  assert pc == len(k.program.code)
+  return warp.aligned_collective(k, resolve)
+
+
+def _warp_sync(k, mask):
+  """``bar.warp.sync membermask`` (warp.py)."""
+  return warp.warp_sync(k, mask)
+
+
+def _bar_key(k, th, space, addr):
+  buf, off = addresses.mem(k, th, space, addr, 8)
+  return k.smem_cta[id(buf)], off
+
+
+# The opcodes this family runs (``opcodes.Opcode``: the handler, statements it runs,
+# statements it refuses; test/emu/test_opcode_table.py compiles every one).
+OPCODES = {
+    "mbarrier": Opcode(_mbarrier_op, (
+        "mbarrier.init.shared.b64 [%r1], 1", "mbarrier.inval.shared.b64 [%r1]",
+        "mbarrier.arrive.shared::cta.b64 %rd1, [%r1]",
+        "mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64 _, [%r1], 16",
+        "mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%r1], 16",
+        "mbarrier.complete_tx.relaxed.cta.shared::cta.b64 [%r1], 16",
+        "mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r1], %r2",
+        "mbarrier.try_wait.relaxed.cluster.shared::cta.b64 %p1, [%r1], %rd2",
+        "mbarrier.test_wait.parity.shared::cta.b64 %p1, [%r1], 0"),
+        ("mbarrier.pending_count.b64 %r1, %rd2", "mbarrier.arrive_drop.shared.b64 %rd1, [%r1]")),
+    "fence": Opcode(_fence_op, ("fence.acq_rel.cta", "fence.sc.cluster", "fence.acquire.cluster",
+                                "fence.release.cluster", "fence.mbarrier_init.release.cluster",
+                                "fence.proxy.async.shared::cta",
+                                "fence.release.sync_restrict::shared::cta.cluster",
+                                "fence.acquire.sync_restrict::shared::cluster.cluster"),
+                    ("fence.mbarrier_init.cluster", "fence.acquire.sync_restrict::shared::cta.cluster")),
+    "membar": Opcode(_fence_op, ("membar.cta", "membar.gl", "membar.sys")),
+}

@@ -1,9 +1,9 @@
 """Register-to-register instructions of the PTX checker: moves, integer ALU,
 comparisons, integer conversions, and floating point (``floats``).
 
-Mixed into ``interp.PtxKernel``, which provides ``_get`` / ``_set``; each method
-compiles one decoded instruction (``opcodes.Instr``) into a function of the
-thread, or raises NotImplementedError naming the opcode.  Qualifiers are
+Each handler, ``handler(k, ins)``, compiles one decoded instruction
+(``opcodes.Instr``) into a function of the thread, or raises NotImplementedError
+naming the opcode (``k``, the machine, is unused: values have no state).  Qualifiers are
 checked exactly: one the checker does not implement (``.sat``, ``.cc``,
 ``.hi``, a ``prmt`` mode, ``setp``'s boolean combination, ...) is refused, never
 ignored.
@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import operator
 
+from mosaic_async_store.check import program
 from mosaic_async_store.check.floats import FLOAT_TYPE, float_cvt, float_op
-
+from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.ops import (ALU, TYPE, UNDEFINED, bfe, bfi, bits_of, prmt,
                                           sign_extend)
 
-__all__ = ["ValueSemantics"]
+__all__ = ["OPCODES"]
+
 
 # Qualifiers (other than types) each integer ALU opcode accepts.  mul/mad need
 # exactly one of them.
@@ -83,89 +85,160 @@ def _refuse(ins, why=""):
   raise NotImplementedError(f"opcode {ins.opcode}" + (f" ({why})" if why else ""))
 
 
-class ValueSemantics:
-  """mov / cvta, the integer ALU, setp, cvt, and the float opcodes."""
+# mov / cvta, the integer ALU, setp, cvt, and the float opcodes.
 
-  def _mov(self, ins):
-    """mov (also packing ``{lo, ..., hi}`` into one register and unpacking), cvta
-    (generic and specific addresses coincide in the checker's address map)."""
-    extras = _extras(ins)
-    if (ins.base == "mov" and extras) or (ins.base == "cvta" and not set(extras) <= _CVTA_SPACES):
-      _refuse(ins)
-    if len(ins.ops) != 2:
-      _refuse(ins, "two operands expected")
-    d, s = ins.ops
-    bits = ins.bits
-    if s[0] == "vec":   # pack {lo, ..., hi} into one register
-      w, parts, put = bits // len(s[1]), [self._get(o) for o in s[1]], self._set(d, bits)
-      return lambda th: put(th, sum((g(th) & ((1 << w) - 1)) << (w * i)
-                                    for i, g in enumerate(parts)))
-    if d[0] == "vec":   # unpack one register into pieces
-      w, g = bits // len(d[1]), ins.src[1]
-      puts = [self._set(o, w) for o in d[1]]
-      return lambda th: [p(th, g(th) >> (w * i)) for i, p in enumerate(puts)] and None
-    return _fused(self._set(d, bits), d, bits, _identity, [s], ins.src[1:])
 
-  def _arith(self, ins):
-    """An arithmetic opcode: the float form (``floats.float_op``) when a type is a
-    float type, else the integer ALU."""
-    if any(FLOAT_TYPE.match(m) for m in ins.mods):
-      fn = float_op(ins.base, ins.mods, ins.opcode)   # exact, or refused by name
-      put, args = self._set(ins.ops[0], ins.bits), ins.src[1:]
-      return lambda th: put(th, fn(*(a(th) for a in args)))
-    return self._alu(ins)
+def _mov(k, ins):
+  """mov (also packing ``{lo, ..., hi}`` into one register and unpacking), cvta
+  (generic and specific addresses coincide in the checker's address map)."""
+  extras = _extras(ins)
+  if (ins.base == "mov" and extras) or (ins.base == "cvta" and not set(extras) <= _CVTA_SPACES):
+    _refuse(ins)
+  if len(ins.ops) != 2:
+    _refuse(ins, "two operands expected")
+  d, s = ins.ops
+  bits = ins.bits
+  if s[0] == "vec":   # pack {lo, ..., hi} into one register
+    w, parts, put = bits // len(s[1]), [k.program.getter(o) for o in s[1]], program.setter(d, bits)
+    return lambda th: put(th, sum((g(th) & ((1 << w) - 1)) << (w * i)
+                                  for i, g in enumerate(parts)))
+  if d[0] == "vec":   # unpack one register into pieces
+    w, g = bits // len(d[1]), ins.src[1]
+    puts = [program.setter(o, w) for o in d[1]]
+    return lambda th: [p(th, g(th) >> (w * i)) for i, p in enumerate(puts)] and None
+  return _fused(program.setter(d, bits), d, bits, _identity, [s], ins.src[1:])
 
-  def _alu(self, ins):
-    base, bits, signed = ins.base, ins.bits, ins.signed
-    extras = _extras(ins)
-    allowed = _ALU_QUALIFIERS.get(base, set())
-    if base not in ALU or not set(extras) <= allowed or (allowed and len(extras) != 1) or not ins.types or \
-       (base == "prmt" and ins.mods != ["b32"]):
-      _refuse(ins)
-    sv = (lambda v: sign_extend(v, bits)) if signed else (lambda v: v)
-    # (builtins where a lambda would compute the same: one Python frame fewer)
-    fn = {"add": operator.add, "sub": operator.sub, "and": operator.and_,
-          "or": operator.or_, "xor": operator.xor, "not": operator.invert,
-          "neg": lambda a: -a, "shl": lambda a, b: a << b if b < bits else 0,
-          "shr": lambda a, b: sv(a) >> min(b, bits - 1) if signed or b < bits else 0,
-          "min": lambda a, b: min(sv(a), sv(b)), "max": lambda a, b: max(sv(a), sv(b)),
-          "selp": lambda a, b, p: a if p else b, "bfe": bfe(bits, signed), "bfi": bfi(bits),
-          "prmt": prmt, "mul": lambda a, b: sv(a) * sv(b),
-          "mad": lambda a, b, c: sv(a) * sv(b) + c}[base]
-    if not signed and base in ("min", "max", "mul"):
-      fn = {"min": min, "max": max, "mul": operator.mul}[base]
-    dbits = 2 * bits if "wide" in extras else bits
-    return _fused(self._set(ins.ops[0], dbits), ins.ops[0], dbits, fn, ins.ops[1:],
+
+def _arith(k, ins):
+  """An arithmetic opcode: the float form (``floats.float_op``) when a type is a
+  float type, else the integer ALU."""
+  if any(FLOAT_TYPE.match(m) for m in ins.mods):
+    fn = float_op(ins.base, ins.mods, ins.opcode)   # exact, or refused by name
+    put, args = program.setter(ins.ops[0], ins.bits), ins.src[1:]
+    return lambda th: put(th, fn(*(a(th) for a in args)))
+  return _alu(k, ins)
+
+
+def _alu(k, ins):
+  base, bits, signed = ins.base, ins.bits, ins.signed
+  extras = _extras(ins)
+  allowed = _ALU_QUALIFIERS.get(base, set())
+  if base not in ALU or not set(extras) <= allowed or (allowed and len(extras) != 1) or not ins.types or \
+     (base == "prmt" and ins.mods != ["b32"]):
+    _refuse(ins)
+  sv = (lambda v: sign_extend(v, bits)) if signed else (lambda v: v)
+  # (builtins where a lambda would compute the same: one Python frame fewer)
+  fn = {"add": operator.add, "sub": operator.sub, "and": operator.and_,
+        "or": operator.or_, "xor": operator.xor, "not": operator.invert,
+        "neg": lambda a: -a, "shl": lambda a, b: a << b if b < bits else 0,
+        "shr": lambda a, b: sv(a) >> min(b, bits - 1) if signed or b < bits else 0,
+        "min": lambda a, b: min(sv(a), sv(b)), "max": lambda a, b: max(sv(a), sv(b)),
+        "selp": lambda a, b, p: a if p else b, "bfe": bfe(bits, signed), "bfi": bfi(bits),
+        "prmt": prmt, "mul": lambda a, b: sv(a) * sv(b),
+        "mad": lambda a, b, c: sv(a) * sv(b) + c}[base]
+  if not signed and base in ("min", "max", "mul"):
+    fn = {"min": min, "max": max, "mul": operator.mul}[base]
+  dbits = 2 * bits if "wide" in extras else bits
+  return _fused(program.setter(ins.ops[0], dbits), ins.ops[0], dbits, fn, ins.ops[1:],
+                ins.src[1:])
+
+
+def _setp(k, ins):
+  """setp.<cmp>.<integer type> p, a, b (no boolean combination, no second
+  destination); float comparisons are refused."""
+  cmp = ins.mods[0] if ins.mods else None
+  if cmp not in _CMP or len(ins.mods) != 2 or ins.t[0] == "f" or len(ins.ops) != 3 or \
+     ins.ops[0][0] != "reg":
+    _refuse(ins)
+  put, a, b = program.setter(ins.ops[0], 1), ins.src[1], ins.src[2]
+  bits, method = ins.bits, _CMP[cmp]
+  if not ins.signed:   # the same comparison of two ints, inlined
+    return _fused(put, ins.ops[0], 1, getattr(operator, method.strip("_")), ins.ops[1:],
                   ins.src[1:])
+  sv = (lambda v: sign_extend(v, bits)) if ins.signed else (lambda v: v)
+  return lambda th: put(th, getattr(sv(a(th)), method)(sv(b(th))))
 
-  def _setp(self, ins):
-    """setp.<cmp>.<integer type> p, a, b (no boolean combination, no second
-    destination); float comparisons are refused."""
-    cmp = ins.mods[0] if ins.mods else None
-    if cmp not in _CMP or len(ins.mods) != 2 or ins.t[0] == "f" or len(ins.ops) != 3 or \
-       ins.ops[0][0] != "reg":
-      _refuse(ins)
-    put, a, b = self._set(ins.ops[0], 1), ins.src[1], ins.src[2]
-    bits, method = ins.bits, _CMP[cmp]
-    if not ins.signed:   # the same comparison of two ints, inlined
-      return _fused(put, ins.ops[0], 1, getattr(operator, method.strip("_")), ins.ops[1:],
-                    ins.src[1:])
-    sv = (lambda v: sign_extend(v, bits)) if ins.signed else (lambda v: v)
-    return lambda th: put(th, getattr(sv(a(th)), method)(sv(b(th))))
 
-  def _cvt(self, ins):
-    """cvt between integer types (sign- or zero-extension, or wrapping; no
-    ``.sat``), or between float types (``floats.float_cvt``)."""
-    if any(FLOAT_TYPE.match(m) for m in ins.mods):
-      fn, dbits = float_cvt(ins.mods, ins.opcode, len(ins.ops) - 1)   # or refused
-      put, args = self._set(ins.ops[0], dbits), ins.src[1:]
-      return lambda th: put(th, fn(*(a(th) for a in args)))
-    types = ins.types
-    if len(types) != 2 or len(ins.mods) != 2 or "f" in types[0][0] + types[1][0]:
-      _refuse(ins)
-    sbits, put = bits_of(types[1]), self._set(ins.ops[0], bits_of(types[0]))
-    dbits, smask = bits_of(types[0]), (1 << sbits) - 1
-    if types[1][0] == "s":   # sign-extend, then wrap to the destination
-      return _fused(put, ins.ops[0], dbits, lambda v: sign_extend(v, sbits), ins.ops[1:2],
-                    ins.src[1:2])
-    return _fused(put, ins.ops[0], dbits, lambda v: v & smask, ins.ops[1:2], ins.src[1:2])
+def _cvt(k, ins):
+  """cvt between integer types (sign- or zero-extension, or wrapping; no
+  ``.sat``), or between float types (``floats.float_cvt``)."""
+  if any(FLOAT_TYPE.match(m) for m in ins.mods):
+    fn, dbits = float_cvt(ins.mods, ins.opcode, len(ins.ops) - 1)   # or refused
+    put, args = program.setter(ins.ops[0], dbits), ins.src[1:]
+    return lambda th: put(th, fn(*(a(th) for a in args)))
+  types = ins.types
+  if len(types) != 2 or len(ins.mods) != 2 or "f" in types[0][0] + types[1][0]:
+    _refuse(ins)
+  sbits, put = bits_of(types[1]), program.setter(ins.ops[0], bits_of(types[0]))
+  dbits, smask = bits_of(types[0]), (1 << sbits) - 1
+  if types[1][0] == "s":   # sign-extend, then wrap to the destination
+    return _fused(put, ins.ops[0], dbits, lambda v: sign_extend(v, sbits), ins.ops[1:2],
+                  ins.src[1:2])
+  return _fused(put, ins.ops[0], dbits, lambda v: v & smask, ins.ops[1:2], ins.src[1:2])
+
+
+_ALU_REFUSED = ("add.sat.s32 %r1, %r2, %r3", "add.cc.u32 %r1, %r2, %r3",
+                "sub.cc.u32 %r1, %r2, %r3")
+
+
+# The opcodes this family runs (``opcodes.Opcode``: the handler, statements it runs,
+# statements it refuses; test/emu/test_opcode_table.py compiles every one).
+OPCODES = {
+    "mov": Opcode(_mov, ("mov.u32 %r1, %r2", "mov.b64 %rd1, 42", "mov.pred %p1, %p2",
+                         "mov.b32 %r1, {%h1, %h2}", "mov.b64 {%r1, %r2}, %rd3"),
+                  ("mov.sat.u32 %r1, %r2",)),
+    "cvta": Opcode(_mov, ("cvta.shared.u64 %rd1, %rd2", "cvta.to.global.u64 %rd1, %rd2"),
+                   ("cvta.const.u64 %rd1, %rd2",)),
+    "add": Opcode(_arith, ("add.s32 %r1, %r2, %r3", "add.u64 %rd1, %rd2, 8",
+                           "add.f32 %f1, %f2, %f3", "add.rn.ftz.f32 %f1, %f2, %f3",
+                           "add.rz.f32 %f1, %f2, %f3", "add.rn.f16x2 %r1, %r2, %r3",
+                           "add.rn.bf16 %h1, %h2, %h3"),
+                  _ALU_REFUSED + ("add.sat.f32 %f1, %f2, %f3", "add.f64 %rd1, %rd2, %rd3",
+                                "add.ftz.bf16 %h1, %h2, %h3")),
+    "sub": Opcode(_arith, ("sub.s32 %r1, %r2, %r3", "sub.u64 %rd1, %rd2, %rd3",
+                           "sub.f32 %f1, %f2, %f3"), _ALU_REFUSED[2:]),
+    "mul": Opcode(_arith, ("mul.lo.s32 %r1, %r2, %r3", "mul.wide.u32 %rd1, %r2, %r3",
+                           "mul.wide.s32 %rd1, %r2, -3", "mul.rn.f32 %f1, %f2, %f3",
+                           "mul.rn.bf16x2 %r1, %r2, %r3"),
+                  ("mul.hi.u32 %r1, %r2, %r3", "mul.u32 %r1, %r2, %r3",
+                   "mul.rn.sat.f32 %f1, %f2, %f3")),
+    "mad": Opcode(_alu, ("mad.lo.s32 %r1, %r2, %r3, %r4", "mad.wide.u32 %rd1, %r2, %r3, %rd4"),
+                  ("mad.hi.u32 %r1, %r2, %r3, %r4",)),
+    "fma": Opcode(_arith, ("fma.rn.f32 %f1, %f2, %f3, %f4", "fma.rz.ftz.f32 %f1, %f2, %f3, %f4",
+                           "fma.rn.bf16x2 %r1, %r2, %r3, %r4", "fma.rn.f16 %h1, %h2, %h3, %h4"),
+                  ("fma.f32 %f1, %f2, %f3, %f4", "fma.rn.sat.f32 %f1, %f2, %f3, %f4",
+                   "fma.rn.relu.bf16x2 %r1, %r2, %r3, %r4", "fma.rn.f64 %rd1, %rd2, %rd3, %rd4")),
+    "neg": Opcode(_arith, ("neg.s32 %r1, %r2", "neg.f32 %f1, %f2")),
+    "abs": Opcode(_arith, ("abs.f32 %f1, %f2", "abs.ftz.f32 %f1, %f2"),
+                  ("abs.s32 %r1, %r2",)),
+    "min": Opcode(_arith, ("min.s32 %r1, %r2, %r3", "min.u32 %r1, %r2, %r3",
+                           "min.f32 %f1, %f2, %f3", "min.NaN.bf16x2 %r1, %r2, %r3"),
+                  ("min.relu.s32 %r1, %r2, %r3", "min.xorsign.abs.f32 %f1, %f2, %f3")),
+    "max": Opcode(_arith, ("max.s32 %r1, %r2, %r3", "max.u64 %rd1, %rd2, %rd3",
+                           "max.ftz.NaN.f32 %f1, %f2, %f3", "max.f16 %h1, %h2, %h3"),
+                  ("max.relu.f32 %f1, %f2, %f3",)),
+    "and": Opcode(_alu, ("and.b32 %r1, %r2, %r3", "and.pred %p1, %p2, %p3")),
+    "or": Opcode(_alu, ("or.b64 %rd1, %rd2, %rd3", "or.pred %p1, %p2, %p3")),
+    "xor": Opcode(_alu, ("xor.b32 %r1, %r2, 255", "xor.pred %p1, %p2, %p3")),
+    "not": Opcode(_alu, ("not.b32 %r1, %r2", "not.pred %p1, %p2")),
+    "shl": Opcode(_alu, ("shl.b32 %r1, %r2, 3", "shl.b64 %rd1, %rd2, %r3")),
+    "shr": Opcode(_alu, ("shr.u32 %r1, %r2, 3", "shr.s32 %r1, %r2, %r3",
+                         "shr.u64 %rd1, %rd2, 40")),
+    "selp": Opcode(_alu, ("selp.b32 %r1, %r2, %r3, %p1", "selp.u64 %rd1, %rd2, 7, %p1")),
+    "bfe": Opcode(_alu, ("bfe.u32 %r1, %r2, 4, 8", "bfe.s32 %r1, %r2, %r3, %r4",
+                         "bfe.u64 %rd1, %rd2, 30, 8")),
+    "bfi": Opcode(_alu, ("bfi.b32 %r1, %r2, %r3, 4, 8",)),
+    "prmt": Opcode(_alu, ("prmt.b32 %r1, %r2, %r3, 0x3210", "prmt.b32 %r1, %r2, %r3, %r4"),
+                   ("prmt.b32.f4e %r1, %r2, %r3, %r4",)),
+    "setp": Opcode(_setp, ("setp.eq.s32 %p1, %r2, %r3", "setp.lt.u32 %p1, %r2, 7",
+                           "setp.ge.s64 %p1, %rd2, %rd3", "setp.hi.u64 %p1, %rd2, %rd3"),
+                   ("setp.lt.f32 %p1, %f2, %f3", "setp.eq.and.s32 %p1, %r2, %r3, %p2",
+                    "setp.eq.s32 %p1|%p2, %r2, %r3")),
+    "cvt": Opcode(_cvt, ("cvt.u32.u64 %r1, %rd2", "cvt.s64.s32 %rd1, %r2",
+                         "cvt.u64.u32 %rd1, %r2", "cvt.u16.u32 %h1, %r2",
+                         "cvt.rn.bf16x2.f32 %r1, %f2, %f3", "cvt.rz.f16.f32 %h1, %f2",
+                         "cvt.f32.bf16 %f1, %h2", "cvt.rn.satfinite.e4m3x2.f32 %h1, %f2, %f3"),
+                  ("cvt.sat.s8.s32 %r1, %r2", "cvt.rn.f32.s32 %f1, %r2",
+                   "cvt.rzi.s32.f32 %r1, %f2", "cvt.rn.e4m3x2.f32 %h1, %f2, %f3",
+                   "cvt.rn.f32.f64 %f1, %rd2")),
+}

@@ -23,7 +23,7 @@ how it is run:
     warp whose lanes wait at two different ones, or whose lanes exited while others
     wait at one, is reported as ``aligned-divergence``.
 
-A lane that reaches a collective blocks with ``("warp", Meeting)``; ``run.Runner``
+A lane that reaches a collective blocks with ``("warp", Meeting)``; ``run``
 calls ``meet`` with the waiting lanes when a meeting may complete.
 """
 
@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from mosaic_async_store.check import program, run
 from mosaic_async_store.check.memory import ProtocolError
+from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.ops import UNDEFINED
-from mosaic_async_store.check.sync import BLOCK
+from mosaic_async_store.check.outcomes import BLOCK
 
 __all__ = ["Meeting", "meet", "live_lanes", "sync_collective", "aligned_collective",
-           "shfl", "vote", "elect", "warp_sync"]
+           "shfl", "vote", "elect", "warp_sync", "OPCODES"]
 
 FULL = 0xFFFFFFFF
 
@@ -62,9 +64,9 @@ def live_lanes(k, cta, warp, mask):
 
 
 def sync_collective(k, opcode, mask_getter, contribution, resolve, finish):
-  """The instruction ``opcode`` of a ``.sync`` collective at ``len(k.code)``: the lane
+  """The instruction ``opcode`` of a ``.sync`` collective at ``len(k.program.code)``: the lane
   checks it is in the membermask, then blocks with its Meeting."""
-  pc = len(k.code)
+  pc = len(k.program.code)
 
   def block(th):
     mask = mask_getter(th) & FULL
@@ -77,9 +79,9 @@ def sync_collective(k, opcode, mask_getter, contribution, resolve, finish):
 
 
 def aligned_collective(k, resolve):
-  """The instruction of an ``.aligned`` collective at ``len(k.code)``: every lane of
+  """The instruction of an ``.aligned`` collective at ``len(k.program.code)``: every lane of
   the warp meets at it; ``resolve(lanes)`` runs with the 32 lanes in lane order."""
-  pc = len(k.code)
+  pc = len(k.program.code)
 
   def block(th):
     th.wait = ("warp", Meeting(("aligned", pc), FULL, None, pc,
@@ -106,17 +108,17 @@ def meet(k, waiting) -> bool:
       if len(group) != len(live_lanes(k, cta, w, first.mask)):
         continue
       if first.aligned and len(group) != 32:
-        raise ProtocolError("aligned-divergence", f"CTA {cta} warp {w} meets at "
-                            f"`{k.texts[first.pc]}` (PTX line {k.lines[first.pc]}) with "
-                            f"{len(group)} lanes: an .aligned instruction needs all 32",
-                            cta=cta, thread=group[0].tid, ptx_line=k.lines[first.pc],
-                            instruction=k.texts[first.pc])
+        text, line = k.program.texts[first.pc], k.program.lines[first.pc]
+        raise ProtocolError("aligned-divergence", f"CTA {cta} warp {w} meets at `{text}` "
+                            f"(PTX line {line}) with {len(group)} lanes: an .aligned "
+                            "instruction needs all 32", cta=cta, thread=group[0].tid,
+                            ptx_line=line, instruction=text)
       results = first.resolve(group, [th.wait[1].value for th in group])
       for th, result in zip(group, results):
         finish = th.wait[1].finish
         if finish is not None:
           finish(th, result)
-        k._resume(th)
+        run._resume(k, th)
       woke = True
   return woke
 
@@ -125,12 +127,13 @@ def _check_aligned(k, cta, w, lanes):
   """Lanes of one warp waiting at two different .aligned collectives diverged."""
   pcs = sorted({th.wait[1].pc for th in lanes if th.wait[1].aligned})
   if len(pcs) > 1:
+    texts, lines = k.program.texts, k.program.lines
     a, b = pcs[:2]
     raise ProtocolError("aligned-divergence", f"CTA {cta} warp {w}: lanes wait at "
-                        f"`{k.texts[a]}` (PTX line {k.lines[a]}) and at `{k.texts[b]}` "
-                        f"(PTX line {k.lines[b]}); an .aligned instruction must be executed "
-                        "by all threads of the warp together", cta=cta, ptx_line=k.lines[b],
-                        instruction=k.texts[b])
+                        f"`{texts[a]}` (PTX line {lines[a]}) and at `{texts[b]}` "
+                        f"(PTX line {lines[b]}); an .aligned instruction must be executed "
+                        "by all threads of the warp together", cta=cta, ptx_line=lines[b],
+                        instruction=texts[b])
 
 
 # -- the collectives ------------------------------------------------------------------
@@ -144,7 +147,7 @@ def shfl(k, ins):
   if ins.mods not in (["sync", "idx", "b32"], ["sync", "bfly", "b32"]) or len(ins.ops) != 5:
     raise NotImplementedError(f"opcode {ins.opcode}")
   dest = ins.ops[0][1:] if ins.ops[0][0] == "pair" else (ins.ops[0],)
-  puts = [k._set(dest[0], 32)] + [k._set(o, 1) for o in dest[1:]]
+  puts = [program.setter(dest[0], 32)] + [program.setter(o, 1) for o in dest[1:]]
   a, b, c = ins.src[1], ins.src[2], ins.src[3]
   bfly = ins.mods[1] == "bfly"
 
@@ -176,7 +179,7 @@ def vote(k, ins):
                                   ("ballot", "b32")) or len(ins.ops) != 3 or \
      ins.ops[0][0] != "reg" or ins.src[1] is None:
     raise NotImplementedError(f"opcode {ins.opcode}")
-  put, pred = k._set(ins.ops[0], 32 if mode == "ballot" else 1), ins.src[1]
+  put, pred = program.setter(ins.ops[0], 32 if mode == "ballot" else 1), ins.src[1]
 
   def resolve(lanes, bits):
     value = {"all": int(all(bits)), "any": int(any(bits)), "uni": int(len(set(bits)) == 1),
@@ -191,7 +194,7 @@ def elect(k, ins):
   if ins.mods != ["sync"] or len(ins.ops) != 2 or ins.ops[0][0] not in ("pair", "reg", "sink"):
     raise NotImplementedError(f"opcode {ins.opcode}")
   dest = ins.ops[0][1:] if ins.ops[0][0] == "pair" else (ins.ops[0],)
-  puts = [k._set(dest[0], 32)] + [k._set(o, 1) for o in dest[1:]]
+  puts = [program.setter(dest[0], 32)] + [program.setter(o, 1) for o in dest[1:]]
 
   def resolve(lanes, values):
     leader = lanes[k.sched.pick_leader(len(lanes))]
@@ -215,3 +218,17 @@ def warp_sync(k, mask):
       th.vc[th.slot] += 1
     return [None] * len(lanes)
   return sync_collective(k, "bar.warp.sync", mask, lambda th: None, resolve, None)
+
+
+# The opcodes this family runs (``opcodes.Opcode``: the handler, statements it runs,
+# statements it refuses; test/emu/test_opcode_table.py compiles every one).
+OPCODES = {
+    "shfl": Opcode(shfl, ("shfl.sync.idx.b32 %r1, %r2, 0, 31, -1",
+                                 "shfl.sync.bfly.b32 %r1|%p1, %r2, 1, 31, -1"),
+                   ("shfl.sync.up.b32 %r1, %r2, 1, 0, -1",)),
+    "elect": Opcode(elect, ("elect.sync %r1|%p1, -1",)),
+    "vote": Opcode(vote, ("vote.sync.all.pred %p1, %p2, -1", "vote.sync.any.pred %p1, %p2, -1",
+                           "vote.sync.uni.pred %p1, %p2, -1",
+                           "vote.sync.ballot.b32 %r1, %p2, -1"),
+                   ("vote.all.pred %p1, %p2", "vote.sync.any.b32 %r1, %p2, -1")),
+}

@@ -1,0 +1,90 @@
+"""The PTX checker's address map: which buffer and offset an address names.
+
+A CTA's shared window starts at ``SHARED_BASE``; ``mapa`` puts (rank + 1) << 24
+into a ``.shared::cluster`` address, so an unmapped (shared::cta) address used as
+a cluster address means "own CTA", as on hardware; global buffer i lives at
+(i + 1) << ``GLOBAL_SHIFT``, local memory at ``LOCAL_BASE``; a generic address
+(``ld`` / ``st`` without a state space) is resolved by this map at run time and
+then takes the path of its space.  Accesses are checked for bounds and natural
+alignment; an access to the shared memory of a CTA that has exited is the
+finding ``exit``.
+"""
+
+from __future__ import annotations
+
+from mosaic_async_store.check.memory import ProtocolError
+
+__all__ = ["SHARED_BASE", "LOCAL_BASE", "GLOBAL_SHIFT", "NOT_SHARED", "mem", "mem_fn"]
+
+SHARED_BASE = 0x400            # sm_90 reserves the first 1 KiB of the shared window
+LOCAL_BASE, GLOBAL_SHIFT = 0x100000, 40
+_GLOBAL_MASK = (1 << GLOBAL_SHIFT) - 1
+NOT_SHARED = ("global", "local", "param")   # spaces whose buffers are never SMEM
+
+
+def mem(k, th, space, addr, n):
+  """(buffer, offset) of an n-byte access, checked for bounds and alignment.
+  ``space`` None: a generic address, whose window says the space (module doc)."""
+  if space is None:
+    space = ("global" if addr >> GLOBAL_SHIFT else
+             "local" if LOCAL_BASE <= addr < LOCAL_BASE + len(th.local) else
+             "shared::cluster" if addr >> 24 else "shared")
+  if addr % n:
+    raise RuntimeError(f"misaligned {n}-byte {space} access at {addr:#x}")
+  if space == "global":
+    idx, off = (addr >> GLOBAL_SHIFT) - 1, addr & ((1 << GLOBAL_SHIFT) - 1)
+    buf = k.gbufs[idx] if 0 <= idx < len(k.gbufs) else b""
+  elif space.startswith("shared"):
+    if addr >> 24 and space != "shared::cluster":
+      raise RuntimeError(f"cluster address {addr:#x} used as a shared::cta address")
+    rank = (addr >> 24) - 1 if addr >> 24 else th.cta
+    if rank >= len(k.smem):
+      raise RuntimeError(f"shared::cluster address {addr:#x}: no such CTA")
+    if rank != th.cta:
+      if k.exited[rank]:
+        raise ProtocolError("exit", f"CTA {th.cta} thread {th.tid} accesses the shared "
+                            f"memory of CTA {rank}, which has exited")
+      if th.remote_since is None:   # see sync._fence (.sync_restrict::shared::cta)
+        th.remote_since = int(th.vc[th.slot])
+    buf, off = k.smem[rank], (addr & 0xFFFFFF) - SHARED_BASE
+  elif space == "local":
+    buf, off = th.local, addr - LOCAL_BASE
+  elif space == "param":
+    buf, off = k.param_buf, addr
+  else:
+    raise NotImplementedError(f"state space {space}")
+  if off < 0 or off + n > len(buf):
+    raise RuntimeError(f"{n}-byte {space} access at {addr:#x} is out of bounds")
+  return buf, off
+
+
+def mem_fn(k, space, n):
+  """A function (th, addr) -> ``mem(k, th, space, addr, n)`` for one instruction:
+  the common case (aligned, in bounds, a static space, no other CTA that needs
+  the exit check or a first remote access) inline, anything else through
+  ``mem`` itself (its checks and messages)."""
+  def slow(th, space, addr, n):   # (the module's mem)
+    return mem(k, th, space, addr, n)
+  if space == "global":
+    def resolve(th, addr):
+      idx, gbufs = (addr >> GLOBAL_SHIFT) - 1, k.gbufs
+      if not addr % n and 0 <= idx < len(gbufs):
+        buf, off = gbufs[idx], addr & _GLOBAL_MASK
+        if off + n <= len(buf):
+          return buf, off
+      return slow(th, space, addr, n)
+  elif space in ("shared", "shared::cta", "shared::cluster"):
+    cluster = space == "shared::cluster"
+    def resolve(th, addr):
+      hi = addr >> 24
+      if not addr % n and (not hi or (cluster and 0 < hi <= len(k.smem))):
+        rank = hi - 1 if hi else th.cta
+        if rank == th.cta or (th.remote_since is not None and not k.exited[rank]):
+          buf, off = k.smem[rank], (addr & 0xFFFFFF) - SHARED_BASE
+          if off >= 0 and off + n <= len(buf):
+            return buf, off
+      return slow(th, space, addr, n)
+  else:
+    def resolve(th, addr):
+      return slow(th, space, addr, n)
+  return resolve

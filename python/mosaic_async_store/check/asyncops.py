@@ -1,0 +1,155 @@
+"""Asynchronous operations of the PTX checker, as objects: what an operation reads
+and writes, in which proxy, and how its completion is signalled.
+
+An ``AsyncOp`` is made when a thread issues the instruction and lives in
+``Machine.inflight`` until the schedule lands it (``memory.Schedule``: any order,
+any time after issue; when no thread can run, one lands).  It declares
+
+  * ``writes``: ``Write`` s (CTA, offset, element size, values, reduction) with the
+    values captured at issue (``st.async`` / ``red.async`` take registers);
+  * ``reads``: the memory it reads when it lands (none for ``st.async``; a bulk
+    copy's source), each a ``Read``;
+  * ``proxy``: the proxy its accesses are made in ("async" for every operation
+    here: ``st.async``, ``red.async``, bulk copies; the generic proxy is the
+    threads').  The shadow does not tell proxies apart yet: the declaration is
+    what the asynchronous-proxy rules (``fence.proxy.async``) will read;
+  * ``completion``: how the machine learns that it completed, an object with
+    ``issue(k, th)`` (checks at issue), ``stamp(k, op)`` (the clock slot and
+    value its writes are known by: whoever acquires that clock sees the data) and
+    ``complete(k, op)`` (the signal, after the data landed).  ``MbarrierTx``
+    (``.mbarrier::complete_tx::bytes``) is the one mechanism today; a bulk-group
+    completion (``cp.async.bulk.commit_group`` / ``wait_group``) or a WGMMA group
+    is another class with the same three methods.
+
+``issue`` checks, marks the destination bytes in flight (a thread that touches
+them before the completion is observed is reported) and queues the operation;
+``land`` checks each write against the bytes' history (``access._check``), writes
+it, then signals the completion.  A finding raised while landing names the
+issuing thread and instruction.
+"""
+
+from __future__ import annotations
+
+from mosaic_async_store.check import access, sync
+from mosaic_async_store.check.memory import SCOPES, ProtocolError
+
+__all__ = ["AsyncOp", "Write", "Read", "MbarrierTx", "issue", "land"]
+
+
+class Write:
+  """``values`` (one per element of ``size`` bytes) written at ``off`` of CTA ``cta``'s
+  shared memory; ``red``: (operation, type) of a reduction, None for a store."""
+
+  __slots__ = ("cta", "off", "size", "values", "red")
+
+  def __init__(self, cta, off, size, values, red):
+    self.cta, self.off, self.size, self.values, self.red = cta, off, size, values, red
+
+  @property
+  def nbytes(self) -> int:
+    return self.size * len(self.values)
+
+
+class Read:
+  """``nbytes`` read at ``off`` of ``buf`` when the operation lands."""
+
+  __slots__ = ("buf", "off", "nbytes")
+
+  def __init__(self, buf, off, nbytes):
+    self.buf, self.off, self.nbytes = buf, off, nbytes
+
+
+class MbarrierTx:
+  """Completion through ``complete_tx`` on the mbarrier ``key`` (CTA, offset): when
+  the operation lands, its bytes are counted off the barrier's tx-count (PTX ISA,
+  mbarrier: complete-tx), which may complete the phase; a thread that observes that
+  phase with acquire semantics sees the data (the barrier's data clock slot, at the
+  phase's number)."""
+
+  __slots__ = ("key", "nbytes")
+
+  def __init__(self, key, nbytes):
+    self.key, self.nbytes = key, nbytes
+
+  @property
+  def cta(self) -> int:
+    return self.key[0]
+
+  def issue(self, k, th):
+    """The barrier must exist and its initialisation be visible to the issuer."""
+    sync._barrier(k, th, th.vc, self.key)
+
+  def stamp(self, k, op):
+    bar = sync._barrier(k, None, op.vc, self.key)
+    return bar.slot, bar.phase + 1
+
+  def complete(self, k, op):
+    bar = sync._barrier(k, None, op.vc, self.key)
+    sync._add_tx(k, bar, -self.nbytes)
+    sync._advance(k, bar)
+
+
+class AsyncOp:
+  """One asynchronous operation in flight (the module doc): ``th`` issued it by
+  instruction ``insn`` (its index) with clock ``vc``; ``text`` names it in messages;
+  ``idx`` is its place in ``Machine.inflight``."""
+
+  __slots__ = ("th", "vc", "insn", "opcode", "writes", "reads", "proxy", "completion", "idx")
+
+  def __init__(self, th, insn, opcode, writes, completion, reads=(), proxy="async"):
+    self.th, self.vc, self.insn, self.opcode = th, th.vc.copy(), insn, opcode
+    self.writes, self.reads, self.proxy, self.completion = writes, reads, proxy, completion
+    self.idx = None
+
+  @property
+  def ctas(self) -> set:
+    """The CTAs whose shared memory it still touches (the exit rule)."""
+    return {w.cta for w in self.writes} | {self.completion.cta}
+
+  @property
+  def text(self) -> str:
+    """Who issued it, what, and into which CTA (for messages)."""
+    into = sorted({w.cta for w in self.writes})
+    return (f"CTA {self.th.cta} thread {self.th.tid}: {self.opcode} into CTA "
+            f"{', '.join(map(str, into))}")
+
+
+def issue(k, th, op):
+  """``th`` issues ``op``: the completion's checks, its destination bytes marked in
+  flight, queued; the issuing thread's clock moves on (its later accesses are not
+  ordered before the operation's)."""
+  op.completion.issue(k, th)
+  for w in op.writes:
+    k.shadow[w.cta].mark_inflight(w.off, w.nbytes, 1, atomic=w.red is not None)
+  op.idx = len(k.inflight)
+  k.inflight.append(op)
+  th.vc[th.slot] += 1
+
+
+def _dequeue(k, op):
+  """Removes ``op`` from ``k.inflight`` in O(1) (the last one takes its place)."""
+  last = k.inflight.pop()
+  if last is not op:
+    k.inflight[op.idx], last.idx = last, op.idx
+
+
+def land(k, op):
+  """``op``'s data lands (each write checked, then written), then its completion."""
+  _dequeue(k, op)
+  for w in op.writes:
+    k.shadow[w.cta].mark_inflight(w.off, w.nbytes, -1, atomic=w.red is not None)
+  try:
+    slot, clock = op.completion.stamp(k, op)
+    for w in op.writes:
+      n = w.nbytes
+      access._check(k, op.vc, None, w.cta, w.off, n, write=True, atomic=w.red is not None,
+                    who=op, stamp=(slot, clock, op.insn),
+                    tag=w.red and (op.th.cta, SCOPES["cluster"], w.off, n))
+  except ProtocolError as e:   # the issuing thread's instruction is where
+    line, text = k.program.lines[op.insn], k.program.texts[op.insn]
+    raise ProtocolError(e.rule, f"{e.detail} (issued at PTX line {line}: `{text}`)",
+                        cta=op.th.cta, thread=op.th.tid, ptx_line=line,
+                        instruction=text) from e
+  for w in op.writes:   # red.async is a read-modify-write (it continues a release state)
+    access._write(k, k.smem[w.cta], w.off, w.size, w.values, w.red, weak=not w.red)
+  op.completion.complete(k, op)

@@ -1,0 +1,51 @@
+"""Control and hint opcodes of the PTX checker: ``exit`` / ``ret``, ``call`` (the
+kernel's vprintf failure report, logged in ``Machine.calls``), ``nanosleep`` (a
+poll's pause: the thread yields), the ``tcgen05`` thread-synchronisation fences,
+and ``bra`` (resolved by the parser, ``program``; listed here for the table).
+"""
+
+from __future__ import annotations
+
+from mosaic_async_store.check.opcodes import Opcode
+from mosaic_async_store.check.outcomes import EXIT, YIELD
+
+__all__ = ["OPCODES"]
+
+
+def _exit(k, ins):
+  return lambda th: EXIT
+
+
+def _call(k, ins):   # only the kernel's failure report (vprintf) calls: log it
+  return lambda th: k.calls.append((th.cta, th.tid, ins.opcode))
+
+
+def _tcgen05(k, ins):
+  # They order tcgen05 operations around a thread synchronisation; every other
+  # tcgen05 opcode is refused here, so between what the checker runs they order
+  # nothing.
+  if ins.mods not in (["fence::before_thread_sync"], ["fence::after_thread_sync"]):
+    raise NotImplementedError(f"opcode {ins.opcode}")
+  return lambda th: None
+
+
+def _nanosleep(k, ins):
+  """A hint: let the other threads run (a poll loop's pause: see run.py)."""
+  def nanosleep(th):
+    th.polled = True
+    return YIELD
+  return nanosleep
+
+
+# The opcodes this family runs (``opcodes.Opcode``: the handler, statements it runs,
+# statements it refuses; test/emu/test_opcode_table.py compiles every one).
+OPCODES = {
+    "nanosleep": Opcode(_nanosleep, ("nanosleep.u32 20",)),
+    "tcgen05": Opcode(_tcgen05, ("tcgen05.fence::before_thread_sync",
+                                 "tcgen05.fence::after_thread_sync"),
+                      ("tcgen05.commit.cta_group::1.mbarrier::arrive::one.b64 [%rd1]",)),
+    "bra": Opcode(None, ("bra L", "@%p1 bra.uni L")),
+    "ret": Opcode(_exit, ("ret",)),
+    "exit": Opcode(_exit, ("exit",)),
+    "call": Opcode(_call, ("call.uni (retval0), vprintf, (param0, param1)",)),
+}

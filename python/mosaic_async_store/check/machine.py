@@ -1,0 +1,180 @@
+"""The PTX checker's machine: the whole state of one cluster's run, in one place.
+
+A ``Machine`` is what every family module's handlers (``opcodes.FAMILIES``) compile
+against and what their instruction functions read and write at run time.  It
+holds no behaviour beyond making a fresh state at launch (``reset``): the
+semantics live in the family modules, as functions of the machine ``k``, and the
+scheduler in ``run``.  Its state, by what it models (each attribute is set by
+``reset``; ``__init__`` declares every one, so the list below is complete):
+
+  * the program: ``program`` (``program.Program``: the compiled instructions, their
+    text, PTX lines and source lines);
+  * the threads: ``threads`` (``Thread``, in CTA then thread order), ``block``,
+    ``alive`` / ``alive_total`` / ``exited`` (non-exited threads per CTA, in all,
+    exited CTAs);
+  * memories: ``smem`` (each CTA's shared memory), ``shadow`` (its per-byte history,
+    ``memory.Shadow``), ``smem_cta`` (buffer id -> CTA), ``gbufs`` / ``gshadow``
+    (the global buffers and their history, ``global_memory``), ``param_buf`` (the
+    kernel parameters), ``flags`` (each strongly written location's release state,
+    ``strong``), ``remote_arrivals`` (other CTAs' arrivals on a CTA's mbarriers: the
+    exit rule);
+  * barriers: ``mbar`` (key (CTA, offset) -> ``sync.Mbarrier``), ``barriers_made``,
+    ``named`` / ``warp_arrivals`` (named CTA barriers and the warps arriving on them,
+    ``barriers``), ``cluster_gens`` / ``cluster_lanes`` / ``cluster_reached`` /
+    ``cluster_waiting`` (the cluster barrier's generations and arrivals);
+  * asynchronous operations: ``inflight`` (``asyncops.AsyncOp`` issued, not landed);
+  * clocks: ``barrier_slot0`` (the first vector-clock slot of the mbarriers: slot 0
+    is the initial memory, slots 1.. the threads, then two per mbarrier);
+  * the scheduler (``run``): ``sched`` (``memory.Schedule``: every choice a schedule
+    makes), ``runnable`` / ``blocked`` / ``parked`` (threads by state),
+    ``group_waiting`` (lanes waiting at warp collectives per warp), ``dirty`` (a
+    synchronisation may complete), ``epoch`` (bumped by every change another thread
+    can see: polling), ``timeouts``, ``grid_clusters``;
+  * what a run reports: ``executed`` (thread-instructions), ``calls`` (the kernel's
+    vprintf calls), ``store_trace`` (``launch(trace_stores=True)``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mosaic_async_store.check.addresses import GLOBAL_SHIFT
+from mosaic_async_store.check.global_memory import GlobalShadow
+from mosaic_async_store.check.memory import Schedule, Shadow
+
+__all__ = ["Machine", "Memref", "Thread"]
+
+
+class Memref:
+  """A launch argument passed as a memref descriptor, as Mosaic kernels take their
+  buffers: allocated pointer, aligned pointer, offset 0, sizes, row-major strides in
+  elements (3 + 2 * ndim 8-byte parameters).  A bare NumPy array is one pointer."""
+
+  def __init__(self, array):
+    self.array = np.asarray(array)
+
+
+class Thread:
+  """One thread: registers, where it is, and its memory-model state (``vc``: its
+  vector clock; ``unscoped``: clocks it saw through pairs whose scopes do not
+  include each other, ``unscoped_pair`` the (release, acquire) scopes of the last;
+  ``seen``: the phases it observed complete, whatever the wait's semantics;
+  ``fence_rel``: the clock its last fence releases with a later relaxed arrive;
+  ``pending_obs``: phases a relaxed wait observed; ``remote_since``: its clock at
+  its first access to another CTA's shared memory, which a
+  ``.sync_restrict::shared::cta`` fence does not release; ``polled``: its last
+  instruction was a poll (``poll_pc``: that instruction, or the backward branch it
+  yielded at); ``poll_seen`` / ``poll_epoch``: the states it polled in since the
+  epoch it names (``run``: polling); ``back_jumps``: the backward jumps it took,
+  against a runaway loop; ``poll_what``: (pc, wait) of the mbarrier wait it last
+  timed out on, which a parked poll loop is waiting for; ``tried_wait``: the
+  mbarrier wait that last returned false to it (sync.py); ``released``: per
+  location it wrote with a release, that release (strong.py)).  ``wait`` says what
+  a blocked thread waits for: ("mbar", key, parity, predicate, sem, scope),
+  ("warp", ``warp.Meeting``), ("bar", key), ("cluster", nth, sem) or ("poll", pc)."""
+
+  __slots__ = ("regs", "pc", "cta", "tid", "state", "wait", "cluster_arrived", "local",
+               "slot", "vc", "unscoped", "unscoped_pair", "seen", "fence_rel", "pending_obs",
+               "remote_since", "polled", "poll_pc", "poll_seen", "poll_epoch", "back_jumps",
+               "poll_what", "tried_wait", "released")
+
+  def __init__(self, cta, tid, special, local_bytes, slot, nslots):
+    self.regs, self.pc, self.cta, self.tid = dict(special), 0, cta, tid
+    self.state, self.wait, self.cluster_arrived = "run", None, 0
+    self.local = bytearray(local_bytes)
+    self.slot, self.vc, self.unscoped = slot, np.zeros(nslots, np.int64), np.zeros(nslots, np.int64)
+    self.seen, self.unscoped_pair = np.zeros(nslots, np.int64), None
+    self.vc[slot], self.fence_rel, self.pending_obs, self.remote_since = 1, None, [], None
+    self.polled, self.poll_seen, self.poll_epoch, self.back_jumps = False, set(), -1, 0
+    self.poll_what, self.poll_pc, self.tried_wait, self.released = None, None, None, {}
+
+
+def _special_registers(c, t, cluster, block, first_cta, grid):
+  """The preset registers of thread ``t`` of the cluster's CTA ``c`` (x only: the
+  launch is one-dimensional; y and z are 0 / 1)."""
+  special = {f"%{r}.{ax}": n for ax in "yz" for r, n in (
+      ("tid", 0), ("ntid", 1), ("ctaid", 0), ("nctaid", 1), ("cluster_ctaid", 0),
+      ("cluster_nctaid", 1), ("clusterid", 0), ("nclusterid", 1))}
+  special.update({"%tid.x": t, "%ntid.x": block, "%ctaid.x": first_cta + c,
+                  "%nctaid.x": grid, "%clusterid.x": first_cta // cluster,
+                  "%nclusterid.x": grid // cluster, "%cluster_ctaid.x": c,
+                  "%cluster_nctaid.x": cluster, "%cluster_ctarank": c,
+                  "%cluster_nctarank": cluster, "%laneid": t % 32, "%warpid": t // 32})
+  return special
+
+
+class Machine:
+  """The state of one cluster's run (the module doc lists it)."""
+
+  def __init__(self):
+    self.program = None
+    self.threads, self.block, self.alive, self.alive_total, self.exited = [], 0, [], 0, []
+    self.smem, self.shadow, self.smem_cta = [], [], {}
+    self.gbufs, self.gshadow, self.param_buf = [], None, b""
+    self.flags, self.remote_arrivals = {}, []
+    self.mbar, self.barriers_made, self.named, self.warp_arrivals = {}, 0, {}, {}
+    self.cluster_gens, self.cluster_lanes, self.cluster_reached = [], {}, []
+    self.cluster_waiting = 0
+    self.inflight = []
+    self.barrier_slot0 = 0
+    self.sched, self.runnable, self.blocked, self.parked = None, [], {}, []
+    self.group_waiting, self.dirty, self.epoch, self.timeouts = {}, False, 0, 0
+    self.grid_clusters = 1
+    self.executed, self.calls, self.store_trace = 0, [], None
+
+  def reset(self, buffers, *, cluster, smem_bytes, block, schedule, barrier_slots,
+            trace_stores, smem_init, first_cta, grid_ctas):
+    """A fresh state for ``run.launch`` (its arguments)."""
+    self.pack_params(buffers)
+    grid = grid_ctas or cluster
+    self.store_trace = {} if trace_stores else None
+    self.smem = [bytearray(b"\xcd" * smem_bytes) for _ in range(cluster)]  # uninitialised
+    for buf, first in zip(self.smem, smem_init or ()):
+      buf[:len(first)] = bytes(first)
+    self.shadow = [Shadow(smem_bytes) for _ in range(cluster)]
+    self.smem_cta = {id(b): i for i, b in enumerate(self.smem)}
+    self.flags, self.remote_arrivals = {}, [{} for _ in range(cluster)]
+    self.mbar, self.barriers_made, self.named, self.warp_arrivals = {}, 0, {}, {}
+    self.cluster_gens, self.cluster_lanes = [], {}
+    self.cluster_reached = [cluster * block]   # [n]: threads with >= n cluster arrives
+    self.cluster_waiting = 0                   # threads blocked in barrier.cluster.wait
+    self.inflight = []
+    self.barrier_slot0 = 1 + cluster * block   # slot 0: initial memory; then the threads
+    nslots = self.barrier_slot0 + 2 * barrier_slots   # per barrier: its data, its init
+    self.block, self.exited = block, [False] * cluster
+    self.threads = [Thread(c, t, _special_registers(c, t, cluster, block, first_cta, grid),
+                           self.program.local_bytes, c * block + t + 1, nslots)
+                    for c in range(cluster) for t in range(block)]
+    self.alive, self.alive_total = [block] * cluster, cluster * block   # not exited
+    self.sched, self.runnable, self.blocked, self.parked = Schedule(schedule), \
+        list(self.threads), {}, []
+    self.group_waiting, self.dirty, self.epoch, self.timeouts = {}, True, 0, 0
+    self.grid_clusters = grid // cluster
+    self.executed, self.calls = 0, []
+
+  def pack_params(self, args):
+    """Global buffer i (the i-th argument) goes to (i + 1) << 40; the kernel's
+    8-byte parameters get its address (a NumPy array) or its descriptor (Memref);
+    then a fresh shadow (global_memory: the bytes now are the initial contents)."""
+    params = self.program.params
+    self.gbufs, words, shapes, names = [], [], [], []
+    for i, a in enumerate(args):
+      arr = np.ascontiguousarray(a.array if isinstance(a, Memref) else a)
+      addr = (i + 1) << GLOBAL_SHIFT
+      self.gbufs.append(bytearray(arr.tobytes()))
+      names.append(f"argument {i}" + (f", parameter {params[len(words)]}"
+                                      if len(words) < len(params) else ""))
+      if isinstance(a, Memref):   # allocated, aligned, offset, sizes, strides (elements)
+        strides = [int(np.prod(arr.shape[d + 1:])) for d in range(arr.ndim)]
+        words += [addr, addr, 0, *arr.shape, *strides]
+        shapes.append(f"Memref{arr.shape}: {3 + 2 * arr.ndim}")
+      else:
+        words.append(addr)
+        shapes.append("array: 1")
+    if len(words) != len(params):
+      raise ValueError(
+          f"the kernel takes {len(params)} parameters, the arguments make {len(words)} "
+          f"({', '.join(shapes) or 'none'}); expected: one per NumPy array (its address) "
+          "and 3 + 2 * ndim per Memref (a memref descriptor)")
+    self.param_buf = b"".join(w.to_bytes(8, "little") for w in words)
+    self.gshadow = GlobalShadow(self.gbufs, names)

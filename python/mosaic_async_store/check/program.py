@@ -1,0 +1,201 @@
+"""A kernel's PTX, parsed and compiled against a machine (``machine.Machine``).
+
+The body is split into statements with ``{}`` scopes (registers and labels of an
+inner, inline-asm block shadow the outer ones); each instruction's operands are
+parsed (``operand``), its opcode decoded (``opcodes.decode``) and compiled by the
+handler its family module registers (``opcodes.OPCODES``) into a function of the
+thread; a guard (``@%p`` / ``@!%p``) wraps it; branches are resolved once every
+label is known.  An opcode, qualifier, operand or directive the checker does not
+run is refused here, naming it and its PTX line: nothing is skipped silently.
+``.loc`` / ``.file`` give each instruction its user source line (``lineinfo``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from mosaic_async_store.check import lineinfo, opcodes
+from mosaic_async_store.check.addresses import LOCAL_BASE, SHARED_BASE
+from mosaic_async_store.check.opcodes import decode
+from mosaic_async_store.check.ops import UNDEFINED, immediate, split_operands
+
+__all__ = ["Program", "setter"]
+
+
+def _is_register(tok, scopes):
+  """``%name``, or a bare name (``P1``) that a ``.reg`` of an enclosing scope declares."""
+  return tok.startswith("%") or any(tok in sc[1] for sc in scopes)
+
+
+def _guarded(fn, guard):
+  """``@%p`` / ``@!%p``: the instruction does nothing unless the predicate matches."""
+  if guard is None:
+    return fn
+  pname, want = guard
+  return lambda th: fn(th) if th.regs[pname] == want else None
+
+
+def setter(op, bits):
+  """A setter (th, value) for a destination register (``_`` discards)."""
+  if op[0] == "sink":
+    return lambda th, v: None
+  def put(th, v, n=op[1], mask=(1 << bits) - 1):
+    th.regs[n] = v & mask
+  return put
+
+
+class Program:
+  """The compiled kernel: ``code`` (per instruction, its function of the thread:
+  None to go on, a program counter to jump to, ``run.EXIT``, ``sync.BLOCK`` or
+  ``sync.YIELD``), ``texts`` / ``lines`` / ``sources`` (its statement, PTX line,
+  user source line or None), ``params`` (the kernel's parameter names),
+  ``symbols`` (name -> (state space, offset)), ``labels``, ``local_bytes``.
+  Compiling binds every instruction to ``machine``, which a launch then resets."""
+
+  def __init__(self, text: str, machine):
+    self.machine, machine.program = machine, self
+    self.files = lineinfo.file_table(text)   # .loc's file ids (lineinfo.py)
+    text = re.sub(r"//[^\n]*", "", text)
+    m = re.search(r"\.entry\s+\w+\s*\((.*?)\)", text, re.S)
+    self.params = re.findall(r"(\w+)\s*(?:,|$)", m.group(1).strip())
+    self.symbols = {p: ("param", 8 * i) for i, p in enumerate(self.params)}
+    for name in re.findall(r"\.global\s[^;]*?(\w+)\[\d+\]", text[:m.start()]):
+      self.symbols[name] = ("global", 0)   # printf formats: never read (address unmapped)
+    self.code, self.texts, self.labels, self.local_bytes = [], [], {}, 0
+    self.lines = []           # the PTX source line of each instruction (1-based)
+    self.sources = []         # its "file:line" from the last .loc before it, or None
+    self._loc = None
+    start = text.index("{", m.end())
+    self._first_line = text.count("\n", 0, start) + 1
+    self._parse(text[start:])
+
+  def _parse(self, body):
+    """Splits the body into statements, tracking ``{}`` scopes: registers and
+    labels declared in an inner (inline asm) block shadow the outer ones.  Stops
+    at the body's end (debug sections may follow); ``.loc`` / ``.file`` lines (no
+    ``;``) give the next instructions their source."""
+    scopes, nblock, fixups, i = [], 0, [], 0  # scope: (id, {reg: renamed}, {label: pc})
+    while i < len(body):
+      if body[i].isspace():
+        i += 1
+      elif body[i] == "}" and len(scopes) == 1:   # the kernel's end
+        break
+      elif body[i] in "{}":
+        nblock += 1
+        scopes = scopes + [(nblock, {}, {})] if body[i] == "{" else scopes[:-1]
+        i += 1
+      elif directive := lineinfo.DIRECTIVE.match(body, i):
+        if directive.group(1):   # a .loc (a .file: read in __init__)
+          self._loc = lineinfo.source(self.files, *directive.group(1, 2))
+        i = directive.end()
+      elif lab := re.match(r"([$\w]+):", body[i:i + 100]):
+        (scopes[-1][2] if len(scopes) > 1 else self.labels)[lab.group(1)] = len(self.code)
+        i += lab.end()
+      else:
+        j = body.index(";", i)
+        stmt, i = " ".join(body[i:j].split()), j + 1
+        if stmt.startswith("."):
+          self._declare(stmt, scopes)
+        elif stmt:
+          line = self._first_line + body.count("\n", 0, j)
+          self.texts.append(stmt)
+          self.lines.append(line)
+          self.sources.append(self._loc)
+          try:
+            self.code.append(self._compile(stmt, scopes, fixups))
+          except NotImplementedError as e:   # say where
+            raise NotImplementedError(f"PTX line {line}: `{stmt}`: {e}") from None
+    for k, label, chain, guard in fixups:  # branches, once every label is known
+      target = next((sc[2][label] for sc in reversed(chain) if label in sc[2]),
+                    None)
+      target = self.labels[label] if target is None else target
+      self.code[k] = _guarded(lambda th, t=target: t, guard)
+
+  def source_at(self, ptx_line):
+    """The source of the (first) instruction at PTX line ``ptx_line``, or None."""
+    k = next((k for k, line in enumerate(self.lines) if line == ptx_line), None)
+    return None if k is None else self.sources[k]
+
+  def _declare(self, stmt, scopes):
+    kind, words = stmt.split()[0], stmt.split()
+    if kind == ".reg":  # an inner block's registers are renamed; bare names (``P1``,
+      inner = len(scopes) > 1   # upstream's inline asm) are recorded for _operand
+      for decl in split_operands(" ".join(words[2:])):
+        m = re.fullmatch(r"(%?\w+)<(\d+)>", decl)
+        for n in [m.group(1) + str(k) for k in range(int(m.group(2)))] if m else [decl]:
+          if inner or not n.startswith("%"):
+            scopes[-1][1][n] = f"{n}@{scopes[-1][0]}" if inner else n
+    elif kind == ".local":  # the stack depot (used by the printf report)
+      m = re.search(r"(\w+)\[(\d+)\]", stmt)
+      self.symbols[m.group(1)] = ("local", self.local_bytes)
+      self.local_bytes += int(m.group(2))
+    elif kind == ".shared" and "[" not in stmt:   # the dynamic SMEM
+      self.symbols[words[-1]] = ("shared", 0)
+    elif kind == ".param":  # argument of a call sequence (the callee is not run)
+      self.symbols[words[-1]] = ("param", 0)
+    else:
+      raise NotImplementedError(f"directive: {stmt}")
+
+  def operand(self, tok, scopes):
+    """-> (reg, name) | (imm, v) | (sym, name) | (vec, [ops]) | (addr, op, off) |
+    (pair, op, op) | (sink,)"""
+    if tok == "_":
+      return ("sink",)
+    if tok.startswith("{"):
+      return ("vec", [self.operand(t, scopes) for t in split_operands(tok[1:-1])])
+    if tok.startswith("["):
+      m = re.fullmatch(r"\[\s*([^+\]]+?)\s*(?:\+\s*(-?\w+))?\s*\]", tok)
+      return ("addr", self.operand(m.group(1), scopes), immediate(m.group(2) or "0"))
+    if "|" in tok:
+      return ("pair", *(self.operand(t, scopes) for t in tok.split("|")))
+    if _is_register(tok, scopes):  # special registers (%tid.x, ...) are preset ones
+      return ("reg", next((sc[1][tok] for sc in reversed(scopes) if tok in sc[1]), tok))
+    if tok in self.symbols:
+      return ("sym", tok)
+    try:
+      return ("imm", immediate(tok))
+    except ValueError:   # a negated predicate (!%p), an expression, ...: not modelled
+      raise NotImplementedError(f"operand {tok!r}") from None
+
+  def getter(self, op):
+    """A getter th -> int for a source operand."""
+    if op[0] == "reg":  # a never-written register (LLVM's undef) reads as garbage:
+      return lambda th, n=op[1]: th.regs.get(n, UNDEFINED)  # bytes built from it show
+    if op[0] in ("imm", "sym"):
+      v = op[1]
+      if op[0] == "sym":
+        kind, off = self.symbols[v]
+        v = off + {"local": LOCAL_BASE, "shared": SHARED_BASE}.get(kind, 0)
+      return lambda th: v
+    if op[0] == "addr":
+      if op[1][0] == "reg":   # one call per address, not two (a hot path)
+        return lambda th, n=op[1][1], off=op[2]: th.regs.get(n, UNDEFINED) + off
+      base, off = self.getter(op[1]), op[2]
+      return lambda th: base(th) + off
+    raise NotImplementedError(f"source operand {op}")
+
+  def _compile(self, stmt, scopes, fixups):
+    guard = re.match(r"@(!?)(%?\w+)\s+", stmt)
+    if guard:
+      stmt, pred = stmt[guard.end():], guard.group(2)
+      if not _is_register(pred, scopes):
+        raise NotImplementedError(f"guard @{pred}: not a declared register")
+      guard = (self.operand(pred, scopes)[1], 0 if guard.group(1) else 1)
+    opcode, _, rest = stmt.partition(" ")
+    if opcode in ("bra", "bra.uni"):
+      fixups.append((len(self.code), rest.strip(), list(scopes), guard))
+      return None
+    ops = [] if opcode.startswith("call") else [self.operand(t, scopes)
+                                                for t in split_operands(rest)]
+    return _guarded(self._semantics(opcode, ops), guard)
+
+  def _semantics(self, opcode, ops):
+    """The function th -> None (next), int (jump), BLOCK or EXIT of one instruction,
+    from the opcode table (``opcodes.OPCODES``)."""
+    ins = decode(opcode, ops, self.getter)
+    entry = opcodes.OPCODES.get(ins.base)
+    if entry is None or entry.handler is None:
+      raise NotImplementedError(f"opcode {opcode} (not in the checker's opcode tables: "
+                                "the OPCODES of the family modules, "
+                                "mosaic_async_store/check/opcodes.py)")
+    return entry.handler(self.machine, ins)
