@@ -267,7 +267,7 @@ def _operand_values(stmt, rng, case):
 
 class _Thread:   # what a register-to-register instruction touches
   def __init__(self, regs):
-    self.regs = dict(regs)
+    self.regs, self.products = dict(regs), {}   # (products: contraction.py)
 
 
 _VALUE_EXAMPLES = _examples(_VALUE_HANDLERS)

@@ -3,7 +3,8 @@
 Every operation is computed on bit patterns with exact rational arithmetic
 (``fractions.Fraction``) and rounded once to the destination format, in the
 rounding mode the instruction names (``.rn`` by default; ``.rz``, ``.rm``,
-``.rp``).  Formats: f32, f16, bf16, and as conversion targets the 8-bit
+``.rp``; a ``mul`` and an ``add`` / ``sub`` without one may also be fused by the
+code generator: contraction.py).  Formats: f32, f16, bf16, and as conversion targets the 8-bit
 e4m3 / e5m2 (OCP FP8; e4m3 has no infinity, its NaN is S.1111.111).
 
 What runs (and each packed ``x2`` form of f16 / bf16, lane by lane; the low

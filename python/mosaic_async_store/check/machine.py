@@ -69,14 +69,15 @@ class Thread:
   against a runaway loop; ``poll_what``: (pc, wait) of the mbarrier wait it last
   timed out on, which a parked poll loop is waiting for; ``tried_wait``: the
   mbarrier wait that last returned false to it (sync.py); ``released``: per
-  location it wrote with a release, that release (strong.py)).  ``wait`` says what
+  location it wrote with a release, that release (strong.py); ``products``: the
+  products of its float ``mul``s without a rounding modifier (contraction.py)).  ``wait`` says what
   a blocked thread waits for: ("mbar", key, parity, predicate, sem, scope),
   ("warp", ``warp.Meeting``), ("bar", key), ("cluster", nth, sem) or ("poll", pc)."""
 
   __slots__ = ("regs", "pc", "cta", "tid", "state", "wait", "cluster_arrived", "local",
                "slot", "vc", "unscoped", "unscoped_pair", "seen", "fence_rel", "pending_obs",
                "remote_since", "polled", "poll_pc", "poll_seen", "poll_epoch", "back_jumps",
-               "poll_what", "tried_wait", "released")
+               "poll_what", "tried_wait", "released", "products")
 
   def __init__(self, cta, tid, special, local_bytes, slot, nslots):
     self.regs, self.pc, self.cta, self.tid = dict(special), 0, cta, tid
@@ -87,6 +88,7 @@ class Thread:
     self.vc[slot], self.fence_rel, self.pending_obs, self.remote_since = 1, None, [], None
     self.polled, self.poll_seen, self.poll_epoch, self.back_jumps = False, set(), -1, 0
     self.poll_what, self.poll_pc, self.tried_wait, self.released = None, None, None, {}
+    self.products = {}
 
 
 def _special_registers(c, t, cluster, block, first_cta, grid):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import operator
 
-from mosaic_async_store.check import program
+from mosaic_async_store.check import contraction, program
 from mosaic_async_store.check.floats import FLOAT_TYPE, float_cvt, float_op
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.ops import (ALU, TYPE, UNDEFINED, bfe, bfi, bits_of, prmt,
@@ -115,6 +115,11 @@ def _arith(k, ins):
   if any(FLOAT_TYPE.match(m) for m in ins.mods):
     fn = float_op(ins.base, ins.mods, ins.opcode)   # exact, or refused by name
     put, args = program.setter(ins.ops[0], ins.bits), ins.src[1:]
+    if not any(m in contraction.ROUNDING for m in ins.mods):   # may be fused with an fma
+      if ins.base == "mul":
+        return contraction.unrounded_mul(k, ins, fn, put, args)
+      if ins.base in ("add", "sub"):
+        return contraction.unrounded_sum(k, ins, fn, put, args)
     return lambda th: put(th, fn(*(a(th) for a in args)))
   return _alu(k, ins)
 
