@@ -13,10 +13,20 @@ __all__ = ["OPCODES"]
 
 
 def _exit(k, ins):
+  """``exit``, ``ret`` (``ret.uni``: the same for the one function the checker runs)."""
+  if ins.mods not in ([], ["uni"] if ins.base == "ret" else []) or ins.ops:
+    raise NotImplementedError(f"opcode {ins.opcode}")
   return lambda th: EXIT
 
 
-def _call(k, ins):   # only the kernel's failure report (vprintf) calls: log it
+def _call(k, ins):
+  """A call of ``vprintf`` (the kernel's failure report) is logged in ``k.calls``, not
+  run; a call of any other function is refused (the checker runs one function)."""
+  callee = ins.ops[0][1]
+  if ins.mods not in ([], ["uni"]) or callee != "vprintf":
+    raise NotImplementedError(f"opcode {ins.opcode} of {callee} (the checker runs no "
+                              "function calls; it logs calls of vprintf, the kernel's "
+                              "failure report)")
   return lambda th: k.calls.append((th.cta, th.tid, ins.opcode))
 
 
@@ -31,6 +41,8 @@ def _tcgen05(k, ins):
 
 def _nanosleep(k, ins):
   """A hint: let the other threads run (a poll loop's pause: see run.py)."""
+  if ins.mods != ["u32"] or len(ins.ops) != 1:
+    raise NotImplementedError(f"opcode {ins.opcode}")
   def nanosleep(th):
     th.polled = True
     return YIELD
@@ -40,12 +52,13 @@ def _nanosleep(k, ins):
 # The opcodes this family runs (``opcodes.Opcode``: the handler, statements it runs,
 # statements it refuses; test/emu/test_opcode_table.py compiles every one).
 OPCODES = {
-    "nanosleep": Opcode(_nanosleep, ("nanosleep.u32 20",)),
+    "nanosleep": Opcode(_nanosleep, ("nanosleep.u32 20",), ("nanosleep.u64 %rd1",)),
     "tcgen05": Opcode(_tcgen05, ("tcgen05.fence::before_thread_sync",
                                  "tcgen05.fence::after_thread_sync"),
                       ("tcgen05.commit.cta_group::1.mbarrier::arrive::one.b64 [%rd1]",)),
     "bra": Opcode(None, ("bra L", "@%p1 bra.uni L")),
-    "ret": Opcode(_exit, ("ret",)),
-    "exit": Opcode(_exit, ("exit",)),
-    "call": Opcode(_call, ("call.uni (retval0), vprintf, (param0, param1)",)),
+    "ret": Opcode(_exit, ("ret", "ret.uni")),
+    "exit": Opcode(_exit, ("exit",), ("exit.foo",)),
+    "call": Opcode(_call, ("call.uni (retval0), vprintf, (param0, param1)",),
+                   ("call.uni (retval0), helper, (param0, param1)", "call.foo vprintf")),
 }

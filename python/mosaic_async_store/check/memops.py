@@ -9,7 +9,8 @@ and atomic stores, race checks), ``asyncops`` (``st.async`` / ``red.async``),
 from __future__ import annotations
 
 from mosaic_async_store.check import access, addresses, program, strong
-from mosaic_async_store.check.opcodes import Opcode
+from mosaic_async_store.check.memory import SCOPES
+from mosaic_async_store.check.opcodes import Opcode, check_qualifiers
 from mosaic_async_store.check.ops import RED, RED_FORMS
 from mosaic_async_store.check.strong import strong_semantics
 
@@ -17,8 +18,58 @@ __all__ = ["OPCODES"]
 
 _NOT_SHARED = addresses.NOT_SHARED
 
+# The qualifier grammar of each form (PTX ISA, ld / st / st.async / red / red.async /
+# mapa), as far as the checker runs it: group -> the qualifiers it runs exactly.  Cache
+# operators, eviction priorities and prefetch sizes are performance hints (they change
+# neither values nor ordering) and run as such; ``.nc``, ``.cv``, ``.lu``,
+# ``.L2::cache_hint`` (its extra operand), ``.unified``, ``.v8``, ``.b128`` and every
+# other qualifier are refused by name (``opcodes.check_qualifiers``).
+_TYPES = {"b8", "b16", "b32", "b64", "u8", "u16", "u32", "u64", "s8", "s16", "s32", "s64",
+          "f32", "f64"}
+_HINTS = {"L1 eviction priority": {"L1::evict_normal", "L1::evict_unchanged",
+                                   "L1::evict_first", "L1::evict_last", "L1::no_allocate"},
+          "L2 eviction priority": {"L2::evict_first", "L2::evict_last"}}
+_VECTOR = {"vector": {"v2", "v4"}}
+_LD = {"sem": {"weak", "relaxed", "acquire", "volatile", "mmio"}, "scope": set(SCOPES),
+       "state space": {"global", "shared", "shared::cta", "shared::cluster", "local", "param",
+                       "const"},
+       "cache operator": {"ca", "cg", "cs"}, **_HINTS,
+       "prefetch size": {"L2::64B", "L2::128B", "L2::256B"}, **_VECTOR, "type": _TYPES}
+_ST = {"sem": {"weak", "relaxed", "release", "volatile", "mmio"}, "scope": set(SCOPES),
+       "state space": {"global", "shared", "shared::cta", "shared::cluster", "local", "param"},
+       "cache operator": {"wb", "cg", "cs", "wt"}, **_HINTS, **_VECTOR, "type": _TYPES}
+_ASYNC = {"async": {"async"}, "state space": {"shared::cluster"},
+          "completion mechanism": {"mbarrier::complete_tx::bytes"}}
+_ST_ASYNC = {**_ASYNC, "sem": {"weak"}, "scope": {"cluster"}, **_VECTOR,
+             "type": {"b32", "b64", "u32", "u64", "s32", "s64", "f32", "f64"}}
+_RED_TYPES = {t for _, t in RED_FORMS}
+_RED = {"sem": {"relaxed", "release"}, "scope": set(SCOPES),
+        "state space": {"global", "shared", "shared::cta", "shared::cluster"},
+        "operation": set(RED), "noftz": {"noftz"}, "type": _RED_TYPES}
+_RED_ASYNC = {**_ASYNC, "sem": {"relaxed"}, "scope": {"cluster"}, "operation": set(RED),
+              "type": _RED_TYPES}
+_MAPA = {"state space": {"shared::cluster"}, "type": {"u32", "u64"}}
+
+
+def _check_form(ins, groups, form, operands):
+  """The qualifiers (``opcodes.check_qualifiers``), the operand count and, with a
+  vector qualifier, the vector operand's length; anything else is refused by name."""
+  seen = check_qualifiers(ins, groups, form)
+  if len(ins.ops) != operands:
+    raise NotImplementedError(f"opcode {ins.opcode} ({len(ins.ops)} operands: {form} takes "
+                              f"{operands})")
+  data = ins.ops[0] if ins.base == "ld" else ins.ops[1] if ins.base in ("st", "red") else None
+  lanes = int(seen["vector"][1:]) if "vector" in seen else None
+  if data is not None and (data[0] == "vec") != (lanes is not None) or \
+     (lanes is not None and len(data[1]) != lanes):
+    raise NotImplementedError(f"opcode {ins.opcode} (the vector operand does not have the "
+                              f"{lanes or 'one'} element(s) its qualifiers name)")
+  return seen
+
 
 def _mapa(k, ins):
+  """``mapa{.shared::cluster}.type d, a, rank``: ``a`` in CTA ``rank``'s window."""
+  _check_form(ins, _MAPA, "mapa", 3)
   put, a, rank = program.setter(ins.ops[0], ins.bits), ins.src[1], ins.src[2]
   def mapa(th):
     addr, r = a(th), rank(th)
@@ -32,6 +83,7 @@ def _ld(k, ins):
   """ld (vector forms too); generic when it names no state space; strong loads
   (strong.py).  Signed loads narrower than 32 bits (sign extension) and the const
   space are refused."""
+  _check_form(ins, _LD, "ld", 2)
   strong_form = strong_semantics(ins)
   if strong_form is not None and ins.space != "const":
     return strong._strong_ld(k, ins, *strong_form)
@@ -67,6 +119,10 @@ def _st(k, ins):
   """st (weak, or strong: strong.py), st.param (an argument of a call: the callee
   is not run), and st.async with complete_tx."""
   mods, src, size = ins.mods, ins.src, ins.bits // 8
+  if "async" in mods:
+    _check_form(ins, _ST_ASYNC, "st.async", 3)
+  else:
+    _check_form(ins, _ST, "st", 2)
   if ins.space == "param":
     return lambda th: None
   if ins.space != "const" and "async" not in mods:
@@ -80,6 +136,10 @@ def _red(k, ins):
   """red (strong: .relaxed or .release, into a named state space) and red.async;
   the float forms only for add."""
   mods, t, size = ins.mods, ins.t, ins.bits // 8
+  if "async" in mods:
+    _check_form(ins, _RED_ASYNC, "red.async", 3)
+  else:
+    _check_form(ins, _RED, "red", 2)
   op = next((p for p in mods if p in RED), None)
   floats = t[0] == "f" or t[:2] == "bf"
   if not ins.space or (op, t) not in RED_FORMS or ("noftz" in mods) != (floats and t != "f32"):
@@ -97,19 +157,31 @@ OPCODES = {
                        "ld.weak.shared.u32 %r1, [%r2]",
                        "ld.acquire.cluster.shared.u32 %r1, [%r2]",
                        "ld.relaxed.cta.shared::cluster.u32 %r1, [%r2]",
-                       "ld.volatile.global.u64 %rd1, [%rd2]"),
+                       "ld.volatile.global.u64 %rd1, [%rd2]", "ld.global.ca.u32 %r1, [%rd2]",
+                       "ld.global.L1::evict_last.L2::256B.u32 %r1, [%rd2]"),
                  ("ld.const.u32 %r1, [%rd2]", "ld.global.s8 %h1, [%rd2]",
                   "ld.acquire.shared.u32 %r1, [%r2]", "ld.release.cta.shared.u32 %r1, [%r2]",
                   "ld.relaxed.cta.shared.v2.u32 {%r1, %r2}, [%r3]",
-                  "ld.mmio.relaxed.sys.global.u32 %r1, [%rd2]")),
+                  "ld.mmio.relaxed.sys.global.u32 %r1, [%rd2]", "ld.global.nc.u32 %r1, [%rd2]",
+                "ld.global.cv.u32 %r1, [%rd2]", "ld.local.lu.u32 %r1, [%rd2]",
+                "ld.global.L2::cache_hint.u32 %r1, [%rd2], %rd3", "ld.global.foo.u32 %r1, [%rd2]",
+                "ld.shared.v2.v2.u32 {%r1, %r2}, [%r3]", "ld.global.u32.u32 %r1, [%rd2]",
+                "ld.global.v4.u32 {%r1, %r2}, [%rd2]", "ld.global.b128 %rd1, [%rd2]",
+                "ld.global.u32 %r1, [%rd2], %rd3")),
     "st": Opcode(_st, ("st.global.u32 [%rd1], %r2", "st.shared.v4.b32 [%r1], {%r2, %r3, %r4, %r5}",
                        "st.shared::cluster.u32 [%r1], %r2",
                        "st.release.cluster.shared::cluster.u32 [%r1], %r2",
                        "st.relaxed.gpu.global.b64 [%rd1], %rd2", "st.volatile.shared.u32 [%r1], %r2",
-                       "st.async.shared::cluster.mbarrier::complete_tx::bytes.u32 [%r1], %r2, [%r3]"),
+                       "st.async.shared::cluster.mbarrier::complete_tx::bytes.u32 [%r1], %r2, [%r3]",
+                       "st.async.cluster.shared::cluster.mbarrier::complete_tx::bytes.b64 [%r1], %rd2, [%r3]"),
                  ("st.async.shared::cluster.u32 [%r1], %r2", "st.acquire.cta.shared.u32 [%r1], %r2",
                   "st.release.shared.u32 [%r1], %r2",
-                  "st.release.cta.shared.v2.u32 [%r1], {%r2, %r3}")),
+                  "st.release.cta.shared.v2.u32 [%r1], {%r2, %r3}", "st.global.bar.u32 [%rd1], %r2",
+                "st.shared.v8.b32 [%r1], {%r2, %r3, %r4, %r5, %r6, %r7, %r8, %r9}",
+                "st.global.wt.wb.u32 [%rd1], %r2",
+                "st.async.release.cluster.shared::cluster.mbarrier::complete_tx::bytes.u32 "
+                "[%r1], %r2, [%r3]",
+                "st.async.shared::cluster.mbarrier::complete_tx::bytes.u16 [%r1], %h2, [%r3]")),
     "red": Opcode(_red, ("red.shared::cluster.add.u32 [%r1], %r2",
                          "red.relaxed.cluster.shared::cluster.add.u32 [%r1], %r2",
                          "red.release.cluster.shared::cluster.add.u32 [%r1], %r2",
@@ -118,7 +190,11 @@ OPCODES = {
                          "red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.add.u32 [%r1], %r2, [%r3]"),
                   ("red.acquire.cluster.shared::cluster.add.u32 [%r1], %r2",
                    "red.global.add.f64 [%rd1], %rd2", "red.shared.add.f16x2 [%r1], %r2",
-                   "red.shared.add.noftz.f32 [%r1], %r2")),
+                   "red.shared.add.noftz.f32 [%r1], %r2", "red.shared::cluster.add.foo.u32 [%r1], %r2",
+                "red.global.add.L2::cache_hint.u32 [%rd1], %r2, %rd3",
+                "red.async.release.cluster.shared::cluster.mbarrier::complete_tx::bytes.add.u32 "
+                "[%r1], %r2, [%r3]")),
     "mapa": Opcode(_mapa, ("mapa.shared::cluster.u32 %r1, %r2, %r3",
-                           "mapa.shared::cluster.u64 %rd1, %rd2, 1")),
+                           "mapa.shared::cluster.u64 %rd1, %rd2, 1", "mapa.u32 %r1, %r2, %r3"),
+                  ("mapa.shared::cluster.foo.u32 %r1, %r2, %r3",)),
 }

@@ -28,7 +28,8 @@ from typing import Callable
 
 from mosaic_async_store.check.ops import TYPE, bits_of
 
-__all__ = ["Opcode", "Instr", "OPCODES", "FAMILIES", "EXAMPLE_REGISTERS", "REFUSED", "decode"]
+__all__ = ["Opcode", "Instr", "OPCODES", "FAMILIES", "EXAMPLE_REGISTERS", "REFUSED", "decode",
+           "check_qualifiers"]
 
 # The family modules of mosaic_async_store.check, each with its OPCODES table.
 FAMILIES = ("values", "memops", "strong", "access", "sync", "barriers", "warp", "control")
@@ -84,6 +85,25 @@ def decode(opcode: str, ops: list, getter) -> Instr:
   src = [getter(o) if o[0] in ("reg", "imm", "sym", "addr") else None for o in ops]
   vals = [getter(o) for o in ops[1][1]] if len(ops) > 1 and ops[1][0] == "vec" else src[1:2]
   return Instr(opcode, base, mods, types, t, bits_of(t), t[0] == "s", space, ops, src, vals)
+
+
+def check_qualifiers(ins: Instr, groups: dict, form: str = "") -> dict:
+  """The qualifiers of ``ins``, each checked against ``groups`` (group name -> the
+  qualifiers of that group the checker runs exactly): every qualifier must be in one
+  group, and no group may be named twice.  Returns {group: qualifier}; anything else
+  is refused by name (NotImplementedError), so no qualifier is ever dropped.
+  ``form`` names the grammar in the message (e.g. "ld")."""
+  seen = {}
+  for m in ins.mods:
+    group = next((g for g, allowed in groups.items() if m in allowed), None)
+    if group is None:
+      raise NotImplementedError(f"opcode {ins.opcode} (qualifier .{m}: not one the checker "
+                                f"runs for {form or ins.base})")
+    if group in seen:
+      raise NotImplementedError(f"opcode {ins.opcode} (.{seen[group]} and .{m}: two "
+                                f"{group} qualifiers)")
+    seen[group] = m
+  return seen
 
 
 # Opcodes refused by name although Mosaic GPU kernels may contain them (the table

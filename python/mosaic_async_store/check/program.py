@@ -35,6 +35,15 @@ def _guarded(fn, guard):
   return lambda th: fn(th) if th.regs[pname] == want else None
 
 
+def _callee(rest):
+  """The function a ``call`` names: ``call{.uni} (ret), name, (args)`` or without the
+  return value or arguments."""
+  m = re.match(r"\s*(?:\([^)]*\)\s*,\s*)?([$\w]+)", rest)
+  if m is None:
+    raise NotImplementedError(f"call {rest!r}: no function name")
+  return m.group(1)
+
+
 def setter(op, bits):
   """A setter (th, value) for a destination register (``_`` discards)."""
   if op[0] == "sink":
@@ -185,8 +194,10 @@ class Program:
     if opcode in ("bra", "bra.uni"):
       fixups.append((len(self.code), rest.strip(), list(scopes), guard))
       return None
-    ops = [] if opcode.startswith("call") else [self.operand(t, scopes)
-                                                for t in split_operands(rest)]
+    if opcode.startswith("call"):
+      ops = [("callee", _callee(rest))]
+    else:
+      ops = [self.operand(t, scopes) for t in split_operands(rest)]
     return _guarded(self._semantics(opcode, ops), guard)
 
   def _semantics(self, opcode, ops):

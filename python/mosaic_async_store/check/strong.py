@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from mosaic_async_store.check import access, addresses, program, sync
 from mosaic_async_store.check.memory import SCOPES, SEMS, Releases
-from mosaic_async_store.check.opcodes import Opcode
+from mosaic_async_store.check.opcodes import Opcode, check_qualifiers
 from mosaic_async_store.check.ops import RED, RED_FORMS, reduce_op
 from mosaic_async_store.check.outcomes import YIELD
 
@@ -53,6 +53,14 @@ _ALLOWED = {"ld": ({"weak", "relaxed", "acquire", "volatile"}, None),
             "st": ({"weak", "relaxed", "release", "volatile"}, None),
             "red": ({"relaxed", "release"}, "relaxed"),
             "atom": ({"relaxed", "acquire", "release", "acq_rel"}, "relaxed")}
+
+
+# atom's qualifier grammar (PTX ISA, atom), as far as the checker runs it
+_ATOM = {"sem": set(MEMORY_SEMS), "scope": set(SCOPES),
+         "state space": {"global", "shared", "shared::cta", "shared::cluster"},
+         "operation": set(RED) | {"cas", "exch"}, "noftz": {"noftz"},
+         "type": {"b32", "b64", "u32", "u64", "s32", "s64", "f32", "f16", "bf16", "f16x2",
+                  "bf16x2"}}
 
 
 def strong_semantics(ins):
@@ -112,8 +120,8 @@ def _atom(k, ins):
   else:
     ok = (op, ins.t) in RED_FORMS and len(ins.ops) == 3 and \
         ("noftz" in ins.mods) == (floats and ins.t != "f32")
-  known = set(MEMORY_SEMS) | set(SCOPES) | {op, ins.t, "noftz", ins.space}
-  if not ok or ins.ops[0][0] != "reg" or not set(ins.mods) <= known:
+  check_qualifiers(ins, _ATOM, "atom")
+  if not ok or ins.ops[0][0] != "reg":
     raise NotImplementedError(f"opcode {ins.opcode}")
   size, t, space, addr = ins.bits // 8, ins.t, ins.space, ins.src[1]
   put, b = program.setter(ins.ops[0], ins.bits), ins.src[2]

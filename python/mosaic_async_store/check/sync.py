@@ -17,13 +17,17 @@ import numpy as np
 from mosaic_async_store.check import addresses, program, warp
 from mosaic_async_store.check.memory import (SCOPES, SEMS, TX_LIMIT, ProtocolError, Releases,
                                              sem_scope)
-from mosaic_async_store.check.opcodes import Opcode
+from mosaic_async_store.check.opcodes import Opcode, check_qualifiers
 from mosaic_async_store.check.outcomes import BLOCK, YIELD
 
 
 __all__ = ["Mbarrier", "OPCODES"]
 
 _MEMBAR_SCOPE = {"cta": "cta", "gl": "gpu", "sys": "sys"}
+_FENCE = {"sem": {"sc", "acq_rel", "acquire", "release"}, "scope": set(SCOPES),
+          "restriction": {"sync_restrict::shared::cta", "sync_restrict::shared::cluster"}}
+_PROXY_FENCES = [["proxy", "async"], ["proxy", "async", "global"],
+                 ["proxy", "async", "shared::cta"], ["proxy", "async", "shared::cluster"]]
 
 
 # The qualifiers of each mbarrier form besides .sem, .scope, the state space and .b64
@@ -267,7 +271,7 @@ def _release(k, th, sem, scope, into: Releases):
   th.vc[th.slot] += 1
 
 
-def _fence(k, mods):
+def _fence(k, base, mods):
   """The fences, by their ``.sem`` (PTX ISA, membar/fence): ``.acquire`` acquires
   what earlier relaxed waits observed; ``.release`` lets later relaxed arrives
   release this thread's earlier accesses; ``.acq_rel`` (the default), ``.sc``
@@ -279,8 +283,10 @@ def _fence(k, mods):
   apart, so both also order its global-memory accesses (a limit: a global race
   ordered only by such a fence is not reported).
   ``fence.mbarrier_init.release.cluster`` releases the thread's earlier
-  ``mbarrier.init``s and nothing else.  ``fence.proxy.*`` orders proxies, which
-  are not modelled."""
+  ``mbarrier.init``s and nothing else.  ``fence.proxy.async{.space}`` orders the
+  generic and the asynchronous proxy, which the shadow does not tell apart yet (no
+  operation the checker runs reads through the asynchronous proxy): it runs as a
+  no-op; every other proxy fence is refused (``_fence_op``)."""
   if mods and mods[0].startswith("proxy"):
     return lambda th: None
   restrict = next((m for m in mods if m.startswith("sync_restrict")), None)
@@ -288,7 +294,7 @@ def _fence(k, mods):
     if mods[1:] != ["release", "cluster"]:
       raise NotImplementedError(f"opcode fence.{'.'.join(mods)}")
     scope, acquire, release = SCOPES["cluster"], False, "inits"
-  elif mods and mods[0] in _MEMBAR_SCOPE:   # membar.cta / .gl / .sys
+  elif base == "membar":   # membar.cta / .gl / .sys
     scope, acquire, release = SCOPES[_MEMBAR_SCOPE[mods[0]]], True, "all"
   else:
     sem, scope = sem_scope([m for m in mods if m != restrict], "acq_rel")
@@ -332,7 +338,20 @@ def _mbarrier_op(k, ins):
 
 
 def _fence_op(k, ins):
-  return _fence(k, ins.mods)
+  """fence / membar, once their qualifiers are checked against the ISA's grammar (a
+  fence names a scope; membar one of .cta, .gl, .sys); anything else is refused."""
+  mods = ins.mods
+  if ins.base == "membar":
+    if len(mods) != 1 or mods[0] not in _MEMBAR_SCOPE:
+      raise NotImplementedError(f"opcode {ins.opcode} (membar takes one of .cta, .gl, .sys)")
+  elif mods[:1] == ["proxy"]:
+    if mods not in _PROXY_FENCES:
+      raise NotImplementedError(f"opcode {ins.opcode} (the proxy fences the checker runs: "
+                                "fence.proxy.async{.global, .shared::cta, .shared::cluster})")
+  elif mods[:1] != ["mbarrier_init"]:
+    if "scope" not in check_qualifiers(ins, _FENCE, "fence"):
+      raise NotImplementedError(f"opcode {ins.opcode} (a fence names its .scope)")
+  return _fence(k, ins.base, mods)
 
 
 # -- warp collectives (warp.py) ---------------------------------------------------
@@ -373,6 +392,8 @@ OPCODES = {
                                 "fence.proxy.async.shared::cta",
                                 "fence.release.sync_restrict::shared::cta.cluster",
                                 "fence.acquire.sync_restrict::shared::cluster.cluster"),
-                    ("fence.mbarrier_init.cluster", "fence.acquire.sync_restrict::shared::cta.cluster")),
-    "membar": Opcode(_fence_op, ("membar.cta", "membar.gl", "membar.sys")),
+                    ("fence.mbarrier_init.cluster", "fence.acquire.sync_restrict::shared::cta.cluster",
+                     "fence.acq_rel", "fence.foo.cta", "fence.acq_rel.release.cta",
+                     "fence.proxy.tensormap::generic.release.gpu", "fence.proxy.alias")),
+    "membar": Opcode(_fence_op, ("membar.cta", "membar.gl", "membar.sys"), ("membar.foo",)),
 }
