@@ -54,8 +54,8 @@ class _Recorder:
   def __init__(self, cta):
     self.cta, self.calls = cta, []
 
-  def issue(self, k, th):
-    self.calls.append(("issue", th.tid))
+  def issue(self, k, op):
+    self.calls.append(("issue", op.th.tid))
 
   def stamp(self, k, op):
     self.calls.append(("stamp",))

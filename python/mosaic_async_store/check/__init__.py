@@ -17,11 +17,11 @@ instruction's source line), ``report`` (``check_ptx``, ``Report``, ``Finding``).
 """
 
 from mosaic_async_store.check.interp import Memref, PtxKernel
-from mosaic_async_store.check.memory import RULES, ProtocolError
+from mosaic_async_store.check.memory import RULES, Access, ProtocolError
 from mosaic_async_store.check.report import Finding, Report, check_ptx
 
-__all__ = ["check", "check_ptx", "Report", "Finding", "Memref", "PtxKernel", "ProtocolError",
-           "RULES"]
+__all__ = ["check", "check_ptx", "Report", "Finding", "Access", "Memref", "PtxKernel",
+           "ProtocolError", "RULES"]
 
 
 def check(fn, *args, schedules: int = 3) -> Report:

@@ -13,7 +13,7 @@ objects; ``asyncops`` lands them through ``_check`` and ``_write``.
 from __future__ import annotations
 
 from mosaic_async_store.check import addresses, asyncops, program, strong, sync
-from mosaic_async_store.check.memory import (SCOPES, ProtocolError, shown_source,
+from mosaic_async_store.check.memory import (SCOPES, Access, ProtocolError, shown_source,
                                              tags_morally_strong)
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.ops import reduce_op
@@ -66,7 +66,7 @@ def _store_fn(k, space, addr, vals, size, red, strong_form=None):
       if glob:   # (_global_access, inline)
         bad = k.gshadow.access(th, buf, off, n, True, False, insn, None)
         if bad is not None:
-          _global_race(k, th, buf, off, n, True, bad, None)
+          _global_race(k, th, buf, off, n, True, bad, None, insn)
       value = g(th) & mask
       k.epoch += 1
       if k.flags:
@@ -162,14 +162,16 @@ def _global_access(k, th, buf, off, n, *, write, insn, atomic=False, tag=None):
   no mbarriers, no exit rule)."""
   bad = k.gshadow.access(th, buf, off, n, write, atomic, insn, tag)
   if bad is not None:
-    _global_race(k, th, buf, off, n, write, bad, tag)
+    _global_race(k, th, buf, off, n, write, bad, tag, insn)
 
 
-def _global_race(k, th, buf, off, n, write, bad, tag):
+def _global_race(k, th, buf, off, n, write, bad, tag, insn):
   """Raises the race ``bad`` (``memory.Shadow.conflict``'s tuple) in global memory,
-  as in SMEM, naming the buffer."""
-  what = f"{_name(th)} {'writes' if write else 'reads'} {k.gshadow.describe(buf, off, n)}"
-  _conflict(k, what, *bad, th, tag)
+  as in SMEM, naming the buffer; ``insn``: the accessing instruction's index."""
+  memory = k.gshadow.describe(buf, off, n)
+  mine = _access_of(k, th, _kind(write, tag), memory, insn)
+  _conflict(k, f"{_name(th)} {'writes' if write else 'reads'} {memory}", *bad, th, tag,
+            mine=mine)
 
 
 def _check(k, vc, th, cta, off, n, *, write, atomic, who, stamp, tag=None):
@@ -185,13 +187,16 @@ def _check(k, vc, th, cta, off, n, *, write, atomic, who, stamp, tag=None):
                         "mbarrier")
   bad = sh.conflict(vc, off, n, write=write, atomic=atomic, tag=tag)
   if bad is not None:
-    what = (f"{_name(who)} {'writes' if write else 'reads'} CTA {cta} SMEM bytes "
-            f"{off}..{off + n - 1}")
+    memory = f"CTA {cta} SMEM bytes {off}..{off + n - 1}"
+    what = f"{_name(who)} {'writes' if write else 'reads'} {memory}"
+    kind = _kind(write, tag) if th is not None else (
+        "asynchronous reduction" if atomic else "asynchronous store")
+    mine = _access_of(k, who, kind, memory, stamp[2])
     if bad[0] == "in flight":
       raise ProtocolError("early-read", f"{what} while an asynchronous store into them is "
-                          "in flight")
+                          "in flight", access=mine)
     _conflict(k, what, *bad, th if th is not None else who.th, tag,
-                   reads=(sh, vc, off, n) if write else None)
+              reads=(sh, vc, off, n) if write else None, mine=mine)
   sh.record(off, n, write=write, atomic=atomic, stamp=stamp, tag=tag)
 
 
@@ -205,30 +210,54 @@ def _insn_where(k, insn):
   return f"PTX line {k.program.lines[insn]}{shown}: `{k.program.texts[insn]}`"
 
 
-def _conflict(k, what, how, slot, clk, insn, other_tag, th, tag, *, reads=None):
+def _kind(write, tag):
+  """An access's kind for ``memory.Access``: a strong one has a ``tag``."""
+  return ("strong " if tag else "") + ("write" if write else "read")
+
+
+def _access_of(k, who, kind, memory, insn):
+  """``memory.Access`` of an access by ``who`` (a Thread, or an AsyncOp: its issuer)
+  by instruction ``insn``."""
+  issuer = who.th if isinstance(who, asyncops.AsyncOp) else who
+  known = insn is not None and insn >= 0
+  return Access(_name(who), issuer.cta, issuer.tid, kind, memory,
+                k.program.lines[insn] if known else None,
+                k.program.texts[insn] if known else None,
+                k.program.sources[insn] if known else None)
+
+
+def _conflict(k, what, how, slot, clk, insn, other_tag, th, tag, *, reads=None, mine=None):
   """Raises the race (or early read) between this access (``what``, by or issued by
   thread ``th``; ``tag``: see ``memory.Shadow.conflict``) and the earlier one of
   (``slot``, ``clk``) by instruction ``insn`` (``other_tag``), naming both, their
   sources and what is missing between them.  ``reads``: (shadow, clock, offset,
   bytes) of a write.  A write over asynchronous data that a thread has read since,
   unordered with that read, is a write-after-read race, not an early read: had the
-  read been ordered before it, the write would have been ordered after the data."""
+  read been ordered before it, the write would have been ordered after the data.
+  ``mine``: this access as data (``memory.Access``); the error carries both."""
   read = reads and slot >= k.barrier_slot0 and _unordered_read(*reads, tag)
   if read:
     how, slot, clk, insn, other_tag = "read by", *read
   other_source = k.program.sources[insn] if insn >= 0 else None
+  line, text = (k.program.lines[insn], k.program.texts[insn]) if insn >= 0 else (None, None)
   if slot >= k.barrier_slot0:
     bar = next(b for b in k.mbar.values() if b.slot == slot)
-    raise ProtocolError("early-read", f"{what}, {how} the asynchronous stores of "
-                        f"phase {clk - 1} of {bar.describe()} (one issued at "
+    stores = f"the asynchronous stores of phase {clk - 1} of {bar.describe()}"
+    other = Access(stores, None, None, "asynchronous store", None, line, text, other_source)
+    missing = f"an observation of phase {clk - 1} of that mbarrier (a wait on it)"
+    raise ProtocolError("early-read", f"{what}, {how} {stores} (one issued at "
                         f"{_insn_where(k, insn)}), which it has not observed",
-                        other_source=other_source)
-  other = k.threads[slot - 1]
+                        other_source=other_source, access=mine, other=other,
+                        missing=missing)
+  by = k.threads[slot - 1]
   kind = "write-after-read: " if how == "read by" else ""   # (only writes meet reads)
-  raise ProtocolError("race", f"{kind}{what}, {how} CTA {other.cta} thread {other.tid} at "
+  missing = _missing(by, slot, clk, th, tag, other_tag)
+  other = Access(f"CTA {by.cta} thread {by.tid}", by.cta, by.tid,
+                 _kind(how == "written by", other_tag), None, line, text, other_source)
+  raise ProtocolError("race", f"{kind}{what}, {how} CTA {by.cta} thread {by.tid} at "
                       f"{_insn_where(k, insn)}, with no happens-before between them; "
-                      f"{_missing(other, slot, clk, th, tag, other_tag)}",
-                      other_source=other_source)
+                      f"{missing}", other_source=other_source, access=mine, other=other,
+                      missing=missing)
 
 
 def _missing(other, slot, clk, th, tag, other_tag) -> str:

@@ -44,7 +44,7 @@ def mem(k, th, space, addr, n):
       if k.exited[rank]:
         raise ProtocolError("exit", f"CTA {th.cta} thread {th.tid} accesses the shared "
                             f"memory of CTA {rank}, which has exited")
-      if th.remote_since is None:   # see sync._fence (.sync_restrict::shared::cta)
+      if th.remote_since is None:   # see fences._fence (.sync_restrict::shared::cta)
         th.remote_since = int(th.vc[th.slot])
     buf, off = k.smem[rank], (addr & 0xFFFFFF) - SHARED_BASE
   elif space == "local":

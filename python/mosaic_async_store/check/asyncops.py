@@ -14,7 +14,7 @@ any time after issue; when no thread can run, one lands).  It declares
     threads').  The shadow does not tell proxies apart yet: the declaration is
     what the asynchronous-proxy rules (``fence.proxy.async``) will read;
   * ``completion``: how the machine learns that it completed, an object with
-    ``issue(k, th)`` (checks at issue), ``stamp(k, op)`` (the clock slot and
+    ``issue(k, op)`` (checks at issue), ``stamp(k, op)`` (the clock slot and
     value its writes are known by: whoever acquires that clock sees the data) and
     ``complete(k, op)`` (the signal, after the data landed).  ``MbarrierTx``
     (``.mbarrier::complete_tx::bytes``) is the one mechanism today; a bulk-group
@@ -75,9 +75,9 @@ class MbarrierTx:
   def cta(self) -> int:
     return self.key[0]
 
-  def issue(self, k, th):
+  def issue(self, k, op):
     """The barrier must exist and its initialisation be visible to the issuer."""
-    sync._barrier(k, th, th.vc, self.key)
+    sync._barrier(k, op.th, op.th.vc, self.key, pc=op.insn)
 
   def stamp(self, k, op):
     bar = sync._barrier(k, None, op.vc, self.key)
@@ -118,7 +118,7 @@ def issue(k, th, op):
   """``th`` issues ``op``: the completion's checks, its destination bytes marked in
   flight, queued; the issuing thread's clock moves on (its later accesses are not
   ordered before the operation's)."""
-  op.completion.issue(k, th)
+  op.completion.issue(k, op)
   for w in op.writes:
     k.shadow[w.cta].mark_inflight(w.off, w.nbytes, 1, atomic=w.red is not None)
   op.idx = len(k.inflight)
@@ -149,7 +149,7 @@ def land(k, op):
     line, text = k.program.lines[op.insn], k.program.texts[op.insn]
     raise ProtocolError(e.rule, f"{e.detail} (issued at PTX line {line}: `{text}`)",
                         cta=op.th.cta, thread=op.th.tid, ptx_line=line,
-                        instruction=text) from e
+                        instruction=text, **e.data()) from e
   for w in op.writes:   # red.async is a read-modify-write (it continues a release state)
     access._write(k, k.smem[w.cta], w.off, w.size, w.values, w.red, weak=not w.red)
   op.completion.complete(k, op)

@@ -102,7 +102,7 @@ def _ld(k, ins):
       if glob:   # (_global_access, inline)
         bad = k.gshadow.access(th, buf, off, n, False, False, insn, None)
         if bad is not None:
-          access._global_race(k, th, buf, off, n, False, bad, None)
+          access._global_race(k, th, buf, off, n, False, bad, None, insn)
       elif smem:
         access._access(k, th, buf, off, n, write=False, insn=insn)
       th.regs[reg] = int.from_bytes(buf[off:off + n], "little") & mask

@@ -34,12 +34,13 @@ mbarriers there), a record per run of bytes accessed together.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 
 import numpy as np
 
-__all__ = ["ProtocolError", "RULES", "SCOPES", "SEMS", "sem_scope", "Releases", "Shadow",
+__all__ = ["Access", "ProtocolError", "RULES", "SCOPES", "SEMS", "sem_scope", "Releases", "Shadow",
            "Schedule", "SCHEDULES", "CI_SCHEDULES", "SLOW_SCHEDULES", "morally_strong",
            "tags_morally_strong"]
 
@@ -115,22 +116,51 @@ def sem_scope(mods, default_sem):
   return sem, scope
 
 
+@dataclasses.dataclass(frozen=True)
+class Access:
+  """One side of a conflict, as data: ``who`` did it (in words: "CTA 0 thread 5", an
+  asynchronous store with its issuer, or the asynchronous stores of an mbarrier
+  phase), its ``cta`` / ``thread`` (None for asynchronous stores of a phase),
+  ``kind`` ("read", "write", "strong read", "strong write", "asynchronous store",
+  "asynchronous reduction"), ``memory`` (the bytes, e.g. "CTA 1 SMEM bytes 16..19";
+  None where not known), and the instruction: ``ptx_line``, ``instruction`` (its
+  text), ``source`` (the user's "file:line" from the PTX's line info, or None)."""
+
+  who: str
+  cta: int | None
+  thread: int | None
+  kind: str
+  memory: str | None
+  ptx_line: int | None
+  instruction: str | None
+  source: str | None = None
+
+
 class ProtocolError(RuntimeError):
   """A violated synchronisation rule; ``rule`` is a key of RULES.  Where one thread's
   instruction broke it: ``cta``, ``thread``, ``ptx_line`` (1-based, in the PTX text)
   and ``instruction``; else they are None (a hang, a landing asynchronous store).
   ``source`` / ``other_source``: the user's "file:line" (the PTX's ``.loc``) of that
   instruction and of the earlier access it conflicts with (a race, an early read),
-  or None (``check_ptx`` reads a missing ``source`` off ``ptx_line``).  Whoever
+  or None (``check_ptx`` reads a missing ``source`` off ``ptx_line``).  A race or an
+  early read also carries its two accesses as data (``access``, ``other``: ``Access``)
+  and ``missing``, what would have ordered them.  Whoever
   re-raises it to say where raises ``from`` it, so that ``along_causes`` still finds
   what the first one knew."""
 
   def __init__(self, rule: str, detail: str, *, cta=None, thread=None, ptx_line=None,
-               instruction=None, source=None, other_source=None):
+               instruction=None, source=None, other_source=None, access=None, other=None,
+               missing=None):
     self.rule, self.detail = rule, detail
     self.cta, self.thread, self.ptx_line, self.instruction = cta, thread, ptx_line, instruction
     self.source, self.other_source = source, other_source
+    self.access, self.other, self.missing = access, other, missing
     super().__init__(f"{detail} [{rule}: {RULES[rule]}]")
+
+  def data(self) -> dict:
+    """What a re-raise to say where keeps: the conflict's data and the other source."""
+    return {"other_source": self.other_source, "access": self.access, "other": self.other,
+            "missing": self.missing}
 
   def along_causes(self, name: str):
     """The first ``name`` that is not None, of this error or of the ProtocolErrors

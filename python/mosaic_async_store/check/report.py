@@ -17,7 +17,7 @@ import dataclasses
 import numpy as np
 
 from mosaic_async_store.check.interp import Memref, PtxKernel
-from mosaic_async_store.check.memory import ProtocolError, shown_source
+from mosaic_async_store.check.memory import Access, ProtocolError, shown_source
 from mosaic_async_store.errors import refuse, refuse_type
 
 __all__ = ["Finding", "Report", "check_ptx", "MAX_BLOCK", "MAX_CLUSTER", "MAX_SMEM_BYTES"]
@@ -41,6 +41,10 @@ class Finding:
       the PTX's line info (``.file`` / ``.loc``: ``check`` compiles with it), or None.
     other_source: the same for the earlier access it conflicts with (a race, an early
       read: the message names that access), or None.
+    access, other: a race's or an early read's two accesses as data
+      (``memory.Access``: who, CTA, thread, kind, memory, PTX line, instruction,
+      source): this one and the earlier one it conflicts with; None for other rules.
+    missing: what would have ordered them (a race, an early read), or None.
   """
 
   rule: str
@@ -51,6 +55,9 @@ class Finding:
   schedule: int
   source: str | None = None
   other_source: str | None = None
+  access: Access | None = None
+  other: Access | None = None
+  missing: str | None = None
 
   def __str__(self) -> str:
     where = "" if self.cta is None else f"CTA {self.cta} thread {self.thread}, "
@@ -173,7 +180,8 @@ def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1,
       except ProtocolError as e:
         findings.append(Finding(e.rule, e.detail, e.cta, e.thread, e.ptx_line, seed,
                                 e.source or kernel.source_at(e.ptx_line),
-                                e.along_causes("other_source")))
+                                e.along_causes("other_source"), e.along_causes("access"),
+                                e.along_causes("other"), e.along_causes("missing")))
         continue
       except NotImplementedError as e:   # the checker's limit, not the kernel's fault
         raise refuse("ptx", " ".join(str(e).split()), "instructions and run-time cases "

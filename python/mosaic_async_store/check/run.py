@@ -40,7 +40,7 @@ def launch(k, buffers, *, cluster, smem_bytes, block=128, max_timeouts=64, sched
            grid_ctas=None):
   """Runs one cluster of ``cluster`` CTAs of ``block`` threads under the seeded
   ``schedule`` (see memory.Schedule).  ``buffers`` (NumPy arrays or
-  ``Memref``s, in parameter order: see _pack_params) are copied in; returns
+  ``Memref``s, in parameter order: see Machine.pack_params) are copied in; returns
   their contents afterwards, in argument order, as uint8 arrays.  Raises
   ProtocolError on a violated rule.  With ``trace_stores``, ``k.store_trace``
   maps (cta, tid) to that thread's store instructions into SMEM, in program
@@ -222,7 +222,8 @@ def _exec(k, th, max_back_jumps=1 << 20):
       raise
     text, line = k.program.texts[pc], k.program.lines[pc]
     raise ProtocolError(e.rule, f"at `{text}` (PTX line {line}): {e.detail}", cta=th.cta,
-                        thread=th.tid, ptx_line=line, instruction=text) from e
+                        thread=th.tid, ptx_line=line, instruction=text,
+                        **e.data()) from e
   except NotImplementedError as e:   # the checker cannot run it: not a verdict
     text, line = k.program.texts[pc], k.program.lines[pc]
     raise NotImplementedError(f"CTA {th.cta} thread {th.tid} at `{text}` (PTX line {line}): "

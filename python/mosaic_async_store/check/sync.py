@@ -1,6 +1,6 @@
-"""Synchronisation semantics of the PTX checker: mbarriers and fences, each with its
-memory-ordering effect (CTA and cluster barriers: ``barriers``; warp collectives:
-``warp``).
+"""Synchronisation semantics of the PTX checker: mbarriers, with their memory-ordering
+effect, and the release helper the other families use (fences: ``fences``; CTA and
+cluster barriers: ``barriers``; warp collectives: ``warp``).
 
 Functions of the machine ``k`` (``machine.Machine``; its ``mbar`` maps a barrier's
 key (CTA, offset) to its ``Mbarrier``).  Semantics and scopes come from the
@@ -12,23 +12,14 @@ mbarrier's state counts as progress (``k.epoch``: a polling thread parked by
 
 from __future__ import annotations
 
-import numpy as np
-
-from mosaic_async_store.check import addresses, program, warp
+from mosaic_async_store.check import access, addresses, program, warp
 from mosaic_async_store.check.memory import (SCOPES, SEMS, TX_LIMIT, ProtocolError, Releases,
                                              sem_scope)
-from mosaic_async_store.check.opcodes import Opcode, check_qualifiers
+from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.outcomes import BLOCK, YIELD
 
 
 __all__ = ["Mbarrier", "OPCODES"]
-
-_MEMBAR_SCOPE = {"cta": "cta", "gl": "gpu", "sys": "sys"}
-_FENCE = {"sem": {"sc", "acq_rel", "acquire", "release"}, "scope": set(SCOPES),
-          "restriction": {"sync_restrict::shared::cta", "sync_restrict::shared::cluster"}}
-_PROXY_FENCES = [["proxy", "async"], ["proxy", "async", "global"],
-                 ["proxy", "async", "shared::cta"], ["proxy", "async", "shared::cluster"]]
-
 
 # The qualifiers of each mbarrier form besides .sem, .scope, the state space and .b64
 # (PTX ISA, mbarrier): (flags it may take, its .sem values, its state spaces).
@@ -75,7 +66,7 @@ class Mbarrier:
   a thread that observes it may acquire."""
 
   __slots__ = ("key", "slot", "phase", "pending", "tx", "count", "init", "releases",
-               "records", "arrivals", "arrival_records")
+               "records", "arrivals", "arrival_records", "users")
 
   def __init__(self, key, slot, count, init_epoch):
     self.key, self.slot, self.init = key, slot, init_epoch
@@ -84,6 +75,9 @@ class Mbarrier:
     # each arrival's (thread slot -> clock) in the current phase, and per completed
     # phase: a thread that observes the phase knows those arrivals happened
     self.arrivals, self.arrival_records = {}, []
+    # each thread's last operation on it: thread slot -> (its clock, instruction index);
+    # mbarrier.inval must be ordered after every one of them
+    self.users = {}
 
   def describe(self) -> str:
     return (f"mbarrier of CTA {self.key[0]} at offset {self.key[1]:#x} [phase {self.phase}, "
@@ -99,7 +93,7 @@ class Mbarrier:
 
 
 def _mbarrier(k, mods, ops, src, space):
-  form = _mbarrier_form(mods, ops, space)
+  form, pc = _mbarrier_form(mods, ops, space), len(k.program.code)
   if form == "init":
     def init(th, addr=src[0], count=src[1]):
       key, n = _bar_key(k, th, space, addr(th)), count(th)
@@ -116,28 +110,31 @@ def _mbarrier(k, mods, ops, src, space):
       k.barriers_made += 1
       th.vc[slot + 1] = 1
       k.epoch += 1
+      _object_write(k, th, key, pc)   # (the bytes' earlier accesses come before it)
       k.mbar[key] = Mbarrier(key, slot, n, (slot + 1, 1))
       k.shadow[key[0]].mbar_bytes[key[1]:key[1] + 8] = b"\x01" * 8
     return init
   if form == "inval":
     def inval(th, addr=src[0]):
       key = _bar_key(k, th, space, addr(th))
-      _barrier(k, th, th.vc, key)
+      bar = _barrier(k, th, th.vc, key, pc=pc)
+      _inval_ordered(k, th, bar, pc)
       del k.mbar[key]
       k.epoch += 1
       k.shadow[key[0]].mbar_bytes[key[1]:key[1] + 8] = bytes(8)
+      _object_write(k, th, key, pc)   # (the bytes' later accesses must come after it)
     return inval
   if form == "arrive":
     return _arrive(k, mods, ops, src, space)
   if form == "expect_tx":
     def expect(th, addr=src[0], tx=src[1]):
-      _add_tx(k, _barrier(k, th, th.vc, space, addr(th)), tx(th))
+      _add_tx(k, _barrier(k, th, th.vc, space, addr(th), pc=pc), tx(th))
     return expect
   if form == "complete_tx":
     # tx-count decremented as an asynchronous transfer's completion does (no data,
     # no ordering: the ISA's only .sem for it is .relaxed)
     def complete(th, addr=src[0], tx=src[1]):
-      bar = _barrier(k, th, th.vc, space, addr(th))
+      bar = _barrier(k, th, th.vc, space, addr(th), pc=pc)
       _add_tx(k, bar, -tx(th))
       _advance(k, bar)
     return complete
@@ -152,9 +149,9 @@ def _arrive(k, mods, ops, src, space):
   addr, put = src[1], program.setter(ops[0], 64)
   tx = src[2] if expect and len(ops) == 3 else zero
   count = src[2] if not expect and len(ops) == 3 else one
-  sem, scope = sem_scope(mods, "release")
+  sem, scope, pc = *sem_scope(mods, "release"), len(k.program.code)
   def arrive(th):  # the expect-tx operation first, then the arrive-on operation
-    bar = _barrier(k, th, th.vc, space, addr(th))
+    bar = _barrier(k, th, th.vc, space, addr(th), pc=pc)
     if bar.key[0] != th.cta:   # the exit rule: it must complete before that CTA exits
       k.remote_arrivals[bar.key[0]][th.slot] = int(th.vc[th.slot])
     bar.arrivals[th.slot] = int(th.vc[th.slot])
@@ -191,7 +188,7 @@ def _wait(k, mods, ops, src, space):
   sem, scope = sem_scope(mods, "acquire")
   blocking, pc = mods[0] == "try_wait", len(k.program.code)
   def wait(th):
-    bar, par = _barrier(k, th, th.vc, space, addr(th)), parity(th) & 1
+    bar, par = _barrier(k, th, th.vc, space, addr(th), pc=pc), parity(th) & 1
     done = bar.phase & 1 != par   # the phase of that parity has completed
     instance = (pc, bar.key, par, bar.phase)
     if done and (th.tried_wait == instance or th.seen[bar.slot] >= bar.phase):
@@ -209,8 +206,10 @@ def _wait(k, mods, ops, src, space):
   return wait
 
 
-def _barrier(k, th_or_none, vc, space_or_key, addr=None):
-  """The Mbarrier at ``addr``; its initialisation must be visible to ``vc``."""
+def _barrier(k, th_or_none, vc, space_or_key, addr=None, *, pc=None):
+  """The Mbarrier at ``addr``; its initialisation must be visible to ``vc``.  A
+  thread's operation (``th_or_none``, by instruction ``pc``) is recorded in
+  ``Mbarrier.users`` (``_inval_ordered``)."""
   key = (space_or_key if addr is None else _bar_key(k, th_or_none, space_or_key, addr))
   bar = k.mbar.get(key)
   if bar is None:
@@ -221,7 +220,43 @@ def _barrier(k, th_or_none, vc, space_or_key, addr=None):
     who = "an asynchronous operation" if th_or_none is None else \
         f"CTA {th_or_none.cta} thread {th_or_none.tid}"
     raise ProtocolError("barrier-init", f"{who} uses {bar.describe()}")
+  if th_or_none is not None:
+    bar.users[th_or_none.slot] = (int(vc[th_or_none.slot]), pc)
   return bar
+
+
+def _inval_ordered(k, th, bar, pc):
+  """``mbarrier.inval`` by ``th`` must come after every other thread's operation on the
+  barrier (PTX ISA, mbarrier.inval: any mbarrier operation but init on an
+  invalidated mbarrier is undefined, so one that may still run is a race), and after
+  every asynchronous operation that completes on it."""
+  for op in k.inflight:
+    if getattr(op.completion, "key", None) == bar.key:
+      raise ProtocolError("race", f"CTA {th.cta} thread {th.tid} invalidates "
+                          f"{bar.describe()} while {op.text}, which completes on it, is in "
+                          "flight")
+  for slot, (clk, other_pc) in sorted(bar.users.items()):
+    if slot != th.slot and th.vc[slot] < clk:
+      by = k.threads[slot - 1]
+      memory = f"CTA {bar.key[0]} SMEM bytes {bar.key[1]}..{bar.key[1] + 7}"
+      missing = "the other thread arrives on it, or a bar.sync, before the inval"
+      raise ProtocolError(
+          "race", f"CTA {th.cta} thread {th.tid} invalidates {bar.describe()} with no "
+          f"happens-before from CTA {by.cta} thread {by.tid}'s operation on it at "
+          f"{access._insn_where(k, -1 if other_pc is None else other_pc)}, which may still "
+          f"be running; missing: {missing}",
+          other_source=None if other_pc is None else k.program.sources[other_pc],
+          access=access._access_of(k, th, "mbarrier.inval", memory, pc),
+          other=access._access_of(k, by, "mbarrier operation", memory, other_pc),
+          missing=missing)
+
+
+def _object_write(k, th, key, pc):
+  """``mbarrier.init`` / ``inval`` write the barrier's 8 bytes: checked and recorded as
+  a write in the shadow (plain accesses to them before the init, or after the inval,
+  must be ordered with it)."""
+  buf = k.smem[key[0]]
+  access._access(k, th, buf, key[1], 8, write=True, insn=pc)
 
 
 def _add_tx(k, bar, delta):
@@ -271,87 +306,11 @@ def _release(k, th, sem, scope, into: Releases):
   th.vc[th.slot] += 1
 
 
-def _fence(k, base, mods):
-  """The fences, by their ``.sem`` (PTX ISA, membar/fence): ``.acquire`` acquires
-  what earlier relaxed waits observed; ``.release`` lets later relaxed arrives
-  release this thread's earlier accesses; ``.acq_rel`` (the default), ``.sc``
-  and ``membar`` do both.  ``.sync_restrict::shared::cta`` (release only) orders
-  only operations on the thread's own CTA's shared memory: accesses it made to
-  other CTAs' shared memory are left out of what it releases (from the first
-  such access on: conservative).  ``.sync_restrict::shared::cluster`` (acquire
-  only) covers all shared memory.  A thread's clock does not tell state spaces
-  apart, so both also order its global-memory accesses (a limit: a global race
-  ordered only by such a fence is not reported).
-  ``fence.mbarrier_init.release.cluster`` releases the thread's earlier
-  ``mbarrier.init``s and nothing else.  ``fence.proxy.async{.space}`` orders the
-  generic and the asynchronous proxy, which the shadow does not tell apart yet (no
-  operation the checker runs reads through the asynchronous proxy): it runs as a
-  no-op; every other proxy fence is refused (``_fence_op``)."""
-  if mods and mods[0].startswith("proxy"):
-    return lambda th: None
-  restrict = next((m for m in mods if m.startswith("sync_restrict")), None)
-  if mods and mods[0] == "mbarrier_init":
-    if mods[1:] != ["release", "cluster"]:
-      raise NotImplementedError(f"opcode fence.{'.'.join(mods)}")
-    scope, acquire, release = SCOPES["cluster"], False, "inits"
-  elif base == "membar":   # membar.cta / .gl / .sys
-    scope, acquire, release = SCOPES[_MEMBAR_SCOPE[mods[0]]], True, "all"
-  else:
-    sem, scope = sem_scope([m for m in mods if m != restrict], "acq_rel")
-    if (restrict, sem) not in ((None, "acq_rel"), (None, "sc"), (None, "acquire"),
-                               (None, "release"), ("sync_restrict::shared::cta", "release"),
-                               ("sync_restrict::shared::cluster", "acquire")):
-      raise NotImplementedError(f"opcode fence.{'.'.join(mods)}")
-    acquire = sem != "release"
-    release = None if sem == "acquire" else (
-        "own-cta" if restrict == "sync_restrict::shared::cta" else "all")
-  def fence(th):
-    init_slots = slice(k.barrier_slot0 + 1, None, 2)   # (known once launched)
-    if acquire:
-      for rec, wscope, data_slot, phase in th.pending_obs:
-        # the observed phase's asynchronous data (in this CTA; None: a relaxed
-        # strong read, see strong.py), then its releases
-        if data_slot is not None:
-          th.vc[data_slot] = max(th.vc[data_slot], phase)
-        rec.acquire_into(th, min(scope, wscope))
-      th.pending_obs.clear()
-    if release == "inits":
-      vc = np.zeros_like(th.vc)
-      vc[init_slots] = th.vc[init_slots]
-      th.fence_rel = (vc, scope)
-    elif release == "own-cta":
-      vc = th.vc.copy()
-      if th.remote_since is not None:
-        vc[th.slot] = min(vc[th.slot], th.remote_since - 1)
-      th.fence_rel = (vc, scope)
-    elif release == "all":
-      th.fence_rel = (th.vc.copy(), scope)
-    th.vc[th.slot] += 1
-  return fence
-
-
 # -- table entries (opcodes.OPCODES) ------------------------------------------
 
 
 def _mbarrier_op(k, ins):
   return _mbarrier(k, ins.mods, ins.ops, ins.src, ins.space)
-
-
-def _fence_op(k, ins):
-  """fence / membar, once their qualifiers are checked against the ISA's grammar (a
-  fence names a scope; membar one of .cta, .gl, .sys); anything else is refused."""
-  mods = ins.mods
-  if ins.base == "membar":
-    if len(mods) != 1 or mods[0] not in _MEMBAR_SCOPE:
-      raise NotImplementedError(f"opcode {ins.opcode} (membar takes one of .cta, .gl, .sys)")
-  elif mods[:1] == ["proxy"]:
-    if mods not in _PROXY_FENCES:
-      raise NotImplementedError(f"opcode {ins.opcode} (the proxy fences the checker runs: "
-                                "fence.proxy.async{.global, .shared::cta, .shared::cluster})")
-  elif mods[:1] != ["mbarrier_init"]:
-    if "scope" not in check_qualifiers(ins, _FENCE, "fence"):
-      raise NotImplementedError(f"opcode {ins.opcode} (a fence names its .scope)")
-  return _fence(k, ins.base, mods)
 
 
 # -- warp collectives (warp.py) ---------------------------------------------------
@@ -387,13 +346,4 @@ OPCODES = {
         "mbarrier.try_wait.relaxed.cluster.shared::cta.b64 %p1, [%r1], %rd2",
         "mbarrier.test_wait.parity.shared::cta.b64 %p1, [%r1], 0"),
         ("mbarrier.pending_count.b64 %r1, %rd2", "mbarrier.arrive_drop.shared.b64 %rd1, [%r1]")),
-    "fence": Opcode(_fence_op, ("fence.acq_rel.cta", "fence.sc.cluster", "fence.acquire.cluster",
-                                "fence.release.cluster", "fence.mbarrier_init.release.cluster",
-                                "fence.proxy.async.shared::cta",
-                                "fence.release.sync_restrict::shared::cta.cluster",
-                                "fence.acquire.sync_restrict::shared::cluster.cluster"),
-                    ("fence.mbarrier_init.cluster", "fence.acquire.sync_restrict::shared::cta.cluster",
-                     "fence.acq_rel", "fence.foo.cta", "fence.acq_rel.release.cta",
-                     "fence.proxy.tensormap::generic.release.gpu", "fence.proxy.alias")),
-    "membar": Opcode(_fence_op, ("membar.cta", "membar.gl", "membar.sys"), ("membar.foo",)),
 }
