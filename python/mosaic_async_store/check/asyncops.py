@@ -20,7 +20,7 @@ any time after issue; when no thread can run, one lands).  It declares
     whose memory it signals in (the exit rule waits for it).  ``MbarrierTx``
     (``.mbarrier::complete_tx::bytes``) is the one mechanism today; a bulk-group
     completion (``cp.async.bulk.commit_group`` / ``wait_group``) or a WGMMA group
-    is another class with the same three methods.
+    is another class with the same interface.
 
 ``issue`` checks, marks the destination bytes in flight (a thread that touches
 them before the completion is observed is reported) and queues the operation;
