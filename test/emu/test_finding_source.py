@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
-from jaxlib.mlir.dialects import nvvm
 
 from mosaic_async_store import check as mas_check
 from mosaic_async_store import compat
@@ -26,6 +25,7 @@ from mosaic_async_store import pallas as mas_pallas
 from mosaic_async_store.check import check_ptx, lineinfo
 from mosaic_async_store.check.memory import SCHEDULES
 from test_interp_features import kernel
+import pallas_run
 
 SHAPE = (64, 64)
 HERE = pathlib.Path(__file__).resolve()
@@ -46,15 +46,6 @@ def _at(source: str | None) -> tuple[pathlib.Path, int] | None:
   return pathlib.Path(path).resolve(), int(line)
 
 
-def _cluster_barrier():
-  @plgpu.inline_mgpu()
-  def sync(_):
-    nvvm.fence_proxy(nvvm.ProxyKind.async_shared, space=nvvm.SharedSpace.shared_cta)
-    nvvm.cluster_arrive(aligned=True)
-    nvvm.cluster_wait(aligned=True)
-  sync()
-
-
 def _reduce_into_cta0(cluster_barrier: bool):
   """Each CTA of two reduces its tile into CTA 0's SMEM (docs/examples/reduce_into_cta0
   .py); without the cluster barrier, CTA 1's reduction races CTA 0's zeroing."""
@@ -62,7 +53,7 @@ def _reduce_into_cta0(cluster_barrier: bool):
     cta = jax.lax.axis_index("cluster")
     smem[...] = jnp.zeros(SHAPE, jnp.int32)  # <zero>
     if cluster_barrier:
-      _cluster_barrier()
+      pallas_run._cluster_sync()   # (the harness's fence and cluster barrier)
     x = compat.pallas_load(x_ref.at[cta], layout=plgpu.Layout.WGMMA, optimized=False)
     mas_pallas.async_store_smem(x, smem, bar.at[0], cluster_idx=0,  # <reduce>
                                 cluster_dim="cluster", atomic="add")

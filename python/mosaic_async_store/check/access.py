@@ -21,9 +21,6 @@ from mosaic_async_store.check.outcomes import YIELD
 
 __all__ = ["OPCODES"]
 
-_NOT_SHARED = addresses.NOT_SHARED   # spaces whose buffers are never SMEM
-
-
 _SCOPE_NAMES = {rank: name for name, rank in SCOPES.items()}
 
 
@@ -56,7 +53,7 @@ def _store_fn(k, space, addr, vals, size, red, strong_form=None):
   if strong_form is not None and len(vals) != 1:
     raise NotImplementedError("a vector strong store")
   mem = addresses.mem_fn(k, space, n)
-  if strong_form is None and red is None and len(vals) == 1 and space in _NOT_SHARED:
+  if strong_form is None and red is None and len(vals) == 1 and space in addresses.NOT_SHARED:
     g = vals[0]   # the common case, inlined: a weak scalar store outside SMEM
     glob = space == "global"
     def store_plain(th):

@@ -16,8 +16,6 @@ from mosaic_async_store.check.strong import strong_semantics
 
 __all__ = ["OPCODES"]
 
-_NOT_SHARED = addresses.NOT_SHARED
-
 # The qualifier grammar of each form (PTX ISA, ld / st / st.async / red / red.async /
 # mapa), as far as the checker runs it: group -> the qualifiers it runs exactly.  Cache
 # operators, eviction priorities and prefetch sizes are performance hints (they change
@@ -96,7 +94,7 @@ def _ld(k, ins):
   mem, n = addresses.mem_fn(k, space, size * len(puts)), size * len(puts)
   if len(dests) == 1 and dests[0][0] == "reg":   # the common case, inlined
     reg, mask = dests[0][1], (1 << ins.bits) - 1
-    glob, smem = space == "global", space not in _NOT_SHARED   # (local, param: no shadow)
+    glob, smem = space == "global", space not in addresses.NOT_SHARED   # (no shadow)
     def load1(th):
       buf, off = mem(th, addr(th))
       if glob:   # (_global_access, inline)
