@@ -120,11 +120,14 @@ def test_wrong_expect_tx_count_is_caught():
                           ptx[:arrive.start()]))
   m = movs[-1]  # the count each thread announces
   mutated = ptx[:m.start(1)] + str(int(m.group(1)) + 4) + ptx[m.end(1):]
-  # No phase ever completes: the bounded wait gives up (flag 0, the report is
-  # printed), and the copy-out then reads bytes whose phase it never observed.
-  with pytest.raises(ProtocolError, match="which it has not observed") as err:
+  # No phase ever completes: the bounded wait gives up (flag 0).  Then either the
+  # copy-out reads bytes whose phase it never observed, or the elected lane's report
+  # reads the mbarrier's own bytes with ld.shared (undefined while it is initialised):
+  # which comes first depends on how the warps interleave after the timeout.
+  with pytest.raises(ProtocolError) as err:
     run_ptx(cfg, mutated)
-  assert err.value.rule == "early-read"
+  assert (err.value.rule, "which it has not observed" in str(err.value)) in (
+      ("early-read", True), ("barrier-memory", False))
 
 
 def test_missing_mapa_is_caught():

@@ -12,7 +12,7 @@ objects; ``asyncops`` lands them through ``_check`` and ``_write``.
 
 from __future__ import annotations
 
-from mosaic_async_store.check import addresses, asyncops, program, strong, sync
+from mosaic_async_store.check import addresses, asyncops, program, strong, sync, warp_memory
 from mosaic_async_store.check.memory import (SCOPES, Access, ProtocolError, shown_source,
                                              tags_morally_strong)
 from mosaic_async_store.check.opcodes import Opcode
@@ -69,6 +69,8 @@ def _store_fn(k, space, addr, vals, size, red, strong_form=None):
       if k.flags:
         strong._forget_flags(k, buf, off, n)
       buf[off:off + n] = value.to_bytes(n, "little")
+    if glob:
+      store_plain.lanes = warp_memory.global_store(k, addr, g, n, insn)
     return store_plain
   def store(th):
     buf, off = mem(th, addr(th))
@@ -79,6 +81,8 @@ def _store_fn(k, space, addr, vals, size, red, strong_form=None):
     _write(k, buf, off, size, [g(th) & mask for g in vals], red, weak=strong_form is None)
     if strong_form is not None:
       strong._publish(k, th, buf, off, n, *strong_form, rmw=red is not None)
+  if strong_form is None and red is None and space in warp_memory.SHARED:
+    store.lanes = warp_memory.shared_store(k, addr, vals, size, insn, traced)
   return store
 
 
@@ -126,6 +130,7 @@ def _async_fn(k, addr, vals, size, red, mbar):
     asyncops.issue(k, th, asyncops.AsyncOp(th, insn, text, [write],
                                            asyncops.MbarrierTx(key, n)))
     return YIELD if k.sched.yields() else None
+  issue.lanes = warp_memory.async_store(k, addr, vals, size, red, mbar, insn, text)
   return issue
 
 

@@ -20,12 +20,15 @@ How it is built (docs/architecture.md, "The checker's machine"):
     completions; ``memory`` / ``global_memory``: the memory model.
 
 Model:
-  * each thread of each CTA is interpreted on its own and runs until it reaches
-    a synchronising instruction (warp collective, ``bar.sync``,
-    ``barrier.cluster.wait``, an unfinished ``mbarrier.try_wait``), or, under a
-    seeded schedule, pauses after an arrive or an asynchronous store; the
-    scheduler picks the next thread and releases the participants once a
-    synchronisation can complete;
+  * each thread of each CTA has its own registers and memory-model state; the
+    converged lanes of a warp run each instruction together (``run._exec_warp``:
+    through the instruction's warp form, ``Program.vcode``, where it has one, else
+    lane by lane), until each reaches a synchronising instruction (warp
+    collective, ``bar.sync``, ``barrier.cluster.wait``, an unfinished
+    ``mbarrier.try_wait``), or, under a seeded schedule, pauses after an arrive or
+    an asynchronous store; divergent lanes split and merge again where their
+    program counters meet; the scheduler picks the next piece and releases the
+    participants once a synchronisation can complete;
   * asynchronous operations (``st.async`` / ``red.async``) and their completions
     land when the schedule says, in any order (``memory.Schedule``); memory
     ordering is checked by vector clocks with scopes, per byte of shared and

@@ -8,7 +8,7 @@ and atomic stores, race checks), ``asyncops`` (``st.async`` / ``red.async``),
 
 from __future__ import annotations
 
-from mosaic_async_store.check import access, addresses, program, strong
+from mosaic_async_store.check import access, addresses, program, strong, warp_memory
 from mosaic_async_store.check.memory import SCOPES
 from mosaic_async_store.check.opcodes import Opcode, check_qualifiers
 from mosaic_async_store.check.ops import RED, RED_FORMS
@@ -104,6 +104,10 @@ def _ld(k, ins):
       elif smem:
         access._access(k, th, buf, off, n, write=False, insn=insn)
       th.regs[reg] = int.from_bytes(buf[off:off + n], "little") & mask
+    if glob:
+      load1.lanes = warp_memory.global_load(k, addr, n, reg, mask, insn)
+    elif space in warp_memory.SHARED:
+      load1.lanes = warp_memory.shared_load(k, addr, n, reg, mask, insn)
     return load1
   def load(th):
     buf, off = mem(th, addr(th))

@@ -18,6 +18,7 @@ from mosaic_async_store.check import lineinfo, opcodes
 from mosaic_async_store.check.addresses import LOCAL_BASE, SHARED_BASE
 from mosaic_async_store.check.opcodes import decode
 from mosaic_async_store.check.ops import UNDEFINED, immediate, split_operands
+from mosaic_async_store.check.outcomes import FALLBACK
 
 __all__ = ["Program", "setter"]
 
@@ -28,11 +29,39 @@ def _is_register(tok, scopes):
 
 
 def _guarded(fn, guard):
-  """``@%p`` / ``@!%p``: the instruction does nothing unless the predicate matches."""
+  """``@%p`` / ``@!%p``: the instruction does nothing unless the predicate matches.
+  Its warp form (``Program.vcode``) runs ``fn``'s on the lanes whose predicate
+  matches (``fn`` is not a branch: its warp form never returns a program counter)."""
   if guard is None:
     return fn
   pname, want = guard
-  return lambda th: fn(th) if th.regs[pname] == want else None
+  def guarded(th):
+    return fn(th) if th.regs[pname] == want else None
+  inner = getattr(fn, "lanes", None)
+  if inner is not None:
+    def guarded_lanes(lanes):
+      on = [th for th in lanes if th.regs[pname] == want]
+      return inner(on) if on else None
+    guarded.lanes = guarded_lanes
+  return guarded
+
+
+def _branch(target, guard):
+  """``{@%p} bra target``: a function of the thread, with its warp form (every lane
+  jumps, none does, or the lanes diverge: lane by lane)."""
+  if guard is None:
+    def jump(th):
+      return target
+    jump.lanes = jump
+    return jump
+  pname, want = guard
+  def branch(th):
+    return target if th.regs[pname] == want else None
+  def branch_lanes(lanes):
+    taken = sum(th.regs[pname] == want for th in lanes)
+    return target if taken == len(lanes) else None if not taken else FALLBACK
+  branch.lanes = branch_lanes
+  return branch
 
 
 def _callee(rest):
@@ -55,8 +84,10 @@ def setter(op, bits):
 
 class Program:
   """The compiled kernel: ``code`` (per instruction, its function of the thread:
-  None to go on, a program counter to jump to, ``run.EXIT``, ``sync.BLOCK`` or
-  ``sync.YIELD``), ``texts`` / ``lines`` / ``sources`` (its statement, PTX line,
+  None to go on, a program counter to jump to, ``outcomes.EXIT``, ``BLOCK`` or
+  ``YIELD``), ``vcode`` (per instruction, its warp form or None: a function of the
+  lanes of a piece, run once for all of them, which returns what ``outcomes`` says;
+  a handler gives one as the ``lanes`` attribute of its function), ``texts`` / ``lines`` / ``sources`` (its statement, PTX line,
   user source line or None), ``params`` (the kernel's parameter names),
   ``symbols`` (name -> (state space, offset)), ``labels``, ``local_bytes``.
   Compiling binds every instruction to ``machine``, which a launch then resets."""
@@ -70,7 +101,7 @@ class Program:
     self.symbols = {p: ("param", 8 * i) for i, p in enumerate(self.params)}
     for name in re.findall(r"\.global\s[^;]*?(\w+)\[\d+\]", text[:m.start()]):
       self.symbols[name] = ("global", 0)   # printf formats: never read (address unmapped)
-    self.code, self.texts, self.labels, self.local_bytes = [], [], {}, 0
+    self.code, self.vcode, self.texts, self.labels, self.local_bytes = [], [], [], {}, 0
     self.lines = []           # the PTX source line of each instruction (1-based)
     self.sources = []         # its "file:line" from the last .loc before it, or None
     self._loc = None
@@ -118,7 +149,8 @@ class Program:
       target = next((sc[2][label] for sc in reversed(chain) if label in sc[2]),
                     None)
       target = self.labels[label] if target is None else target
-      self.code[k] = _guarded(lambda th, t=target: t, guard)
+      self.code[k] = _branch(target, guard)
+    self.vcode = [getattr(fn, "lanes", None) for fn in self.code]
 
   def source_at(self, ptx_line):
     """The source of the (first) instruction at PTX line ``ptx_line``, or None."""

@@ -38,39 +38,64 @@ def _fused(put, dest, bits, fn, ops, getters):
   kinds = [o[0] for o in ops]
   if dest[0] != "reg" or len(ops) not in (1, 2) or not set(kinds) <= {"reg", "imm"} or \
      kinds == ["imm", "imm"]:
-    if len(getters) == 1:
-      g, = getters
-      return lambda th: put(th, fn(g(th)))
-    if len(getters) == 2:
-      a0, a1 = getters
-      return lambda th: put(th, fn(a0(th), a1(th)))
-    return lambda th: put(th, fn(*(g(th) for g in getters)))
+    def general(th):
+      put(th, fn(*[g(th) for g in getters]))
+    def general_lanes(lanes):
+      for th in lanes:
+        put(th, fn(*[g(th) for g in getters]))
+    return _with_lanes(general, general_lanes)
   d, mask, U = dest[1], (1 << bits) - 1, UNDEFINED
   if len(ops) == 1:
     a = ops[0][1]
     if kinds[0] == "imm":
+      value = fn(a) & mask
       def f1c(th):
-        th.regs[d] = fn(a) & mask
-      return f1c
+        th.regs[d] = value
+      def f1c_lanes(lanes):
+        for th in lanes:
+          th.regs[d] = value
+      return _with_lanes(f1c, f1c_lanes)
     def f1(th):
       regs = th.regs
       regs[d] = fn(regs.get(a, U)) & mask
-    return f1
+    def f1_lanes(lanes):
+      for th in lanes:
+        regs = th.regs
+        regs[d] = fn(regs.get(a, U)) & mask
+    return _with_lanes(f1, f1_lanes)
   a, b = ops[0][1], ops[1][1]
   if kinds == ["reg", "reg"]:
     def frr(th):
       regs = th.regs
       regs[d] = fn(regs.get(a, U), regs.get(b, U)) & mask
-    return frr
+    def frr_lanes(lanes):
+      for th in lanes:
+        regs = th.regs
+        regs[d] = fn(regs.get(a, U), regs.get(b, U)) & mask
+    return _with_lanes(frr, frr_lanes)
   if kinds == ["reg", "imm"]:
     def fri(th):
       regs = th.regs
       regs[d] = fn(regs.get(a, U), b) & mask
-    return fri
+    def fri_lanes(lanes):
+      for th in lanes:
+        regs = th.regs
+        regs[d] = fn(regs.get(a, U), b) & mask
+    return _with_lanes(fri, fri_lanes)
   def fir(th):   # ["imm", "reg"]
     regs = th.regs
     regs[d] = fn(a, regs.get(b, U)) & mask
-  return fir
+  def fir_lanes(lanes):
+    for th in lanes:
+      regs = th.regs
+      regs[d] = fn(a, regs.get(b, U)) & mask
+  return _with_lanes(fir, fir_lanes)
+
+
+def _with_lanes(fn, lanes_form):
+  """``fn`` with its warp form (``program.Program.vcode``): the same, for each lane."""
+  fn.lanes = lanes_form
+  return fn
 
 
 def _identity(v):

@@ -1,0 +1,154 @@
+"""Warps as the checker's unit of execution (check/run.py, ``_exec_warp``): the lanes
+of a warp at one instruction run it together, divergent lanes split and merge again
+where their program counters meet, and the warp forms of loads and stores
+(check/warp_memory.py) do what the lanes would do one by one: the same bytes, and a
+finding that names the lane that made it (not the warp's first lane).
+
+Each wrong kernel is reported under every CI schedule, next to a correct neighbour
+that passes under every one.
+"""
+
+import numpy as np
+import pytest
+
+from mosaic_async_store.check import ProtocolError, PtxKernel
+from mosaic_async_store.check.memory import SCHEDULES
+from test_interp_features import kernel
+
+# Lanes below 16 add 100 to their tid, the others 200 (an if / else), then every lane
+# stores its value to global word tid: the store after the join.
+_IF_ELSE = """
+  ld.param.u64 %rd1, [k_param_0];
+  setp.lt.u32 %p1, %r1, 16;
+  @%p1 bra LOW;
+  add.u32 %r3, %r1, 200;
+  bra JOIN;
+LOW:
+  add.u32 %r3, %r1, 100;
+JOIN:
+  mul.wide.u32 %rd2, %r1, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r3;
+"""
+
+
+def _join_store(ptx):
+  """The index of the store after the join."""
+  kern = PtxKernel(ptx)
+  return kern, next(i for i, t in enumerate(kern.texts) if t.startswith("st.global"))
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_divergent_lanes_merge_at_the_join(schedule):
+  """The if / else splits warp 0; the store after it runs once for all 32 lanes."""
+  kern, at = _join_store(kernel(_IF_ELSE))
+  calls = []
+  warp_form = kern.program.vcode[at]
+  def counted(lanes):
+    calls.append([th.tid for th in lanes])
+    return warp_form(lanes)
+  kern.program.vcode[at] = counted
+  [out] = kern.launch([np.zeros(64, np.uint32)], cluster=1, smem_bytes=64, block=64,
+                      schedule=schedule)
+  tid = np.arange(64)
+  assert (out.view(np.uint32) == np.where(tid < 16, tid + 100, tid + 200)).all()
+  assert sorted(map(tuple, calls)) == [tuple(range(32)), tuple(range(32, 64))]
+
+
+# Every lane writes SMEM word tid; after ORDER lanes 5..30 read the next lane's word,
+# the others their own, and copy it to global word tid.
+_NEIGHBOUR = """
+  ld.param.u64 %rd1, [k_param_0];
+  mov.u32 %r2, __dynamic_shmem__0;
+  shl.b32 %r3, %r1, 2;
+  add.u32 %r4, %r2, %r3;
+  st.shared.u32 [%r4], %r1;
+  {ORDER}
+  setp.ge.u32 %p1, %r1, 5;
+  setp.lt.u32 %p2, %r1, 31;
+  and.pred %p1, %p1, %p2;
+  selp.u32 %r5, 4, 0, %p1;
+  add.u32 %r6, %r4, %r5;
+  ld.shared.u32 %r7, [%r6];
+  cvt.u64.u32 %rd2, %r3;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r7;
+"""
+
+
+def _run(body, schedule, block=32):
+  return PtxKernel(kernel(body)).launch([np.zeros(block, np.uint32)], cluster=1,
+                                        smem_bytes=4 * block, block=block,
+                                        schedule=schedule)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_a_racing_lane_is_named_by_the_warp_form(schedule):
+  """Lanes 5.. read the next lane's SMEM word with nothing between: the first race
+  is lane 5's (lanes 0..4 read their own word), and the finding says so."""
+  with pytest.raises(ProtocolError) as err:
+    _run(_NEIGHBOUR.replace("{ORDER}", ""), schedule)
+  assert err.value.rule == "race"
+  assert err.value.thread == 5 and err.value.access.thread == 5
+  assert "CTA 0 thread 5 reads CTA 0 SMEM bytes 24..27" in str(err.value)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_lanes_ordered_by_bar_warp_sync_read_their_neighbours(schedule):
+  [out] = _run(_NEIGHBOUR.replace("{ORDER}", "bar.warp.sync -1;"), schedule)
+  tid = np.arange(32)
+  assert (out.view(np.uint32) == np.where((tid >= 5) & (tid < 31), tid + 1, tid)).all()
+
+
+# Lanes 4 and 5 store to the same global word (lane 5 to lane 4's); the others to
+# their own.
+_SAME_WORD = """
+  ld.param.u64 %rd1, [k_param_0];
+  setp.eq.u32 %p1, %r1, {LANE};
+  selp.u32 %r3, 4, 0, %p1;
+  shl.b32 %r4, %r1, 2;
+  sub.u32 %r5, %r4, %r3;
+  cvt.u64.u32 %rd2, %r5;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r1;
+"""
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_two_lanes_of_one_store_race_in_global_memory(schedule):
+  with pytest.raises(ProtocolError) as err:
+    _run(_SAME_WORD.replace("{LANE}", "5"), schedule)
+  assert err.value.rule == "race" and err.value.thread == 5
+  assert "global buffer 0" in str(err.value) and "thread 4" in str(err.value)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_one_store_to_distinct_words_passes(schedule):
+  [out] = _run(_SAME_WORD.replace("{LANE}", "99"), schedule)
+  assert (out.view(np.uint32) == np.arange(32)).all()
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_a_misaligned_lane_is_reported_lane_by_lane(schedule):
+  """Lane 7's address is misaligned: the warp form leaves it to the lane-by-lane path,
+  whose error names lane 7."""
+  body = _SAME_WORD.replace("{LANE}", "7").replace("selp.u32 %r3, 4, 0", "selp.u32 %r3, 2, 0")
+  with pytest.raises(RuntimeError, match="thread 7 .*misaligned 4-byte global access"):
+    _run(body, schedule)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_a_warp_resumed_by_its_own_lane_runs_on_as_one_piece(schedule):
+  """The lane whose arrival completes ``bar.sync`` goes on while its warp-mates wait to
+  be resumed: they rejoin it, so the store after the barrier runs once per warp."""
+  body = _IF_ELSE.replace("JOIN:\n", "JOIN:\n  bar.sync 0;\n")
+  kern, at = _join_store(kernel(body))
+  calls = []
+  warp_form = kern.program.vcode[at]
+  def counted(lanes):
+    calls.append([th.tid for th in lanes])
+    return warp_form(lanes)
+  kern.program.vcode[at] = counted
+  kern.launch([np.zeros(64, np.uint32)], cluster=1, smem_bytes=64, block=64,
+              schedule=schedule)
+  assert sorted(map(tuple, calls)) == [tuple(range(32)), tuple(range(32, 64))]
