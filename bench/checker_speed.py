@@ -15,7 +15,8 @@ a full and an empty mbarrier per slot and ``--iters`` iterations of a loop with
 ``try_wait`` polls, as a Pallas pipeline is built; its output is checked against
 NumPy the same way.  Writes nothing unless ``--json PATH`` is given.
 
-  python bench/checker_speed.py [--reps 5] [--schedules 0 1 2] [--json out.json]
+  python bench/checker_speed.py [--reps 5] [--best] [--schedules 0 1 2] [--json out.json]
+  python bench/checker_speed.py --by-opcode [--clusters 2] [--schedules 0]
 
 docs/benchmarks.md ("Checker speed") has the method, the machine and the numbers.
 """
@@ -31,7 +32,7 @@ import time
 
 import numpy as np
 
-__all__ = ["demo_kernel", "run_once", "pipeline_kernel", "run_pipeline", "main"]
+__all__ = ["demo_kernel", "run_once", "pipeline_kernel", "run_pipeline", "by_opcode", "main"]
 
 # The pipeline: 384 threads; ring of 2 slots x 128 words at SMEM 0, full[2] at 1024
 # (count 128: the producers), empty[2] at 1040 (count 256: the consumers).
@@ -128,8 +129,9 @@ def demo_kernel(cluster: int):
   return cfg, ptx, (src, init, smem_bytes)
 
 
-def run_once(cfg, ptx, inputs, schedule: int) -> tuple[float, int]:
-  """(seconds, thread-instructions) of one checked run; raises if a byte is wrong."""
+def run_once(cfg, ptx, inputs, schedule: int, prepare=None) -> tuple[float, int]:
+  """(seconds, thread-instructions) of one checked run; raises if a byte is wrong.
+  ``prepare(kernel)``, if given, runs on the parsed kernel before the launch."""
   from mosaic_async_store.check.interp import PtxKernel
   from mosaic_async_store.demo.check import execute_config
   from mosaic_async_store.demo.kernel import kernel_io
@@ -138,6 +140,8 @@ def run_once(cfg, ptx, inputs, schedule: int) -> tuple[float, int]:
   out = np.full(cfg.cluster * io.smem_bytes, 0xA5, np.uint8)
   flags = np.full(cfg.cluster * 128, -1, np.int32)
   kernel = PtxKernel(ptx)
+  if prepare is not None:
+    prepare(kernel)
   start = time.perf_counter()
   _, _, flags, out = kernel.launch([init, src, flags, out], cluster=cfg.cluster,
                                    smem_bytes=smem_bytes, schedule=schedule)
@@ -168,9 +172,56 @@ def run_pipeline(ptx, iters: int, schedule: int) -> tuple[float, int]:
   return seconds, kernel.executed
 
 
-def _row(kernel, cluster, schedule, runs):
-  """One result row from ``runs`` ((seconds, thread-instructions) each), printed."""
-  seconds = statistics.median(s for s, _ in runs)
+def _timed_opcodes(totals):
+  """A ``prepare`` for ``run_once`` that wraps each instruction's function and warp form
+  (``Program.code`` / ``vcode``) to add its wall time to ``totals[opcode]``."""
+  clock = time.perf_counter
+  def timed(fn, opcode):
+    def wrapper(arg):
+      start = clock()
+      result = fn(arg)
+      totals[opcode] += clock() - start
+      return result
+    return wrapper
+  def prepare(kernel):
+    program = kernel.program
+    for i, text in enumerate(program.texts):
+      words = text.split()
+      opcode = words[1] if words[0].startswith("@") else words[0]
+      program.code[i] = timed(program.code[i], opcode)
+      if program.vcode[i] is not None:
+        program.vcode[i] = timed(program.vcode[i], opcode)
+  return prepare
+
+
+def by_opcode(cluster: int, schedules) -> None:
+  """Prints where one run of the demo kernel on ``cluster`` CTAs spends its time, per
+  schedule: each opcode's wall time (every run of its function or warp form, the
+  timing calls included) and the landing of asynchronous operations (``LAND``)."""
+  from collections import Counter
+  from mosaic_async_store.check import asyncops
+  cfg, ptx, inputs = demo_kernel(cluster)
+  land = asyncops.land
+  for schedule in schedules:
+    totals = Counter()
+    def timed_land(k, op):
+      start = time.perf_counter()
+      land(k, op)
+      totals["LAND"] += time.perf_counter() - start
+    asyncops.land = timed_land
+    try:
+      seconds, _ = run_once(cfg, ptx, inputs, schedule, _timed_opcodes(totals))
+    finally:
+      asyncops.land = land
+    print(f"demo cluster {cluster} schedule {schedule}: {seconds:.3f} s in all")
+    for opcode, spent in totals.most_common(10):
+      print(f"  {spent * 1e3:7.1f} ms  {100 * spent / seconds:4.1f}%  {opcode}")
+
+
+def _row(kernel, cluster, schedule, runs, pick=statistics.median):
+  """One result row from ``runs`` ((seconds, thread-instructions) each), printed;
+  ``pick`` chooses the seconds reported (the median, or ``min`` with ``--best``)."""
+  seconds = pick([s for s, _ in runs])
   instructions = runs[0][1]
   print(f"{kernel} cluster {cluster} schedule {schedule}: {seconds:.3f} s, "
         f"{instructions} thread-instructions, {instructions / seconds:,.0f}/s")
@@ -187,28 +238,38 @@ def main(argv=None) -> int:
                       help="cluster sizes (default: 2 4)")
   parser.add_argument("--iters", type=int, default=8,
                       help="loop iterations of the 384-thread pipeline (default 8; 0: skip it)")
+  parser.add_argument("--best", action="store_true",
+                      help="report each cell's fastest run instead of the median (on a "
+                           "machine shared with other work, the least disturbed run)")
+  parser.add_argument("--by-opcode", action="store_true",
+                      help="instead: where one run of the demo kernel (the first of "
+                           "--clusters) spends its time, per opcode")
   parser.add_argument("--json", help="also write the numbers to this file")
   args = parser.parse_args(argv)
   if args.reps < 1:
     parser.error(f"--reps {args.reps}: must be at least 1")
   if args.iters < 0:
     parser.error(f"--iters {args.iters}: must be 0 (no pipeline) or more")
-  rows = []
+  if args.by_opcode:
+    by_opcode(args.clusters[0], args.schedules)
+    return 0
+  rows, pick = [], min if args.best else statistics.median
   for cluster in args.clusters:
     cfg, ptx, inputs = demo_kernel(cluster)
     for schedule in args.schedules:
       runs = [run_once(cfg, ptx, inputs, schedule) for _ in range(args.reps)]
-      rows.append(_row("demo", cluster, schedule, runs))
+      rows.append(_row("demo", cluster, schedule, runs, pick))
   if args.iters:
     ptx = pipeline_kernel(args.iters)
     for schedule in args.schedules:
       runs = [run_pipeline(ptx, args.iters, schedule) for _ in range(args.reps)]
-      rows.append(_row(f"pipeline384x{args.iters}", 1, schedule, runs))
+      rows.append(_row(f"pipeline384x{args.iters}", 1, schedule, runs, pick))
   if args.json:
     import jax
     meta = {"python": sys.version.split()[0], "jax": jax.__version__,
             "machine": platform.machine(), "processor": platform.processor(),
-            "reps": args.reps, "iters": args.iters}
+            "reps": args.reps, "iters": args.iters,
+            "statistic": "min" if args.best else "median"}
     with open(args.json, "w") as f:
       json.dump({"meta": meta, "rows": rows}, f, indent=1)
   return 0

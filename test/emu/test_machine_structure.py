@@ -51,6 +51,8 @@ def test_every_piece_of_state_the_families_use_is_declared_by_the_machine():
 class _Recorder:
   """A completion other than an mbarrier's: it records what the machine asks of it."""
 
+  mbarrier = None   # it signals on no mbarrier
+
   def __init__(self, cta):
     self.cta, self.calls = cta, []
 

@@ -1,4 +1,4 @@
-"""Warps as the checker's unit of execution (check/run.py, ``_exec_warp``): the lanes
+"""Warps as the checker's unit of execution (check/lockstep.py, ``run_piece``): the lanes
 of a warp at one instruction run it together, divergent lanes split and merge again
 where their program counters meet, and the warp forms of loads and stores
 (check/warp_memory.py) do what the lanes would do one by one: the same bytes, and a

@@ -44,7 +44,8 @@ PRODUCT = {
                                  "barriers", "access", "strong", "memory", "global_memory",
                                  "ops", "floats", "lineinfo", "report", "warp", "machine",
                                  "program", "outcomes", "addresses", "memops", "asyncops",
-                                 "control", "contraction", "fences", "warp_memory"),
+                                 "control", "contraction", "fences", "warp_memory",
+                                 "lockstep"),
 }
 # The test and benchmark code (test/harness: kernels, runners, reports, lit helpers;
 # bench/: the benchmark scripts) under their present names, and former ones.

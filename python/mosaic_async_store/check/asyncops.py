@@ -16,8 +16,9 @@ any time after issue; when no thread can run, one lands).  It declares
   * ``completion``: how the machine learns that it completed, an object with
     ``issue(k, op)`` (checks at issue), ``stamp(k, op)`` (the clock slot and
     value its writes are known by: whoever acquires that clock sees the data) and
-    ``complete(k, op)`` (the signal, after the data landed), and ``cta``, the CTA
-    whose memory it signals in (the exit rule waits for it).  ``MbarrierTx``
+    ``complete(k, op)`` (the signal, after the data landed), ``cta``, the CTA
+    whose memory it signals in (the exit rule waits for it), and ``mbarrier``, the
+    key of the mbarrier it signals on, or None (``mbarrier.inval`` waits for it).  ``MbarrierTx``
     (``.mbarrier::complete_tx::bytes``) is the one mechanism today; a bulk-group
     completion (``cp.async.bulk.commit_group`` / ``wait_group``) or a WGMMA group
     is another class with the same interface.
@@ -75,6 +76,10 @@ class MbarrierTx:
   @property
   def cta(self) -> int:
     return self.key[0]
+
+  @property
+  def mbarrier(self) -> tuple:
+    return self.key
 
   def issue(self, k, op):
     """The barrier must exist and its initialisation be visible to the issuer."""

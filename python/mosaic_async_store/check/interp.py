@@ -21,7 +21,7 @@ How it is built (docs/architecture.md, "The checker's machine"):
 
 Model:
   * each thread of each CTA has its own registers and memory-model state; the
-    converged lanes of a warp run each instruction together (``run._exec_warp``:
+    converged lanes of a warp run each instruction together (``lockstep.run_piece``:
     through the instruction's warp form, ``Program.vcode``, where it has one, else
     lane by lane), until each reaches a synchronising instruction (warp
     collective, ``bar.sync``, ``barrier.cluster.wait``, an unfinished

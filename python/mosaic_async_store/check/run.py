@@ -3,7 +3,7 @@
 Functions of the machine ``k`` (``machine.Machine``): ``launch`` resets its state
 and runs the loop; each step picks a runnable thread (the schedule's choice) and runs
 it with the runnable lanes of its warp at the same instruction, in lockstep, until
-each blocks, exits or yields (``_exec_warp``: the unit of execution is a warp's piece
+each blocks, exits or yields (``lockstep``: the unit of execution is a warp's piece
 of converged lanes; divergence splits it, and the pieces merge again where their
 program counters meet), lands the asynchronous operations the schedule says
 (``asyncops``) and releases the threads whose synchronisation can complete
@@ -13,7 +13,7 @@ and ``warp`` for warp collectives).  Lockstep is an interleaving a warp may run 
 not rest on it: races are judged by happens-before, per lane.
 
 Polling.  A thread that spins on a strong load (``strong``) or ``nanosleep`` yields
-after each poll, and any thread after ``LOOP_YIELD`` backward jumps in a row (a
+after each poll, and a warp's piece after ``LOOP_YIELD`` backward jumps in a row (a
 spin on a weak load).  When it yields again in the same state (program counter and
 registers) and nothing another thread could see has changed since (``k.epoch``,
 bumped by every write, mbarrier change, barrier arrival and exit), it would only
@@ -28,9 +28,8 @@ import gc
 
 import numpy as np
 
-from mosaic_async_store.check import asyncops, barriers, sync, warp
+from mosaic_async_store.check import asyncops, barriers, lockstep, sync, warp
 from mosaic_async_store.check.memory import ProtocolError
-from mosaic_async_store.check.outcomes import BLOCK, EXIT, FALLBACK, YIELD
 
 __all__ = ["launch"]
 
@@ -77,13 +76,13 @@ def _launch(k, buffers, cluster, smem_bytes, block, max_timeouts, schedule,
     if k.parked:
       _unpark(k)
     if k.runnable:
-      lanes = _piece(k, k.runnable[k.sched.pick_index(len(k.runnable))])
+      lanes = lockstep.piece(k, k.runnable[k.sched.pick_index(len(k.runnable))])
       if len(lanes) == len(k.runnable):
         k.runnable = []
       else:
         running = set(lanes)
         k.runnable = [t for t in k.runnable if t not in running]
-      for th in _exec_warp(k, lanes):   # the lanes that yielded: to the back of the
+      for th in lockstep.run_piece(k, lanes):   # the lanes that yielded: to the back of the
         if th.polled:                   # queue, so that a spin lets others run
           _polled(k, th)
         if th.state == "run":
@@ -191,140 +190,6 @@ def _describe_waits(k, blocked):
     parts.append(f"CTA {cta} {who} at PTX line {k.program.lines[pc]} (`{k.program.texts[pc]}`) "
                  f"waiting for {wait}")
   return "; ".join(parts)
-
-
-def _piece(k, th):
-  """The lanes that run with ``th``: the runnable threads of its warp at its program
-  counter, in lane order (the scheduler takes them out of the run queue)."""
-  first = th.cta * k.block + (th.tid & ~31)
-  last = min(first + 32, (th.cta + 1) * k.block)
-  pc = th.pc
-  return [t for t in k.threads[first:last] if t.state == "run" and t.pc == pc]
-
-
-def _exec_warp(k, lanes, max_back_jumps=1 << 20):
-  """Runs ``lanes`` (threads of one warp at one program counter, in lane order) in
-  lockstep until each blocks, exits or yields; returns the lanes that yielded.
-
-  Each instruction runs once for all the lanes of the piece: through its warp form
-  (``Program.vcode``) where it has one, else lane by lane in lane order, each lane's
-  outcome taken at once (a lane that blocks is waiting before the next lane runs, as
-  if the lanes had run one after another).  Lanes whose next instructions differ
-  (a branch some lanes take, a lane that blocks) split: the piece with the lowest
-  program counter runs first and the others wait in ``pending`` until it reaches
-  theirs, where they merge again (so an if / else reconverges after it, and a loop
-  exit waits for the lanes still in the loop).  A piece yields after
-  ``LOOP_YIELD`` backward jumps in a row (a loop may be a spin on a weak load,
-  which only another thread can end: see the module doc)."""
-  code, vcode = k.program.code, k.program.vcode
-  pc, jumps, n, th = lanes[0].pc, 0, 0, lanes[0]
-  pending, low, yielded = {}, None, []   # pc -> diverged lanes; min(pending)
-  try:
-    while True:
-      n += len(lanes)   # (a local: added to k.executed once, at the end)
-      vf = vcode[pc]
-      r = vf(lanes) if vf is not None else FALLBACK
-      if r is None:
-        nxt = pc + 1
-      elif type(r) is int:
-        nxt = r
-      else:
-        queued = None
-        if r is FALLBACK:   # lane by lane
-          f, moved, queued = code[pc], None, len(k.runnable)
-          for th in lanes:
-            r = f(th)
-            if r is not None:
-              if moved is None:
-                moved = {}
-              moved[th] = r
-              if r is BLOCK or r is EXIT:   # (at once: the next lane may release it)
-                th.pc, th.state = pc, "block" if r is BLOCK else "done"
-                if r is EXIT:
-                  _thread_exits(k, th)
-                else:
-                  _blocks(k, th)
-        else:   # a warp form's lanes that yield
-          moved = r
-        if moved is None:
-          nxt = pc + 1
-        else:
-          groups = {}
-          for th in lanes:
-            r = moved.get(th)
-            if r is None or type(r) is int:
-              groups.setdefault(pc + 1 if r is None else r, []).append(th)
-            elif r is YIELD:   # done; the schedule lets other threads go first
-              th.pc, th.poll_pc = pc + 1, pc   # (poll_pc: read only if it polled)
-              yielded.append(th)
-          if len(groups) == 1:
-            (nxt, lanes), = groups.items()
-          else:   # divergence: every group waits; the lowest runs first
-            for at, group in groups.items():
-              pending.setdefault(at, []).extend(group)
-            lanes = []
-        if queued is not None and lanes and len(k.runnable) > queued:
-          lanes = _rejoin(k, lanes, nxt, queued)   # warp-mates it resumed
-      if lanes and nxt <= pc:   # a backward jump
-        for th in lanes:
-          th.back_jumps += 1   # (over all its runs: a poll loop yields every time)
-          if th.back_jumps > max_back_jumps:
-            raise RuntimeError(f"runaway loop (over {max_back_jumps} backward jumps)")
-        jumps += 1
-        if jumps == LOOP_YIELD:   # a loop iteration's start: poll-like
-          for th in lanes:
-            th.pc, th.polled, th.poll_pc = nxt, True, pc   # (pc: the branch)
-          yielded += lanes
-          lanes = []
-      if lanes:
-        pc = nxt
-        if low is None or pc < low:
-          continue
-        pending.setdefault(pc, []).extend(lanes)   # a diverged piece is at or behind
-      if not pending:
-        return yielded
-      pc = min(pending)
-      lanes = pending.pop(pc)
-      if len(lanes) > 1:
-        lanes.sort(key=_tid)
-      low = min(pending) if pending else None
-  except ProtocolError as e:  # say where, keep the rule
-    if e.ptx_line is not None:
-      raise
-    text, line = k.program.texts[pc], k.program.lines[pc]
-    if e.access is not None and e.access.thread is not None:   # (a warp form: the lane
-      cta, tid = e.access.cta, e.access.thread                  # it names)
-    else:
-      cta, tid = th.cta, th.tid
-    raise ProtocolError(e.rule, f"at `{text}` (PTX line {line}): {e.detail}", cta=cta,
-                        thread=tid, ptx_line=line, instruction=text,
-                        **e.data()) from e
-  except NotImplementedError as e:   # the checker cannot run it: not a verdict
-    text, line = k.program.texts[pc], k.program.lines[pc]
-    raise NotImplementedError(f"CTA {th.cta} thread {th.tid} at `{text}` (PTX line {line}): "
-                              f"{e}") from e
-  except Exception as e:  # say where, then re-raise
-    raise RuntimeError(f"CTA {th.cta} thread {th.tid} at `{k.program.texts[pc]}`: "
-                       f"{type(e).__name__}: {e}") from e
-  finally:
-    k.executed += n
-
-
-def _tid(th):
-  return th.tid
-
-
-def _rejoin(k, lanes, pc, queued):
-  """``lanes`` with the lanes of their warp that the last instruction resumed at ``pc``
-  (``k.runnable[queued:]``; e.g. the lane whose arrival completes a ``bar.sync`` goes
-  on while it resumes its warp-mates), taken out of the run queue."""
-  cta, warp = lanes[0].cta, lanes[0].tid >> 5
-  back = [t for t in k.runnable[queued:] if t.pc == pc and t.cta == cta and t.tid >> 5 == warp]
-  if not back:
-    return lanes
-  joined = set(back)
-  k.runnable = [t for t in k.runnable if t not in joined]
-  return sorted(lanes + back, key=_tid)
 
 
 def _blocks(k, th):

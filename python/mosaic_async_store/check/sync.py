@@ -231,7 +231,7 @@ def _inval_ordered(k, th, bar, pc):
   invalidated mbarrier is undefined, so one that may still run is a race), and after
   every asynchronous operation that completes on it."""
   for op in k.inflight:
-    if getattr(op.completion, "key", None) == bar.key:
+    if op.completion.mbarrier == bar.key:
       raise ProtocolError("race", f"CTA {th.cta} thread {th.tid} invalidates "
                           f"{bar.describe()} while {op.text}, which completes on it, is in "
                           "flight")

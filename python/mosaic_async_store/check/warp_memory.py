@@ -1,7 +1,7 @@
 """Warp forms (``program.Program.vcode``) of the accesses kernels run most: weak
 ``ld`` into one register and weak ``st`` of shared memory (the own CTA's) and of
 global memory, and the issue of ``st.async`` / ``red.async``, one call for all the
-lanes of a piece (``run._exec_warp``).
+lanes of a piece (``lockstep.run_piece``).
 
 A warp form does, lane by lane in lane order, what the instruction's per-thread
 function does (``memops._ld``, ``access._store_fn``, ``access._async_fn``): the same checks, the same
@@ -13,7 +13,7 @@ mbarrier, a traced store): the per-thread function then runs lane by lane and
 reports it in its own words.  A conflict found at lane j is raised by the
 per-thread path's own function for lane j (``access._check``,
 ``access._global_race``), after lanes 0..j-1 completed, exactly as lane by lane;
-the error's ``access`` names lane j, which ``run._exec_warp`` reports.
+the error's ``access`` names lane j, which ``lockstep.run_piece`` reports.
 """
 
 from __future__ import annotations
