@@ -32,22 +32,23 @@ JOIN:
 """
 
 
-def _join_store(ptx):
-  """The index of the store after the join."""
-  kern = PtxKernel(ptx)
-  return kern, next(i for i, t in enumerate(kern.texts) if t.startswith("st.global"))
-
-
-@pytest.mark.parametrize("schedule", SCHEDULES)
-def test_divergent_lanes_merge_at_the_join(schedule):
-  """The if / else splits warp 0; the store after it runs once for all 32 lanes."""
-  kern, at = _join_store(kernel(_IF_ELSE))
-  calls = []
+def _counted_join_store(ptx):
+  """The kernel, with the warp form of its store after the join recording the lanes
+  (tids) of each call into the list returned with it."""
+  kern, calls = PtxKernel(ptx), []
+  at = next(i for i, t in enumerate(kern.texts) if t.startswith("st.global"))
   warp_form = kern.program.vcode[at]
   def counted(lanes):
     calls.append([th.tid for th in lanes])
     return warp_form(lanes)
   kern.program.vcode[at] = counted
+  return kern, calls
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_divergent_lanes_merge_at_the_join(schedule):
+  """The if / else splits warp 0; the store after it runs once for all 32 lanes."""
+  kern, calls = _counted_join_store(kernel(_IF_ELSE))
   [out] = kern.launch([np.zeros(64, np.uint32)], cluster=1, smem_bytes=64, block=64,
                       schedule=schedule)
   tid = np.arange(64)
@@ -142,13 +143,7 @@ def test_a_warp_resumed_by_its_own_lane_runs_on_as_one_piece(schedule):
   """The lane whose arrival completes ``bar.sync`` goes on while its warp-mates wait to
   be resumed: they rejoin it, so the store after the barrier runs once per warp."""
   body = _IF_ELSE.replace("JOIN:\n", "JOIN:\n  bar.sync 0;\n")
-  kern, at = _join_store(kernel(body))
-  calls = []
-  warp_form = kern.program.vcode[at]
-  def counted(lanes):
-    calls.append([th.tid for th in lanes])
-    return warp_form(lanes)
-  kern.program.vcode[at] = counted
+  kern, calls = _counted_join_store(kernel(body))
   kern.launch([np.zeros(64, np.uint32)], cluster=1, smem_bytes=64, block=64,
               schedule=schedule)
   assert sorted(map(tuple, calls)) == [tuple(range(32)), tuple(range(32, 64))]

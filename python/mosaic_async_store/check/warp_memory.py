@@ -84,8 +84,10 @@ def _global_places(k, lanes, addr, n):
   return places
 
 
-def shared_load(k, addr, n, reg, mask, insn):
-  """``ld{.weak}.shared{::cta}`` of ``n`` bytes at ``addr`` into register ``reg``."""
+def _shared_access(k, addr, n, write, insn, act):
+  """The warp form of a weak ``n``-byte access to the own CTA's shared memory: each
+  lane checked and recorded in the shadow in lane order, then ``act(th, buf, off)``
+  (the load or the store itself)."""
   def lanes_form(lanes):
     cta = lanes[0].cta   # (one warp: one CTA)
     buf, sh = k.smem[cta], k.shadow[cta]
@@ -96,73 +98,70 @@ def shared_load(k, addr, n, reg, mask, insn):
     for th, off in zip(lanes, offs):
       vc, slot = th.vc, th.slot
       stamp = (slot, vc.item(slot), insn)
-      if conflict(vc, off, n, write=False, atomic=False) is not None:
-        access._check(k, vc, th, cta, off, n, write=False, atomic=False, who=th, stamp=stamp)
-      record(off, n, write=False, atomic=False, stamp=stamp)
-      th.regs[reg] = int.from_bytes(buf[off:off + n], "little") & mask
+      if conflict(vc, off, n, write=write, atomic=False) is not None:
+        access._check(k, vc, th, cta, off, n, write=write, atomic=False, who=th, stamp=stamp)
+      record(off, n, write=write, atomic=False, stamp=stamp)
+      act(th, buf, off)
     return None
   return lanes_form
 
 
+def shared_load(k, addr, n, reg, mask, insn):
+  """``ld{.weak}.shared{::cta}`` of ``n`` bytes at ``addr`` into register ``reg``."""
+  def load(th, buf, off):
+    th.regs[reg] = int.from_bytes(buf[off:off + n], "little") & mask
+  return _shared_access(k, addr, n, False, insn, load)
+
+
 def shared_store(k, addr, vals, size, insn, traced):
   """A weak ``st.shared{::cta}`` of ``vals`` (getters, ``size`` bytes each) at
-  ``addr``; ``traced``: whether ``launch(trace_stores=True)`` records it."""
-  n, mask = size * len(vals), (1 << (8 * size)) - 1
+  ``addr``; ``traced``: whether ``launch(trace_stores=True)`` records it (then the
+  lanes go one by one, through ``access._trace``)."""
+  mask = (1 << (8 * size)) - 1
+  def store(th, buf, off):
+    access._write(k, buf, off, size, [g(th) & mask for g in vals], None, weak=True)
+  form = _shared_access(k, addr, size * len(vals), True, insn, store)
+  if not traced:
+    return form
+  def traced_form(lanes):
+    return FALLBACK if k.store_trace is not None else form(lanes)
+  return traced_form
+
+
+def _global_access(k, addr, n, write, insn, act):
+  """The warp form of a weak ``n``-byte access to global memory: each lane checked and
+  recorded in the global shadow in lane order, then ``act(th, buf, off)``."""
   def lanes_form(lanes):
-    if traced and k.store_trace is not None:
+    places = _global_places(k, lanes, addr, n)
+    if places is None:
       return FALLBACK
-    cta = lanes[0].cta
-    buf, sh = k.smem[cta], k.shadow[cta]
-    offs = _shared_offsets(lanes, addr, n, len(buf))
-    if offs is None or not _no_barrier_bytes(sh, offs, n):
-      return FALLBACK
-    conflict, record = sh.conflict, sh.record
-    for th, off in zip(lanes, offs):
-      vc, slot = th.vc, th.slot
-      stamp = (slot, vc.item(slot), insn)
-      if conflict(vc, off, n, write=True, atomic=False) is not None:
-        access._check(k, vc, th, cta, off, n, write=True, atomic=False, who=th, stamp=stamp)
-      record(off, n, write=True, atomic=False, stamp=stamp)
-      access._write(k, buf, off, size, [g(th) & mask for g in vals], None, weak=True)
+    check = k.gshadow.access
+    for th, (buf, off) in zip(lanes, places):
+      bad = check(th, buf, off, n, write, False, insn, None)
+      if bad is not None:
+        access._global_race(k, th, buf, off, n, write, bad, None, insn)
+      act(th, buf, off)
     return None
   return lanes_form
 
 
 def global_load(k, addr, n, reg, mask, insn):
   """``ld{.weak}.global`` of ``n`` bytes at ``addr`` into register ``reg``."""
-  def lanes_form(lanes):
-    places = _global_places(k, lanes, addr, n)
-    if places is None:
-      return FALLBACK
-    check = k.gshadow.access
-    for th, (buf, off) in zip(lanes, places):
-      bad = check(th, buf, off, n, False, False, insn, None)
-      if bad is not None:
-        access._global_race(k, th, buf, off, n, False, bad, None, insn)
-      th.regs[reg] = int.from_bytes(buf[off:off + n], "little") & mask
-    return None
-  return lanes_form
+  def load(th, buf, off):
+    th.regs[reg] = int.from_bytes(buf[off:off + n], "little") & mask
+  return _global_access(k, addr, n, False, insn, load)
 
 
 def global_store(k, addr, value, n, insn):
   """A weak scalar ``st.global`` of ``value`` (a getter) at ``addr``."""
   mask = (1 << (8 * n)) - 1
-  def lanes_form(lanes):
-    places = _global_places(k, lanes, addr, n)
-    if places is None:
-      return FALLBACK
-    check = k.gshadow.access
-    for th, (buf, off) in zip(lanes, places):
-      bad = check(th, buf, off, n, True, False, insn, None)
-      if bad is not None:
-        access._global_race(k, th, buf, off, n, True, bad, None, insn)
-      data = value(th) & mask
-      k.epoch += 1
-      if k.flags:
-        strong._forget_flags(k, buf, off, n)
-      buf[off:off + n] = data.to_bytes(n, "little")
-    return None
-  return lanes_form
+  def store(th, buf, off):
+    data = value(th) & mask
+    k.epoch += 1
+    if k.flags:
+      strong._forget_flags(k, buf, off, n)
+    buf[off:off + n] = data.to_bytes(n, "little")
+  return _global_access(k, addr, n, True, insn, store)
 
 
 def async_store(k, addr, vals, size, red, mbar, insn, text):
