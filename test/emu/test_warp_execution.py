@@ -147,3 +147,52 @@ def test_a_warp_resumed_by_its_own_lane_runs_on_as_one_piece(schedule):
   kern.launch([np.zeros(64, np.uint32)], cluster=1, smem_bytes=64, block=64,
               schedule=schedule)
   assert sorted(map(tuple, calls)) == [tuple(range(32)), tuple(range(32, 64))]
+
+
+# Lane 0 spins on a flag that lane 1 raises after lane 0's loop in program order: on
+# sm_70 and newer the lanes of a warp make progress independently, so this ends.
+_SPIN_ON_A_WARP_MATE = """
+  ld.param.u64 %rd1, [k_param_0];
+  mov.u32 %r2, __dynamic_shmem__0;
+  setp.ne.u32 %p1, %r1, 0;
+  @%p1 bra SETTER;
+WAIT:
+  {POLL}
+  setp.eq.u32 %p2, %r3, 0;
+  @%p2 bra WAIT;
+  ld.shared.u32 %r4, [%r2+4];
+  st.global.u32 [%rd1], %r4;
+  bra END;
+SETTER:
+  setp.ne.u32 %p3, %r1, 1;
+  @%p3 bra END;
+  st.shared.u32 [%r2+4], 42;
+  {RAISE}
+END:
+"""
+
+
+def _spin(poll, raise_flag, schedule):
+  body = _SPIN_ON_A_WARP_MATE.replace("{POLL}", poll).replace("{RAISE}", raise_flag)
+  return PtxKernel(kernel(body)).launch([np.zeros(1, np.uint32)], cluster=1, smem_bytes=16,
+                                        block=32, schedule=schedule, smem_init=[bytes(16)])
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_a_lane_spinning_on_a_warp_mate_lets_it_run(schedule):
+  """The spinning lane is at the lower program counter, so its piece runs first; each
+  poll yields, and the warp-mate's piece then raises the flag."""
+  [out] = _spin("ld.acquire.cta.shared.u32 %r3, [%r2];",
+                "st.release.cta.shared.u32 [%r2], 1;", schedule)
+  assert out.view(np.uint32)[0] == 42
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_a_weak_flag_between_warp_mates_races(schedule):
+  """The same with a weak load and store of the flag: after ``LOOP_YIELD`` backward
+  jumps the spinning piece yields, the warp-mate writes the flag, and that write is
+  not ordered after the spinning lane's reads."""
+  with pytest.raises(ProtocolError) as err:
+    _spin("ld.shared.u32 %r3, [%r2];", "st.shared.u32 [%r2], 1;", schedule)
+  assert err.value.rule == "race" and err.value.thread == 1
+  assert "write-after-read" in str(err.value)

@@ -12,6 +12,8 @@ mbarrier's state counts as progress (``k.epoch``: a polling thread parked by
 
 from __future__ import annotations
 
+import numpy as np
+
 from mosaic_async_store.check import access, addresses, program, warp
 from mosaic_async_store.check.memory import (SCOPES, SEMS, TX_LIMIT, ProtocolError, Releases,
                                              sem_scope)
@@ -73,7 +75,8 @@ class Mbarrier:
     self.phase, self.pending, self.tx, self.count = 0, count, 0, count
     self.releases, self.records = Releases(), []
     # each arrival's (thread slot -> clock) in the current phase, and per completed
-    # phase: a thread that observes the phase knows those arrivals happened
+    # phase, as (slots, clocks) arrays: a thread that observes the phase knows those
+    # arrivals happened
     self.arrivals, self.arrival_records = {}, []
     # each thread's last operation on it: thread slot -> (its clock, instruction index);
     # mbarrier.inval must be ordered after every one of them
@@ -271,7 +274,9 @@ def _advance(k, bar):
   if bar.pending == 0 and bar.tx == 0:
     prev = bar.records[-1] if bar.records else Releases()
     bar.records.append(prev.merged(bar.releases))
-    bar.arrival_records.append(bar.arrivals)
+    bar.arrival_records.append((np.fromiter(bar.arrivals, np.int64, len(bar.arrivals)),
+                                np.fromiter(bar.arrivals.values(), np.int64,
+                                            len(bar.arrivals))))
     bar.releases, bar.arrivals = Releases(), {}
     bar.phase, bar.pending = bar.phase + 1, bar.count
     k.dirty = True   # waiters may wake
@@ -283,8 +288,8 @@ def _observe(k, th, bar, sem, scope):
   if q < 0:
     return
   th.seen[bar.slot] = max(th.seen[bar.slot], q + 1)   # it has landed (the exit rule),
-  for slot, clk in bar.arrival_records[q].items():     # and so have its arrivals
-    th.seen[slot] = max(th.seen[slot], clk)
+  slots, clocks = bar.arrival_records[q]               # and so have its arrivals
+  th.seen[slots] = np.maximum(th.seen[slots], clocks)   # (each slot once: no .at needed)
   if sem in ("acquire", "acq_rel", "sc"):
     th.vc[bar.slot] = max(th.vc[bar.slot], q + 1)  # its asynchronous data is visible
     bar.records[q].acquire_into(th, scope)
