@@ -16,7 +16,7 @@ a full and an empty mbarrier per slot and ``--iters`` iterations of a loop with
 NumPy the same way.  Writes nothing unless ``--json PATH`` is given.
 
   python bench/checker_speed.py [--reps 5] [--best] [--schedules 0 1 2] [--json out.json]
-  python bench/checker_speed.py --by-opcode [--clusters 2] [--schedules 0]
+  python bench/checker_speed.py --by-opcode [--clusters 2] [--schedules 0] [--iters 8]
 
 docs/benchmarks.md ("Checker speed") has the method, the machine and the numbers.
 """
@@ -156,11 +156,13 @@ def pipeline_kernel(iters: int) -> str:
   return _PIPELINE.replace("{iters}", str(iters))
 
 
-def run_pipeline(ptx, iters: int, schedule: int) -> tuple[float, int]:
+def run_pipeline(ptx, iters: int, schedule: int, prepare=None) -> tuple[float, int]:
   """(seconds, thread-instructions) of one checked run of the pipeline; raises if a
-  consumer's sum is wrong."""
+  consumer's sum is wrong.  ``prepare``: as ``run_once``'s."""
   from mosaic_async_store.check.interp import PtxKernel
   kernel = PtxKernel(ptx)
+  if prepare is not None:
+    prepare(kernel)
   start = time.perf_counter()
   [out] = kernel.launch([np.zeros(256, np.uint32)], cluster=1, smem_bytes=1056, block=384,
                         schedule=schedule)
@@ -194,28 +196,34 @@ def _timed_opcodes(totals):
   return prepare
 
 
-def by_opcode(cluster: int, schedules) -> None:
-  """Prints where one run of the demo kernel on ``cluster`` CTAs spends its time, per
-  schedule: each opcode's wall time (every run of its function or warp form, the
-  timing calls included) and the landing of asynchronous operations (``LAND``)."""
+def by_opcode(cluster: int, schedules, iters: int) -> None:
+  """Prints where one run of the demo kernel on ``cluster`` CTAs (and, with ``iters``,
+  of the pipeline) spends its time, per schedule: each opcode's wall time (every run
+  of its function or warp form, the timing calls included) and the landing of
+  asynchronous operations (``LAND``)."""
   from collections import Counter
   from mosaic_async_store.check import asyncops
   cfg, ptx, inputs = demo_kernel(cluster)
+  runs = [(f"demo cluster {cluster}", lambda s, prep: run_once(cfg, ptx, inputs, s, prep))]
+  if iters:
+    pipeline = pipeline_kernel(iters)
+    runs.append((f"pipeline384x{iters}", lambda s, prep: run_pipeline(pipeline, iters, s, prep)))
   land = asyncops.land
-  for schedule in schedules:
-    totals = Counter()
-    def timed_land(k, op):
-      start = time.perf_counter()
-      land(k, op)
-      totals["LAND"] += time.perf_counter() - start
-    asyncops.land = timed_land
-    try:
-      seconds, _ = run_once(cfg, ptx, inputs, schedule, _timed_opcodes(totals))
-    finally:
-      asyncops.land = land
-    print(f"demo cluster {cluster} schedule {schedule}: {seconds:.3f} s in all")
-    for opcode, spent in totals.most_common(10):
-      print(f"  {spent * 1e3:7.1f} ms  {100 * spent / seconds:4.1f}%  {opcode}")
+  for name, run in runs:
+    for schedule in schedules:
+      totals = Counter()
+      def timed_land(k, op):
+        start = time.perf_counter()
+        land(k, op)
+        totals["LAND"] += time.perf_counter() - start
+      asyncops.land = timed_land
+      try:
+        seconds, _ = run(schedule, _timed_opcodes(totals))
+      finally:
+        asyncops.land = land
+      print(f"{name} schedule {schedule}: {seconds:.3f} s in all")
+      for opcode, spent in totals.most_common(10):
+        print(f"  {spent * 1e3:7.1f} ms  {100 * spent / seconds:4.1f}%  {opcode}")
 
 
 def _row(kernel, cluster, schedule, runs, pick=statistics.median):
@@ -243,7 +251,7 @@ def main(argv=None) -> int:
                            "machine shared with other work, the least disturbed run)")
   parser.add_argument("--by-opcode", action="store_true",
                       help="instead: where one run of the demo kernel (the first of "
-                           "--clusters) spends its time, per opcode")
+                           "--clusters) and of the pipeline spends its time, per opcode")
   parser.add_argument("--json", help="also write the numbers to this file")
   args = parser.parse_args(argv)
   if args.reps < 1:
@@ -251,7 +259,7 @@ def main(argv=None) -> int:
   if args.iters < 0:
     parser.error(f"--iters {args.iters}: must be 0 (no pipeline) or more")
   if args.by_opcode:
-    by_opcode(args.clusters[0], args.schedules)
+    by_opcode(args.clusters[0], args.schedules, args.iters)
     return 0
   rows, pick = [], min if args.best else statistics.median
   for cluster in args.clusters:

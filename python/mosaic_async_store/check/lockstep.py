@@ -50,7 +50,7 @@ def run_piece(k, lanes, max_back_jumps=1 << 20):
   try:
     while True:
       n += len(lanes)   # (a local: added to k.executed once, at the end)
-      vf, th = vcode[pc], lanes[0]   # (th: whom an error names, until a lane runs alone)
+      vf, th = vcode[pc], lanes[0]   # (th: the lane an error names; lane by lane, each)
       r = vf(lanes) if vf is not None else FALLBACK
       if r is None:
         nxt = pc + 1

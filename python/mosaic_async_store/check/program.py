@@ -87,8 +87,9 @@ class Program:
   None to go on, a program counter to jump to, ``outcomes.EXIT``, ``BLOCK`` or
   ``YIELD``), ``vcode`` (per instruction, its warp form or None: a function of the
   lanes of a piece, run once for all of them, which returns what ``outcomes`` says;
-  a handler gives one as the ``lanes`` attribute of its function), ``texts`` / ``lines`` / ``sources`` (its statement, PTX line,
-  user source line or None), ``params`` (the kernel's parameter names),
+  a handler gives one as the ``lanes`` attribute of its function), ``texts`` /
+  ``lines`` / ``sources`` (its statement, PTX line, user source line or None),
+  ``params`` (the kernel's parameter names),
   ``symbols`` (name -> (state space, offset)), ``labels``, ``local_bytes``.
   Compiling binds every instruction to ``machine``, which a launch then resets."""
 

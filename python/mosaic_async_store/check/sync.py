@@ -334,6 +334,13 @@ def _warp_sync(k, mask):
 
 
 def _bar_key(k, th, space, addr):
+  """(CTA, offset) of the mbarrier at ``addr`` in ``space``: an aligned address in the
+  thread's own shared window at once (``addresses.mem``'s first case), any other
+  through ``addresses.mem`` (its checks and messages)."""
+  if space is not None and not addr % 8 and not addr >> 24:
+    off = addr - addresses.SHARED_BASE
+    if 0 <= off <= len(k.smem[th.cta]) - 8:
+      return th.cta, off
   buf, off = addresses.mem(k, th, space, addr, 8)
   return k.smem_cta[id(buf)], off
 
