@@ -18,10 +18,10 @@ any time after issue; when no thread can run, one lands).  It declares
     value its writes are known by: whoever acquires that clock sees the data) and
     ``complete(k, op)`` (the signal, after the data landed), ``cta``, the CTA
     whose memory it signals in (the exit rule waits for it), and ``mbarrier``, the
-    key of the mbarrier it signals on, or None (``mbarrier.inval`` waits for it).  ``MbarrierTx``
-    (``.mbarrier::complete_tx::bytes``) is the one mechanism today; a bulk-group
-    completion (``cp.async.bulk.commit_group`` / ``wait_group``) or a WGMMA group
-    is another class with the same interface.
+    key of the mbarrier it signals on, or None (``mbarrier.inval`` waits for it).
+    ``MbarrierTx`` (``.mbarrier::complete_tx::bytes``) is the one mechanism today; a
+    bulk-group completion (``cp.async.bulk.commit_group`` / ``wait_group``) or a
+    WGMMA group is another class with the same interface.
 
 ``issue`` checks, marks the destination bytes in flight (a thread that touches
 them before the completion is observed is reported) and queues the operation;
