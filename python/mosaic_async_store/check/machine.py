@@ -17,7 +17,8 @@ scheduler in ``run``.  Its state, by what it models (each attribute is set by
     (the global buffers and their history, ``global_memory``), ``param_buf`` (the
     kernel parameters), ``flags`` (each strongly written location's release state,
     ``strong``), ``remote_arrivals`` (other CTAs' arrivals on a CTA's mbarriers: the
-    exit rule);
+    exit rule), ``observed`` (per CTA, the arrivals of every mbarrier phase one of its
+    threads observed: the exit rule counts them as known);
   * barriers: ``mbar`` (key (CTA, offset) -> ``sync.Mbarrier``), ``barriers_made``,
     ``named`` / ``warp_arrivals`` (named CTA barriers and the warps arriving on them,
     ``barriers``), ``cluster_gens`` / ``cluster_lanes`` / ``cluster_reached`` /
@@ -58,7 +59,8 @@ class Thread:
   """One thread: registers, where it is, and its memory-model state (``vc``: its
   vector clock; ``unscoped``: clocks it saw through pairs whose scopes do not
   include each other, ``unscoped_pair`` the (release, acquire) scopes of the last;
-  ``seen``: the phases it observed complete, whatever the wait's semantics;
+  ``seen``: the phases it observed complete, whatever the wait's semantics (their
+  arrivals: ``Machine.observed``, per CTA);
   ``fence_rel``: the clock its last fence releases with a later relaxed arrive;
   ``pending_obs``: phases a relaxed wait observed; ``remote_since``: its clock at
   its first access to another CTA's shared memory, which a
@@ -113,7 +115,7 @@ class Machine:
     self.threads, self.block, self.alive, self.alive_total, self.exited = [], 0, [], 0, []
     self.smem, self.shadow, self.smem_cta = [], [], {}
     self.gbufs, self.gshadow, self.param_buf = [], None, b""
-    self.flags, self.remote_arrivals = {}, []
+    self.flags, self.remote_arrivals, self.observed = {}, [], []
     self.mbar, self.barriers_made, self.named, self.warp_arrivals = {}, 0, {}, {}
     self.cluster_gens, self.cluster_lanes, self.cluster_reached = [], {}, []
     self.cluster_waiting = 0
@@ -136,6 +138,7 @@ class Machine:
     self.shadow = [Shadow(smem_bytes) for _ in range(cluster)]
     self.smem_cta = {id(b): i for i, b in enumerate(self.smem)}
     self.flags, self.remote_arrivals = {}, [{} for _ in range(cluster)]
+    self.observed = [{} for _ in range(cluster)]
     self.mbar, self.barriers_made, self.named, self.warp_arrivals = {}, 0, {}, {}
     self.cluster_gens, self.cluster_lanes = [], {}
     self.cluster_reached = [cluster * block]   # [n]: threads with >= n cluster arrives

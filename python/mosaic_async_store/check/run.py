@@ -130,6 +130,8 @@ def _thread_exits(k, th):
   k.exited[c] = True
   mine = [t for t in k.threads if t.cta == c]
   known = np.maximum.reduce([np.maximum(np.maximum(t.vc, t.unscoped), t.seen) for t in mine])
+  for slots, clocks in k.observed[c].values():   # the arrivals of the phases they observed
+    known[slots] = np.maximum(known[slots], clocks)   # (a slot once per phase)
   for op in k.inflight:
     if c in op.ctas:
       raise ProtocolError("exit", f"CTA {c} exits while {op.text} is in flight")

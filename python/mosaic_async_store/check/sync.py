@@ -288,8 +288,8 @@ def _observe(k, th, bar, sem, scope):
   if q < 0:
     return
   th.seen[bar.slot] = max(th.seen[bar.slot], q + 1)   # it has landed (the exit rule),
-  slots, clocks = bar.arrival_records[q]               # and so have its arrivals
-  th.seen[slots] = np.maximum(th.seen[slots], clocks)   # (each slot once: no .at needed)
+  record = bar.arrival_records[q]                      # and so have its arrivals: the
+  k.observed[th.cta][id(record)] = record              # exit rule folds them in once
   if sem in ("acquire", "acq_rel", "sc"):
     th.vc[bar.slot] = max(th.vc[bar.slot], q + 1)  # its asynchronous data is visible
     bar.records[q].acquire_into(th, scope)
