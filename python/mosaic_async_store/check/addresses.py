@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from mosaic_async_store.check.memory import ProtocolError
 
-__all__ = ["SHARED_BASE", "LOCAL_BASE", "GLOBAL_SHIFT", "NOT_SHARED", "mem", "mem_fn"]
+__all__ = ["SHARED_BASE", "LOCAL_BASE", "GLOBAL_SHIFT", "NOT_SHARED", "mem", "mem_fn",
+           "plain_shared"]
 
 SHARED_BASE = 0x400            # sm_90 reserves the first 1 KiB of the shared window
 LOCAL_BASE, GLOBAL_SHIFT = 0x100000, 40
@@ -58,6 +59,24 @@ def mem(k, th, space, addr, n):
   return buf, off
 
 
+def plain_shared(k, th, addr, n, cluster):
+  """(CTA, offset) of an ``n``-byte shared-memory access at ``addr`` by ``th`` when it is
+  the plain case, else None (then ``mem`` resolves it, with its checks and messages):
+  aligned, in bounds, and in the thread's own CTA, or, with ``cluster`` (a
+  ``.shared::cluster`` address), in a CTA it has accessed before that has not exited
+  (``mem`` records the first such access and checks the exit rule)."""
+  hi = addr >> 24
+  if addr % n or (hi and not (cluster and hi <= len(k.smem))):
+    return None
+  rank = hi - 1 if hi else th.cta
+  if rank != th.cta and (th.remote_since is None or k.exited[rank]):
+    return None
+  off = (addr & 0xFFFFFF) - SHARED_BASE
+  if off < 0 or off + n > len(k.smem[rank]):
+    return None
+  return rank, off
+
+
 def mem_fn(k, space, n):
   """A function (th, addr) -> ``mem(k, th, space, addr, n)`` for one instruction:
   the common case (aligned, in bounds, a static space, no other CTA that needs
@@ -76,14 +95,10 @@ def mem_fn(k, space, n):
   elif space in ("shared", "shared::cta", "shared::cluster"):
     cluster = space == "shared::cluster"
     def resolve(th, addr):
-      hi = addr >> 24
-      if not addr % n and (not hi or (cluster and 0 < hi <= len(k.smem))):
-        rank = hi - 1 if hi else th.cta
-        if rank == th.cta or (th.remote_since is not None and not k.exited[rank]):
-          buf, off = k.smem[rank], (addr & 0xFFFFFF) - SHARED_BASE
-          if off >= 0 and off + n <= len(buf):
-            return buf, off
-      return slow(th, space, addr, n)
+      place = plain_shared(k, th, addr, n, cluster)
+      if place is None:
+        return slow(th, space, addr, n)
+      return k.smem[place[0]], place[1]
   else:
     def resolve(th, addr):
       return slow(th, space, addr, n)

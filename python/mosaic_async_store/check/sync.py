@@ -334,13 +334,13 @@ def _warp_sync(k, mask):
 
 
 def _bar_key(k, th, space, addr):
-  """(CTA, offset) of the mbarrier at ``addr`` in ``space``: an aligned address in the
-  thread's own shared window at once (``addresses.mem``'s first case), any other
-  through ``addresses.mem`` (its checks and messages)."""
-  if space is not None and not addr % 8 and not addr >> 24:
-    off = addr - addresses.SHARED_BASE
-    if 0 <= off <= len(k.smem[th.cta]) - 8:
-      return th.cta, off
+  """(CTA, offset) of the mbarrier at ``addr`` in ``space``: the plain case at once
+  (``addresses.plain_shared``), any other through ``addresses.mem`` (its checks and
+  messages)."""
+  place = None if space is None else addresses.plain_shared(
+      k, th, addr, 8, space == "shared::cluster")
+  if place is not None:
+    return place
   buf, off = addresses.mem(k, th, space, addr, 8)
   return k.smem_cta[id(buf)], off
 

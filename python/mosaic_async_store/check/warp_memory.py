@@ -19,7 +19,7 @@ the error's ``access`` names lane j, which ``lockstep.run_piece`` reports.
 from __future__ import annotations
 
 from mosaic_async_store.check import access, asyncops, strong
-from mosaic_async_store.check.addresses import GLOBAL_SHIFT, SHARED_BASE
+from mosaic_async_store.check.addresses import GLOBAL_SHIFT, plain_shared
 from mosaic_async_store.check.outcomes import FALLBACK, YIELD
 
 __all__ = ["SHARED", "shared_load", "shared_store", "global_load", "global_store",
@@ -29,36 +29,15 @@ SHARED = ("shared", "shared::cta")   # the state spaces of the own CTA's shared 
 _GLOBAL_MASK = (1 << GLOBAL_SHIFT) - 1
 
 
-def _shared_offsets(lanes, addr, n, size):
-  """Each lane's offset into its CTA's shared memory, or None unless every address
-  is a plain, aligned, in-bounds shared::cta one (``addresses.mem_fn``'s fast case)."""
-  offs = []
+def _places(k, lanes, addr, n, cluster):
+  """Each lane's (CTA, offset) of its shared-memory access, or None unless every one
+  is the plain case (``addresses.plain_shared``)."""
+  places = []
   for th in lanes:
-    a = addr(th)
-    off = a - SHARED_BASE
-    if a % n or a >> 24 or off < 0 or off + n > size:
+    place = plain_shared(k, th, addr(th), n, cluster)
+    if place is None:
       return None
-    offs.append(off)
-  return offs
-
-
-def _cluster_places(k, lanes, addr, n):
-  """Each lane's (CTA, offset) of an ``n``-byte ``.shared::cluster`` access, or None
-  unless every one is the plain case (``addresses.mem_fn``'s: aligned, in bounds, in
-  the lane's own CTA or in one it accessed before that has not exited)."""
-  smem, exited, places = k.smem, k.exited, []
-  for th in lanes:
-    a = addr(th)
-    hi = a >> 24
-    if a % n or hi > len(smem):
-      return None
-    rank = hi - 1 if hi else th.cta
-    if rank != th.cta and (th.remote_since is None or exited[rank]):
-      return None
-    off = (a & 0xFFFFFF) - SHARED_BASE
-    if off < 0 or off + n > len(smem[rank]):
-      return None
-    places.append((rank, off))
+    places.append(place)
   return places
 
 
@@ -91,8 +70,9 @@ def _shared_access(k, addr, n, write, insn, act):
   def lanes_form(lanes):
     cta = lanes[0].cta   # (one warp: one CTA)
     buf, sh = k.smem[cta], k.shadow[cta]
-    offs = _shared_offsets(lanes, addr, n, len(buf))
-    if offs is None or not _no_barrier_bytes(sh, offs, n):
+    places = _places(k, lanes, addr, n, False)   # (not cluster: the lane's own CTA)
+    offs = places and [off for _, off in places]
+    if not offs or not _no_barrier_bytes(sh, offs, n):
       return FALLBACK
     conflict, record = sh.conflict, sh.record
     for th, off in zip(lanes, offs):
@@ -172,8 +152,8 @@ def async_store(k, addr, vals, size, red, mbar, insn, text):
   def lanes_form(lanes):
     if k.store_trace is not None or len(k.smem) == 1:
       return FALLBACK
-    places = _cluster_places(k, lanes, addr, n)
-    keys = places and _cluster_places(k, lanes, mbar, 8)
+    places = _places(k, lanes, addr, n, True)
+    keys = places and _places(k, lanes, mbar, 8, True)
     if not keys:
       return FALLBACK
     for th, (cta, _), key in zip(lanes, places, keys):   # what issue would refuse
