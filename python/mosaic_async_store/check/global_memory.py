@@ -120,6 +120,18 @@ class GlobalShadow:
     i = self.index[id(buf)]
     return f"global buffer {i} ({self.names[i]}) bytes {off}..{off + n - 1}"
 
+  def page(self, buf, lo: int, hi: int):
+    """The cells of the page that holds bytes [lo, hi) of ``buf`` (made if no access
+    touched it yet), or None when they lie in two pages (``warp_memory`` records a
+    warp's accesses of untouched bytes at once, as ``access`` does one by one)."""
+    if lo >> PAGE_SHIFT != (hi - 1) >> PAGE_SHIFT:
+      return None
+    pages, k = self.pages[id(buf)], lo >> PAGE_SHIFT
+    cells = pages[k]
+    if cells is None:
+      cells = pages[k] = [None] * PAGE
+    return cells
+
   def access(self, th, buf, off, n, write, atomic, insn, tag):
     """Checks thread ``th``'s access to ``n`` bytes of ``buf`` at ``off`` by
     instruction ``insn`` (its index; ``tag``: a strong access's, see

@@ -24,8 +24,10 @@ scheduler in ``run``.  Its state, by what it models (each attribute is set by
     ``barriers``), ``cluster_gens`` / ``cluster_lanes`` / ``cluster_reached`` /
     ``cluster_waiting`` (the cluster barrier's generations and arrivals);
   * asynchronous operations: ``inflight`` (``asyncops.AsyncOp`` issued, not landed);
-  * clocks: ``barrier_slot0`` (the first vector-clock slot of the mbarriers: slot 0
-    is the initial memory, slots 1.. the threads, then two per mbarrier);
+  * clocks: ``clocks`` (every thread's vector clock, ``Thread.vc``, as a row of one
+    matrix: row ``slot - 1``), ``barrier_slot0`` (the first vector-clock slot of the
+    mbarriers: slot 0 is the initial memory, slots 1.. the threads, then two per
+    mbarrier);
   * the scheduler (``run``): ``sched`` (``memory.Schedule``: every choice a schedule
     makes), ``runnable`` / ``blocked`` / ``parked`` (threads by state),
     ``group_waiting`` (lanes waiting at warp collectives per warp), ``dirty`` (a
@@ -81,11 +83,12 @@ class Thread:
                "remote_since", "polled", "poll_pc", "poll_seen", "poll_epoch", "back_jumps",
                "poll_what", "tried_wait", "released", "products")
 
-  def __init__(self, cta, tid, special, local_bytes, slot, nslots):
+  def __init__(self, cta, tid, special, local_bytes, slot, vc):
     self.regs, self.pc, self.cta, self.tid = dict(special), 0, cta, tid
     self.state, self.wait, self.cluster_arrived = "run", None, 0
     self.local = bytearray(local_bytes)
-    self.slot, self.vc, self.unscoped = slot, np.zeros(nslots, np.int64), np.zeros(nslots, np.int64)
+    nslots = len(vc)
+    self.slot, self.vc, self.unscoped = slot, vc, np.zeros(nslots, np.int64)
     self.seen, self.unscoped_pair = np.zeros(nslots, np.int64), None
     self.vc[slot], self.fence_rel, self.pending_obs, self.remote_since = 1, None, [], None
     self.polled, self.poll_seen, self.poll_epoch, self.back_jumps = False, set(), -1, 0
@@ -120,7 +123,7 @@ class Machine:
     self.cluster_gens, self.cluster_lanes, self.cluster_reached = [], {}, []
     self.cluster_waiting = 0
     self.inflight = []
-    self.barrier_slot0 = 0
+    self.barrier_slot0, self.clocks = 0, None
     self.sched, self.runnable, self.blocked, self.parked = None, [], {}, []
     self.group_waiting, self.dirty, self.epoch, self.timeouts = {}, False, 0, 0
     self.grid_clusters = 1
@@ -147,8 +150,12 @@ class Machine:
     self.barrier_slot0 = 1 + cluster * block   # slot 0: initial memory; then the threads
     nslots = self.barrier_slot0 + 2 * barrier_slots   # per barrier: its data, its init
     self.block, self.exited = block, [False] * cluster
+    # every thread's clock is a row of one matrix (row i: slot i + 1), so a warp form
+    # reads the clocks of all its lanes at once
+    self.clocks = np.zeros((cluster * block, nslots), np.int64)
     self.threads = [Thread(c, t, _special_registers(c, t, cluster, block, first_cta, grid),
-                           self.program.local_bytes, c * block + t + 1, nslots)
+                           self.program.local_bytes, c * block + t + 1,
+                           self.clocks[c * block + t])
                     for c in range(cluster) for t in range(block)]
     self.alive, self.alive_total = [block] * cluster, cluster * block   # not exited
     self.sched, self.runnable, self.blocked, self.parked = Schedule(schedule), \
