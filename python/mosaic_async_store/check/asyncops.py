@@ -32,10 +32,13 @@ issuing thread and instruction.
 
 from __future__ import annotations
 
-from mosaic_async_store.check import access, sync
-from mosaic_async_store.check.memory import SCOPES, ProtocolError
+import numpy as np
 
-__all__ = ["AsyncOp", "Write", "Read", "MbarrierTx", "issue", "land"]
+from mosaic_async_store.check import access, sync
+from mosaic_async_store.check.memory import SCOPES, TX_LIMIT, ProtocolError
+from mosaic_async_store.check.shadow_runs import record_disjoint, runs
+
+__all__ = ["AsyncOp", "Write", "Read", "MbarrierTx", "issue", "land", "land_many"]
 
 
 class Write:
@@ -98,12 +101,14 @@ class MbarrierTx:
 class AsyncOp:
   """One asynchronous operation in flight (the module doc): ``th`` issued it by
   instruction ``insn`` (its index) with clock ``vc``; ``text`` names it in messages;
-  ``idx`` is its place in ``Machine.inflight``."""
+  ``idx`` is its place in ``Machine.inflight``; ``vc``, if given, is a copy of
+  ``th``'s clock the caller made (a warp's issue copies its lanes' at once)."""
 
   __slots__ = ("th", "vc", "insn", "opcode", "writes", "reads", "proxy", "completion", "idx")
 
-  def __init__(self, th, insn, opcode, writes, completion, reads=(), proxy="async"):
-    self.th, self.vc, self.insn, self.opcode = th, th.vc.copy(), insn, opcode
+  def __init__(self, th, insn, opcode, writes, completion, reads=(), proxy="async", vc=None):
+    self.th, self.insn, self.opcode = th, insn, opcode
+    self.vc = th.vc.copy() if vc is None else vc   # (vc: a copy the caller made)
     self.writes, self.reads, self.proxy, self.completion = writes, reads, proxy, completion
     self.idx = None
 
@@ -159,3 +164,76 @@ def land(k, op):
   for w in op.writes:   # red.async is a read-modify-write (it continues a release state)
     access._write(k, k.smem[w.cta], w.off, w.size, w.values, w.red, weak=not w.red)
   op.completion.complete(k, op)
+
+
+def land_many(k, ops):
+  """Lands ``ops`` one after another, as ``land`` does each: consecutive ``st.async``
+  stores into one CTA that complete on one mbarrier (a warp's, or many warps')
+  land together when ``_land_together`` can (the same checks, records, bytes and
+  tx-counts), the others one by one."""
+  i = 0
+  while i < len(ops):
+    j = i + 1
+    first = ops[i]
+    if _plain_store(first):
+      key, cta, n = first.completion.key, first.writes[0].cta, first.writes[0].nbytes
+      while j < len(ops) and _plain_store(ops[j]) and ops[j].completion.key == key and \
+            ops[j].writes[0].cta == cta and ops[j].writes[0].nbytes == n:
+        j += 1
+    j = i + _land_together(k, ops[i:j]) if j - i > 1 else i
+    if j == i:   # (one by one)
+      land(k, ops[i])
+      j = i + 1
+    i = j
+
+
+def _plain_store(op) -> bool:
+  """One ``st.async`` write (no reduction, no reads) completing on an mbarrier."""
+  return type(op.completion) is MbarrierTx and len(op.writes) == 1 and \
+      op.writes[0].red is None and not op.reads
+
+
+def _land_together(k, ops) -> int:
+  """Lands the longest prefix of ``ops`` (``_plain_store`` s into one CTA of one size,
+  on one mbarrier) that can land at once, exactly as one by one: no check fails, no
+  tx-count leaves its range, and the phase completes, if at all, with the last.
+  Returns how many landed (0: none; the caller lands them one by one)."""
+  bar, w0 = k.mbar.get(ops[0].completion.key), ops[0].writes[0]
+  if bar is None or k.flags:
+    return 0
+  n = w0.nbytes
+  tx = np.cumsum([bar.tx] + [-n] * len(ops))[1:]
+  if np.abs(tx).max() > TX_LIMIT:
+    return 0
+  if bar.pending == 0:   # the phase completes where the tx-count reaches 0
+    zero = np.flatnonzero(tx == 0)
+    if len(zero):
+      ops = ops[:zero[0] + 1]
+  init_slot, init_clock = bar.init
+  offs = [op.writes[0].off for op in ops]
+  if len(ops) < 2 or len(set(offs)) != len(ops) or any(off % n for off in offs) or \
+     any(op.vc.item(init_slot) < init_clock for op in ops):
+    return 0
+  ordered = sorted(ops, key=lambda op: op.writes[0].off)
+  at = [op.writes[0].off for op in ordered]
+  clocks = np.stack([op.vc for op in ordered])
+  stamps = [(bar.slot, bar.phase + 1, op.insn) for op in ordered]
+  if not record_disjoint(k.shadow[w0.cta], at, n, write=True, stamps=stamps,
+                         clocks_at=lambda accesses, slots: clocks[accesses, slots],
+                         own_inflight=1):
+    return 0
+  sh, buf = k.shadow[w0.cta], k.smem[w0.cta]
+  for op in ops:
+    _dequeue(k, op)
+  dtype, i = np.dtype(f"<u{w0.size}") if w0.size in (1, 2, 4, 8) else None, 0
+  for lo, count in runs(at, n):   # each byte was in flight once: its own
+    hi, writes = lo + n * count, [op.writes[0] for op in ordered[i:i + count]]
+    i += count
+    sh.inflight[lo:hi] = [0] * (hi - lo)
+    buf[lo:hi] = np.array([w.values for w in writes], dtype).tobytes() if dtype else \
+        b"".join(sum(v << (8 * w.size * j) for j, v in enumerate(w.values))
+                 .to_bytes(n, "little") for w in writes)
+  k.epoch += 2 * len(ops)   # (each op's write and complete-tx, as land)
+  bar.tx -= n * len(ops)
+  sync._advance(k, bar)
+  return len(ops)

@@ -20,7 +20,14 @@ from mosaic_async_store.check.opcodes import decode
 from mosaic_async_store.check.ops import UNDEFINED, immediate, split_operands
 from mosaic_async_store.check.outcomes import FALLBACK
 
-__all__ = ["Program", "setter"]
+__all__ = ["Program", "setter", "lanes_getter"]
+
+
+def lanes_getter(getter):
+  """The warp form of a getter th -> int: lanes -> [int] (its ``lanes``, or one call
+  per lane)."""
+  form = getattr(getter, "lanes", None)
+  return form if form is not None else lambda lanes: [getter(th) for th in lanes]
 
 
 def _is_register(tok, scopes):
@@ -200,21 +207,37 @@ class Program:
       raise NotImplementedError(f"operand {tok!r}") from None
 
   def getter(self, op):
-    """A getter th -> int for a source operand."""
+    """A getter th -> int for a source operand; its ``lanes`` attribute is its warp
+    form, lanes -> [int] (``lanes_getter``)."""
     if op[0] == "reg":  # a never-written register (LLVM's undef) reads as garbage:
-      return lambda th, n=op[1]: th.regs.get(n, UNDEFINED)  # bytes built from it show
+      n = op[1]         # bytes built from it show
+      def reg(th):
+        return th.regs.get(n, UNDEFINED)
+      reg.lanes = lambda lanes: [th.regs.get(n, UNDEFINED) for th in lanes]
+      return reg
     if op[0] in ("imm", "sym"):
       v = op[1]
       if op[0] == "sym":
         kind, off = self.symbols[v]
         v = off + {"local": LOCAL_BASE, "shared": SHARED_BASE}.get(kind, 0)
-      return lambda th: v
+      def const(th):
+        return v
+      const.lanes = lambda lanes: [v] * len(lanes)
+      return const
     if op[0] == "addr":
-      if op[1][0] == "reg":   # one call per address, not two (a hot path)
-        return lambda th, n=op[1][1], off=op[2]: th.regs.get(n, UNDEFINED) + off
       base, off = self.getter(op[1]), op[2]
-      return lambda th: base(th) + off
+      if op[1][0] == "reg":   # one call per address, not two (a hot path)
+        n = op[1][1]
+        def reg_address(th):
+          return th.regs.get(n, UNDEFINED) + off
+        reg_address.lanes = lambda lanes: [th.regs.get(n, UNDEFINED) + off for th in lanes]
+        return reg_address
+      def address(th):
+        return base(th) + off
+      address.lanes = lambda lanes: [a + off for a in base.lanes(lanes)]
+      return address
     raise NotImplementedError(f"source operand {op}")
+
 
   def _compile(self, stmt, scopes, fixups):
     guard = re.match(r"@(!?)(%?\w+)\s+", stmt)

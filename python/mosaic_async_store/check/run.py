@@ -87,8 +87,7 @@ def _launch(k, buffers, cluster, smem_bytes, block, max_timeouts, schedule,
           _polled(k, th)
         if th.state == "run":
           k.runnable.append(th)
-      for op in k.sched.landing_now(k.inflight):
-        asyncops.land(k, op)
+      asyncops.land_many(k, k.sched.landing_now(k.inflight))
       if k.dirty:
         _resolve(k)
       continue

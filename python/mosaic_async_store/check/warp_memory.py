@@ -21,9 +21,11 @@ from __future__ import annotations
 import numpy as np
 
 from mosaic_async_store.check import access, asyncops, strong
-from mosaic_async_store.check.addresses import GLOBAL_SHIFT, SHARED_BASE, plain_shared
+from mosaic_async_store.check.addresses import GLOBAL_SHIFT, SHARED_BASE
 from mosaic_async_store.check.global_memory import PAGE
 from mosaic_async_store.check.outcomes import FALLBACK, YIELD
+from mosaic_async_store.check.program import lanes_getter
+from mosaic_async_store.check.shadow_runs import record_disjoint
 
 __all__ = ["SHARED", "shared_load", "shared_store", "global_load", "global_store",
            "async_store"]
@@ -34,16 +36,20 @@ _PAGE_MASK = PAGE - 1
 _DTYPES = {1: np.dtype("<u1"), 2: np.dtype("<u2"), 4: np.dtype("<u4"), 8: np.dtype("<u8")}
 
 
-def _places(k, lanes, addr, n, cluster):
-  """Each lane's (CTA, offset) of its shared-memory access, or None unless every one
-  is the plain case (``addresses.plain_shared``)."""
-  places = []
-  for th in lanes:
-    place = plain_shared(k, th, addr(th), n, cluster)
-    if place is None:
-      return None
-    places.append(place)
-  return places
+def _shared_places(k, lanes, addrs, n, cluster):
+  """(CTA, [offset]) of the lanes' ``n``-byte shared-memory accesses at ``addrs`` when
+  every one is the plain case (``addresses.plain_shared``) in one CTA, else None."""
+  hi, cta = addrs[0] >> 24, lanes[0].cta
+  if any(a >> 24 != hi or a % n for a in addrs):
+    return None
+  rank = hi - 1 if hi else cta
+  if hi and (not cluster or hi > len(k.smem)) or rank != cta and (
+      k.exited[rank] or any(th.remote_since is None for th in lanes)):
+    return None
+  offs = [(a & 0xFFFFFF) - SHARED_BASE for a in addrs]
+  if min(offs) < 0 or max(offs) + n > len(k.smem[rank]):
+    return None
+  return rank, offs
 
 
 def _no_barrier_bytes(sh, offs, n):
@@ -52,20 +58,15 @@ def _no_barrier_bytes(sh, offs, n):
   return sh.mbar_bytes.count(0, lo, hi) == hi - lo
 
 
-def _global_places(k, lanes, addr, n):
-  """Each lane's (buffer, offset) in global memory, or None unless every address is
-  aligned and inside an argument's buffer (``addresses.mem_fn``'s fast case)."""
-  gbufs, places = k.gbufs, []
-  for th in lanes:
-    a = addr(th)
-    idx = (a >> GLOBAL_SHIFT) - 1
-    if a % n or not 0 <= idx < len(gbufs):
-      return None
-    buf, off = gbufs[idx], a & _GLOBAL_MASK
-    if off + n > len(buf):
-      return None
-    places.append((buf, off))
-  return places
+def _global_places(k, addrs, n):
+  """(buffer, [offset]) of the lanes' ``n``-byte global accesses at ``addrs`` when all
+  are aligned and inside one argument's buffer (``addresses.mem_fn``'s fast case),
+  else None."""
+  idx = (addrs[0] >> GLOBAL_SHIFT) - 1
+  if not 0 <= idx < len(k.gbufs) or any(a >> GLOBAL_SHIFT != idx + 1 or a % n for a in addrs):
+    return None
+  buf, offs = k.gbufs[idx], [a & _GLOBAL_MASK for a in addrs]
+  return (buf, offs) if max(offs) + n <= len(buf) else None
 
 
 def _block(addrs, n):
@@ -81,75 +82,42 @@ def _block(addrs, n):
   return None
 
 
-def _writers_seen(k, ordered, writers, clocks, n):
-  """Whether each lane (``ordered``: in address order, ``n`` bytes each) is ordered
-  after the last writes of its bytes (``writers`` / ``clocks``: their slots and
-  clocks), read off the clock matrix (``Machine.clocks``) at once."""
-  if clocks.count(0) == len(clocks):   # the initial contents: ordered before all
-    return True
-  rows = np.repeat(np.fromiter((th.slot - 1 for th in ordered), np.intp, len(ordered)), n)
-  return bool((k.clocks[rows, writers] >= clocks).all())
-
-
-def _shared_block(k, sh, ordered, lo, n, write, insn):
-  """The weak accesses of ``ordered`` lanes (address order) to the block of ``n`` bytes
-  each from ``lo`` of their CTA's shadow ``sh``, checked and recorded at once when
-  no byte has a history that needs a lane-by-lane look (in flight, an mbarrier, a
-  strong write, a read before a write) and every lane is ordered after the bytes'
-  last writes: then exactly what ``memory.Shadow.conflict`` / ``record`` find and
-  keep lane by lane.  Returns whether it did (else nothing changed)."""
-  size = n * len(ordered)
-  hi = lo + size
-  if sh.inflight[lo:hi].count(0) != size or sh.inflight_red[lo:hi].count(0) != size or \
-     sh.atomics[lo:hi].count(None) != size or sh.mbar_bytes.count(0, lo, hi) != size:
-    return False
-  unread = sh.readers[lo:hi].count(None) == size
-  if write and not unread:
-    return False
-  if not _writers_seen(k, ordered, sh.w_slot[lo:hi], sh.w_clk[lo:hi], n):
-    return False
-  each = range(n)
-  slots = [th.slot for th in ordered]
-  clocks = [th.vc.item(th.slot) for th in ordered]
-  if write:
-    sh.w_slot[lo:hi] = [s for s in slots for _ in each]
-    sh.w_clk[lo:hi] = [c for c in clocks for _ in each]
-    sh.w_insn[lo:hi] = [insn] * size
-  elif unread:   # (a set of its own per byte: they grow apart later)
-    sh.readers[lo:hi] = [{s: (c, insn, None)} for s, c in zip(slots, clocks) for _ in each]
-  else:
-    readers = sh.readers
-    for i, (s, c) in enumerate(zip(slots, clocks)):
-      for b in range(lo + i * n, lo + (i + 1) * n):
-        if readers[b] is None:
-          readers[b] = {s: (c, insn, None)}
-        else:
-          readers[b][s] = (c, insn, None)
-  return True
+def _lanes_clocks(k, ordered):
+  """``clocks_at`` (``shadow_runs.record_disjoint``) of lanes ``ordered``: their rows
+  of the clock matrix (``Machine.clocks``)."""
+  rows = np.fromiter((th.slot - 1 for th in ordered), np.intp, len(ordered))
+  return lambda accesses, slots: k.clocks[rows[accesses], slots]
 
 
 def _shared_access(k, addr, n, write, insn, act, block_act):
   """The warp form of a weak ``n``-byte access to the own CTA's shared memory: each
   lane checked and recorded in the shadow in lane order, then ``act(th, buf, off)``
-  (the load or the store itself); when the lanes tile one block of bytes and
-  ``_shared_block`` takes it, all at once, then ``block_act(ordered, buf, off)``."""
+  (the load or the store itself).  Lanes at distinct aligned offsets (disjoint
+  bytes) are checked and recorded at once when ``shadow_runs.record_disjoint`` takes
+  them; then, when they tile one block of bytes, ``block_act(ordered, buf, off)``
+  does them all."""
+  addrs_of = lanes_getter(addr)
   def lanes_form(lanes):
     cta = lanes[0].cta   # (one warp: one CTA)
     buf, sh = k.smem[cta], k.shadow[cta]
-    if len(lanes) > 1 and not (write and k.flags):
-      addrs = [addr(th) for th in lanes]
-      block = _block(addrs, n)
-      if block is not None:
-        lo, order = block
-        off = lo - SHARED_BASE
-        if lo >> 24 == 0 and not lo % n and off >= 0 and off + n * len(lanes) <= len(buf):
-          ordered = lanes if order is None else [lanes[i] for i in order]
-          if _shared_block(k, sh, ordered, off, n, write, insn):
-            block_act(ordered, buf, off)
-            return None
-    places = _places(k, lanes, addr, n, False)   # (not cluster: the lane's own CTA)
-    offs = places and [off for _, off in places]
-    if not offs or not _no_barrier_bytes(sh, offs, n):
+    places = _shared_places(k, lanes, addrs_of(lanes), n, False)   # (not cluster: own CTA)
+    if places is None:
+      return FALLBACK
+    offs = places[1]
+    if len(lanes) > 1 and not (write and k.flags) and len(set(offs)) == len(offs):
+      order = sorted(range(len(offs)), key=offs.__getitem__)
+      ordered = [lanes[i] for i in order]
+      at = [offs[i] for i in order]
+      stamps = [(th.slot, th.vc.item(th.slot), insn) for th in ordered]
+      if record_disjoint(sh, at, n, write=write, clocks_at=_lanes_clocks(k, ordered),
+                         stamps=stamps):
+        if at[-1] - at[0] == n * (len(at) - 1):   # one block
+          block_act(ordered, buf, at[0])
+        else:
+          for th, off in zip(ordered, at):
+            act(th, buf, off)
+        return None
+    if not _no_barrier_bytes(sh, offs, n):
       return FALLBACK
     conflict, record = sh.conflict, sh.record
     for th, off in zip(lanes, offs):
@@ -215,15 +183,13 @@ def shared_store(k, addr, vals, size, insn, traced):
   return traced_form
 
 
-def _global_first(k, lanes, places, n, write, insn):
-  """The first accesses of ``lanes`` to their ``n`` bytes each (``places``: (buffer,
-  offset), aligned) of one page of one global buffer, recorded at once as
+def _global_first(k, lanes, buf, offs, n, write, insn):
+  """The first accesses of ``lanes`` to their ``n`` bytes each at ``offs`` (aligned)
+  of one page of global buffer ``buf``, recorded at once as
   ``global_memory.GlobalShadow.access`` records untouched bytes; returns whether
   they were (distinct aligned offsets: disjoint bytes, so lane order does not matter)
   and did, else changes nothing."""
-  buf = places[0][0]
-  offs = [off for _, off in places]
-  if len(set(offs)) != len(offs) or any(b is not buf for b, _ in places):
+  if len(set(offs)) != len(offs):
     return False
   cells = k.gshadow.page(buf, min(offs), max(offs) + n)
   if cells is None:
@@ -245,22 +211,24 @@ def _global_access(k, addr, n, write, insn, act, block_act):
   recorded in the global shadow in lane order, then ``act(th, buf, off)``; lanes'
   first accesses to bytes of one page all at once (``_global_first``), then, when
   they tile one block, ``block_act(ordered, buf, off)``."""
+  addrs_of = lanes_getter(addr)
   def lanes_form(lanes):
-    places = _global_places(k, lanes, addr, n)
+    places = _global_places(k, addrs_of(lanes), n)
     if places is None:
       return FALLBACK
+    buf, offs = places
     if len(lanes) > 1 and not (write and k.flags) and \
-       _global_first(k, lanes, places, n, write, insn):
-      block = _block([off for _, off in places], n)
+       _global_first(k, lanes, buf, offs, n, write, insn):
+      block = _block(offs, n)
       if block is not None:
         lo, order = block
-        block_act(lanes if order is None else [lanes[i] for i in order], places[0][0], lo)
+        block_act(lanes if order is None else [lanes[i] for i in order], buf, lo)
       else:
-        for th, (buf, off) in zip(lanes, places):
+        for th, off in zip(lanes, offs):
           act(th, buf, off)
       return None
     check = k.gshadow.access
-    for th, (buf, off) in zip(lanes, places):
+    for th, off in zip(lanes, offs):
       bad = check(th, buf, off, n, write, False, insn, None)
       if bad is not None:
         access._global_race(k, th, buf, off, n, write, bad, None, insn)
@@ -293,26 +261,39 @@ def async_store(k, addr, vals, size, red, mbar, insn, text):
   type)) of ``vals`` at ``addr``, completing on the mbarrier at ``mbar``: returns
   {lane: YIELD} for the lanes the schedule pauses after their issue, as lane by lane."""
   n, mask = size * len(vals), (1 << (8 * size)) - 1
+  addrs_of, bars_of = lanes_getter(addr), lanes_getter(mbar)
   def lanes_form(lanes):
     if k.store_trace is not None or len(k.smem) == 1:
       return FALLBACK
-    places = _places(k, lanes, addr, n, True)
-    keys = places and _places(k, lanes, mbar, 8, True)
-    if not keys:
+    places = _shared_places(k, lanes, addrs_of(lanes), n, True)
+    bar_places = places and _shared_places(k, lanes, bars_of(lanes), 8, True)
+    if not bar_places or bar_places[0] != places[0]:   # (what issue would refuse:
+      return FALLBACK                                   # the barrier elsewhere, ...)
+    cta, offs = places
+    if red and cta == lanes[0].cta:   # (a reduction into the own CTA)
       return FALLBACK
-    for th, (cta, _), key in zip(lanes, places, keys):   # what issue would refuse
-      bar = k.mbar.get(key)
-      if key[0] != cta or (red and cta == th.cta) or bar is None or \
-         th.vc.item(bar.init[0]) < bar.init[1]:
+    barriers = k.mbar
+    for off in set(bar_places[1]):
+      bar = barriers.get((cta, off))
+      if bar is None or any(th.vc.item(bar.init[0]) < bar.init[1] for th in lanes):
         return FALLBACK
-    moved = None
-    for th, (cta, off), key in zip(lanes, places, keys):
-      write = asyncops.Write(cta, off, size, [g(th) & mask for g in vals], red)
-      asyncops.issue(k, th, asyncops.AsyncOp(th, insn, text, [write],
-                                             asyncops.MbarrierTx(key, n)))
+    completions = {off: asyncops.MbarrierTx((cta, off), n) for off in set(bar_places[1])}
+    values = [lanes_getter(g)(lanes) for g in vals]
+    # asyncops.issue, lane by lane, with the lanes' clocks copied at once
+    rows = np.fromiter((th.slot - 1 for th in lanes), np.intp, len(lanes))
+    clocks, inflight, moved = k.clocks[rows], k.inflight, None
+    sh = k.shadow[cta]
+    for i, (th, off, bar_off) in enumerate(zip(lanes, offs, bar_places[1])):
+      write = asyncops.Write(cta, off, size, [v[i] & mask for v in values], red)
+      op = asyncops.AsyncOp(th, insn, text, [write], completions[bar_off], vc=clocks[i])
+      barriers[cta, bar_off].users[th.slot] = (clocks.item(i, th.slot), insn)  # (_barrier)
+      sh.mark_inflight(off, n, 1, atomic=red is not None)
+      op.idx = len(inflight)
+      inflight.append(op)
       if k.sched.yields():
         if moved is None:
           moved = {}
         moved[th] = YIELD
+    k.clocks[rows, rows + 1] += 1   # (row r: slot r + 1)
     return moved
   return lanes_form

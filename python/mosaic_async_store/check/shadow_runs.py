@@ -1,0 +1,87 @@
+"""Many accesses to one CTA's shared-memory shadow (``memory.Shadow``) checked and
+recorded at once: the lanes of a warp instruction (``warp_memory``), or asynchronous
+stores landing together (``asyncops.land_many``).
+
+``record_disjoint`` takes accesses of ``n`` bytes each at distinct offsets that are
+multiples of ``n`` (so their bytes are disjoint, and no access can conflict with
+another of the batch: the order they are judged in does not matter).  It handles
+the common case with one slice operation per run of adjacent accesses instead of
+one ``Shadow.conflict`` and ``Shadow.record`` call per access: when no byte has a
+history that needs a closer look (a write in flight other than the accesses' own,
+an mbarrier, a strong write, a read before a write) and every access is ordered
+after the last writes of its bytes, it records exactly what ``record`` would, access
+by access, and returns True.  Otherwise it changes nothing and returns False, and
+the caller goes access by access (``Shadow.conflict`` then finds the first conflict
+and the caller reports it in its own words).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["runs", "record_disjoint"]
+
+
+def runs(offs, n):
+  """The runs of adjacent accesses of ``offs`` (ascending, ``n`` bytes each), as
+  (first byte, accesses) pairs."""
+  out, lo, count = [], offs[0], 1
+  for off in offs[1:]:
+    if off == lo + n * count:
+      count += 1
+    else:
+      out.append((lo, count))
+      lo, count = off, 1
+  out.append((lo, count))
+  return out
+
+
+def record_disjoint(sh, offs, n, *, write, clocks_at, stamps, own_inflight=0):
+  """Checks and records accesses of ``n`` bytes at ``offs`` (ascending, distinct,
+  multiples of ``n``) in shadow ``sh`` at once, or changes nothing (the module doc);
+  returns whether it did.
+
+  ``clocks_at(accesses, slots)``: for access indices and slots (NumPy arrays of one
+  length), each access's clock at that slot (the accessing thread's, or the issuer's
+  at issue for an asynchronous store).  ``stamps``: each access's (slot, clock,
+  instruction), as ``Shadow.record`` takes it.  ``own_inflight``: how many writes in
+  flight each byte holds of the accesses' own (1 when asynchronous stores land: they
+  are still marked; 0 for threads' accesses)."""
+  spans = runs(offs, n)
+  inflight, inflight_red, atomics = sh.inflight, sh.inflight_red, sh.atomics
+  readers, mbar_bytes, w_slot, w_clk = sh.readers, sh.mbar_bytes, sh.w_slot, sh.w_clk
+  writers, clocks, unread = [], [], True
+  for lo, count in spans:
+    size = n * count
+    hi = lo + size
+    if inflight[lo:hi].count(own_inflight) != size or inflight_red[lo:hi].count(0) != size \
+       or atomics[lo:hi].count(None) != size or mbar_bytes.count(0, lo, hi) != size:
+      return False
+    if readers[lo:hi].count(None) != size:
+      if write:
+        return False
+      unread = False
+    writers += w_slot[lo:hi]
+    clocks += w_clk[lo:hi]
+  if clocks.count(0) != len(clocks):   # (clock 0: the initial contents, before all)
+    accesses = np.repeat(np.arange(len(offs)), n)
+    if not (clocks_at(accesses, np.array(writers)) >= np.array(clocks)).all():
+      return False
+  each, i = range(n), 0
+  for lo, count in spans:
+    hi, mine = lo + n * count, stamps[i:i + count]
+    i += count
+    if write:
+      w_slot[lo:hi] = [s for s, _, _ in mine for _ in each]
+      w_clk[lo:hi] = [c for _, c, _ in mine for _ in each]
+      sh.w_insn[lo:hi] = [insn for _, _, insn in mine for _ in each]
+    elif unread:   # (a set of its own per byte: they grow apart later)
+      readers[lo:hi] = [{s: (c, insn, None)} for s, c, insn in mine for _ in each]
+    else:
+      for j, (s, c, insn) in enumerate(mine):
+        for b in range(lo + j * n, lo + (j + 1) * n):
+          if readers[b] is None:
+            readers[b] = {s: (c, insn, None)}
+          else:
+            readers[b][s] = (c, insn, None)
+  return True

@@ -1,0 +1,152 @@
+"""The checker's batched paths are exact: what the warp forms of loads and stores
+(check/warp_memory.py) and the landing of many asynchronous stores at once
+(``asyncops.land_many``) check and record in one go (check/shadow_runs.py) gives
+the verdict that the lanes give one by one.
+
+Each test generates kernels whose lanes access shared and global memory in
+patterns (``(tid * a + b) & mask``: lanes on distinct words in and out of order,
+strided, two lanes on one word, every lane on one word), with or without
+synchronisation between the accesses, and runs each twice under every CI
+schedule: as the checker runs it, and with every warp form off and every
+asynchronous store landing alone.  The two verdicts, the output bytes or the
+finding (rule, CTA, thread and message), must be equal.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mosaic_async_store.check import ProtocolError, PtxKernel, asyncops
+from mosaic_async_store.check.memory import SCHEDULES
+from test_interp_features import kernel
+
+_SIZES = {1: "u8", 2: "u16", 4: "u32"}
+_SHIFT = {1: 0, 2: 1, 4: 2}
+
+
+def _place(dest, src, a, b, size, base="%r2"):
+  """PTX setting ``dest`` to ``base`` + ((``src`` * a + b) & 63) * size."""
+  return (f"  mul.lo.u32 {dest}, {src}, {a};\n  add.u32 {dest}, {dest}, {b};\n"
+          f"  and.b32 {dest}, {dest}, 63;\n  shl.b32 {dest}, {dest}, {_SHIFT[size]};\n"
+          f"  add.u32 {dest}, {dest}, {base};\n")
+
+
+def _verdict(ptx, schedule, batched, **launch):
+  """("bytes", outputs) or ("finding", rule, CTA, thread, message) of one launch."""
+  kern = PtxKernel(ptx)
+  land_together = asyncops._land_together
+  if not batched:
+    kern.program.vcode[:] = [None] * len(kern.program.vcode)
+    asyncops._land_together = lambda k, ops: 0
+  try:
+    outs = kern.launch(schedule=schedule, **launch)
+    return ("bytes", [o.tobytes() for o in outs])
+  except ProtocolError as e:
+    return ("finding", e.rule, e.cta, e.thread, str(e))
+  finally:
+    asyncops._land_together = land_together
+
+
+def _same_verdicts(ptx, **launch):
+  for schedule in SCHEDULES:
+    batched = _verdict(ptx, schedule, True, **launch)
+    assert batched == _verdict(ptx, schedule, False, **launch), (schedule, ptx)
+
+
+_PATTERN = st.tuples(st.sampled_from([0, 1, 2, 3, 5, 31, 32, 33, 63]), st.integers(0, 63))
+_SYNC = st.sampled_from(["", "bar.warp.sync -1;", "bar.sync 0;"])
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(size=st.sampled_from(sorted(_SIZES)), store=_PATTERN, load=_PATTERN,
+       again=_PATTERN, out=_PATTERN, first=_SYNC, second=_SYNC)
+def test_shared_and_global_accesses_of_a_warp(size, store, load, again, out, first, second):
+  """Two warps store into SMEM, load, store again (a write after the reads) and store
+  to global memory, each by its pattern."""
+  t = _SIZES[size]
+  body = ("  ld.param.u64 %rd1, [k_param_0];\n  mov.u32 %r2, __dynamic_shmem__0;\n"
+          + _place("%r3", "%r1", *store, size) + f"  st.shared.{t} [%r3], %r1;\n  {first}\n"
+          + _place("%r4", "%r1", *load, size) + f"  ld.shared.{t} %r5, [%r4];\n  {second}\n"
+          + _place("%r6", "%r1", *again, size) + f"  st.shared.{t} [%r6], %r5;\n"
+          + "  mul.lo.u32 %r7, %r1, %r1;\n"   # (a value, not an address: any bits)
+          + _place("%r8", "%r1", *out, 4, base="0")
+          + "  cvt.u64.u32 %rd2, %r8;\n  add.s64 %rd3, %rd1, %rd2;\n"
+          + "  ld.global.u32 %r9, [%rd3];\n  add.u32 %r9, %r9, %r5;\n"
+          + "  st.global.u32 [%rd3], %r9;\n")
+  _same_verdicts(kernel(body), buffers=[np.arange(64, dtype=np.uint32)], cluster=1,
+                 smem_bytes=64 * size, block=64, smem_init=[bytes(64 * size)])
+
+
+# Thread 0 of each CTA makes an mbarrier at 256 expecting one arrival, arrives on it
+# expecting TX bytes, then (after the cluster barrier) every lane stores its tid into
+# the peer CTA's SMEM at its pattern's word with st.async on the peer's mbarrier,
+# waits for its own mbarrier's phase 0, reads its own SMEM at another pattern's word
+# and writes it to global memory; a cluster barrier before the exit.
+_ASYNC = """
+  ld.param.u64 %rd1, [k_param_0];
+  mov.u32 %r2, __dynamic_shmem__0;
+  add.u32 %r3, %r2, 256;
+  setp.eq.u32 %p1, %r1, 0;
+  @%p1 mbarrier.init.shared::cta.b64 [%r3], 1;
+  @%p1 mbarrier.arrive.expect_tx.shared::cta.b64 %rd4, [%r3], {TX};
+  fence.mbarrier_init.release.cluster;
+  barrier.cluster.arrive.release;
+  barrier.cluster.wait.acquire;
+  mov.u32 %r10, %cluster_ctarank;
+  xor.b32 %r11, %r10, 1;
+  mapa.shared::cluster.u32 %r12, %r2, %r11;
+  mapa.shared::cluster.u32 %r13, %r3, %r11;
+{STORE}
+  st.async.shared::cluster.mbarrier::complete_tx::bytes.u32 [%r4], %r1, [%r13];
+WAIT:
+  mbarrier.try_wait.parity.shared::cta.b64 %p3, [%r3], 0;
+  @!%p3 bra WAIT;
+{LOAD}
+  ld.shared.u32 %r6, [%r5];
+  mad.lo.u32 %r7, %r10, 64, %r1;
+  shl.b32 %r7, %r7, 2;
+  cvt.u64.u32 %rd2, %r7;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r6;
+  barrier.cluster.arrive.release;
+  barrier.cluster.wait.acquire;
+"""
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(store=_PATTERN, load=_PATTERN, missing=st.sampled_from([0, 0, 4, 128, -4]))
+def test_asynchronous_stores_landing_together(store, load, missing):
+  """Two CTAs of 64 threads store into each other with st.async; the mbarrier expects
+  all 256 bytes, or ``missing`` fewer (its phase completes while stores are still in
+  flight: an early read) or more (a hang)."""
+  body = (_ASYNC.replace("{TX}", str(256 - missing))
+          .replace("{STORE}", _place("%r4", "%r1", *store, 4, base="%r12"))
+          .replace("{LOAD}", _place("%r5", "%r1", *load, 4)))
+  _same_verdicts(kernel(body), buffers=[np.zeros(128, np.uint32)], cluster=2,
+                 smem_bytes=264, block=64, smem_init=[bytes(264)] * 2)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_a_phase_completed_by_part_of_a_batch_splits_it(schedule):
+  """The mbarrier expects 128 of the 256 bytes: its phase completes when half of the
+  stores have landed, so a waiting thread may read bytes still in flight; every
+  schedule reports the kernel (an early read, or a race with the landing store)."""
+  body = (_ASYNC.replace("{TX}", "128")
+          .replace("{STORE}", _place("%r4", "%r1", 1, 0, 4, base="%r12"))
+          .replace("{LOAD}", _place("%r5", "%r1", 1, 0, 4)))
+  with pytest.raises(ProtocolError) as err:
+    PtxKernel(kernel(body)).launch([np.zeros(128, np.uint32)], cluster=2, smem_bytes=264,
+                                   block=64, schedule=schedule, smem_init=[bytes(264)] * 2)
+  assert err.value.rule in ("early-read", "race"), err.value
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_stores_that_fill_the_expected_bytes_pass(schedule):
+  body = (_ASYNC.replace("{TX}", "256")
+          .replace("{STORE}", _place("%r4", "%r1", 1, 0, 4, base="%r12"))
+          .replace("{LOAD}", _place("%r5", "%r1", 1, 0, 4)))
+  [out] = PtxKernel(kernel(body)).launch([np.zeros(128, np.uint32)], cluster=2,
+                                         smem_bytes=264, block=64, schedule=schedule,
+                                         smem_init=[bytes(264)] * 2)
+  assert (out.view(np.uint32) == np.tile(np.arange(64), 2)).all()
