@@ -40,6 +40,8 @@ from mosaic_async_store.check.shadow_runs import record_disjoint, runs
 
 __all__ = ["AsyncOp", "Write", "Read", "MbarrierTx", "issue", "land", "land_many"]
 
+_BATCH = 8   # the fewest stores landed together (fewer: one by one is cheaper)
+
 
 class Write:
   """``values`` (one per element of ``size`` bytes) written at ``off`` of CTA ``cta``'s
@@ -180,7 +182,7 @@ def land_many(k, ops):
       while j < len(ops) and _plain_store(ops[j]) and ops[j].completion.key == key and \
             ops[j].writes[0].cta == cta and ops[j].writes[0].nbytes == n:
         j += 1
-    j = i + _land_together(k, ops[i:j]) if j - i > 1 else i
+    j = i + _land_together(k, ops[i:j]) if j - i >= _BATCH else i
     if j == i:   # (one by one)
       land(k, ops[i])
       j = i + 1
@@ -211,7 +213,7 @@ def _land_together(k, ops) -> int:
       ops = ops[:zero[0] + 1]
   init_slot, init_clock = bar.init
   offs = [op.writes[0].off for op in ops]
-  if len(ops) < 2 or len(set(offs)) != len(ops) or any(off % n for off in offs) or \
+  if len(ops) < _BATCH or len(set(offs)) != len(ops) or any(off % n for off in offs) or \
      any(op.vc.item(init_slot) < init_clock for op in ops):
     return 0
   ordered = sorted(ops, key=lambda op: op.writes[0].off)

@@ -34,6 +34,11 @@ SHARED = ("shared", "shared::cta")   # the state spaces of the own CTA's shared 
 _GLOBAL_MASK = (1 << GLOBAL_SHIFT) - 1
 _PAGE_MASK = PAGE - 1
 _DTYPES = {1: np.dtype("<u1"), 2: np.dtype("<u2"), 4: np.dtype("<u4"), 8: np.dtype("<u8")}
+# The fewest accesses checked and recorded at once (``shadow_runs``): below it, the
+# per-call cost of the batched path (NumPy, sorting) is more than the lane-by-lane loop
+# it saves (a schedule that pauses lanes after synchronising instructions splits
+# warps into small pieces).  Both paths give the same verdicts.
+BATCH = 8
 
 
 def _shared_places(k, lanes, addrs, n, cluster):
@@ -104,7 +109,7 @@ def _shared_access(k, addr, n, write, insn, act, block_act):
     if places is None:
       return FALLBACK
     offs = places[1]
-    if len(lanes) > 1 and not (write and k.flags) and len(set(offs)) == len(offs):
+    if len(lanes) >= BATCH and not (write and k.flags) and len(set(offs)) == len(offs):
       order = sorted(range(len(offs)), key=offs.__getitem__)
       ordered = [lanes[i] for i in order]
       at = [offs[i] for i in order]
@@ -217,7 +222,7 @@ def _global_access(k, addr, n, write, insn, act, block_act):
     if places is None:
       return FALLBACK
     buf, offs = places
-    if len(lanes) > 1 and not (write and k.flags) and \
+    if len(lanes) >= BATCH and not (write and k.flags) and \
        _global_first(k, lanes, buf, offs, n, write, insn):
       block = _block(offs, n)
       if block is not None:
@@ -263,7 +268,7 @@ def async_store(k, addr, vals, size, red, mbar, insn, text):
   n, mask = size * len(vals), (1 << (8 * size)) - 1
   addrs_of, bars_of = lanes_getter(addr), lanes_getter(mbar)
   def lanes_form(lanes):
-    if k.store_trace is not None or len(k.smem) == 1:
+    if k.store_trace is not None or len(k.smem) == 1 or len(lanes) < BATCH:
       return FALLBACK
     places = _shared_places(k, lanes, addrs_of(lanes), n, True)
     bar_places = places and _shared_places(k, lanes, bars_of(lanes), 8, True)
