@@ -46,9 +46,10 @@ def _at(source: str | None) -> tuple[pathlib.Path, int] | None:
   return pathlib.Path(path).resolve(), int(line)
 
 
-def _reduce_into_cta0(cluster_barrier: bool):
+def _reduce_into_cta0(cluster_barrier: bool, arrivals: int = 2):
   """Each CTA of two reduces its tile into CTA 0's SMEM (docs/examples/reduce_into_cta0
-  .py); without the cluster barrier, CTA 1's reduction races CTA 0's zeroing."""
+  .py); without the cluster barrier, CTA 1's reduction races CTA 0's zeroing.  The
+  barrier expects ``arrivals`` (more than the two stores: CTA 0's wait hangs)."""
   def body(x_ref, o_ref, smem, bar):
     cta = jax.lax.axis_index("cluster")
     smem[...] = jnp.zeros(SHAPE, jnp.int32)  # <zero>
@@ -60,14 +61,14 @@ def _reduce_into_cta0(cluster_barrier: bool):
 
     @pl.when(cta == 0)
     def _():
-      plgpu.barrier_wait(bar.at[0])
+      plgpu.barrier_wait(bar.at[0])  # <wait>
       compat.pallas_store(o_ref, compat.pallas_load(smem, layout=plgpu.Layout.WGMMA,
                                                     optimized=False))
   return plgpu.kernel(
       body, out_type=jax.ShapeDtypeStruct(SHAPE, jnp.int32), grid=(1,), grid_names=("g",),
       cluster=(2,), cluster_names=("cluster",),
       scratch_types=[plgpu.SMEM(SHAPE, jnp.int32),
-                     plgpu.Barrier(num_arrivals=2, num_barriers=1)],
+                     plgpu.Barrier(num_arrivals=arrivals, num_barriers=1)],
       compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Lane))
 
 
@@ -96,6 +97,22 @@ def test_the_clean_neighbour_has_no_finding():
   report = mas_check.check(_reduce_into_cta0(cluster_barrier=True), x)
   assert report.ok and report.findings == (), str(report)
   assert np.array_equal(report.outputs[0], x.sum(axis=0))
+
+
+def test_a_hang_names_the_barrier_as_the_kernel_does():
+  """The barrier expects three arrivals and gets two: CTA 0's wait hangs in every
+  schedule, and the finding names the barrier by the expression the kernel passes
+  (``bar.at[0]``) and the lines that use it: the store's and the wait's."""
+  report = mas_check.check(_reduce_into_cta0(cluster_barrier=True, arrivals=3), _x())
+  assert [f.schedule for f in report.findings] == [0, 1, 2], str(report)
+  for f in report.findings:
+    assert f.rule == "hang", f
+    named = re.search(r"mbarrier of CTA 0 at offset 0x[0-9a-f]+ \(the kernel's `bar\.at\[0\]`, "
+                      r"used at ([^ ]+):(\d+), (\d+)\)", f.message)
+    assert named, f.message
+    path, *lines = named.groups()
+    assert pathlib.Path(path).resolve() == HERE
+    assert {int(n) for n in lines} == {_line("reduce"), _line("wait")}, f.message
 
 
 # What line info adds to the PTX: the .file table, a .loc before each source line's

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from mosaic_async_store.check import access, addresses, program, warp
+from mosaic_async_store.check import access, addresses, lineinfo, program, warp
 from mosaic_async_store.check.memory import (SCOPES, SEMS, TX_LIMIT, ProtocolError, Releases,
-                                             sem_scope)
+                                             sem_scope, shown_source)
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.outcomes import BLOCK, YIELD
 
@@ -68,10 +68,11 @@ class Mbarrier:
   a thread that observes it may acquire."""
 
   __slots__ = ("key", "slot", "phase", "pending", "tx", "count", "init", "releases",
-               "records", "arrivals", "arrival_records", "users")
+               "records", "arrivals", "arrival_records", "users", "program")
 
-  def __init__(self, key, slot, count, init_epoch):
+  def __init__(self, key, slot, count, init_epoch, program=None):
     self.key, self.slot, self.init = key, slot, init_epoch
+    self.program = program   # the kernel: with ``users``, where its code uses it
     self.phase, self.pending, self.tx, self.count = 0, count, 0, count
     self.releases, self.records = Releases(), []
     # each arrival's (thread slot -> clock) in the current phase, and per completed
@@ -83,8 +84,15 @@ class Mbarrier:
     self.users = {}
 
   def describe(self) -> str:
-    return (f"mbarrier of CTA {self.key[0]} at offset {self.key[1]:#x} [phase {self.phase}, "
-            f"pending {self.pending}, tx {self.tx}, count {self.count}]")
+    """The barrier for a message: its CTA and offset, as the user's code names it
+    where the PTX has line info (``lineinfo.used_at``), and its state."""
+    named = ""
+    if self.program is not None:
+      sources = self.program.sources
+      named = lineinfo.used_at([sources[pc] for _, pc in self.users.values()
+                                if pc is not None], shown_source)
+    return (f"mbarrier of CTA {self.key[0]} at offset {self.key[1]:#x}{named} [phase "
+            f"{self.phase}, pending {self.pending}, tx {self.tx}, count {self.count}]")
 
 
 # mbarrier.* and fences; the entries of bar.warp.sync and of the .aligned matrix
@@ -114,7 +122,7 @@ def _mbarrier(k, mods, ops, src, space):
       th.vc[slot + 1] = 1
       k.epoch += 1
       _object_write(k, th, key, pc)   # (the bytes' earlier accesses come before it)
-      k.mbar[key] = Mbarrier(key, slot, n, (slot + 1, 1))
+      k.mbar[key] = Mbarrier(key, slot, n, (slot + 1, 1), k.program)
       k.shadow[key[0]].mbar_bytes[key[1]:key[1] + 8] = b"\x01" * 8
     return init
   if form == "inval":
