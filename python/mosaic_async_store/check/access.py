@@ -112,6 +112,7 @@ def _async_fn(k, addr, vals, size, red, mbar):
   n = size * len(vals)
   mem = addresses.mem_fn(k, "shared::cluster", n)
   bar_mem = addresses.mem_fn(k, "shared::cluster", 8)
+  completions = {}   # mbarrier key -> its MbarrierTx (which holds no state of its own)
   def issue(th):
     buf, off = mem(th, addr(th))
     bar_buf, bar_off = bar_mem(th, mbar(th))   # as _bar_key
@@ -127,8 +128,10 @@ def _async_fn(k, addr, vals, size, red, mbar):
                             "mbarrier")
       raise ProtocolError("red.async-self", where)
     write = asyncops.Write(cta, off, size, [g(th) & mask for g in vals], red)
-    asyncops.issue(k, th, asyncops.AsyncOp(th, insn, text, [write],
-                                           asyncops.MbarrierTx(key, n)))
+    completion = completions.get(key)
+    if completion is None:
+      completion = completions[key] = asyncops.MbarrierTx(key, n)
+    asyncops.issue(k, th, asyncops.AsyncOp(th, insn, text, [write], completion))
     return YIELD if k.sched.yields() else None
   issue.lanes = warp_memory.async_store(k, addr, vals, size, red, mbar, insn, text)
   return issue

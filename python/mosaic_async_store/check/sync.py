@@ -227,12 +227,12 @@ def _barrier(k, th_or_none, vc, space_or_key, addr=None, *, pc=None):
     raise ProtocolError("barrier-uninit", f"no mbarrier.init at CTA {key[0]} offset "
                         f"{key[1]:#x}")
   slot, clk = bar.init
-  if vc[slot] < clk:
+  if vc.item(slot) < clk:
     who = "an asynchronous operation" if th_or_none is None else \
         f"CTA {th_or_none.cta} thread {th_or_none.tid}"
     raise ProtocolError("barrier-init", f"{who} uses {bar.describe()}")
   if th_or_none is not None:
-    bar.users[th_or_none.slot] = (int(vc[th_or_none.slot]), pc)
+    bar.users[th_or_none.slot] = (vc.item(th_or_none.slot), pc)
   return bar
 
 

@@ -267,6 +267,7 @@ def async_store(k, addr, vals, size, red, mbar, insn, text):
   {lane: YIELD} for the lanes the schedule pauses after their issue, as lane by lane."""
   n, mask = size * len(vals), (1 << (8 * size)) - 1
   addrs_of, bars_of = lanes_getter(addr), lanes_getter(mbar)
+  values_of = [lanes_getter(g) for g in vals]
   def lanes_form(lanes):
     if k.store_trace is not None or len(k.smem) == 1 or len(lanes) < BATCH:
       return FALLBACK
@@ -283,19 +284,21 @@ def async_store(k, addr, vals, size, red, mbar, insn, text):
       if bar is None or any(th.vc.item(bar.init[0]) < bar.init[1] for th in lanes):
         return FALLBACK
     completions = {off: asyncops.MbarrierTx((cta, off), n) for off in set(bar_places[1])}
-    values = [lanes_getter(g)(lanes) for g in vals]
+    values = [form(lanes) for form in values_of]
     # asyncops.issue, lane by lane, with the lanes' clocks copied at once
     rows = np.fromiter((th.slot - 1 for th in lanes), np.intp, len(lanes))
     clocks, inflight, moved = k.clocks[rows], k.inflight, None
-    sh = k.shadow[cta]
+    marks = k.shadow[cta].inflight_red if red else k.shadow[cta].inflight   # (mark_inflight)
+    yields = k.sched.yields if k.sched.yield_p else None
     for i, (th, off, bar_off) in enumerate(zip(lanes, offs, bar_places[1])):
       write = asyncops.Write(cta, off, size, [v[i] & mask for v in values], red)
       op = asyncops.AsyncOp(th, insn, text, [write], completions[bar_off], vc=clocks[i])
       barriers[cta, bar_off].users[th.slot] = (clocks.item(i, th.slot), insn)  # (_barrier)
-      sh.mark_inflight(off, n, 1, atomic=red is not None)
+      for b in range(off, off + n):
+        marks[b] += 1
       op.idx = len(inflight)
       inflight.append(op)
-      if k.sched.yields():
+      if yields is not None and yields():
         if moved is None:
           moved = {}
         moved[th] = YIELD
