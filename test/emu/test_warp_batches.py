@@ -49,9 +49,14 @@ def _verdict(ptx, schedule, batched, **launch):
 
 
 def _same_verdicts(ptx, **launch):
+  """The verdicts of every CI schedule (each the same with and without the batched
+  paths)."""
+  verdicts = []
   for schedule in SCHEDULES:
     batched = _verdict(ptx, schedule, True, **launch)
     assert batched == _verdict(ptx, schedule, False, **launch), (schedule, ptx)
+    verdicts.append(batched)
+  return verdicts
 
 
 _PATTERN = st.tuples(st.sampled_from([0, 1, 2, 3, 5, 31, 32, 33, 63]), st.integers(0, 63))
@@ -125,6 +130,33 @@ def test_asynchronous_stores_landing_together(store, load, missing):
           .replace("{LOAD}", _place("%r5", "%r1", *load, 4)))
   _same_verdicts(kernel(body), buffers=[np.zeros(128, np.uint32)], cluster=2,
                  smem_bytes=264, block=64, smem_init=[bytes(264)] * 2)
+
+
+def test_stores_of_one_width_in_two_shapes_land_alike():
+  """Each lane stores 8 bytes twice into the peer, as two 4-byte elements
+  (``.v2.b32 {tid, rank}`` at byte 8 * tid) and as one 8-byte element (``.b64``,
+  tid + 1 in its high half, at byte 512 + 8 * tid): in schedule 0 the two
+  instructions' stores are in flight together, and each keeps its own layout.  Lane t
+  copies the high half of its own CTA's 8-byte element t out: t + 1."""
+  body = _ASYNC.replace("{TX}", "1024").replace("{STORE}", """
+  mul.lo.u32 %r4, %r1, 8;
+  add.u32 %r4, %r4, %r12;
+  mul.wide.u32 %rd5, %r1, 0x100000001;
+  add.u64 %rd5, %rd5, 0x100000000;
+  st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%r4], {%r1, %r10}, [%r13];
+  add.u32 %r4, %r4, 512;""").replace("{LOAD}", """
+  mad.lo.u32 %r5, %r1, 8, 516;
+  add.u32 %r5, %r5, %r2;""")
+  body = body.replace(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.u32 [%r4], %r1, [%r13];",
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%r4], %rd5, [%r13];"
+  ).replace("add.u32 %r3, %r2, 256;", "add.u32 %r3, %r2, 1024;")   # (the mbarrier)
+  verdicts = _same_verdicts(kernel(body), buffers=[np.zeros(128, np.uint32)], cluster=2,
+                            smem_bytes=1032, block=64, smem_init=[bytes(1032)] * 2)
+  for verdict in verdicts:
+    assert verdict[0] == "bytes", verdict
+    out = np.frombuffer(verdict[1][0], np.uint32)
+    assert (out == np.tile(np.arange(1, 65), 2)).all(), out
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)

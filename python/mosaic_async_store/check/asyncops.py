@@ -178,9 +178,8 @@ def land_many(k, ops):
     j = i + 1
     first = ops[i]
     if _plain_store(first):
-      key, cta, n = first.completion.key, first.writes[0].cta, first.writes[0].nbytes
-      while j < len(ops) and _plain_store(ops[j]) and ops[j].completion.key == key and \
-            ops[j].writes[0].cta == cta and ops[j].writes[0].nbytes == n:
+      shape = _shape(first)
+      while j < len(ops) and _plain_store(ops[j]) and _shape(ops[j]) == shape:
         j += 1
     j = i + _land_together(k, ops[i:j]) if j - i >= _BATCH else i
     if j == i:   # (one by one)
@@ -195,9 +194,16 @@ def _plain_store(op) -> bool:
       op.writes[0].red is None and not op.reads
 
 
+def _shape(op):
+  """What the stores landed together share: the mbarrier, the CTA, the element size
+  and count."""
+  w = op.writes[0]
+  return op.completion.key, w.cta, w.size, len(w.values)
+
+
 def _land_together(k, ops) -> int:
-  """Lands the longest prefix of ``ops`` (``_plain_store`` s into one CTA of one size,
-  on one mbarrier) that can land at once, exactly as one by one: no check fails, no
+  """Lands the longest prefix of ``ops`` (``_plain_store`` s into one CTA, of one
+  element size and count, on one mbarrier) that can land at once, exactly as one by one: no check fails, no
   tx-count leaves its range, and the phase completes, if at all, with the last.
   Returns how many landed (0: none; the caller lands them one by one)."""
   bar, w0 = k.mbar.get(ops[0].completion.key), ops[0].writes[0]
