@@ -68,7 +68,7 @@ def barrier_name(text: str) -> str | None:
 
 def used_at(sources, shown=str) -> str:
   """How a message names an mbarrier by the user's code: `` (the kernel's `bar.at[0]`,
-  used at k.py:43, 46)`` from the "file:line" ``sources`` of the instructions that
+  used at kernel.py:43, 46)`` from the "file:line" ``sources`` of the instructions that
   operated on it (None where unknown; ``shown``: how a message shows a file), or ""
   when none is known."""
   places = sorted({s for s in sources if s is not None},
