@@ -3,8 +3,8 @@
 (``asyncops.land_many``) check and record in one go (check/shadow_runs.py) gives
 the verdict that the lanes give one by one.
 
-Each test generates kernels whose lanes access shared and global memory in
-patterns (``(tid * a + b) & mask``: lanes on distinct words in and out of order,
+Each test generates kernels whose lanes access shared and global memory (scalars of
+1 to 4 bytes, .v2 / .v4 vectors, st.async) in patterns (``(tid * a + b) & mask``: lanes on distinct words in and out of order,
 strided, two lanes on one word, every lane on one word), with or without
 synchronisation between the accesses, and runs each twice under every CI
 schedule: as the checker runs it, and with every warp form off and every
@@ -21,8 +21,11 @@ from mosaic_async_store.check import ProtocolError, PtxKernel, asyncops
 from mosaic_async_store.check.memory import SCHEDULES
 from test_interp_features import kernel
 
-_SIZES = {1: "u8", 2: "u16", 4: "u32"}
-_SHIFT = {1: 0, 2: 1, 4: 2}
+# Bytes per lane -> (the access's type, the registers it stores / loads), and the
+# shift that scales a word index to bytes.
+_SIZES = {1: ("u8", "{r}"), 2: ("u16", "{r}"), 4: ("u32", "{r}"),
+          8: ("v2.u32", "{{{r}, %r10}}"), 16: ("v4.u32", "{{{r}, %r10, %r11, %r12}}")}
+_SHIFT = {1: 0, 2: 1, 4: 2, 8: 3, 16: 4}
 
 
 def _place(dest, src, a, b, size, base="%r2"):
@@ -67,14 +70,19 @@ _SYNC = st.sampled_from(["", "bar.warp.sync -1;", "bar.sync 0;"])
 @given(size=st.sampled_from(sorted(_SIZES)), store=_PATTERN, load=_PATTERN,
        again=_PATTERN, out=_PATTERN, first=_SYNC, second=_SYNC)
 def test_shared_and_global_accesses_of_a_warp(size, store, load, again, out, first, second):
-  """Two warps store into SMEM, load, store again (a write after the reads) and store
-  to global memory, each by its pattern."""
-  t = _SIZES[size]
+  """Two warps store into SMEM (scalars of 1, 2 or 4 bytes, or .v2 / .v4 vectors), load,
+  store again (a write after the reads) and load and store global memory, each by its
+  pattern."""
+  t, regs = _SIZES[size]
   body = ("  ld.param.u64 %rd1, [k_param_0];\n  mov.u32 %r2, __dynamic_shmem__0;\n"
-          + _place("%r3", "%r1", *store, size) + f"  st.shared.{t} [%r3], %r1;\n  {first}\n"
-          + _place("%r4", "%r1", *load, size) + f"  ld.shared.{t} %r5, [%r4];\n  {second}\n"
-          + _place("%r6", "%r1", *again, size) + f"  st.shared.{t} [%r6], %r5;\n"
-          + "  mul.lo.u32 %r7, %r1, %r1;\n"   # (a value, not an address: any bits)
+          "  mul.lo.u32 %r7, %r1, %r1;\n  add.u32 %r10, %r7, 1;\n  add.u32 %r11, %r7, 2;\n"
+          "  add.u32 %r12, %r7, 3;\n"   # (values: tid * tid + i, any bits)
+          + _place("%r3", "%r1", *store, size)
+          + f"  st.shared.{t} [%r3], {regs.format(r='%r7')};\n  {first}\n"
+          + _place("%r4", "%r1", *load, size)
+          + f"  ld.shared.{t} {regs.format(r='%r5')}, [%r4];\n  {second}\n"
+          + _place("%r6", "%r1", *again, size)
+          + f"  st.shared.{t} [%r6], {regs.format(r='%r5')};\n"
           + _place("%r8", "%r1", *out, 4, base="0")
           + "  cvt.u64.u32 %rd2, %r8;\n  add.s64 %rd3, %rd1, %rd2;\n"
           + "  ld.global.u32 %r9, [%rd3];\n  add.u32 %r9, %r9, %r5;\n"
