@@ -85,7 +85,8 @@ class Mbarrier:
 
   def describe(self) -> str:
     """The barrier for a message: its CTA and offset, as the user's code names it
-    where the PTX has line info (``lineinfo.used_at``), and its state."""
+    where the PTX has line info (``lineinfo.used_at``, from the source lines of each
+    thread's last operation on it, ``users``), and its state."""
     named = ""
     if self.program is not None:
       sources = self.program.sources
