@@ -15,7 +15,7 @@ from __future__ import annotations
 from mosaic_async_store.check.memory import ProtocolError
 
 __all__ = ["SHARED_BASE", "LOCAL_BASE", "GLOBAL_SHIFT", "NOT_SHARED", "mem", "mem_fn",
-           "plain_shared"]
+           "plain_shared", "plain_shared_lanes", "plain_global_lanes"]
 
 SHARED_BASE = 0x400            # sm_90 reserves the first 1 KiB of the shared window
 LOCAL_BASE, GLOBAL_SHIFT = 0x100000, 40
@@ -75,6 +75,31 @@ def plain_shared(k, th, addr, n, cluster):
   if off < 0 or off + n > len(k.smem[rank]):
     return None
   return rank, off
+
+
+def plain_shared_lanes(k, lanes, addrs, n, cluster):
+  """``plain_shared`` for the lanes of one warp at once: (CTA, [offset]) when every
+  lane's access at ``addrs`` is the plain case in one CTA, else None."""
+  hi, cta = addrs[0] >> 24, lanes[0].cta
+  if any(a >> 24 != hi or a % n for a in addrs) or hi and not (cluster and hi <= len(k.smem)):
+    return None
+  rank = hi - 1 if hi else cta
+  if rank != cta and (k.exited[rank] or any(th.remote_since is None for th in lanes)):
+    return None
+  offs = [(a & 0xFFFFFF) - SHARED_BASE for a in addrs]
+  if min(offs) < 0 or max(offs) + n > len(k.smem[rank]):
+    return None
+  return rank, offs
+
+
+def plain_global_lanes(k, addrs, n):
+  """``mem_fn``'s plain global case for many accesses at once: (buffer, [offset]) when
+  every access at ``addrs`` is aligned and inside one argument's buffer, else None."""
+  idx = (addrs[0] >> GLOBAL_SHIFT) - 1
+  if not 0 <= idx < len(k.gbufs) or any(a >> GLOBAL_SHIFT != idx + 1 or a % n for a in addrs):
+    return None
+  buf, offs = k.gbufs[idx], [a & _GLOBAL_MASK for a in addrs]
+  return (buf, offs) if max(offs) + n <= len(buf) else None
 
 
 def mem_fn(k, space, n):

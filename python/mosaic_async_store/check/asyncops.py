@@ -207,7 +207,7 @@ def _land_together(k, ops) -> int:
   tx-count leaves its range, and the phase completes, if at all, with the last.
   Returns how many landed (0: none; the caller lands them one by one)."""
   bar, w0 = k.mbar.get(ops[0].completion.key), ops[0].writes[0]
-  if bar is None or k.flags:
+  if bar is None or k.flags or w0.size not in (1, 2, 4, 8):   # (sizes NumPy packs)
     return 0
   n = w0.nbytes
   tx = np.cumsum([bar.tx] + [-n] * len(ops))[1:]
@@ -233,14 +233,12 @@ def _land_together(k, ops) -> int:
   sh, buf = k.shadow[w0.cta], k.smem[w0.cta]
   for op in ops:
     _dequeue(k, op)
-  dtype, i = np.dtype(f"<u{w0.size}") if w0.size in (1, 2, 4, 8) else None, 0
+  dtype, i = np.dtype(f"<u{w0.size}"), 0
   for lo, count in runs(at, n):   # each byte was in flight once: its own
     hi, writes = lo + n * count, [op.writes[0] for op in ordered[i:i + count]]
     i += count
     sh.inflight[lo:hi] = [0] * (hi - lo)
-    buf[lo:hi] = np.array([w.values for w in writes], dtype).tobytes() if dtype else \
-        b"".join(sum(v << (8 * w.size * j) for j, v in enumerate(w.values))
-                 .to_bytes(n, "little") for w in writes)
+    buf[lo:hi] = np.array([w.values for w in writes], dtype).tobytes()
   k.epoch += 2 * len(ops)   # (each op's write and complete-tx, as land)
   bar.tx -= n * len(ops)
   sync._advance(k, bar)

@@ -77,11 +77,7 @@ def record_disjoint(sh, offs, n, *, write, clocks_at, stamps, own_inflight=0):
       sh.w_insn[lo:hi] = [insn for _, _, insn in mine for _ in each]
     elif unread:   # (a set of its own per byte: they grow apart later)
       readers[lo:hi] = [{s: (c, insn, None)} for s, c, insn in mine for _ in each]
-    else:
-      for j, (s, c, insn) in enumerate(mine):
-        for b in range(lo + j * n, lo + (j + 1) * n):
-          if readers[b] is None:
-            readers[b] = {s: (c, insn, None)}
-          else:
-            readers[b][s] = (c, insn, None)
+    else:   # (reads joining earlier ones: as one by one)
+      for j, stamp in enumerate(mine):
+        sh.record(lo + j * n, n, write=False, atomic=False, stamp=stamp)
   return True

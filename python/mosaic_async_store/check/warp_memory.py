@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from mosaic_async_store.check import access, asyncops, strong
-from mosaic_async_store.check.addresses import GLOBAL_SHIFT, SHARED_BASE
+from mosaic_async_store.check.addresses import plain_global_lanes, plain_shared_lanes
 from mosaic_async_store.check.global_memory import PAGE
 from mosaic_async_store.check.outcomes import FALLBACK, YIELD
 from mosaic_async_store.check.program import lanes_getter
@@ -31,7 +31,6 @@ __all__ = ["SHARED", "shared_load", "shared_store", "global_load", "global_store
            "async_store"]
 
 SHARED = ("shared", "shared::cta")   # the state spaces of the own CTA's shared memory
-_GLOBAL_MASK = (1 << GLOBAL_SHIFT) - 1
 _PAGE_MASK = PAGE - 1
 _DTYPES = {1: np.dtype("<u1"), 2: np.dtype("<u2"), 4: np.dtype("<u4"), 8: np.dtype("<u8")}
 # The fewest accesses checked and recorded at once (``shadow_runs``): below it, the
@@ -41,56 +40,37 @@ _DTYPES = {1: np.dtype("<u1"), 2: np.dtype("<u2"), 4: np.dtype("<u4"), 8: np.dty
 BATCH = 8
 
 
-def _shared_places(k, lanes, addrs, n, cluster):
-  """(CTA, [offset]) of the lanes' ``n``-byte shared-memory accesses at ``addrs`` when
-  every one is the plain case (``addresses.plain_shared``) in one CTA, else None."""
-  hi, cta = addrs[0] >> 24, lanes[0].cta
-  if any(a >> 24 != hi or a % n for a in addrs):
-    return None
-  rank = hi - 1 if hi else cta
-  if hi and (not cluster or hi > len(k.smem)) or rank != cta and (
-      k.exited[rank] or any(th.remote_since is None for th in lanes)):
-    return None
-  offs = [(a & 0xFFFFFF) - SHARED_BASE for a in addrs]
-  if min(offs) < 0 or max(offs) + n > len(k.smem[rank]):
-    return None
-  return rank, offs
-
-
 def _no_barrier_bytes(sh, offs, n):
   """Whether no initialised mbarrier lies between the lowest and highest access."""
   lo, hi = min(offs), max(offs) + n
   return sh.mbar_bytes.count(0, lo, hi) == hi - lo
 
 
-def _global_places(k, addrs, n):
-  """(buffer, [offset]) of the lanes' ``n``-byte global accesses at ``addrs`` when all
-  are aligned and inside one argument's buffer (``addresses.mem_fn``'s fast case),
-  else None."""
-  idx = (addrs[0] >> GLOBAL_SHIFT) - 1
-  if not 0 <= idx < len(k.gbufs) or any(a >> GLOBAL_SHIFT != idx + 1 or a % n for a in addrs):
-    return None
-  buf, offs = k.gbufs[idx], [a & _GLOBAL_MASK for a in addrs]
-  return (buf, offs) if max(offs) + n <= len(buf) else None
+def _by_address(lanes, offs):
+  """The lanes and their offsets, both in address order."""
+  order = sorted(range(len(offs)), key=offs.__getitem__)
+  return [lanes[i] for i in order], [offs[i] for i in order]
 
 
-def _block(addrs, n):
-  """(lowest address, order) when the lanes' ``n``-byte accesses at ``addrs`` tile one
-  block of bytes exactly, each lane its own ``n`` bytes (``order``: the lanes in
-  address order, None when that is lane order); else None."""
-  lo = min(addrs)
-  if addrs == list(range(lo, lo + n * len(addrs), n)):
-    return lo, None
-  order = sorted(range(len(addrs)), key=addrs.__getitem__)
-  if [addrs[i] for i in order] == list(range(lo, lo + n * len(addrs), n)):
-    return lo, order
-  return None
+def _act_all(ordered, at, n, buf, act, block_act):
+  """The loads or stores themselves of lanes ``ordered`` at offsets ``at`` (ascending,
+  distinct): ``block_act`` at once when they tile one block of bytes and there is one,
+  else ``act`` lane by lane."""
+  if block_act is not None and at[-1] - at[0] == n * (len(at) - 1):
+    block_act(ordered, buf, at[0])
+  else:
+    for th, off in zip(ordered, at):
+      act(th, buf, off)
+
+
+def _rows(lanes):
+  """The lanes' rows of the clock matrix (``Machine.clocks``: row ``slot - 1``)."""
+  return np.fromiter((th.slot - 1 for th in lanes), np.intp, len(lanes))
 
 
 def _lanes_clocks(k, ordered):
-  """``clocks_at`` (``shadow_runs.record_disjoint``) of lanes ``ordered``: their rows
-  of the clock matrix (``Machine.clocks``)."""
-  rows = np.fromiter((th.slot - 1 for th in ordered), np.intp, len(ordered))
+  """``clocks_at`` (``shadow_runs.record_disjoint``) of lanes ``ordered``."""
+  rows = _rows(ordered)
   return lambda accesses, slots: k.clocks[rows[accesses], slots]
 
 
@@ -105,22 +85,16 @@ def _shared_access(k, addr, n, write, insn, act, block_act):
   def lanes_form(lanes):
     cta = lanes[0].cta   # (one warp: one CTA)
     buf, sh = k.smem[cta], k.shadow[cta]
-    places = _shared_places(k, lanes, addrs_of(lanes), n, False)   # (not cluster: own CTA)
+    places = plain_shared_lanes(k, lanes, addrs_of(lanes), n, False)   # (not cluster: own CTA)
     if places is None:
       return FALLBACK
     offs = places[1]
     if len(lanes) >= BATCH and not (write and k.flags) and len(set(offs)) == len(offs):
-      order = sorted(range(len(offs)), key=offs.__getitem__)
-      ordered = [lanes[i] for i in order]
-      at = [offs[i] for i in order]
+      ordered, at = _by_address(lanes, offs)
       stamps = [(th.slot, th.vc.item(th.slot), insn) for th in ordered]
       if record_disjoint(sh, at, n, write=write, clocks_at=_lanes_clocks(k, ordered),
                          stamps=stamps):
-        if at[-1] - at[0] == n * (len(at) - 1):   # one block
-          block_act(ordered, buf, at[0])
-        else:
-          for th, off in zip(ordered, at):
-            act(th, buf, off)
+        _act_all(ordered, at, n, buf, act, block_act)
         return None
     if not _no_barrier_bytes(sh, offs, n):
       return FALLBACK
@@ -137,32 +111,26 @@ def _shared_access(k, addr, n, write, insn, act, block_act):
 
 
 def _load_block(reg, n, mask):
-  """Loads of ``n`` bytes each, a block from ``off`` in address order, into ``reg``."""
+  """Loads of ``n`` bytes each, a block from ``off`` in address order, into ``reg``
+  (None where NumPy has no such integer: the lanes load one by one)."""
   dtype = _DTYPES.get(n)
   def load(ordered, buf, off):
-    if dtype is None:
-      for i, th in enumerate(ordered):
-        th.regs[reg] = int.from_bytes(buf[off + i * n:off + (i + 1) * n], "little") & mask
-      return
     for th, v in zip(ordered, np.frombuffer(buf, dtype, len(ordered), off).tolist()):
       th.regs[reg] = v & mask
-  return load
+  return None if dtype is None else load
 
 
 def _store_block(k, vals, size):
   """Weak stores of ``vals`` (getters, ``size`` bytes each) by lanes in address order,
   a block from ``off``: what ``access._write`` does lane by lane (``k.flags`` is
-  empty: the warp forms go lane by lane otherwise)."""
+  empty: the warp forms go lane by lane otherwise); None where NumPy has no integer
+  of ``size`` bytes."""
   mask, dtype = (1 << (8 * size)) - 1, _DTYPES.get(size)
   def store(ordered, buf, off):
     k.epoch += len(ordered)
-    if dtype is None:
-      data = b"".join(sum((g(th) & mask) << (8 * size * i) for i, g in enumerate(vals))
-                      .to_bytes(size * len(vals), "little") for th in ordered)
-    else:
-      data = np.array([[g(th) & mask for g in vals] for th in ordered], dtype).tobytes()
+    data = np.array([[g(th) & mask for g in vals] for th in ordered], dtype).tobytes()
     buf[off:off + len(data)] = data
-  return store
+  return None if dtype is None else store
 
 
 def shared_load(k, addr, n, reg, mask, insn):
@@ -218,19 +186,13 @@ def _global_access(k, addr, n, write, insn, act, block_act):
   they tile one block, ``block_act(ordered, buf, off)``."""
   addrs_of = lanes_getter(addr)
   def lanes_form(lanes):
-    places = _global_places(k, addrs_of(lanes), n)
+    places = plain_global_lanes(k, addrs_of(lanes), n)
     if places is None:
       return FALLBACK
     buf, offs = places
     if len(lanes) >= BATCH and not (write and k.flags) and \
        _global_first(k, lanes, buf, offs, n, write, insn):
-      block = _block(offs, n)
-      if block is not None:
-        lo, order = block
-        block_act(lanes if order is None else [lanes[i] for i in order], buf, lo)
-      else:
-        for th, off in zip(lanes, offs):
-          act(th, buf, off)
+      _act_all(*_by_address(lanes, offs), n, buf, act, block_act)
       return None
     check = k.gshadow.access
     for th, off in zip(lanes, offs):
@@ -271,8 +233,8 @@ def async_store(k, addr, vals, size, red, mbar, insn, text):
   def lanes_form(lanes):
     if k.store_trace is not None or len(k.smem) == 1 or len(lanes) < BATCH:
       return FALLBACK
-    places = _shared_places(k, lanes, addrs_of(lanes), n, True)
-    bar_places = places and _shared_places(k, lanes, bars_of(lanes), 8, True)
+    places = plain_shared_lanes(k, lanes, addrs_of(lanes), n, True)
+    bar_places = places and plain_shared_lanes(k, lanes, bars_of(lanes), 8, True)
     if not bar_places or bar_places[0] != places[0]:   # (what issue would refuse:
       return FALLBACK                                   # the barrier elsewhere, ...)
     cta, offs = places
@@ -286,7 +248,7 @@ def async_store(k, addr, vals, size, red, mbar, insn, text):
     completions = {off: asyncops.MbarrierTx((cta, off), n) for off in set(bar_places[1])}
     values = [form(lanes) for form in values_of]
     # asyncops.issue, lane by lane, with the lanes' clocks copied at once
-    rows = np.fromiter((th.slot - 1 for th in lanes), np.intp, len(lanes))
+    rows = _rows(lanes)
     clocks, inflight, moved = k.clocks[rows], k.inflight, None
     marks = k.shadow[cta].inflight_red if red else k.shadow[cta].inflight   # (mark_inflight)
     yields = k.sched.yields if k.sched.yield_p else None

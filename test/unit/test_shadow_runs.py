@@ -1,0 +1,66 @@
+"""``shadow_runs.record_disjoint`` against ``memory.Shadow`` itself: on a shadow with a
+generated history (weak and strong writes and reads by several slots, writes in
+flight, an mbarrier), a batch of accesses at distinct aligned offsets is either
+recorded exactly as ``Shadow.conflict`` / ``Shadow.record`` would record it access by
+access, with no conflict among them, or left untouched."""
+
+import copy
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mosaic_async_store.check.memory import Shadow
+from mosaic_async_store.check.shadow_runs import record_disjoint, runs
+
+NBYTES, SLOTS = 64, 6
+
+
+def _state(sh):
+  return (sh.w_slot, sh.w_clk, sh.w_insn, sh.atomics, sh.readers, sh.inflight,
+          sh.inflight_red, bytes(sh.mbar_bytes))
+
+
+_EVENT = st.tuples(st.sampled_from(["write", "read", "strong write", "strong read",
+                                    "in flight", "mbarrier"]),
+                   st.integers(0, NBYTES - 1), st.sampled_from([1, 2, 4]),
+                   st.integers(1, SLOTS - 1), st.integers(1, 4))
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(history=st.lists(_EVENT, max_size=12), n=st.sampled_from([1, 2, 4, 8]),
+       words=st.sets(st.integers(0, 7), min_size=1, max_size=8), write=st.booleans(),
+       clocks=st.lists(st.lists(st.integers(0, 5), min_size=SLOTS, max_size=SLOTS),
+                       min_size=8, max_size=8))
+def test_a_batch_is_recorded_as_one_by_one_or_not_at_all(history, n, words, write, clocks):
+  sh = Shadow(NBYTES)
+  for kind, off, size, slot, clk in history:
+    off -= off % size
+    if kind == "in flight":
+      sh.mark_inflight(off, size, 1, atomic=False)
+    elif kind == "mbarrier":
+      sh.mbar_bytes[off - off % 8:off - off % 8 + 8] = b"\x01" * 8
+    else:
+      tag = (0, 1, off, size) if kind.startswith("strong") else None
+      sh.record(off, size, write=kind.endswith("write"), atomic=tag is not None,
+                stamp=(slot, clk, 7), tag=tag)
+  offs = sorted(8 * w for w in words)   # (distinct multiples of n: n divides 8)
+  vcs = np.array(clocks[:len(offs)], np.int64)
+  stamps = [(1 + i % (SLOTS - 1), int(vcs[i, 1 + i % (SLOTS - 1)]), 9)
+            for i in range(len(offs))]
+  before, one_by_one = copy.deepcopy(_state(sh)), copy.deepcopy(sh)
+  done = record_disjoint(sh, offs, n, write=write, stamps=stamps,
+                         clocks_at=lambda accesses, slots: vcs[accesses, slots])
+  if not done:
+    assert _state(sh) == before
+    return
+  for i, off in enumerate(offs):
+    assert one_by_one.conflict(vcs[i], off, n, write=write, atomic=False) is None
+    assert not any(one_by_one.mbar_bytes[off:off + n])
+    one_by_one.record(off, n, write=write, atomic=False, stamp=stamps[i])
+  assert _state(sh) == _state(one_by_one)
+
+
+def test_runs_of_adjacent_accesses():
+  assert runs([0, 4, 8, 16, 20, 32], 4) == [(0, 3), (16, 2), (32, 1)]
+  assert runs([8], 8) == [(8, 1)]
