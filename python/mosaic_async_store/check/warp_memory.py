@@ -3,11 +3,14 @@
 global memory, and the issue of ``st.async`` / ``red.async``, one call for all the
 lanes of a piece (``lockstep.run_piece``).
 
-A warp form does, lane by lane in lane order, what the instruction's per-thread
-function does (``memops._ld``, ``access._store_fn``, ``access._async_fn``): the same
-checks, the same records in the shadow, the same bytes written or loaded; it saves
-the calls between them.  It first computes every lane's address and returns
-``outcomes.FALLBACK``, having done nothing, when one is not the plain case (a
+A warp form does what the instruction's per-thread function does lane by lane in
+lane order (``memops._ld``, ``access._store_fn``, ``access._async_fn``): the same
+checks, the same records in the shadow, the same bytes written or loaded.  Lanes at
+distinct aligned offsets are checked and recorded at once where nothing needs a
+closer look (``shadow_runs.record_disjoint``; in global memory, first accesses),
+which gives the same verdict since their bytes are disjoint; else lane by lane,
+saving only the calls between them.  It first computes every lane's address and
+returns ``outcomes.FALLBACK``, having done nothing, when one is not the plain case (a
 cluster or generic address, misaligned, out of bounds, bytes of an initialised
 mbarrier, a traced store): the per-thread function then runs lane by lane and
 reports it in its own words.  A conflict found at lane j is raised by the
