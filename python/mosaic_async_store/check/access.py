@@ -127,11 +127,15 @@ def _async_fn(k, addr, vals, size, red, mbar):
         raise ProtocolError("barrier-elsewhere", f"{where} completing on CTA {key[0]}'s "
                             "mbarrier")
       raise ProtocolError("red.async-self", where)
-    write = asyncops.Write(cta, off, size, [g(th) & mask for g in vals], red)
-    completion = completions.get(key)
-    if completion is None:
-      completion = completions[key] = asyncops.MbarrierTx(key, n)
-    asyncops.issue(k, th, asyncops.AsyncOp(th, insn, text, [write], completion))
+    values = [g(th) & mask for g in vals]
+    if red is None:
+      asyncops.issue_store(k, th, insn, text, cta, off, size, values, key)
+    else:
+      completion = completions.get(key)
+      if completion is None:
+        completion = completions[key] = asyncops.MbarrierTx(key, n)
+      write = asyncops.Write(cta, off, size, values, red)
+      asyncops.issue(k, th, asyncops.AsyncOp(th, insn, text, [write], completion))
     return YIELD if k.sched.yields() else None
   issue.lanes = warp_memory.async_store(k, addr, vals, size, red, mbar, insn, text)
   return issue

@@ -38,9 +38,10 @@ from mosaic_async_store.check import access, sync
 from mosaic_async_store.check.memory import SCOPES, TX_LIMIT, ProtocolError
 from mosaic_async_store.check.shadow_runs import record_disjoint, runs
 
-__all__ = ["AsyncOp", "Write", "Read", "MbarrierTx", "issue", "land", "land_many"]
+__all__ = ["AsyncOp", "StoreGroup", "Write", "Read", "MbarrierTx", "issue", "issue_store",
+           "land", "land_many"]
 
-_BATCH = 8   # the fewest stores landed together (fewer: one by one is cheaper)
+_BATCH = 8   # the fewest stores of a group landed at once (fewer: one by one is cheaper)
 
 
 class Write:
@@ -127,6 +128,83 @@ class AsyncOp:
             f"{', '.join(map(str, into))}")
 
 
+class StoreGroup:
+  """The plain ``st.async`` stores that lanes of one warp issue by one instruction in
+  one step of their piece (``Machine.step``), in lane order, into one CTA and
+  completing on one mbarrier: one operation in flight, which the schedule lands as a
+  whole (where its phase completes part-way: the lanes up to that one; the rest stay
+  in flight).  The per-thread issue (``issue_store``) and a warp form
+  (``warp_memory.async_store``) make the same groups.  Columns, one entry per lane
+  in lane order: ``lanes`` (the issuing threads), ``offs``, ``values`` (the elements
+  captured at issue) and ``vcs`` (each issuer's clock at issue; ``matrix``: the same
+  rows as one array, where the warp form made them so).  ``lane_op(i)`` is lane
+  ``i``'s store as an ``AsyncOp``: what lands when the group cannot land at once."""
+
+  __slots__ = ("insn", "opcode", "cta", "size", "completion", "step", "lanes", "offs",
+               "values", "vcs", "matrix", "idx")
+  reads, proxy = (), "async"
+
+  def __init__(self, insn, opcode, cta, size, completion, step):
+    self.insn, self.opcode, self.cta, self.size = insn, opcode, cta, size
+    self.completion, self.step, self.idx = completion, step, None
+    self.lanes, self.offs, self.values, self.vcs, self.matrix = [], [], [], [], None
+
+  @property
+  def th(self):
+    """The first issuing lane (messages name it)."""
+    return self.lanes[0]
+
+  @property
+  def ctas(self) -> set:
+    return {self.cta, self.completion.cta}
+
+  @property
+  def text(self) -> str:
+    first, more = self.lanes[0], len(self.lanes) - 1
+    lanes = f" (and {more} more lane{'s' * (more > 1)} of its warp)" if more else ""
+    return f"CTA {first.cta} thread {first.tid}{lanes}: {self.opcode} into CTA {self.cta}"
+
+  def lane_op(self, i) -> AsyncOp:
+    return AsyncOp(self.lanes[i], self.insn, self.opcode,
+                   [Write(self.cta, self.offs[i], self.size, self.values[i], None)],
+                   MbarrierTx(self.completion.key, self.completion.nbytes), vc=self.vcs[i])
+
+  def clock_matrix(self, count):
+    """The first ``count`` lanes' clocks at issue, one row each."""
+    if self.matrix is not None:
+      return self.matrix[:count]
+    return np.stack(self.vcs[:count])
+
+  def drop(self, count):
+    """The first ``count`` lanes landed: they leave the group."""
+    del self.lanes[:count], self.offs[:count], self.values[:count], self.vcs[:count]
+    if self.matrix is not None:
+      self.matrix = self.matrix[count:]
+
+
+def issue_store(k, th, insn, opcode, cta, off, size, values, key):
+  """``th`` issues a plain ``st.async`` of ``values`` (``size`` bytes each) at ``off`` of
+  CTA ``cta``'s shared memory, completing on the mbarrier ``key``: ``issue``'s checks
+  and effects, with the store joining the ``StoreGroup`` its warp-mates' stores by
+  this instruction in this step started (else a new one)."""
+  n = size * len(values)
+  sync._barrier(k, th, th.vc, key, pc=insn)   # (MbarrierTx.issue)
+  inflight = k.inflight
+  group = inflight[-1] if inflight else None
+  if type(group) is not StoreGroup or group.step != k.step or group.insn != insn or \
+     group.completion.key != key:
+    group = StoreGroup(insn, opcode, cta, size, MbarrierTx(key, n), k.step)
+    group.idx = len(inflight)
+    inflight.append(group)
+  group.lanes.append(th)
+  group.offs.append(off)
+  group.values.append(values)
+  group.vcs.append(th.vc.copy())
+  group.matrix = None
+  k.shadow[cta].mark_inflight(off, n, 1, atomic=False)
+  th.vc[th.slot] += 1
+
+
 def issue(k, th, op):
   """``th`` issues ``op``: the completion's checks, its destination bytes marked in
   flight, queued; the issuing thread's clock moves on (its later accesses are not
@@ -147,8 +225,18 @@ def _dequeue(k, op):
 
 
 def land(k, op):
-  """``op``'s data lands (each write checked, then written), then its completion."""
+  """``op``'s data lands (each write checked, then written), then its completion.  A
+  ``StoreGroup`` lands its lanes up to the one whose bytes complete its phase (all
+  of them if none does); the rest stay in flight."""
+  if type(op) is StoreGroup:
+    _land_group_part(k, op)
+    return
   _dequeue(k, op)
+  _land_one(k, op)
+
+
+def _land_one(k, op):
+  """``land`` of an ``AsyncOp`` taken out of ``k.inflight``."""
   for w in op.writes:
     k.shadow[w.cta].mark_inflight(w.off, w.nbytes, -1, atomic=w.red is not None)
   try:
@@ -169,77 +257,70 @@ def land(k, op):
 
 
 def land_many(k, ops):
-  """Lands ``ops`` one after another, as ``land`` does each: consecutive ``st.async``
-  stores into one CTA that complete on one mbarrier (a warp's, or many warps')
-  land together when ``_land_together`` can (the same checks, records, bytes and
-  tx-counts), the others one by one."""
-  i = 0
-  while i < len(ops):
-    j = i + 1
-    first = ops[i]
-    if _plain_store(first):
-      shape = _shape(first)
-      while j < len(ops) and _plain_store(ops[j]) and _shape(ops[j]) == shape:
-        j += 1
-    j = i + _land_together(k, ops[i:j]) if j - i >= _BATCH else i
-    if j == i:   # (one by one)
-      land(k, ops[i])
-      j = i + 1
-    i = j
-
-
-def _plain_store(op) -> bool:
-  """One ``st.async`` write (no reduction, no reads) completing on an mbarrier."""
-  return type(op.completion) is MbarrierTx and len(op.writes) == 1 and \
-      op.writes[0].red is None and not op.reads
-
-
-def _shape(op):
-  """What the stores landed together share: the mbarrier, the CTA, the element size
-  and count."""
-  w = op.writes[0]
-  return op.completion.key, w.cta, w.size, len(w.values)
-
-
-def _land_together(k, ops) -> int:
-  """Lands the longest prefix of ``ops`` (``_plain_store`` s into one CTA, of one
-  element size and count, on one mbarrier) that can land at once, exactly as one by one: no check fails, no
-  tx-count leaves its range, and the phase completes, if at all, with the last.
-  Returns how many landed (0: none; the caller lands them one by one)."""
-  bar, w0 = k.mbar.get(ops[0].completion.key), ops[0].writes[0]
-  if bar is None or k.flags or w0.size not in (1, 2, 4, 8):   # (sizes NumPy packs)
-    return 0
-  n = w0.nbytes
-  tx = np.cumsum([bar.tx] + [-n] * len(ops))[1:]
-  if np.abs(tx).max() > TX_LIMIT:
-    return 0
-  if bar.pending == 0:   # the phase completes where the tx-count reaches 0
-    zero = np.flatnonzero(tx == 0)
-    if len(zero):
-      ops = ops[:zero[0] + 1]
-  init_slot, init_clock = bar.init
-  offs = [op.writes[0].off for op in ops]
-  if len(ops) < _BATCH or len(set(offs)) != len(ops) or any(off % n for off in offs) or \
-     any(op.vc.item(init_slot) < init_clock for op in ops):
-    return 0
-  ordered = sorted(ops, key=lambda op: op.writes[0].off)
-  at = [op.writes[0].off for op in ordered]
-  clocks = np.stack([op.vc for op in ordered])
-  stamps = [(bar.slot, bar.phase + 1, op.insn) for op in ordered]
-  if not record_disjoint(k.shadow[w0.cta], at, n, write=True, stamps=stamps,
-                         clocks_at=lambda accesses, slots: clocks[accesses, slots],
-                         own_inflight=1):
-    return 0
-  sh, buf = k.shadow[w0.cta], k.smem[w0.cta]
+  """Lands every one of ``ops`` (distinct operations in flight), one after another,
+  as ``land`` does each; a ``StoreGroup`` lands whole (part by part, where its
+  phase completes part-way)."""
   for op in ops:
-    _dequeue(k, op)
-  dtype, i = np.dtype(f"<u{w0.size}"), 0
-  for lo, count in runs(at, n):   # each byte was in flight once: its own
-    hi, writes = lo + n * count, [op.writes[0] for op in ordered[i:i + count]]
-    i += count
+    if type(op) is StoreGroup:
+      while op.lanes:
+        _land_group_part(k, op)
+    else:
+      land(k, op)
+
+
+def _land_group_part(k, group):
+  """Lands the lanes of ``group`` up to the one whose bytes complete the phase (all
+  if none does), in lane order: at once where ``_land_together`` can, else each
+  lane's store as an ``AsyncOp`` (``land``'s checks and messages).  The lanes that
+  landed leave the group; the group leaves ``k.inflight`` when none is left."""
+  count = _lanes_to_completion(k, group)
+  if not _land_together(k, group, count):
+    for i in range(count):
+      _land_one(k, group.lane_op(i))
+  group.drop(count)
+  if not group.lanes:
+    _dequeue(k, group)
+
+
+def _lanes_to_completion(k, group) -> int:
+  """How many of ``group``'s lanes land before its phase completes: up to the first
+  whose bytes bring the tx-count to 0 with no arrival pending, else all."""
+  bar, count = k.mbar.get(group.completion.key), len(group.lanes)
+  if bar is None or bar.pending or bar.tx <= 0 or bar.tx % group.completion.nbytes:
+    return count
+  return min(count, bar.tx // group.completion.nbytes)
+
+
+def _land_together(k, group, count) -> bool:
+  """Lands the first ``count`` lanes of ``group`` (whose phase completes, if at all,
+  with the last of them) at once, exactly as one by one: no check fails and no
+  tx-count leaves its range.  Returns whether it did (else nothing changed)."""
+  bar, n = k.mbar.get(group.completion.key), group.completion.nbytes
+  if count < _BATCH or bar is None or k.flags or group.size not in (1, 2, 4, 8) or \
+     abs(bar.tx - n * count) > TX_LIMIT:   # (bar.tx itself is in range)
+    return False
+  offs = group.offs[:count]
+  clocks = group.clock_matrix(count)
+  init_slot, init_clock = bar.init
+  if len(set(offs)) != count or any(off % n for off in offs) or \
+     (clocks[:, init_slot] < init_clock).any():
+    return False
+  order = sorted(range(count), key=offs.__getitem__)
+  at = [offs[i] for i in order]
+  rows = np.array(order)
+  stamp = (bar.slot, bar.phase + 1, group.insn)
+  sh, buf = k.shadow[group.cta], k.smem[group.cta]
+  if not record_disjoint(sh, at, n, write=True, stamps=[stamp] * count,
+                         clocks_at=lambda accesses, slots: clocks[rows[accesses], slots],
+                         own_inflight=1):
+    return False
+  dtype, i, values = np.dtype(f"<u{group.size}"), 0, group.values
+  for lo, run in runs(at, n):   # each byte was in flight once: its own
+    hi = lo + n * run
     sh.inflight[lo:hi] = [0] * (hi - lo)
-    buf[lo:hi] = np.array([w.values for w in writes], dtype).tobytes()
-  k.epoch += 2 * len(ops)   # (each op's write and complete-tx, as land)
-  bar.tx -= n * len(ops)
+    buf[lo:hi] = np.array([values[j] for j in order[i:i + run]], dtype).tobytes()
+    i += run
+  k.epoch += 2 * count   # (each store's write and complete-tx, as land)
+  bar.tx -= n * count
   sync._advance(k, bar)
-  return len(ops)
+  return True

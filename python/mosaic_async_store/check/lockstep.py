@@ -50,6 +50,7 @@ def run_piece(k, lanes, max_back_jumps=1 << 20):
   try:
     while True:
       n += len(lanes)   # (a local: added to k.executed once, at the end)
+      k.step += 1
       vf, th = vcode[pc], lanes[0]   # (th: the lane an error names; lane by lane, each)
       r = vf(lanes) if vf is not None else FALLBACK
       if r is None:

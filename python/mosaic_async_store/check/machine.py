@@ -23,7 +23,8 @@ scheduler in ``run``.  Its state, by what it models (each attribute is set by
     ``named`` / ``warp_arrivals`` (named CTA barriers and the warps arriving on them,
     ``barriers``), ``cluster_gens`` / ``cluster_lanes`` / ``cluster_reached`` /
     ``cluster_waiting`` (the cluster barrier's generations and arrivals);
-  * asynchronous operations: ``inflight`` (``asyncops.AsyncOp`` issued, not landed);
+  * asynchronous operations: ``inflight`` (``asyncops.AsyncOp`` and ``StoreGroup``
+    issued, not landed);
   * clocks: ``clocks`` (every thread's vector clock, ``Thread.vc``, as a row of one
     matrix: row ``slot - 1``), ``barrier_slot0`` (the first vector-clock slot of the
     mbarriers: slot 0 is the initial memory, slots 1.. the threads, then two per
@@ -32,7 +33,8 @@ scheduler in ``run``.  Its state, by what it models (each attribute is set by
     makes), ``runnable`` / ``blocked`` / ``parked`` (threads by state),
     ``group_waiting`` (lanes waiting at warp collectives per warp), ``dirty`` (a
     synchronisation may complete), ``epoch`` (bumped by every change another thread
-    can see: polling), ``timeouts``, ``grid_clusters``;
+    can see: polling), ``step`` (counts the instructions a piece ran: the lanes of
+    one step issue one ``StoreGroup``), ``timeouts``, ``grid_clusters``;
   * what a run reports: ``executed`` (thread-instructions), ``calls`` (the kernel's
     vprintf calls), ``store_trace`` (``launch(trace_stores=True)``).
 """
@@ -122,7 +124,7 @@ class Machine:
     self.mbar, self.barriers_made, self.named, self.warp_arrivals = {}, 0, {}, {}
     self.cluster_gens, self.cluster_lanes, self.cluster_reached = [], {}, []
     self.cluster_waiting = 0
-    self.inflight = []
+    self.inflight, self.step = [], 0
     self.barrier_slot0, self.clocks = 0, None
     self.sched, self.runnable, self.blocked, self.parked = None, [], {}, []
     self.group_waiting, self.dirty, self.epoch, self.timeouts = {}, False, 0, 0
@@ -146,7 +148,7 @@ class Machine:
     self.cluster_gens, self.cluster_lanes = [], {}
     self.cluster_reached = [cluster * block]   # [n]: threads with >= n cluster arrives
     self.cluster_waiting = 0                   # threads blocked in barrier.cluster.wait
-    self.inflight = []
+    self.inflight, self.step = [], 0
     self.barrier_slot0 = 1 + cluster * block   # slot 0: initial memory; then the threads
     nslots = self.barrier_slot0 + 2 * barrier_slots   # per barrier: its data, its init
     self.block, self.exited = block, [False] * cluster

@@ -250,19 +250,24 @@ def async_store(k, addr, vals, size, red, mbar, insn, text):
         return FALLBACK
     completions = {off: asyncops.MbarrierTx((cta, off), n) for off in set(bar_places[1])}
     values = [form(lanes) for form in values_of]
-    # asyncops.issue, lane by lane, with the lanes' clocks copied at once
+    per_lane = [[v[i] & mask for v in values] for i in range(len(lanes))]
+    # asyncops.issue / issue_store, lane by lane, with the lanes' clocks copied at once
     rows = _rows(lanes)
     clocks, inflight, moved = k.clocks[rows], k.inflight, None
+    if red is None:   # a StoreGroup per run of lanes on one mbarrier, as issue_store
+      _store_groups(k, lanes, offs, bar_places[1], per_lane, clocks, completions, insn,
+                    text, cta, size)
     marks = k.shadow[cta].inflight_red if red else k.shadow[cta].inflight   # (mark_inflight)
     yields = k.sched.yields if k.sched.yield_p else None
     for i, (th, off, bar_off) in enumerate(zip(lanes, offs, bar_places[1])):
-      write = asyncops.Write(cta, off, size, [v[i] & mask for v in values], red)
-      op = asyncops.AsyncOp(th, insn, text, [write], completions[bar_off], vc=clocks[i])
+      if red is not None:
+        write = asyncops.Write(cta, off, size, per_lane[i], red)
+        op = asyncops.AsyncOp(th, insn, text, [write], completions[bar_off], vc=clocks[i])
+        op.idx = len(inflight)
+        inflight.append(op)
       barriers[cta, bar_off].users[th.slot] = (clocks.item(i, th.slot), insn)  # (_barrier)
       for b in range(off, off + n):
         marks[b] += 1
-      op.idx = len(inflight)
-      inflight.append(op)
       if yields is not None and yields():
         if moved is None:
           moved = {}
@@ -270,3 +275,21 @@ def async_store(k, addr, vals, size, red, mbar, insn, text):
     k.clocks[rows, rows + 1] += 1   # (row r: slot r + 1)
     return moved
   return lanes_form
+
+
+def _store_groups(k, lanes, offs, bar_offs, per_lane, clocks, completions, insn, text,
+                  cta, size):
+  """Queues the ``asyncops.StoreGroup`` s of a warp's plain ``st.async``: one per run of
+  lanes (in lane order) whose stores complete on one mbarrier, as ``issue_store``
+  makes them lane by lane."""
+  start, count, inflight = 0, len(lanes), k.inflight
+  for end in range(1, count + 1):
+    if end < count and bar_offs[end] == bar_offs[start]:
+      continue
+    group = asyncops.StoreGroup(insn, text, cta, size, completions[bar_offs[start]], k.step)
+    group.lanes, group.offs = lanes[start:end], offs[start:end]
+    group.values, group.matrix = per_lane[start:end], clocks[start:end]
+    group.vcs = list(group.matrix)
+    group.idx = len(inflight)
+    inflight.append(group)
+    start = end
