@@ -136,7 +136,7 @@ def _async_fn(k, addr, vals, size, red, mbar):
         completion = completions[key] = asyncops.MbarrierTx(key, n)
       write = asyncops.Write(cta, off, size, values, red)
       asyncops.issue(k, th, asyncops.AsyncOp(th, insn, text, [write], completion))
-    return YIELD if k.sched.yields() else None
+    return YIELD if k.sched.pauses(k.step) else None
   issue.lanes = warp_memory.async_store(k, addr, vals, size, red, mbar, insn, text)
   return issue
 

@@ -327,21 +327,29 @@ class Shadow:
 
 
 class Schedule:
-  """Seeded choices: which thread runs next, whether it stops at a
-  synchronising instruction, when asynchronous operations land."""
+  """Seeded choices: which thread runs next, whether a piece (the lanes of a warp
+  running together) pauses after a synchronising instruction, when asynchronous
+  operations land."""
 
   def __init__(self, seed: int):
     self.seed, self.rng = seed, random.Random(seed)
     self.land_p = self.rng.choice((0.05, 0.2, 0.5)) if seed >= 2 else None
     self.yield_p = 0.0 if seed == 0 else 0.5
+    self._step, self._pause = None, False   # (pauses: the choice of the last step)
 
   def pick_index(self, n: int) -> int:
     """Which of ``n`` runnable threads runs next."""
     return 0 if self.seed == 0 else self.rng.randrange(n)
 
-  def yields(self) -> bool:
-    """Whether a thread pauses after a synchronising instruction."""
-    return self.yield_p > 0 and self.rng.random() < self.yield_p
+  def pauses(self, step: int) -> bool:
+    """Whether the lanes that run instruction step ``step`` (``Machine.step``: one
+    instruction of one piece) pause after it, a synchronising instruction: one choice
+    per step, so a piece pauses or goes on whole, whether its lanes ran the
+    instruction through its warp form or one by one."""
+    if step != self._step:
+      self._step = step
+      self._pause = self.yield_p > 0 and self.rng.random() < self.yield_p
+    return self._pause
 
   def pick_leader(self, n: int) -> int:
     """Which of ``n`` lanes (in lane order) ``elect.sync`` elects: the ISA leaves it

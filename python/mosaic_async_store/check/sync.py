@@ -178,7 +178,7 @@ def _arrive(k, mods, ops, src, space):
                           f"arrive.noComplete completes the phase of {bar.describe()}")
     put(th, bar.phase)
     _advance(k, bar)
-    return YIELD if k.sched.yields() else None
+    return YIELD if k.sched.pauses(k.step) else None
   return arrive
 
 

@@ -38,8 +38,8 @@ _PAGE_MASK = PAGE - 1
 _DTYPES = {1: np.dtype("<u1"), 2: np.dtype("<u2"), 4: np.dtype("<u4"), 8: np.dtype("<u8")}
 # The fewest accesses checked and recorded at once (``shadow_runs``): below it, the
 # per-call cost of the batched path (NumPy, sorting) is more than the lane-by-lane loop
-# it saves (a schedule that pauses lanes after synchronising instructions splits
-# warps into small pieces).  Both paths give the same verdicts.
+# it saves (a piece is small where the kernel's branches, guards or waits split its
+# warp).  Both paths give the same verdicts.
 BATCH = 8
 
 
@@ -229,7 +229,7 @@ def global_store(k, addr, value, n, insn):
 def async_store(k, addr, vals, size, red, mbar, insn, text):
   """The issue of ``st.async`` (``red`` None) or ``red.async`` (``red``: (operation,
   type)) of ``vals`` at ``addr``, completing on the mbarrier at ``mbar``: returns
-  {lane: YIELD} for the lanes the schedule pauses after their issue, as lane by lane."""
+  {lane: YIELD} for every lane when the schedule pauses the piece after it."""
   n, mask = size * len(vals), (1 << (8 * size)) - 1
   addrs_of, bars_of = lanes_getter(addr), lanes_getter(mbar)
   values_of = [lanes_getter(g) for g in vals]
@@ -253,12 +253,11 @@ def async_store(k, addr, vals, size, red, mbar, insn, text):
     per_lane = [[v[i] & mask for v in values] for i in range(len(lanes))]
     # asyncops.issue / issue_store, lane by lane, with the lanes' clocks copied at once
     rows = _rows(lanes)
-    clocks, inflight, moved = k.clocks[rows], k.inflight, None
+    clocks, inflight = k.clocks[rows], k.inflight
     if red is None:   # a StoreGroup per run of lanes on one mbarrier, as issue_store
       _store_groups(k, lanes, offs, bar_places[1], per_lane, clocks, completions, insn,
                     text, cta, size)
     marks = k.shadow[cta].inflight_red if red else k.shadow[cta].inflight   # (mark_inflight)
-    yields = k.sched.yields if k.sched.yield_p else None
     for i, (th, off, bar_off) in enumerate(zip(lanes, offs, bar_places[1])):
       if red is not None:
         write = asyncops.Write(cta, off, size, per_lane[i], red)
@@ -268,12 +267,8 @@ def async_store(k, addr, vals, size, red, mbar, insn, text):
       barriers[cta, bar_off].users[th.slot] = (clocks.item(i, th.slot), insn)  # (_barrier)
       for b in range(off, off + n):
         marks[b] += 1
-      if yields is not None and yields():
-        if moved is None:
-          moved = {}
-        moved[th] = YIELD
     k.clocks[rows, rows + 1] += 1   # (row r: slot r + 1)
-    return moved
+    return dict.fromkeys(lanes, YIELD) if k.sched.pauses(k.step) else None
   return lanes_form
 
 
