@@ -240,7 +240,8 @@ class Shadow:
     # each other, but each must come after the last plain write
     self.atomics: list[dict | None] = [None] * nbytes
     # every read since the last plain write: None, or {slot: (clock, instruction,
-    # tag)}, ``tag`` None for a weak read (see ``conflict``)
+    # tag)}, ``tag`` None for a weak read (see ``conflict``).  These sets are shared
+    # by bytes and never changed in place (``record`` makes new ones).
     self.readers: list[dict | None] = [None] * nbytes
     # asynchronous writes in flight: st.async (conflicts with any access) and
     # red.async (an atomic: conflicts with everything but other atomics)
@@ -260,7 +261,11 @@ class Shadow:
       if slot and latest.get(slot, -1) < clk:
         latest[slot] = clk
     for sets in (self.atomics, self.readers):
-      for accesses in filter(None, sets):
+      last = None
+      for accesses in sets:
+        if accesses is last or accesses is None:   # (adjacent bytes share sets: once)
+          continue
+        last = accesses
         for slot, (clk, _, _) in accesses.items():
           if latest.get(slot, -1) < clk:
             latest[slot] = clk
@@ -313,17 +318,21 @@ class Shadow:
       self.readers[off:off + n] = [None] * n
       return
     # A slot's clocks only grow (a thread's own clock; a barrier's phase at landing),
-    # so the latest access of each slot replaces its earlier one.
+    # so the latest access of each slot replaces its earlier one.  A set is never
+    # changed once recorded (an access makes new ones), so bytes share them: the n
+    # bytes of an access one set, and bytes that shared a set share its successor.
     sets, entry = self.atomics if write else self.readers, (clk, insn, tag)
-    if sets[off:off + n].count(None) == n:   # none yet (the common case): n new sets
-      sets[off:off + n] = [{slot: entry} for _ in range(n)]
+    if sets[off:off + n].count(None) == n:   # none yet (the common case): one new set
+      sets[off:off + n] = [{slot: entry}] * n
       return
+    made = {}   # id(earlier set) -> (it, its successor)
     for b in range(off, off + n):
       accesses = sets[b]
-      if accesses is None:
-        sets[b] = {slot: entry}
-      else:
-        accesses[slot] = entry
+      pair = made.get(id(accesses))
+      if pair is None:
+        pair = made[id(accesses)] = (accesses, {slot: entry} if accesses is None else
+                                     {**accesses, slot: entry})
+      sets[b] = pair[1]
 
 
 class Schedule:

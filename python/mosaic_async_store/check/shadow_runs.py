@@ -75,8 +75,9 @@ def record_disjoint(sh, offs, n, *, write, clocks_at, stamps, own_inflight=0):
       w_slot[lo:hi] = [s for s, _, _ in mine for _ in each]
       w_clk[lo:hi] = [c for _, c, _ in mine for _ in each]
       sh.w_insn[lo:hi] = [insn for _, _, insn in mine for _ in each]
-    elif unread:   # (a set of its own per byte: they grow apart later)
-      readers[lo:hi] = [{s: (c, insn, None)} for s, c, insn in mine for _ in each]
+    elif unread:   # (one set per access, shared by its bytes, as Shadow.record)
+      readers[lo:hi] = [d for d in [{s: (c, insn, None)} for s, c, insn in mine]
+                        for _ in each]
     else:   # (reads joining earlier ones: as one by one)
       for j, stamp in enumerate(mine):
         sh.record(lo + j * n, n, write=False, atomic=False, stamp=stamp)

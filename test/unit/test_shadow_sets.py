@@ -1,0 +1,55 @@
+"""``memory.Shadow`` shares the reader and strong-writer sets of bytes accessed
+together (one set object for the bytes of an access, never changed in place): after
+any history of accesses, each byte's sets hold what a shadow with a set of its own
+per byte would hold, and ``remote_accesses`` (which visits a shared set once) finds
+every slot's latest access."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mosaic_async_store.check.memory import Shadow
+
+NBYTES = 32
+
+_ACCESS = st.tuples(st.sampled_from(["read", "write", "strong write"]),
+                    st.integers(0, NBYTES - 1), st.sampled_from([1, 2, 4, 8]),
+                    st.integers(1, 5))
+
+
+def _reference(history):
+  """Per byte: (last weak writer slot, readers {slot: clock}, strong writers
+  {slot: clock}), each byte with sets of its own."""
+  last = [0] * NBYTES
+  readers = [{} for _ in range(NBYTES)]
+  strong = [{} for _ in range(NBYTES)]
+  for clock, (kind, off, n, slot) in enumerate(history, 1):
+    for b in range(off, min(off + n, NBYTES)):
+      if kind == "write":
+        last[b], readers[b], strong[b] = slot, {}, {}
+      else:
+        (readers if kind == "read" else strong)[b][slot] = clock
+  return last, readers, strong
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(history=st.lists(_ACCESS, max_size=20))
+def test_shared_sets_hold_what_sets_of_their_own_would(history):
+  sh = Shadow(NBYTES)
+  for clock, (kind, off, n, slot) in enumerate(history, 1):
+    n = min(n, NBYTES - off)
+    strong = kind == "strong write"
+    sh.record(off, n, write=kind != "read", atomic=strong, stamp=(slot, clock, clock),
+              tag=(0, 1, off, n) if strong else None)
+  last, readers, strong = _reference(history)
+  for b in range(NBYTES):
+    assert sh.w_slot[b] == last[b], b
+    assert {s: e[0] for s, e in (sh.readers[b] or {}).items()} == readers[b], b
+    assert {s: e[0] for s, e in (sh.atomics[b] or {}).items()} == strong[b], b
+  want = {}   # slot -> its latest clock in any set or as a last writer
+  for clock, (kind, off, n, slot) in enumerate(history, 1):
+    survives = any(readers[b].get(slot) == clock or strong[b].get(slot) == clock or
+                   (kind == "write" and sh.w_clk[b] == clock)
+                   for b in range(off, min(off + n, NBYTES)))
+    if survives:
+      want[slot] = max(want.get(slot, 0), clock)
+  assert sh.remote_accesses(lambda slot: 1, 0) == want
