@@ -130,3 +130,24 @@ DONE:
   assert err.value.rule == "exit"
   assert ("CTA 1 exits while CTA 0 thread 0 (and 31 more lanes of its warp): st.async "
           "into CTA 1 is in flight") in str(err.value), err.value
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_two_groups_into_the_same_bytes_in_flight_are_reported(schedule):
+  """The loop's two iterations store into the same words: the second group is issued
+  while the first is in flight, and landing either over the other's bytes is
+  reported (the in-flight marks count both)."""
+  ptx = _looping_kernel().replace("  add.u32 %r4, %r4, 256;\n", "", 1) \
+                         .replace("  sub.u32 %r4, %r4, 256;\n", "")
+  findings = []
+  for warp_forms in (True, False):   # (the same finding, whichever path issued)
+    kern = PtxKernel(ptx)
+    if not warp_forms:
+      kern.program.vcode[:] = [None] * len(kern.program.vcode)
+    with pytest.raises(ProtocolError) as err:
+      kern.launch([np.zeros(128, np.uint32)], cluster=2, smem_bytes=520, block=64,
+                  schedule=schedule, smem_init=[bytes(520)] * 2)
+    findings.append(str(err.value))
+  assert err.value.rule == "early-read", err.value
+  assert "while an asynchronous store into them is in flight" in findings[0]
+  assert findings[0] == findings[1]

@@ -314,12 +314,13 @@ def _land_together(k, group, count) -> bool:
                          clocks_at=lambda accesses, slots: clocks[rows[accesses], slots],
                          own_inflight=1):
     return False
-  dtype, i, values = np.dtype(f"<u{group.size}"), 0, group.values
+  values = group.values
+  data, i = np.array([values[j] for j in order], f"<u{group.size}").tobytes(), 0
   for lo, run in runs(at, n):   # each byte was in flight once: its own
     hi = lo + n * run
     sh.inflight[lo:hi] = [0] * (hi - lo)
-    buf[lo:hi] = np.array([values[j] for j in order[i:i + run]], dtype).tobytes()
-    i += run
+    buf[lo:hi] = data[i:i + hi - lo]
+    i += hi - lo
   k.epoch += 2 * count   # (each store's write and complete-tx, as land)
   bar.tx -= n * count
   sync._advance(k, bar)

@@ -36,6 +36,15 @@ def runs(offs, n):
   return out
 
 
+def _quiet(sh, lo, hi, own_inflight):
+  """Whether bytes [lo, hi) have no write in flight but ``own_inflight`` plain ones
+  each, no strong write and no mbarrier."""
+  size = hi - lo
+  return sh.inflight[lo:hi].count(own_inflight) == size and \
+      sh.inflight_red[lo:hi].count(0) == size and sh.atomics[lo:hi].count(None) == size \
+      and sh.mbar_bytes.count(0, lo, hi) == size
+
+
 def record_disjoint(sh, offs, n, *, write, clocks_at, stamps, own_inflight=0):
   """Checks and records accesses of ``n`` bytes at ``offs`` (ascending, distinct,
   multiples of ``n``) in shadow ``sh`` at once, or changes nothing (the module doc);
@@ -48,21 +57,24 @@ def record_disjoint(sh, offs, n, *, write, clocks_at, stamps, own_inflight=0):
   flight each byte holds of the accesses' own (1 when asynchronous stores land: they
   are still marked; 0 for threads' accesses)."""
   spans = runs(offs, n)
-  inflight, inflight_red, atomics = sh.inflight, sh.inflight_red, sh.atomics
-  readers, mbar_bytes, w_slot, w_clk = sh.readers, sh.mbar_bytes, sh.w_slot, sh.w_clk
-  writers, clocks, unread = [], [], True
+  readers, w_slot, w_clk = sh.readers, sh.w_slot, sh.w_clk
+  # What holds for every byte from the first access to the last holds for each run's
+  # (then one check each instead of one per run).
+  first, end = offs[0], offs[-1] + n
+  quiet = _quiet(sh, first, end, own_inflight)
+  unread = readers[first:end].count(None) == end - first
+  writers, clocks = [], []
   for lo, count in spans:
     size = n * count
     hi = lo + size
-    if inflight[lo:hi].count(own_inflight) != size or inflight_red[lo:hi].count(0) != size \
-       or atomics[lo:hi].count(None) != size or mbar_bytes.count(0, lo, hi) != size:
+    if not quiet and not _quiet(sh, lo, hi, own_inflight):
       return False
-    if readers[lo:hi].count(None) != size:
-      if write:
-        return False
-      unread = False
+    if write and not unread and readers[lo:hi].count(None) != size:
+      return False
     writers += w_slot[lo:hi]
     clocks += w_clk[lo:hi]
+  if not unread:   # (some run was read: as one by one, below)
+    unread = all(readers[lo:lo + n * count].count(None) == n * count for lo, count in spans)
   if clocks.count(0) != len(clocks):   # (clock 0: the initial contents, before all)
     accesses = np.repeat(np.arange(len(offs)), n)
     if not (clocks_at(accesses, np.array(writers)) >= np.array(clocks)).all():

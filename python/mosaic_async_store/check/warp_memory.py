@@ -171,9 +171,11 @@ def _global_first(k, lanes, buf, offs, n, write, insn):
   if cells is None:
     return False
   os = [off & _PAGE_MASK for off in offs]
-  for o in os:
-    if cells[o:o + n].count(None) != n:
-      return False
+  lo, hi = min(os), max(os) + n
+  if cells[lo:hi].count(None) != hi - lo:   # (not all untouched: each access's bytes)
+    for o in os:
+      if cells[o:o + n].count(None) != n:
+        return False
   for th, o in zip(lanes, os):
     clock = th.vc.item(th.slot)
     rec = ([th.slot, clock, insn, None, None, o, n] if write else
@@ -243,33 +245,45 @@ def async_store(k, addr, vals, size, red, mbar, insn, text):
     cta, offs = places
     if red and cta == lanes[0].cta:   # (a reduction into the own CTA)
       return FALLBACK
-    barriers = k.mbar
-    for off in set(bar_places[1]):
+    barriers, bar_offs, rows = k.mbar, bar_places[1], _rows(lanes)
+    clocks = k.clocks[rows]   # (copied: the lanes' clocks at issue)
+    for off in set(bar_offs):
       bar = barriers.get((cta, off))
-      if bar is None or any(th.vc.item(bar.init[0]) < bar.init[1] for th in lanes):
+      if bar is None or (clocks[:, bar.init[0]] < bar.init[1]).any():
         return FALLBACK
-    completions = {off: asyncops.MbarrierTx((cta, off), n) for off in set(bar_places[1])}
-    values = [form(lanes) for form in values_of]
-    per_lane = [[v[i] & mask for v in values] for i in range(len(lanes))]
+    completions = {off: asyncops.MbarrierTx((cta, off), n) for off in set(bar_offs)}
+    per_lane = [[v & mask for v in vs] for vs in zip(*[form(lanes) for form in values_of])]
     # asyncops.issue / issue_store, lane by lane, with the lanes' clocks copied at once
-    rows = _rows(lanes)
-    clocks, inflight = k.clocks[rows], k.inflight
+    inflight = k.inflight
     if red is None:   # a StoreGroup per run of lanes on one mbarrier, as issue_store
-      _store_groups(k, lanes, offs, bar_places[1], per_lane, clocks, completions, insn,
+      _store_groups(k, lanes, offs, bar_offs, per_lane, clocks, completions, insn,
                     text, cta, size)
-    marks = k.shadow[cta].inflight_red if red else k.shadow[cta].inflight   # (mark_inflight)
-    for i, (th, off, bar_off) in enumerate(zip(lanes, offs, bar_places[1])):
-      if red is not None:
+    else:
+      for i, (th, off, bar_off) in enumerate(zip(lanes, offs, bar_offs)):
         write = asyncops.Write(cta, off, size, per_lane[i], red)
         op = asyncops.AsyncOp(th, insn, text, [write], completions[bar_off], vc=clocks[i])
         op.idx = len(inflight)
         inflight.append(op)
-      barriers[cta, bar_off].users[th.slot] = (clocks.item(i, th.slot), insn)  # (_barrier)
-      for b in range(off, off + n):
-        marks[b] += 1
+    own = clocks[np.arange(len(lanes)), rows + 1].tolist()   # (each lane's own slot)
+    for th, clock, bar_off in zip(lanes, own, bar_offs):   # (sync._barrier's users)
+      barriers[cta, bar_off].users[th.slot] = (clock, insn)
+    _mark_inflight(k.shadow[cta].inflight_red if red else k.shadow[cta].inflight, offs, n)
     k.clocks[rows, rows + 1] += 1   # (row r: slot r + 1)
     return dict.fromkeys(lanes, YIELD) if k.sched.pauses(k.step) else None
   return lanes_form
+
+
+def _mark_inflight(marks, offs, n):
+  """``memory.Shadow.mark_inflight`` of the ``n`` bytes at each of ``offs`` in
+  ``marks`` (its ``inflight`` or ``inflight_red``): one pass over the block when they
+  tile one, else access by access."""
+  lo, hi = min(offs), max(offs) + n
+  if hi - lo == n * len(offs) and len(set(offs)) == len(offs):
+    marks[lo:hi] = [m + 1 for m in marks[lo:hi]]
+    return
+  for off in offs:
+    for b in range(off, off + n):
+      marks[b] += 1
 
 
 def _store_groups(k, lanes, offs, bar_offs, per_lane, clocks, completions, insn, text,
