@@ -31,12 +31,14 @@ def test_each_family_owns_its_table_and_its_handlers():
 
 
 def test_no_class_in_the_checker_is_a_mixin():
-  # Every class stands alone (exceptions derive from their Python base only).
+  # Every class stands alone (an exception, or a container such as memory.AccessSet,
+  # derives from its Python base only).
   for path in sorted(CHECK.glob("*.py")):
     for node in ast.walk(ast.parse(path.read_text())):
       if isinstance(node, ast.ClassDef):
         bases = [ast.unparse(b) for b in node.bases]
-        assert bases in ([], ["RuntimeError"]), f"{path.name}: class {node.name}{bases}"
+        assert bases in ([], ["RuntimeError"], ["dict"]), \
+            f"{path.name}: class {node.name}{bases}"
 
 
 def test_every_piece_of_state_the_families_use_is_declared_by_the_machine():

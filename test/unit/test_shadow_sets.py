@@ -1,8 +1,8 @@
 """``memory.Shadow`` shares the reader and strong-writer sets of bytes accessed
-together (one set object for the bytes of an access, never changed in place): after
-any history of accesses, each byte's sets hold what a shadow with a set of its own
-per byte would hold, and ``remote_accesses`` (which visits a shared set once) finds
-every slot's latest access."""
+together (one ``AccessSet`` for the bytes of an access, changed in place only while
+no other bytes hold it): after any history of accesses, each byte's sets hold what a
+shadow with a set of its own per byte would hold, and ``remote_accesses`` (which
+visits a shared set once) finds every slot's latest access."""
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -53,3 +53,16 @@ def test_shared_sets_hold_what_sets_of_their_own_would(history):
     if survives:
       want[slot] = max(want.get(slot, 0), clock)
   assert sh.remote_accesses(lambda slot: 1, 0) == want
+
+
+def test_a_word_many_threads_read_keeps_one_set():
+  """Every reader of one word joins the word's one set in place (no copy per read:
+  a broadcast read by every thread of a cluster stays linear)."""
+  sh = Shadow(NBYTES)
+  sh.record(8, 4, write=False, atomic=False, stamp=(1, 1, 0))
+  first = sh.readers[8]
+  for slot in range(2, 300):
+    sh.record(8, 4, write=False, atomic=False, stamp=(slot, 1, 0))
+  assert all(sh.readers[b] is first for b in range(8, 12)) and len(first) == 299
+  sh.record(9, 1, write=False, atomic=False, stamp=(300, 1, 0))   # part of it: a successor
+  assert sh.readers[9] is not first and len(sh.readers[9]) == 300 and len(first) == 299

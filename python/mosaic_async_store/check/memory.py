@@ -40,8 +40,8 @@ import random
 
 import numpy as np
 
-__all__ = ["Access", "ProtocolError", "RULES", "SCOPES", "SEMS", "sem_scope", "Releases", "Shadow",
-           "Schedule", "SCHEDULES", "CI_SCHEDULES", "SLOW_SCHEDULES", "morally_strong",
+__all__ = ["Access", "AccessSet", "ProtocolError", "RULES", "SCOPES", "SEMS", "sem_scope",
+           "Releases", "Shadow", "Schedule", "SCHEDULES", "CI_SCHEDULES", "SLOW_SCHEDULES", "morally_strong",
            "tags_morally_strong"]
 
 # Each rule is named after the part of the PTX ISA that it enforces.
@@ -227,6 +227,20 @@ class Releases:
         th.unscoped_pair = (scope, acq_scope)   # named by a later race report
 
 
+class AccessSet(dict):
+  """The reads (or strong writes) of some shared-memory bytes since their last plain
+  write, {slot: (clock, instruction, tag)}, one object for the bytes of an access.
+  ``owners``: at least how many bytes hold it (a plain write that drops it does not
+  count down), so ``Shadow.record`` changes it in place only when the bytes it records
+  are all that hold it, and never a set other bytes still see."""
+
+  __slots__ = ("owners",)
+
+  def __init__(self, entries, owners: int):
+    super().__init__(entries)
+    self.owners = owners
+
+
 class Shadow:
   """Per-byte access history of one CTA's shared memory (Python lists: the
   accesses are 1 to 16 bytes, where a loop beats NumPy's per-call cost)."""
@@ -240,8 +254,8 @@ class Shadow:
     # each other, but each must come after the last plain write
     self.atomics: list[dict | None] = [None] * nbytes
     # every read since the last plain write: None, or {slot: (clock, instruction,
-    # tag)}, ``tag`` None for a weak read (see ``conflict``).  These sets are shared
-    # by bytes and never changed in place (``record`` makes new ones).
+    # tag)}, ``tag`` None for a weak read (see ``conflict``); an ``AccessSet`` each,
+    # shared by the bytes of an access
     self.readers: list[dict | None] = [None] * nbytes
     # asynchronous writes in flight: st.async (conflicts with any access) and
     # red.async (an atomic: conflicts with everything but other atomics)
@@ -318,21 +332,34 @@ class Shadow:
       self.readers[off:off + n] = [None] * n
       return
     # A slot's clocks only grow (a thread's own clock; a barrier's phase at landing),
-    # so the latest access of each slot replaces its earlier one.  A set is never
-    # changed once recorded (an access makes new ones), so bytes share them: the n
-    # bytes of an access one set, and bytes that shared a set share its successor.
+    # so the latest access of each slot replaces its earlier one.  The n bytes share
+    # one set (``AccessSet``); a set that bytes outside the access hold too is left to
+    # them, and these bytes get a successor (shared as the earlier one was).
     sets, entry = self.atomics if write else self.readers, (clk, insn, tag)
     if sets[off:off + n].count(None) == n:   # none yet (the common case): one new set
-      sets[off:off + n] = [{slot: entry}] * n
+      sets[off:off + n] = [AccessSet({slot: entry}, n)] * n
       return
-    made = {}   # id(earlier set) -> (it, its successor)
-    for b in range(off, off + n):
-      accesses = sets[b]
-      pair = made.get(id(accesses))
-      if pair is None:
-        pair = made[id(accesses)] = (accesses, {slot: entry} if accesses is None else
-                                     {**accesses, slot: entry})
-      sets[b] = pair[1]
+    held = {}   # id(set) -> [it, how many of these bytes hold it]
+    for accesses in sets[off:off + n]:
+      if accesses is not None:
+        count = held.get(id(accesses))
+        if count is None:
+          held[id(accesses)] = [accesses, 1]
+        else:
+          count[1] += 1
+    made = {}   # id(earlier set, or of None) -> what these of its bytes hold now
+    for accesses, mine in held.values():
+      if accesses.owners == mine:   # only these bytes hold it: changed in place
+        accesses[slot] = entry
+        made[id(accesses)] = accesses
+      else:   # others hold it too: a successor for these bytes
+        made[id(accesses)] = AccessSet(accesses, mine)
+        made[id(accesses)][slot] = entry
+        accesses.owners -= mine
+    nones = n - sum(mine for _, mine in held.values())
+    if nones:
+      made[id(None)] = AccessSet({slot: entry}, nones)
+    sets[off:off + n] = [made[id(accesses)] for accesses in sets[off:off + n]]
 
 
 class Schedule:
