@@ -1,6 +1,6 @@
 """``memory.Shadow`` shares the reader and strong-writer sets of bytes accessed
-together (one ``AccessSet`` for the bytes of an access, changed in place only while
-no other bytes hold it): after any history of accesses, each byte's sets hold what a
+together (one set for the bytes of an access, changed in place only while no other
+bytes hold it: ``AccessSet``): after any history of accesses, each byte's sets hold what a
 shadow with a set of its own per byte would hold, and ``remote_accesses`` (which
 visits a shared set once) finds every slot's latest access."""
 
@@ -56,12 +56,14 @@ def test_shared_sets_hold_what_sets_of_their_own_would(history):
 
 
 def test_a_word_many_threads_read_keeps_one_set():
-  """Every reader of one word joins the word's one set in place (no copy per read:
-  a broadcast read by every thread of a cluster stays linear)."""
+  """Every reader of one word joins the word's one set in place (after the second
+  reader: the first's set is a plain dict, whose holders are not counted), with no
+  copy per read: a broadcast read by every thread of a cluster stays linear."""
   sh = Shadow(NBYTES)
   sh.record(8, 4, write=False, atomic=False, stamp=(1, 1, 0))
+  sh.record(8, 4, write=False, atomic=False, stamp=(2, 1, 0))
   first = sh.readers[8]
-  for slot in range(2, 300):
+  for slot in range(3, 300):
     sh.record(8, 4, write=False, atomic=False, stamp=(slot, 1, 0))
   assert all(sh.readers[b] is first for b in range(8, 12)) and len(first) == 299
   sh.record(9, 1, write=False, atomic=False, stamp=(300, 1, 0))   # part of it: a successor

@@ -229,16 +229,14 @@ class Releases:
 
 class AccessSet(dict):
   """The reads (or strong writes) of some shared-memory bytes since their last plain
-  write, {slot: (clock, instruction, tag)}, one object for the bytes of an access.
+  write, {slot: (clock, instruction, tag)}, as ``Shadow.record`` grows it in place.
   ``owners``: at least how many bytes hold it (a plain write that drops it does not
-  count down), so ``Shadow.record`` changes it in place only when the bytes it records
-  are all that hold it, and never a set other bytes still see."""
+  count down), so ``record`` changes it in place only when the bytes it records are
+  all that hold it, and never a set other bytes still see.  A plain dict is a set
+  made for the bytes of one access whose holders are not counted: ``record`` never
+  changes one in place."""
 
   __slots__ = ("owners",)
-
-  def __init__(self, entries, owners: int):
-    super().__init__(entries)
-    self.owners = owners
 
 
 class Shadow:
@@ -254,8 +252,8 @@ class Shadow:
     # each other, but each must come after the last plain write
     self.atomics: list[dict | None] = [None] * nbytes
     # every read since the last plain write: None, or {slot: (clock, instruction,
-    # tag)}, ``tag`` None for a weak read (see ``conflict``); an ``AccessSet`` each,
-    # shared by the bytes of an access
+    # tag)}, ``tag`` None for a weak read (see ``conflict``); the bytes of an access
+    # share one (``AccessSet``)
     self.readers: list[dict | None] = [None] * nbytes
     # asynchronous writes in flight: st.async (conflicts with any access) and
     # red.async (an atomic: conflicts with everything but other atomics)
@@ -333,11 +331,11 @@ class Shadow:
       return
     # A slot's clocks only grow (a thread's own clock; a barrier's phase at landing),
     # so the latest access of each slot replaces its earlier one.  The n bytes share
-    # one set (``AccessSet``); a set that bytes outside the access hold too is left to
-    # them, and these bytes get a successor (shared as the earlier one was).
+    # one set; a set that bytes outside the access may hold too (``AccessSet``) is left
+    # to them, and these bytes get a successor (shared as the earlier one was).
     sets, entry = self.atomics if write else self.readers, (clk, insn, tag)
     if sets[off:off + n].count(None) == n:   # none yet (the common case): one new set
-      sets[off:off + n] = [AccessSet({slot: entry}, n)] * n
+      sets[off:off + n] = [{slot: entry}] * n
       return
     held = {}   # id(set) -> [it, how many of these bytes hold it]
     for accesses in sets[off:off + n]:
@@ -349,16 +347,19 @@ class Shadow:
           count[1] += 1
     made = {}   # id(earlier set, or of None) -> what these of its bytes hold now
     for accesses, mine in held.values():
-      if accesses.owners == mine:   # only these bytes hold it: changed in place
+      counted = type(accesses) is AccessSet
+      if counted and accesses.owners == mine:   # only these bytes hold it: in place
         accesses[slot] = entry
         made[id(accesses)] = accesses
-      else:   # others hold it too: a successor for these bytes
-        made[id(accesses)] = AccessSet(accesses, mine)
-        made[id(accesses)][slot] = entry
+        continue
+      successor = made[id(accesses)] = AccessSet(accesses)   # (others may hold it)
+      successor[slot], successor.owners = entry, mine
+      if counted:
         accesses.owners -= mine
     nones = n - sum(mine for _, mine in held.values())
     if nones:
-      made[id(None)] = AccessSet({slot: entry}, nones)
+      made[id(None)] = AccessSet({slot: entry})
+      made[id(None)].owners = nones
     sets[off:off + n] = [made[id(accesses)] for accesses in sets[off:off + n]]
 
 

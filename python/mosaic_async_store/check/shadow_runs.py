@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from mosaic_async_store.check.memory import AccessSet
-
 __all__ = ["runs", "record_disjoint"]
 
 
@@ -90,7 +88,7 @@ def record_disjoint(sh, offs, n, *, write, clocks_at, stamps, own_inflight=0):
       w_clk[lo:hi] = [c for _, c, _ in mine for _ in each]
       sh.w_insn[lo:hi] = [insn for _, _, insn in mine for _ in each]
     elif unread:   # (one set per access, shared by its bytes, as Shadow.record)
-      made = [AccessSet({s: (c, insn, None)}, n) for s, c, insn in mine]
+      made = [{s: (c, insn, None)} for s, c, insn in mine]
       readers[lo:hi] = [d for d in made for _ in each]
     else:   # (reads joining earlier ones: as one by one)
       for j, stamp in enumerate(mine):
