@@ -41,8 +41,8 @@ import random
 import numpy as np
 
 __all__ = ["Access", "AccessSet", "ProtocolError", "RULES", "SCOPES", "SEMS", "sem_scope",
-           "Releases", "Shadow", "Schedule", "SCHEDULES", "CI_SCHEDULES", "SLOW_SCHEDULES", "morally_strong",
-           "tags_morally_strong"]
+           "Releases", "Shadow", "Schedule", "SCHEDULES", "CI_SCHEDULES", "SLOW_SCHEDULES",
+           "morally_strong", "tags_morally_strong"]
 
 # Each rule is named after the part of the PTX ISA that it enforces.
 RULES = {
