@@ -22,7 +22,7 @@ def _async_kernel(tx):
 
 
 def _looping_kernel():
-  """``_async_kernel(256)`` with the store in a loop of two iterations, the first at
+  """``_async_kernel(512)`` with the store in a loop of two iterations, the first at
   word t + 64 of a 512-byte tile (its mbarrier at byte 512), the second at word t:
   one instruction issued again by the same lanes in a later step."""
   ptx = _async_kernel(512).replace("add.u32 %r3, %r2, 256;", "add.u32 %r3, %r2, 512;")
