@@ -2,7 +2,7 @@
 and writes, in which proxy, and how its completion is signalled.
 
 An ``AsyncOp`` is made when a thread issues the instruction and lives in
-``Machine.inflight`` until the schedule lands it (``memory.Schedule``: any order,
+``Machine.inflight`` until the schedule lands it (``schedule.Schedule``: any order,
 any time after issue; when no thread can run, one lands).  It declares
 
   * ``writes``: ``Write`` s (CTA, offset, element size, values, reduction) with the
@@ -136,18 +136,18 @@ class StoreGroup:
   in flight).  The per-thread issue (``issue_store``) and a warp form
   (``warp_memory.async_store``) make the same groups.  Columns, one entry per lane
   in lane order: ``lanes`` (the issuing threads), ``offs``, ``values`` (the elements
-  captured at issue) and ``vcs`` (each issuer's clock at issue; ``matrix``: the same
-  rows as one array, where the warp form made them so).  ``lane_op(i)`` is lane
+  captured at issue) and ``vcs`` (each issuer's clock at issue: a list of rows, or
+  one array of them where the warp form copied them at once).  ``lane_op(i)`` is lane
   ``i``'s store as an ``AsyncOp``: what lands when the group cannot land at once."""
 
   __slots__ = ("insn", "opcode", "cta", "size", "completion", "step", "lanes", "offs",
-               "values", "vcs", "matrix", "idx")
+               "values", "vcs", "idx")
   reads, proxy = (), "async"
 
   def __init__(self, insn, opcode, cta, size, completion, step):
     self.insn, self.opcode, self.cta, self.size = insn, opcode, cta, size
     self.completion, self.step, self.idx = completion, step, None
-    self.lanes, self.offs, self.values, self.vcs, self.matrix = [], [], [], [], None
+    self.lanes, self.offs, self.values, self.vcs = [], [], [], []
 
   @property
   def th(self):
@@ -171,15 +171,12 @@ class StoreGroup:
 
   def clock_matrix(self, count):
     """The first ``count`` lanes' clocks at issue, one row each."""
-    if self.matrix is not None:
-      return self.matrix[:count]
-    return np.stack(self.vcs[:count])
+    return np.asarray(self.vcs[:count])   # (a view where ``vcs`` is one array)
 
   def drop(self, count):
     """The first ``count`` lanes landed: they leave the group."""
-    del self.lanes[:count], self.offs[:count], self.values[:count], self.vcs[:count]
-    if self.matrix is not None:
-      self.matrix = self.matrix[count:]
+    del self.lanes[:count], self.offs[:count], self.values[:count]
+    self.vcs = self.vcs[count:]
 
 
 def issue_store(k, th, insn, opcode, cta, off, size, values, key):
@@ -199,8 +196,7 @@ def issue_store(k, th, insn, opcode, cta, off, size, values, key):
   group.lanes.append(th)
   group.offs.append(off)
   group.values.append(values)
-  group.vcs.append(th.vc.copy())
-  group.matrix = None
+  group.vcs.append(th.vc.copy())   # (a group made lane by lane: a list of rows)
   k.shadow[cta].mark_inflight(off, n, 1, atomic=False)
   th.vc[th.slot] += 1
 

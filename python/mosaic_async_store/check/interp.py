@@ -30,7 +30,7 @@ Model:
     program counters meet; the scheduler picks the next piece and releases the
     participants once a synchronisation can complete;
   * asynchronous operations (``st.async`` / ``red.async``) and their completions
-    land when the schedule says, in any order (``memory.Schedule``); memory
+    land when the schedule says, in any order (``schedule.Schedule``); memory
     ordering is checked by vector clocks with scopes, per byte of shared and
     global memory (``memory``, ``global_memory``), and every violated rule raises
     ``ProtocolError``;

@@ -29,7 +29,7 @@ scheduler in ``run``.  Its state, by what it models (each attribute is set by
     matrix: row ``slot - 1``), ``barrier_slot0`` (the first vector-clock slot of the
     mbarriers: slot 0 is the initial memory, slots 1.. the threads, then two per
     mbarrier);
-  * the scheduler (``run``): ``sched`` (``memory.Schedule``: every choice a schedule
+  * the scheduler (``run``): ``sched`` (``schedule.Schedule``: every choice a schedule
     makes), ``runnable`` / ``blocked`` / ``parked`` (threads by state),
     ``group_waiting`` (lanes waiting at warp collectives per warp), ``dirty`` (a
     synchronisation may complete), ``epoch`` (bumped by every change another thread
@@ -45,7 +45,8 @@ import numpy as np
 
 from mosaic_async_store.check.addresses import GLOBAL_SHIFT
 from mosaic_async_store.check.global_memory import GlobalShadow
-from mosaic_async_store.check.memory import Schedule, Shadow
+from mosaic_async_store.check.memory import Shadow
+from mosaic_async_store.check.schedule import Schedule
 
 __all__ = ["Machine", "Memref", "Thread"]
 

@@ -14,7 +14,7 @@ scopes make the pair morally strong: both scopes must include both threads
 "Synchronizes-with"), i.e. same CTA, or both scopes at least ``.cluster``.
 
 Asynchronous data.  ``st.async`` / ``red.async`` (and their ``complete_tx``)
-wait in a queue; a seeded ``Schedule`` decides when each lands and in which
+wait in a queue; a seeded ``schedule.Schedule`` decides when each lands and in which
 order, so complete_tx may come before the matching ``expect_tx``.  Landed
 bytes are stamped "barrier B, phase p": a thread may read them only once it has
 observed that phase complete (any wait scope: the mbarrier's complete-tx
@@ -36,12 +36,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import random
 
 import numpy as np
 
 __all__ = ["Access", "AccessSet", "ProtocolError", "RULES", "SCOPES", "SEMS", "sem_scope",
-           "Releases", "Shadow", "Schedule", "SCHEDULES", "CI_SCHEDULES", "SLOW_SCHEDULES",
+           "Releases", "Shadow", "SCHEDULES", "CI_SCHEDULES", "SLOW_SCHEDULES",
            "morally_strong", "tags_morally_strong"]
 
 # Each rule is named after the part of the PTX ISA that it enforces.
@@ -94,11 +93,8 @@ RULES = {
 SCOPES = {"cta": 0, "cluster": 1, "gpu": 2, "sys": 3}
 TX_LIMIT = (1 << 20) - 1
 
-# Schedule seeds.  0: every thread runs until it blocks and every async op
-# lands at once, in issue order; 1: threads interleave at random and async ops
-# land as late as possible, newest first; others: random interleaving, async
-# ops landing at random moments in random order.  CI runs every kernel under
-# CI_SCHEDULES; the slow mode (``MAS_EMU_SLOW=1``) under SLOW_SCHEDULES.
+# Schedule seeds (``schedule.Schedule`` says what each chooses).  CI runs every kernel
+# under CI_SCHEDULES; the slow mode (``MAS_EMU_SLOW=1``) under SLOW_SCHEDULES.
 CI_SCHEDULES = (0, 1, 2)
 SLOW_SCHEDULES = tuple(range(24))
 SCHEDULES = SLOW_SCHEDULES if os.environ.get("MAS_EMU_SLOW", "") not in ("", "0") else CI_SCHEDULES
@@ -288,6 +284,18 @@ class Shadow:
     for b in range(off, off + n):
       inflight[b] += delta
 
+  def mark_inflight_all(self, offs, n: int, *, atomic: bool) -> None:
+    """``mark_inflight(off, n, 1)`` for each of ``offs`` (a warp's issue): one pass
+    when they tile one block of bytes."""
+    inflight = self.inflight_red if atomic else self.inflight
+    lo, hi = min(offs), max(offs) + n
+    if hi - lo == n * len(offs) and len(set(offs)) == len(offs):
+      inflight[lo:hi] = [m + 1 for m in inflight[lo:hi]]
+      return
+    for off in offs:
+      for b in range(off, off + n):
+        inflight[b] += 1
+
   def conflict(self, vc, off: int, n: int, *, write: bool, atomic: bool, tag=None):
     """None, or (how, slot, clock, instruction, tag) of the first earlier access to
     these bytes that this one is not ordered after (``how``: "in flight", "written
@@ -361,47 +369,3 @@ class Shadow:
       made[id(None)] = AccessSet({slot: entry})
       made[id(None)].owners = nones
     sets[off:off + n] = [made[id(accesses)] for accesses in sets[off:off + n]]
-
-
-class Schedule:
-  """Seeded choices: which thread runs next, whether a piece (the lanes of a warp
-  running together) pauses after a synchronising instruction, when asynchronous
-  operations land."""
-
-  def __init__(self, seed: int):
-    self.seed, self.rng = seed, random.Random(seed)
-    self.land_p = self.rng.choice((0.05, 0.2, 0.5)) if seed >= 2 else None
-    self.yield_p = 0.0 if seed == 0 else 0.5
-    self._step, self._pause = None, False   # (pauses: the choice of the last step)
-
-  def pick_index(self, n: int) -> int:
-    """Which of ``n`` runnable threads runs next."""
-    return 0 if self.seed == 0 else self.rng.randrange(n)
-
-  def pauses(self, step: int) -> bool:
-    """Whether the lanes that run instruction step ``step`` (``Machine.step``: one
-    instruction of one piece) pause after it, a synchronising instruction: one choice
-    per step, so a piece pauses or goes on whole, whether its lanes ran the
-    instruction through its warp form or one by one."""
-    if step != self._step:
-      self._step = step
-      self._pause = self.yield_p > 0 and self.rng.random() < self.yield_p
-    return self._pause
-
-  def pick_leader(self, n: int) -> int:
-    """Which of ``n`` lanes (in lane order) ``elect.sync`` elects: the ISA leaves it
-    to the hardware, so schedule 0 takes the lowest, 1 the highest, others any."""
-    return 0 if self.seed == 0 else n - 1 if self.seed == 1 else self.rng.randrange(n)
-
-  def landing_now(self, inflight: list) -> list:
-    """The in-flight operations that land now, while threads can still run."""
-    if self.seed == 0:
-      return list(inflight)
-    if self.seed == 1 or not inflight or self.rng.random() >= self.land_p:
-      return []
-    k = self.rng.randint(1, min(len(inflight), 8))
-    return [inflight[i] for i in self.rng.sample(range(len(inflight)), k)]
-
-  def landing_when_stuck(self, inflight: list):
-    """The one operation that lands when no thread can run."""
-    return inflight[-1] if self.seed == 1 else self.rng.choice(inflight)

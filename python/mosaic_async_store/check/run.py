@@ -43,7 +43,7 @@ def launch(k, buffers, *, cluster, smem_bytes, block=128, max_timeouts=64, sched
            barrier_slots=64, trace_stores=False, smem_init=None, first_cta=0,
            grid_ctas=None):
   """Runs one cluster of ``cluster`` CTAs of ``block`` threads under the seeded
-  ``schedule`` (see memory.Schedule).  ``buffers`` (NumPy arrays or
+  ``schedule`` (see schedule.Schedule).  ``buffers`` (NumPy arrays or
   ``Memref``s, in parameter order: see Machine.pack_params) are copied in; returns
   their contents afterwards, in argument order, as uint8 arrays.  Raises
   ProtocolError on a violated rule.  With ``trace_stores``, ``k.store_trace``

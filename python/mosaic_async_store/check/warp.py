@@ -17,7 +17,7 @@ how it is run:
     ``ops.UNDEFINED`` (the bytes built from it show);
   * vote.sync votes over the lanes that met (ballot: bit i is lane i's predicate);
   * elect.sync elects one leader among the lanes that met; which one is the
-    hardware's choice, so the schedule chooses (``memory.Schedule.pick_leader``:
+    hardware's choice, so the schedule chooses (``schedule.Schedule.pick_leader``:
     the lowest lane in schedule 0, the highest in schedule 1, a seeded one else);
   * ``.aligned`` collectives need every lane of the warp at the same instruction: a
     warp whose lanes wait at two different ones, or whose lanes exited while others

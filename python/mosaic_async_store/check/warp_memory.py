@@ -267,23 +267,10 @@ def async_store(k, addr, vals, size, red, mbar, insn, text):
     own = clocks[np.arange(len(lanes)), rows + 1].tolist()   # (each lane's own slot)
     for th, clock, bar_off in zip(lanes, own, bar_offs):   # (sync._barrier's users)
       barriers[cta, bar_off].users[th.slot] = (clock, insn)
-    _mark_inflight(k.shadow[cta].inflight_red if red else k.shadow[cta].inflight, offs, n)
+    k.shadow[cta].mark_inflight_all(offs, n, atomic=red is not None)
     k.clocks[rows, rows + 1] += 1   # (row r: slot r + 1)
     return dict.fromkeys(lanes, YIELD) if k.sched.pauses(k.step) else None
   return lanes_form
-
-
-def _mark_inflight(marks, offs, n):
-  """``memory.Shadow.mark_inflight`` of the ``n`` bytes at each of ``offs`` in
-  ``marks`` (its ``inflight`` or ``inflight_red``): one pass over the block when they
-  tile one, else access by access."""
-  lo, hi = min(offs), max(offs) + n
-  if hi - lo == n * len(offs) and len(set(offs)) == len(offs):
-    marks[lo:hi] = [m + 1 for m in marks[lo:hi]]
-    return
-  for off in offs:
-    for b in range(off, off + n):
-      marks[b] += 1
 
 
 def _store_groups(k, lanes, offs, bar_offs, per_lane, clocks, completions, insn, text,
@@ -297,8 +284,7 @@ def _store_groups(k, lanes, offs, bar_offs, per_lane, clocks, completions, insn,
       continue
     group = asyncops.StoreGroup(insn, text, cta, size, completions[bar_offs[start]], k.step)
     group.lanes, group.offs = lanes[start:end], offs[start:end]
-    group.values, group.matrix = per_lane[start:end], clocks[start:end]
-    group.vcs = list(group.matrix)
+    group.values, group.vcs = per_lane[start:end], clocks[start:end]
     group.idx = len(inflight)
     inflight.append(group)
     start = end
