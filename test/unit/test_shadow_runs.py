@@ -22,7 +22,7 @@ def _state(sh):
 
 
 _EVENT = st.tuples(st.sampled_from(["write", "read", "strong write", "strong read",
-                                    "in flight", "mbarrier"]),
+                                    "in flight", "mbarrier", "block write"]),
                    st.integers(0, NBYTES - 1), st.sampled_from([1, 2, 4]),
                    st.integers(1, SLOTS - 1), st.integers(1, 4))
 
@@ -31,26 +31,36 @@ _EVENT = st.tuples(st.sampled_from(["write", "read", "strong write", "strong rea
 @given(history=st.lists(_EVENT, max_size=12), n=st.sampled_from([1, 2, 4, 8]),
        words=st.sets(st.integers(0, 7), min_size=1, max_size=8), write=st.booleans(),
        clocks=st.lists(st.lists(st.integers(0, 5), min_size=SLOTS, max_size=SLOTS),
-                       min_size=8, max_size=8))
-def test_a_batch_is_recorded_as_one_by_one_or_not_at_all(history, n, words, write, clocks):
+                       min_size=8, max_size=8),
+       same_stamp=st.booleans(), packed=st.booleans())
+def test_a_batch_is_recorded_as_one_by_one_or_not_at_all(history, n, words, write, clocks,
+                                                         same_stamp, packed):
   sh = Shadow(NBYTES)
   for kind, off, size, slot, clk in history:
     off -= off % size
     if kind == "in flight":
       sh.mark_inflight(off, size, 1, atomic=False)
+    elif kind == "block write":   # (every byte one last writer: the one-writer check)
+      sh.record(0, NBYTES, write=True, atomic=False, stamp=(slot, clk, 7))
     elif kind == "mbarrier":
       sh.mbar_bytes[off - off % 8:off - off % 8 + 8] = b"\x01" * 8
     else:
       tag = (0, 1, off, size) if kind.startswith("strong") else None
       sh.record(off, size, write=kind.endswith("write"), atomic=tag is not None,
                 stamp=(slot, clk, 7), tag=tag)
-  offs = sorted(8 * w for w in words)   # (distinct multiples of n: n divides 8)
+  # distinct multiples of n (n divides 8); packed: adjacent, one run of bytes
+  offs = sorted(n * w if packed else 8 * w for w in words)
   vcs = np.array(clocks[:len(offs)], np.int64)
-  stamps = [(1 + i % (SLOTS - 1), int(vcs[i, 1 + i % (SLOTS - 1)]), 9)
-            for i in range(len(offs))]
+  if same_stamp:   # (asynchronous stores landing: one slot and clock for all)
+    slots, stamp_clocks = SLOTS - 1, 3
+    stamps = [(slots, stamp_clocks, 9)] * len(offs)
+  else:
+    slots = [1 + i % (SLOTS - 1) for i in range(len(offs))]
+    stamp_clocks = [int(vcs[i, slot]) for i, slot in enumerate(slots)]
+    stamps = [(slot, clock, 9) for slot, clock in zip(slots, stamp_clocks)]
   before, one_by_one = copy.deepcopy(_state(sh)), copy.deepcopy(sh)
-  done = record_disjoint(sh, offs, n, write=write, stamps=stamps,
-                         clocks_at=lambda accesses, slots: vcs[accesses, slots])
+  done = record_disjoint(sh, offs, n, write=write, slots=slots, clocks=stamp_clocks, insn=9,
+                         clocks_at=lambda accesses, at: vcs[accesses, at])
   if not done:
     assert _state(sh) == before
     return

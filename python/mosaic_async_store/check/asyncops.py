@@ -304,14 +304,12 @@ def _land_together(k, group, count) -> bool:
   order = sorted(range(count), key=offs.__getitem__)
   at = [offs[i] for i in order]
   rows = np.array(order)
-  stamp = (bar.slot, bar.phase + 1, group.insn)
   sh, buf = k.shadow[group.cta], k.smem[group.cta]
-  if not record_disjoint(sh, at, n, write=True, stamps=[stamp] * count,
-                         clocks_at=lambda accesses, slots: clocks[rows[accesses], slots],
-                         own_inflight=1):
+  if not record_disjoint(sh, at, n, write=True, slots=bar.slot, clocks=bar.phase + 1,
+                         insn=group.insn, own_inflight=1,
+                         clocks_at=lambda accesses, slots: clocks[rows[accesses], slots]):
     return False
-  values = group.values
-  data, i = np.array([values[j] for j in order], f"<u{group.size}").tobytes(), 0
+  data, i = np.asarray(group.values[:count], f"<u{group.size}")[rows].tobytes(), 0
   for lo, run in runs(at, n):   # each byte was in flight once: its own
     hi = lo + n * run
     sh.inflight[lo:hi] = [0] * (hi - lo)

@@ -45,52 +45,79 @@ def _quiet(sh, lo, hi, own_inflight):
       and sh.mbar_bytes.count(0, lo, hi) == size
 
 
-def record_disjoint(sh, offs, n, *, write, clocks_at, stamps, own_inflight=0):
+def _each_byte(values, n):
+  """Each of ``values`` ``n`` times in a row (one per byte of its access)."""
+  if n == 1:
+    return values
+  each = range(n)
+  return [v for v in values for _ in each]
+
+
+def _ordered(clocks_at, count, n, writers, clocks):
+  """Whether each of ``count`` accesses (``n`` bytes each) is ordered after the last
+  writes (``writers``, ``clocks``: slot and clock per byte, in access order) of its
+  bytes."""
+  if clocks.count(0) == len(clocks):   # (clock 0: the initial contents, before all)
+    return True
+  accesses = np.arange(count)
+  if writers.count(writers[0]) == len(writers) and clocks.count(clocks[0]) == len(clocks):
+    return bool((clocks_at(accesses, np.full(count, writers[0])) >= clocks[0]).all())
+  return bool((clocks_at(np.repeat(accesses, n), np.array(writers)) >= np.array(clocks)).all())
+
+
+def record_disjoint(sh, offs, n, *, write, clocks_at, slots, clocks, insn, own_inflight=0):
   """Checks and records accesses of ``n`` bytes at ``offs`` (ascending, distinct,
   multiples of ``n``) in shadow ``sh`` at once, or changes nothing (the module doc);
   returns whether it did.
 
   ``clocks_at(accesses, slots)``: for access indices and slots (NumPy arrays of one
   length), each access's clock at that slot (the accessing thread's, or the issuer's
-  at issue for an asynchronous store).  ``stamps``: each access's (slot, clock,
-  instruction), as ``Shadow.record`` takes it.  ``own_inflight``: how many writes in
-  flight each byte holds of the accesses' own (1 when asynchronous stores land: they
-  are still marked; 0 for threads' accesses)."""
-  spans = runs(offs, n)
+  at issue for an asynchronous store).  Each access is stamped, as ``Shadow.record``
+  takes it, (slot, clock, ``insn``): ``slots`` and ``clocks`` are lists (one per
+  access) or one int each (the same for all: asynchronous stores landing).
+  ``own_inflight``: how many writes in flight each byte holds of the accesses' own
+  (1 when asynchronous stores land: they are still marked; 0 for threads' accesses)."""
   readers, w_slot, w_clk = sh.readers, sh.w_slot, sh.w_clk
   # What holds for every byte from the first access to the last holds for each run's
   # (then one check each instead of one per run).
-  first, end = offs[0], offs[-1] + n
+  first, end, count = offs[0], offs[-1] + n, len(offs)
   quiet = _quiet(sh, first, end, own_inflight)
   unread = readers[first:end].count(None) == end - first
-  writers, clocks = [], []
-  for lo, count in spans:
-    size = n * count
-    hi = lo + size
-    if not quiet and not _quiet(sh, lo, hi, own_inflight):
+  if end - first == n * count:   # one run (the common case)
+    if not quiet or (write and not unread):
       return False
-    if write and not unread and readers[lo:hi].count(None) != size:
-      return False
-    writers += w_slot[lo:hi]
-    clocks += w_clk[lo:hi]
-  if not unread:   # (some run was read: as one by one, below)
-    unread = all(readers[lo:lo + n * count].count(None) == n * count for lo, count in spans)
-  if clocks.count(0) != len(clocks):   # (clock 0: the initial contents, before all)
-    accesses = np.repeat(np.arange(len(offs)), n)
-    if not (clocks_at(accesses, np.array(writers)) >= np.array(clocks)).all():
-      return False
-  each, i = range(n), 0
-  for lo, count in spans:
-    hi, mine = lo + n * count, stamps[i:i + count]
-    i += count
+    spans, writers, wclocks = [(first, count)], w_slot[first:end], w_clk[first:end]
+  else:
+    spans, writers, wclocks = runs(offs, n), [], []
+    for lo, run in spans:
+      hi = lo + n * run
+      if not quiet and not _quiet(sh, lo, hi, own_inflight):
+        return False
+      if write and not unread and readers[lo:hi].count(None) != hi - lo:
+        return False
+      writers += w_slot[lo:hi]
+      wclocks += w_clk[lo:hi]
+    if not unread:   # (some run was read: as one by one, below)
+      unread = all(readers[lo:lo + n * run].count(None) == n * run for lo, run in spans)
+  if not _ordered(clocks_at, count, n, writers, wclocks):
+    return False
+  same = type(slots) is int
+  i = 0
+  for lo, run in spans:
+    hi = lo + n * run
+    if same:
+      mine_slots, mine_clocks = [slots] * run, [clocks] * run
+    else:
+      mine_slots, mine_clocks = slots[i:i + run], clocks[i:i + run]
+    i += run
     if write:
-      w_slot[lo:hi] = [s for s, _, _ in mine for _ in each]
-      w_clk[lo:hi] = [c for _, c, _ in mine for _ in each]
-      sh.w_insn[lo:hi] = [insn for _, _, insn in mine for _ in each]
+      w_slot[lo:hi] = [slots] * (hi - lo) if same else _each_byte(mine_slots, n)
+      w_clk[lo:hi] = [clocks] * (hi - lo) if same else _each_byte(mine_clocks, n)
+      sh.w_insn[lo:hi] = [insn] * (hi - lo)
     elif unread:   # (one set per access, shared by its bytes, as Shadow.record)
-      made = [{s: (c, insn, None)} for s, c, insn in mine]
-      readers[lo:hi] = [d for d in made for _ in each]
+      made = [{s: (c, insn, None)} for s, c in zip(mine_slots, mine_clocks)]
+      readers[lo:hi] = _each_byte(made, n)
     else:   # (reads joining earlier ones: as one by one)
-      for j, stamp in enumerate(mine):
-        sh.record(lo + j * n, n, write=False, atomic=False, stamp=stamp)
+      for j, stamp in enumerate(zip(mine_slots, mine_clocks)):
+        sh.record(lo + j * n, n, write=False, atomic=False, stamp=(*stamp, insn))
   return True

@@ -21,6 +21,8 @@ the error's ``access`` names lane j, which ``lockstep.run_piece`` reports.
 
 from __future__ import annotations
 
+from itertools import repeat
+
 import numpy as np
 
 from mosaic_async_store.check import access, asyncops, strong
@@ -49,42 +51,74 @@ def _no_barrier_bytes(sh, offs, n):
   return sh.mbar_bytes.count(0, lo, hi) == hi - lo
 
 
-def _by_address(lanes, offs):
-  """The lanes and their offsets, both in address order."""
-  order = sorted(range(len(offs)), key=offs.__getitem__)
-  return [lanes[i] for i in order], [offs[i] for i in order]
-
-
-def _act_all(ordered, at, n, buf, act, block_act):
-  """The loads or stores themselves of lanes ``ordered`` at offsets ``at`` (ascending,
-  distinct): ``block_act`` at once when they tile one block of bytes and there is one,
-  else ``act`` lane by lane."""
-  if block_act is not None and at[-1] - at[0] == n * (len(at) - 1):
-    block_act(ordered, buf, at[0])
-  else:
-    for th, off in zip(ordered, at):
-      act(th, buf, off)
-
-
 def _rows(lanes):
-  """The lanes' rows of the clock matrix (``Machine.clocks``: row ``slot - 1``)."""
-  return np.fromiter((th.slot - 1 for th in lanes), np.intp, len(lanes))
+  """The lanes' rows of the clock matrix (``Machine.clocks``: row ``slot - 1``), an
+  index array; a range where they are consecutive threads (a converged piece: lanes
+  are in lane order, so first and last tell)."""
+  first, count = lanes[0].slot - 1, len(lanes)
+  if lanes[-1].slot - first == count:
+    return np.arange(first, first + count)
+  return np.fromiter((th.slot - 1 for th in lanes), np.intp, count)
 
 
-def _lanes_clocks(k, ordered):
-  """``clocks_at`` (``shadow_runs.record_disjoint``) of lanes ``ordered``."""
-  rows = _rows(ordered)
-  return lambda accesses, slots: k.clocks[rows[accesses], slots]
+def _stamps(k, rows):
+  """(slots, clocks): each lane's slot and its own clock there, as lists (the lanes
+  of ``rows``, from ``_rows``)."""
+  return (rows + 1).tolist(), k.clocks[rows, rows + 1].tolist()
 
 
-def _shared_access(k, addr, n, write, insn, act, block_act):
+def _words(buf, size):
+  """``buf`` as an array of its ``size``-byte little-endian words (a view)."""
+  return np.frombuffer(buf, _DTYPES[size], len(buf) // size)
+
+
+def _load_lanes(reg, n, mask):
+  """Loads of ``n`` bytes each by lanes at disjoint offsets (multiples of ``n``) into
+  register ``reg`` at once, as ``load`` does lane by lane (None where NumPy has no
+  integer of ``n`` bytes: then lane by lane)."""
+  if n not in _DTYPES:
+    return None
+  masked = mask < (1 << (8 * n)) - 1
+  def load(lanes, buf, offs):
+    words = _words(buf, n)[np.array(offs) // n]
+    if masked:
+      words &= mask
+    for th, v in zip(lanes, words.tolist()):
+      th.regs[reg] = v
+  return load
+
+
+def _store_lanes(k, vals, size):
+  """Weak stores of ``vals`` (getters, ``size`` bytes each) by lanes at disjoint
+  offsets (multiples of ``size``) at once: what ``access._write`` does lane by lane
+  (``k.flags`` is empty: the warp forms go lane by lane otherwise); None where NumPy
+  has no integer of ``size`` bytes."""
+  if size not in _DTYPES:
+    return None
+  mask, forms = (1 << (8 * size)) - 1, [lanes_getter(g) for g in vals]
+  def store(lanes, buf, offs):
+    k.epoch += len(lanes)
+    words, at = _words(buf, size), np.array(offs) // size
+    for j, form in enumerate(forms):
+      words[at + j] = [v & mask for v in form(lanes)]
+  return store
+
+
+def _each(act):
+  """``act(th, buf, off)`` for each lane (the warp form's acts where NumPy cannot)."""
+  def each(lanes, buf, offs):
+    for th, off in zip(lanes, offs):
+      act(th, buf, off)
+  return each
+
+
+def _shared_access(k, addr, n, write, insn, act, lanes_act):
   """The warp form of a weak ``n``-byte access to the own CTA's shared memory: each
   lane checked and recorded in the shadow in lane order, then ``act(th, buf, off)``
   (the load or the store itself).  Lanes at distinct aligned offsets (disjoint
   bytes) are checked and recorded at once when ``shadow_runs.record_disjoint`` takes
-  them; then, when they tile one block of bytes, ``block_act(ordered, buf, off)``
-  does them all."""
-  addrs_of = lanes_getter(addr)
+  them; then ``lanes_act(lanes, buf, offs)`` does them all."""
+  addrs_of, lanes_act = lanes_getter(addr), lanes_act or _each(act)
   def lanes_form(lanes):
     cta = lanes[0].cta   # (one warp: one CTA)
     buf, sh = k.smem[cta], k.shadow[cta]
@@ -93,11 +127,13 @@ def _shared_access(k, addr, n, write, insn, act, block_act):
       return FALLBACK
     offs = places[1]
     if len(lanes) >= BATCH and not (write and k.flags) and len(set(offs)) == len(offs):
-      ordered, at = _by_address(lanes, offs)
-      stamps = [(th.slot, th.vc.item(th.slot), insn) for th in ordered]
-      if record_disjoint(sh, at, n, write=write, clocks_at=_lanes_clocks(k, ordered),
-                         stamps=stamps):
-        _act_all(ordered, at, n, buf, act, block_act)
+      order = sorted(range(len(offs)), key=offs.__getitem__)
+      rows = _rows(lanes)[order]
+      slots, clocks = _stamps(k, rows)
+      if record_disjoint(sh, [offs[i] for i in order], n, write=write, insn=insn,
+                         slots=slots, clocks=clocks,
+                         clocks_at=lambda accesses, at: k.clocks[rows[accesses], at]):
+        lanes_act(lanes, buf, offs)
         return None
     if not _no_barrier_bytes(sh, offs, n):
       return FALLBACK
@@ -113,34 +149,11 @@ def _shared_access(k, addr, n, write, insn, act, block_act):
   return lanes_form
 
 
-def _load_block(reg, n, mask):
-  """Loads of ``n`` bytes each, a block from ``off`` in address order, into ``reg``
-  (None where NumPy has no such integer: the lanes load one by one)."""
-  dtype = _DTYPES.get(n)
-  def load(ordered, buf, off):
-    for th, v in zip(ordered, np.frombuffer(buf, dtype, len(ordered), off).tolist()):
-      th.regs[reg] = v & mask
-  return None if dtype is None else load
-
-
-def _store_block(k, vals, size):
-  """Weak stores of ``vals`` (getters, ``size`` bytes each) by lanes in address order,
-  a block from ``off``: what ``access._write`` does lane by lane (``k.flags`` is
-  empty: the warp forms go lane by lane otherwise); None where NumPy has no integer
-  of ``size`` bytes."""
-  mask, dtype = (1 << (8 * size)) - 1, _DTYPES.get(size)
-  def store(ordered, buf, off):
-    k.epoch += len(ordered)
-    data = np.array([[g(th) & mask for g in vals] for th in ordered], dtype).tobytes()
-    buf[off:off + len(data)] = data
-  return None if dtype is None else store
-
-
 def shared_load(k, addr, n, reg, mask, insn):
   """``ld{.weak}.shared{::cta}`` of ``n`` bytes at ``addr`` into register ``reg``."""
   def load(th, buf, off):
     th.regs[reg] = int.from_bytes(buf[off:off + n], "little") & mask
-  return _shared_access(k, addr, n, False, insn, load, _load_block(reg, n, mask))
+  return _shared_access(k, addr, n, False, insn, load, _load_lanes(reg, n, mask))
 
 
 def shared_store(k, addr, vals, size, insn, traced):
@@ -151,7 +164,7 @@ def shared_store(k, addr, vals, size, insn, traced):
   def store(th, buf, off):
     access._write(k, buf, off, size, [g(th) & mask for g in vals], None, weak=True)
   form = _shared_access(k, addr, size * len(vals), True, insn, store,
-                        _store_block(k, vals, size))
+                        _store_lanes(k, vals, size))
   if not traced:
     return form
   def traced_form(lanes):
@@ -167,29 +180,32 @@ def _global_first(k, lanes, buf, offs, n, write, insn):
   and did, else changes nothing."""
   if len(set(offs)) != len(offs):
     return False
-  cells = k.gshadow.page(buf, min(offs), max(offs) + n)
+  lo, hi = min(offs), max(offs) + n
+  cells = k.gshadow.page(buf, lo, hi)
   if cells is None:
     return False
-  os = [off & _PAGE_MASK for off in offs]
-  lo, hi = min(os), max(os) + n
-  if cells[lo:hi].count(None) != hi - lo:   # (not all untouched: each access's bytes)
+  base = lo & ~_PAGE_MASK
+  os = [off - base for off in offs]
+  lo, hi = lo - base, hi - base
+  # every access's bytes untouched: the span at once where it is dense, else each
+  if hi - lo > 2 * n * len(os) or cells[lo:hi].count(None) != hi - lo:
     for o in os:
       if cells[o:o + n].count(None) != n:
         return False
-  for th, o in zip(lanes, os):
-    clock = th.vc.item(th.slot)
-    rec = ([th.slot, clock, insn, None, None, o, n] if write else
-           [0, 0, -1, None, (th.slot, clock, insn, None), o, n])
+  slots, clocks = _stamps(k, _rows(lanes))
+  for slot, clock, o in zip(slots, clocks, os):
+    rec = ([slot, clock, insn, None, None, o, n] if write else
+           [0, 0, -1, None, (slot, clock, insn, None), o, n])
     cells[o:o + n] = [rec] * n
   return True
 
 
-def _global_access(k, addr, n, write, insn, act, block_act):
+def _global_access(k, addr, n, write, insn, act, lanes_act):
   """The warp form of a weak ``n``-byte access to global memory: each lane checked and
   recorded in the global shadow in lane order, then ``act(th, buf, off)``; lanes'
-  first accesses to bytes of one page all at once (``_global_first``), then, when
-  they tile one block, ``block_act(ordered, buf, off)``."""
-  addrs_of = lanes_getter(addr)
+  first accesses to bytes of one page all at once (``_global_first``), then
+  ``lanes_act(lanes, buf, offs)`` does them all."""
+  addrs_of, lanes_act = lanes_getter(addr), lanes_act or _each(act)
   def lanes_form(lanes):
     places = plain_global_lanes(k, addrs_of(lanes), n)
     if places is None:
@@ -197,7 +213,7 @@ def _global_access(k, addr, n, write, insn, act, block_act):
     buf, offs = places
     if len(lanes) >= BATCH and not (write and k.flags) and \
        _global_first(k, lanes, buf, offs, n, write, insn):
-      _act_all(*_by_address(lanes, offs), n, buf, act, block_act)
+      lanes_act(lanes, buf, offs)
       return None
     check = k.gshadow.access
     for th, off in zip(lanes, offs):
@@ -213,7 +229,7 @@ def global_load(k, addr, n, reg, mask, insn):
   """``ld{.weak}.global`` of ``n`` bytes at ``addr`` into register ``reg``."""
   def load(th, buf, off):
     th.regs[reg] = int.from_bytes(buf[off:off + n], "little") & mask
-  return _global_access(k, addr, n, False, insn, load, _load_block(reg, n, mask))
+  return _global_access(k, addr, n, False, insn, load, _load_lanes(reg, n, mask))
 
 
 def global_store(k, addr, value, n, insn):
@@ -225,7 +241,7 @@ def global_store(k, addr, value, n, insn):
     if k.flags:
       strong._forget_flags(k, buf, off, n)
     buf[off:off + n] = data.to_bytes(n, "little")
-  return _global_access(k, addr, n, True, insn, store, _store_block(k, (value,), n))
+  return _global_access(k, addr, n, True, insn, store, _store_lanes(k, (value,), n))
 
 
 def async_store(k, addr, vals, size, red, mbar, insn, text):
@@ -252,7 +268,10 @@ def async_store(k, addr, vals, size, red, mbar, insn, text):
       if bar is None or (clocks[:, bar.init[0]] < bar.init[1]).any():
         return FALLBACK
     completions = {off: asyncops.MbarrierTx((cta, off), n) for off in set(bar_offs)}
-    per_lane = [[v & mask for v in vs] for vs in zip(*[form(lanes) for form in values_of])]
+    if len(values_of) == 1:
+      per_lane = [[v & mask] for v in values_of[0](lanes)]
+    else:
+      per_lane = [[v & mask for v in vs] for vs in zip(*[form(lanes) for form in values_of])]
     # asyncops.issue / issue_store, lane by lane, with the lanes' clocks copied at once
     inflight = k.inflight
     if red is None:   # a StoreGroup per run of lanes on one mbarrier, as issue_store
@@ -264,9 +283,12 @@ def async_store(k, addr, vals, size, red, mbar, insn, text):
         op = asyncops.AsyncOp(th, insn, text, [write], completions[bar_off], vc=clocks[i])
         op.idx = len(inflight)
         inflight.append(op)
-    own = clocks[np.arange(len(lanes)), rows + 1].tolist()   # (each lane's own slot)
-    for th, clock, bar_off in zip(lanes, own, bar_offs):   # (sync._barrier's users)
-      barriers[cta, bar_off].users[th.slot] = (clock, insn)
+    slots, own = _stamps(k, rows)   # (sync._barrier's users: each lane's own clock)
+    if len(completions) == 1:
+      barriers[cta, bar_offs[0]].users.update(zip(slots, zip(own, repeat(insn))))
+    else:
+      for slot, clock, bar_off in zip(slots, own, bar_offs):
+        barriers[cta, bar_off].users[slot] = (clock, insn)
     k.shadow[cta].mark_inflight_all(offs, n, atomic=red is not None)
     k.clocks[rows, rows + 1] += 1   # (row r: slot r + 1)
     return dict.fromkeys(lanes, YIELD) if k.sched.pauses(k.step) else None
