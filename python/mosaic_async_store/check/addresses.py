@@ -80,26 +80,31 @@ def plain_shared(k, th, addr, n, cluster):
 def plain_shared_lanes(k, lanes, addrs, n, cluster):
   """``plain_shared`` for the lanes of one warp at once: (CTA, [offset]) when every
   lane's access at ``addrs`` is the plain case in one CTA, else None."""
-  hi, cta = addrs[0] >> 24, lanes[0].cta
-  if any(a >> 24 != hi or a % n for a in addrs) or hi and not (cluster and hi <= len(k.smem)):
+  lo, top = min(addrs), max(addrs)
+  hi, cta = lo >> 24, lanes[0].cta   # (the lowest and highest in one window: all are)
+  if top >> 24 != hi or lo % n or hi and not (cluster and hi <= len(k.smem)):
+    return None
+  if n > 1 and lo != top and any(a % n for a in addrs):
     return None
   rank = hi - 1 if hi else cta
   if rank != cta and (k.exited[rank] or any(th.remote_since is None for th in lanes)):
     return None
-  offs = [(a & 0xFFFFFF) - SHARED_BASE for a in addrs]
-  if min(offs) < 0 or max(offs) + n > len(k.smem[rank]):
+  base = (hi << 24) + SHARED_BASE   # (offset: the address's low 24 bits, less the base)
+  if lo < base or top - base + n > len(k.smem[rank]):
     return None
-  return rank, offs
+  return rank, [a - base for a in addrs]
 
 
 def plain_global_lanes(k, addrs, n):
   """``mem_fn``'s plain global case for many accesses at once: (buffer, [offset]) when
   every access at ``addrs`` is aligned and inside one argument's buffer, else None."""
-  idx = (addrs[0] >> GLOBAL_SHIFT) - 1
-  if not 0 <= idx < len(k.gbufs) or any(a >> GLOBAL_SHIFT != idx + 1 or a % n for a in addrs):
+  lo, top = min(addrs), max(addrs)
+  idx = (lo >> GLOBAL_SHIFT) - 1
+  if not 0 <= idx < len(k.gbufs) or top >> GLOBAL_SHIFT != idx + 1 or lo % n or \
+     (n > 1 and lo != top and any(a % n for a in addrs)):
     return None
-  buf, offs = k.gbufs[idx], [a & _GLOBAL_MASK for a in addrs]
-  return (buf, offs) if max(offs) + n <= len(buf) else None
+  buf, base = k.gbufs[idx], (idx + 1) << GLOBAL_SHIFT
+  return (buf, [a - base for a in addrs]) if top - base + n <= len(buf) else None
 
 
 def mem_fn(k, space, n):

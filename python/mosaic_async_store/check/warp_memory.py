@@ -67,6 +67,15 @@ def _stamps(k, rows):
   return (rows + 1).tolist(), k.clocks[rows, rows + 1].tolist()
 
 
+def _clocks_copy(k, rows):
+  """A copy of the clock matrix's ``rows`` (from ``_rows``): one block where they are
+  consecutive."""
+  first, count = rows[0], len(rows)
+  if rows[-1] - first == count - 1:
+    return k.clocks[first:first + count].copy()
+  return k.clocks[rows]
+
+
 def _words(buf, size):
   """``buf`` as an array of its ``size``-byte little-endian words (a view)."""
   return np.frombuffer(buf, _DTYPES[size], len(buf) // size)
@@ -193,10 +202,17 @@ def _global_first(k, lanes, buf, offs, n, write, insn):
       if cells[o:o + n].count(None) != n:
         return False
   slots, clocks = _stamps(k, _rows(lanes))
-  for slot, clock, o in zip(slots, clocks, os):
-    rec = ([slot, clock, insn, None, None, o, n] if write else
-           [0, 0, -1, None, (slot, clock, insn, None), o, n])
-    cells[o:o + n] = [rec] * n
+  if write:
+    recs = [[slot, clock, insn, None, None, o, n] for slot, clock, o in zip(slots, clocks, os)]
+  else:
+    recs = [[0, 0, -1, None, (slot, clock, insn, None), o, n]
+            for slot, clock, o in zip(slots, clocks, os)]
+  if hi - lo == n * len(os):   # one block: its cells at once, in address order
+    each = range(n)
+    cells[lo:hi] = [rec for _, rec in sorted(zip(os, recs)) for _ in each]
+  else:
+    for rec, o in zip(recs, os):
+      cells[o:o + n] = [rec] * n
   return True
 
 
@@ -262,7 +278,7 @@ def async_store(k, addr, vals, size, red, mbar, insn, text):
     if red and cta == lanes[0].cta:   # (a reduction into the own CTA)
       return FALLBACK
     barriers, bar_offs, rows = k.mbar, bar_places[1], _rows(lanes)
-    clocks = k.clocks[rows]   # (copied: the lanes' clocks at issue)
+    clocks = _clocks_copy(k, rows)   # (the lanes' clocks at issue)
     for off in set(bar_offs):
       bar = barriers.get((cta, off))
       if bar is None or (clocks[:, bar.init[0]] < bar.init[1]).any():
