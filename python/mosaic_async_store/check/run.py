@@ -200,7 +200,11 @@ def _blocks(k, th):
   if kind == "warp":   # (warp.py) dirty once every live member lane may wait
     key = (th.cta, th.tid // 32)
     n = k.group_waiting[key] = k.group_waiting.get(key, 0) + 1
-    if n >= len(warp.live_lanes(k, th.cta, th.tid // 32, th.wait[1].mask)):
+    # (the member lanes, less every exited thread of the CTA: at most the live ones, so
+    # the exact count is needed only from there)
+    mask = th.wait[1].mask
+    if n >= (mask & warp.warp_lanes(k, th.tid // 32)).bit_count() - k.block + k.alive[th.cta] \
+       and n >= len(warp.live_lanes(k, th.cta, th.tid // 32, mask)):
       k.dirty = True
   elif kind == "cluster":
     k.cluster_waiting += 1

@@ -37,7 +37,7 @@ from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.ops import UNDEFINED
 from mosaic_async_store.check.outcomes import BLOCK
 
-__all__ = ["Meeting", "meet", "live_lanes", "sync_collective", "aligned_collective",
+__all__ = ["Meeting", "meet", "warp_lanes", "live_lanes", "sync_collective", "aligned_collective",
            "shfl", "vote", "elect", "warp_sync", "OPCODES"]
 
 FULL = 0xFFFFFFFF
@@ -54,6 +54,11 @@ class Meeting:
   def __init__(self, sig, mask, value, pc, resolve, finish, aligned=False):
     self.sig, self.mask, self.value, self.pc = sig, mask, value, pc
     self.resolve, self.finish, self.aligned = resolve, finish, aligned
+
+
+def warp_lanes(k, warp):
+  """The mask of the lanes that warp ``warp`` has (all 32 but in a partial last warp)."""
+  return (1 << min(32, k.block - 32 * warp)) - 1
 
 
 def live_lanes(k, cta, warp, mask):

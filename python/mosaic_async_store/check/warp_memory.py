@@ -61,9 +61,14 @@ def _rows(lanes):
   return np.fromiter((th.slot - 1 for th in lanes), np.intp, count)
 
 
-def _stamps(k, rows):
-  """(slots, clocks): each lane's slot and its own clock there, as lists (the lanes
-  of ``rows``, from ``_rows``)."""
+def _stamps(k, lanes):
+  """(slots, clocks): each lane's slot and its own clock there, as lists in lane
+  order (one block of the clock matrix where the lanes are consecutive threads)."""
+  first, count = lanes[0].slot, len(lanes)
+  if lanes[-1].slot - first == count - 1:
+    end = first + count
+    return list(range(first, end)), k.clocks[first - 1:end - 1, first:end].diagonal().tolist()
+  rows = _rows(lanes)
   return (rows + 1).tolist(), k.clocks[rows, rows + 1].tolist()
 
 
@@ -136,11 +141,13 @@ def _shared_access(k, addr, n, write, insn, act, lanes_act):
       return FALLBACK
     offs = places[1]
     if len(lanes) >= BATCH and not (write and k.flags) and len(set(offs)) == len(offs):
+      slots, clocks, rows = *_stamps(k, lanes), _rows(lanes)
       order = sorted(range(len(offs)), key=offs.__getitem__)
-      rows = _rows(lanes)[order]
-      slots, clocks = _stamps(k, rows)
-      if record_disjoint(sh, [offs[i] for i in order], n, write=write, insn=insn,
-                         slots=slots, clocks=clocks,
+      at = offs
+      if order != list(range(len(offs))):   # (in address order, as record_disjoint takes them)
+        at, rows = [offs[i] for i in order], rows[order]
+        slots, clocks = [slots[i] for i in order], [clocks[i] for i in order]
+      if record_disjoint(sh, at, n, write=write, insn=insn, slots=slots, clocks=clocks,
                          clocks_at=lambda accesses, at: k.clocks[rows[accesses], at]):
         lanes_act(lanes, buf, offs)
         return None
@@ -201,7 +208,7 @@ def _global_first(k, lanes, buf, offs, n, write, insn):
     for o in os:
       if cells[o:o + n].count(None) != n:
         return False
-  slots, clocks = _stamps(k, _rows(lanes))
+  slots, clocks = _stamps(k, lanes)
   if write:
     recs = [[slot, clock, insn, None, None, o, n] for slot, clock, o in zip(slots, clocks, os)]
   else:
@@ -299,7 +306,7 @@ def async_store(k, addr, vals, size, red, mbar, insn, text):
         op = asyncops.AsyncOp(th, insn, text, [write], completions[bar_off], vc=clocks[i])
         op.idx = len(inflight)
         inflight.append(op)
-    slots, own = _stamps(k, rows)   # (sync._barrier's users: each lane's own clock)
+    slots, own = _stamps(k, lanes)   # (sync._barrier's users: each lane's own clock)
     if len(completions) == 1:
       barriers[cta, bar_offs[0]].users.update(zip(slots, zip(own, repeat(insn))))
     else:
