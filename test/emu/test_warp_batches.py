@@ -91,6 +91,46 @@ def test_shared_and_global_accesses_of_a_warp(size, store, load, again, out, fir
                  smem_bytes=64 * size, block=64, smem_init=[bytes(64 * size)])
 
 
+_GLOBAL_SIZES = {1: "u8", 2: "u16", 4: "u32", 8: "u64"}
+# (a, b): lane t at element (t * a + b) & 255, of 256: a warp's lanes in a progression
+# (a = 1 .. 4: adjacent or strided, the other warp's elements or its own again), on one
+# element, interleaved, or descending
+_GLOBAL_PATTERN = st.tuples(st.sampled_from([1, 2, 3, 4, 0, 33, 255]),
+                            st.sampled_from([0, 1, 8, 32, 64, 96]))
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(size=st.sampled_from(sorted(_GLOBAL_SIZES)), first=_GLOBAL_PATTERN,
+       second=_GLOBAL_PATTERN, ops=st.sampled_from(["ld ld", "st ld", "ld st", "st st"]),
+       sync=_SYNC)
+def test_first_global_accesses_of_a_warp(size, first, second, ops, sync):
+  """Two warps access global memory twice, each time at their pattern's element (1 to 8
+  bytes): a warp's first accesses to a page are recorded at once, in one pass per byte
+  of an element where its lanes step through memory (``warp_memory._global_first``),
+  and must see the bytes that either warp touched before, with or without a barrier
+  between."""
+  t = _GLOBAL_SIZES[size]
+  body = "  ld.param.u64 %rd1, [k_param_0];\n  cvt.u64.u32 %rd9, %r1;\n"
+  for (a, b), op in zip((first, second), ops.split()):
+    body += (f"  mad.lo.u32 %r3, %r1, {a}, {b};\n  and.b32 %r3, %r3, 255;\n"
+             f"  mul.wide.u32 %rd2, %r3, {size};\n  add.s64 %rd3, %rd1, %rd2;\n" +
+             (f"  ld.global.{t} %rd4, [%rd3];\n" if op == "ld" else
+              f"  st.global.{t} [%rd3], %rd9;\n") + f"  {sync}\n")
+  verdicts = _same_verdicts(kernel(body), buffers=[np.arange(256 * size, dtype=np.uint8)],
+                            cluster=1, smem_bytes=16, block=64, smem_init=[bytes(16)])
+  _GLOBAL_KINDS.update(v[0] if v[0] == "bytes" else v[1] for v in verdicts)
+
+
+_GLOBAL_KINDS = set()
+
+
+def test_first_global_accesses_meet_races_and_clean_runs():
+  """The generated kernels above include racy ones and clean ones (else they would
+  not test the batched path's checks)."""
+  test_first_global_accesses_of_a_warp()
+  assert {"bytes", "race"} <= _GLOBAL_KINDS, _GLOBAL_KINDS
+
+
 # Thread 0 of each CTA makes an mbarrier at 256 expecting one arrival, arrives on it
 # expecting TX bytes, then (after the cluster barrier) every lane stores its tid into
 # the peer CTA's SMEM at its pattern's word with st.async on the peer's mbarrier,

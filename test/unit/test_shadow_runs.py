@@ -32,9 +32,9 @@ _EVENT = st.tuples(st.sampled_from(["write", "read", "strong write", "strong rea
        words=st.sets(st.integers(0, 7), min_size=1, max_size=8), write=st.booleans(),
        clocks=st.lists(st.lists(st.integers(0, 5), min_size=SLOTS, max_size=SLOTS),
                        min_size=8, max_size=8),
-       same_stamp=st.booleans(), packed=st.booleans())
+       same_stamp=st.booleans(), packed=st.booleans(), given_spans=st.booleans())
 def test_a_batch_is_recorded_as_one_by_one_or_not_at_all(history, n, words, write, clocks,
-                                                         same_stamp, packed):
+                                                         same_stamp, packed, given_spans):
   sh = Shadow(NBYTES)
   for kind, off, size, slot, clk in history:
     off -= off % size
@@ -59,8 +59,10 @@ def test_a_batch_is_recorded_as_one_by_one_or_not_at_all(history, n, words, writ
     stamp_clocks = [int(vcs[i, slot]) for i, slot in enumerate(slots)]
     stamps = [(slot, clock, 9) for slot, clock in zip(slots, stamp_clocks)]
   before, one_by_one = copy.deepcopy(_state(sh)), copy.deepcopy(sh)
+  rows = np.arange(len(offs))[::-1]   # (access i's clock: row rows[i], in reverse)
   done = record_disjoint(sh, offs, n, write=write, slots=slots, clocks=stamp_clocks, insn=9,
-                         clocks_at=lambda accesses, at: vcs[accesses, at])
+                         matrix=vcs[::-1], rows=rows,
+                         spans=runs(offs, n) if given_spans else None)
   if not done:
     assert _state(sh) == before
     return

@@ -303,14 +303,13 @@ def _land_together(k, group, count) -> bool:
     return False
   order = sorted(range(count), key=offs.__getitem__)
   at = [offs[i] for i in order]
-  rows = np.array(order)
+  rows, spans = np.fromiter(order, np.intp, count), runs(at, n)
   sh, buf = k.shadow[group.cta], k.smem[group.cta]
-  if not record_disjoint(sh, at, n, write=True, slots=bar.slot, clocks=bar.phase + 1,
-                         insn=group.insn, own_inflight=1,
-                         clocks_at=lambda accesses, slots: clocks[rows[accesses], slots]):
+  if not record_disjoint(sh, at, n, write=True, matrix=clocks, rows=rows, slots=bar.slot,
+                         clocks=bar.phase + 1, insn=group.insn, spans=spans, own_inflight=1):
     return False
   data, i = np.asarray(group.values[:count], f"<u{group.size}")[rows].tobytes(), 0
-  for lo, run in runs(at, n):   # each byte was in flight once: its own
+  for lo, run in spans:   # each byte was in flight once: its own
     hi = lo + n * run
     sh.inflight[lo:hi] = [0] * (hi - lo)
     buf[lo:hi] = data[i:i + hi - lo]

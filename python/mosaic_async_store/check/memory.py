@@ -39,6 +39,8 @@ import os
 
 import numpy as np
 
+from mosaic_async_store.check.shadow_runs import runs
+
 __all__ = ["Access", "AccessSet", "ProtocolError", "RULES", "SCOPES", "SEMS", "sem_scope",
            "Releases", "Shadow", "SCHEDULES", "CI_SCHEDULES", "SLOW_SCHEDULES",
            "morally_strong", "tags_morally_strong"]
@@ -286,11 +288,12 @@ class Shadow:
 
   def mark_inflight_all(self, offs, n: int, *, atomic: bool) -> None:
     """``mark_inflight(off, n, 1)`` for each of ``offs`` (a warp's issue): one pass
-    when they tile one block of bytes."""
+    per run of adjacent accesses where they are disjoint."""
     inflight = self.inflight_red if atomic else self.inflight
-    lo, hi = min(offs), max(offs) + n
-    if hi - lo == n * len(offs) and len(set(offs)) == len(offs):
-      inflight[lo:hi] = [m + 1 for m in inflight[lo:hi]]
+    if len(set(offs)) == len(offs):
+      for lo, count in runs(sorted(offs), n):
+        hi = lo + n * count
+        inflight[lo:hi] = [m + 1 for m in inflight[lo:hi]]
       return
     for off in offs:
       for b in range(off, off + n):

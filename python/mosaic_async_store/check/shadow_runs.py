@@ -53,42 +53,45 @@ def _each_byte(values, n):
   return [v for v in values for _ in each]
 
 
-def _ordered(clocks_at, count, n, writers, clocks):
-  """Whether each of ``count`` accesses (``n`` bytes each) is ordered after the last
-  writes (``writers``, ``clocks``: slot and clock per byte, in access order) of its
-  bytes."""
+def _ordered(matrix, rows, n, writers, clocks):
+  """Whether each access (its clock: row ``rows[i]`` of ``matrix``; ``n`` bytes) is
+  ordered after the last writes (``writers``, ``clocks``: slot and clock per byte, in
+  access order) of its bytes."""
   if clocks.count(0) == len(clocks):   # (clock 0: the initial contents, before all)
     return True
-  accesses = np.arange(count)
   if writers.count(writers[0]) == len(writers) and clocks.count(clocks[0]) == len(clocks):
-    return bool((clocks_at(accesses, np.full(count, writers[0])) >= clocks[0]).all())
-  return bool((clocks_at(np.repeat(accesses, n), np.array(writers)) >= np.array(clocks)).all())
+    return bool((matrix[rows, writers[0]] >= clocks[0]).all())
+  writers, clocks = (np.fromiter(v, np.intp, len(v)) for v in (writers, clocks))
+  return bool((matrix[np.repeat(rows, n), writers] >= clocks).all())
 
 
-def record_disjoint(sh, offs, n, *, write, clocks_at, slots, clocks, insn, own_inflight=0):
+def record_disjoint(sh, offs, n, *, write, matrix, rows, slots, clocks, insn, spans=None,
+                    own_inflight=0):
   """Checks and records accesses of ``n`` bytes at ``offs`` (ascending, distinct,
   multiples of ``n``) in shadow ``sh`` at once, or changes nothing (the module doc);
   returns whether it did.
 
-  ``clocks_at(accesses, slots)``: for access indices and slots (NumPy arrays of one
-  length), each access's clock at that slot (the accessing thread's, or the issuer's
-  at issue for an asynchronous store).  Each access is stamped, as ``Shadow.record``
-  takes it, (slot, clock, ``insn``): ``slots`` and ``clocks`` are lists (one per
-  access) or one int each (the same for all: asynchronous stores landing).
+  Access ``i``'s clock (the accessing thread's, or the issuer's at issue for an
+  asynchronous store) is row ``rows[i]`` of ``matrix`` (``rows``: an index array).
+  Each access is stamped, as ``Shadow.record`` takes it, (slot, clock, ``insn``):
+  ``slots`` and ``clocks`` are lists (one per access) or one int each (the same for
+  all: asynchronous stores landing).  ``spans``: ``runs(offs, n)`` where the caller has
+  it.
   ``own_inflight``: how many writes in flight each byte holds of the accesses' own
   (1 when asynchronous stores land: they are still marked; 0 for threads' accesses)."""
   readers, w_slot, w_clk = sh.readers, sh.w_slot, sh.w_clk
   # What holds for every byte from the first access to the last holds for each run's
-  # (then one check each instead of one per run).
+  # (then one check each instead of one per run, where the runs are most of the span).
   first, end, count = offs[0], offs[-1] + n, len(offs)
-  quiet = _quiet(sh, first, end, own_inflight)
-  unread = readers[first:end].count(None) == end - first
+  dense = end - first <= 2 * n * count   # (else the span is mostly other bytes: run by run)
+  quiet = dense and _quiet(sh, first, end, own_inflight)
+  unread = dense and readers[first:end].count(None) == end - first
   if end - first == n * count:   # one run (the common case)
     if not quiet or (write and not unread):
       return False
     spans, writers, wclocks = [(first, count)], w_slot[first:end], w_clk[first:end]
   else:
-    spans, writers, wclocks = runs(offs, n), [], []
+    spans, writers, wclocks = spans or runs(offs, n), [], []
     for lo, run in spans:
       hi = lo + n * run
       if not quiet and not _quiet(sh, lo, hi, own_inflight):
@@ -99,7 +102,7 @@ def record_disjoint(sh, offs, n, *, write, clocks_at, slots, clocks, insn, own_i
       wclocks += w_clk[lo:hi]
     if not unread:   # (some run was read: as one by one, below)
       unread = all(readers[lo:lo + n * run].count(None) == n * run for lo, run in spans)
-  if not _ordered(clocks_at, count, n, writers, wclocks):
+  if not _ordered(matrix, rows, n, writers, wclocks):
     return False
   same = type(slots) is int
   i = 0

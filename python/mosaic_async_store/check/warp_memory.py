@@ -81,6 +81,11 @@ def _clocks_copy(k, rows):
   return k.clocks[rows]
 
 
+def _index(ints):
+  """A list of ints as an index array (``fromiter``: the cheapest conversion)."""
+  return np.fromiter(ints, np.intp, len(ints))
+
+
 def _words(buf, size):
   """``buf`` as an array of its ``size``-byte little-endian words (a view)."""
   return np.frombuffer(buf, _DTYPES[size], len(buf) // size)
@@ -94,7 +99,7 @@ def _load_lanes(reg, n, mask):
     return None
   masked = mask < (1 << (8 * n)) - 1
   def load(lanes, buf, offs):
-    words = _words(buf, n)[np.array(offs) // n]
+    words = _words(buf, n)[_index(offs) // n]
     if masked:
       words &= mask
     for th, v in zip(lanes, words.tolist()):
@@ -112,7 +117,7 @@ def _store_lanes(k, vals, size):
   mask, forms = (1 << (8 * size)) - 1, [lanes_getter(g) for g in vals]
   def store(lanes, buf, offs):
     k.epoch += len(lanes)
-    words, at = _words(buf, size), np.array(offs) // size
+    words, at = _words(buf, size), _index(offs) // size
     for j, form in enumerate(forms):
       words[at + j] = [v & mask for v in form(lanes)]
   return store
@@ -147,8 +152,8 @@ def _shared_access(k, addr, n, write, insn, act, lanes_act):
       if order != list(range(len(offs))):   # (in address order, as record_disjoint takes them)
         at, rows = [offs[i] for i in order], rows[order]
         slots, clocks = [slots[i] for i in order], [clocks[i] for i in order]
-      if record_disjoint(sh, at, n, write=write, insn=insn, slots=slots, clocks=clocks,
-                         clocks_at=lambda accesses, at: k.clocks[rows[accesses], at]):
+      if record_disjoint(sh, at, n, write=write, matrix=k.clocks, rows=rows, slots=slots,
+                         clocks=clocks, insn=insn):
         lanes_act(lanes, buf, offs)
         return None
     if not _no_barrier_bytes(sh, offs, n):
@@ -202,21 +207,29 @@ def _global_first(k, lanes, buf, offs, n, write, insn):
     return False
   base = lo & ~_PAGE_MASK
   os = [off - base for off in offs]
-  lo, hi = lo - base, hi - base
-  # every access's bytes untouched: the span at once where it is dense, else each
-  if hi - lo > 2 * n * len(os) or cells[lo:hi].count(None) != hi - lo:
-    for o in os:
-      if cells[o:o + n].count(None) != n:
-        return False
+  count, step = len(os), (os[1] - os[0] if len(os) > 1 else n)
+  if step >= n and os[-1] == os[0] + step * (count - 1) and \
+     os == list(range(os[0], os[0] + step * count, step)):   # lanes step through memory
+    lanes_bytes = [slice(os[0] + j, os[-1] + j + 1, step) for j in range(n)]   # (byte j of
+  else:                                                                     # each access)
+    lanes_bytes = None
+    lo, hi = lo - base, hi - base
+    # every access's bytes untouched: the span at once where it is dense, else each
+    if hi - lo > 2 * n * count or cells[lo:hi].count(None) != hi - lo:
+      for o in os:
+        if cells[o:o + n].count(None) != n:
+          return False
+  if lanes_bytes is not None and any(cells[at].count(None) != count for at in lanes_bytes):
+    return False
   slots, clocks = _stamps(k, lanes)
   if write:
     recs = [[slot, clock, insn, None, None, o, n] for slot, clock, o in zip(slots, clocks, os)]
   else:
     recs = [[0, 0, -1, None, (slot, clock, insn, None), o, n]
             for slot, clock, o in zip(slots, clocks, os)]
-  if hi - lo == n * len(os):   # one block: its cells at once, in address order
-    each = range(n)
-    cells[lo:hi] = [rec for _, rec in sorted(zip(os, recs)) for _ in each]
+  if lanes_bytes is not None:
+    for at in lanes_bytes:
+      cells[at] = recs
   else:
     for rec, o in zip(recs, os):
       cells[o:o + n] = [rec] * n
@@ -324,7 +337,8 @@ def _store_groups(k, lanes, offs, bar_offs, per_lane, clocks, completions, insn,
   lanes (in lane order) whose stores complete on one mbarrier, as ``issue_store``
   makes them lane by lane."""
   start, count, inflight = 0, len(lanes), k.inflight
-  for end in range(1, count + 1):
+  ends = [count] if bar_offs.count(bar_offs[0]) == count else range(1, count + 1)
+  for end in ends:
     if end < count and bar_offs[end] == bar_offs[start]:
       continue
     group = asyncops.StoreGroup(insn, text, cta, size, completions[bar_offs[start]], k.step)
