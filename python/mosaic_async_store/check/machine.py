@@ -45,7 +45,7 @@ import numpy as np
 
 from mosaic_async_store.check.addresses import GLOBAL_SHIFT
 from mosaic_async_store.check.global_memory import GlobalShadow
-from mosaic_async_store.check.memory import Shadow
+from mosaic_async_store.check.memory import CLOCK, Shadow
 from mosaic_async_store.check.schedule import Schedule
 
 __all__ = ["Machine", "Memref", "Thread"]
@@ -91,8 +91,8 @@ class Thread:
     self.state, self.wait, self.cluster_arrived = "run", None, 0
     self.local = bytearray(local_bytes)
     nslots = len(vc)
-    self.slot, self.vc, self.unscoped = slot, vc, np.zeros(nslots, np.int64)
-    self.seen, self.unscoped_pair = np.zeros(nslots, np.int64), None
+    self.slot, self.vc, self.unscoped = slot, vc, np.zeros(nslots, CLOCK)
+    self.seen, self.unscoped_pair = np.zeros(nslots, CLOCK), None
     self.vc[slot], self.fence_rel, self.pending_obs, self.remote_since = 1, None, [], None
     self.polled, self.poll_seen, self.poll_epoch, self.back_jumps = False, set(), -1, 0
     self.poll_what, self.poll_pc, self.tried_wait, self.released = None, None, None, {}
@@ -155,7 +155,7 @@ class Machine:
     self.block, self.exited = block, [False] * cluster
     # every thread's clock is a row of one matrix (row i: slot i + 1), so a warp form
     # reads the clocks of all its lanes at once
-    self.clocks = np.zeros((cluster * block, nslots), np.int64)
+    self.clocks = np.zeros((cluster * block, nslots), CLOCK)
     self.threads = [Thread(c, t, _special_registers(c, t, cluster, block, first_cta, grid),
                            self.program.local_bytes, c * block + t + 1,
                            self.clocks[c * block + t])

@@ -41,8 +41,8 @@ import numpy as np
 
 from mosaic_async_store.check.shadow_runs import runs
 
-__all__ = ["Access", "AccessSet", "ProtocolError", "RULES", "SCOPES", "SEMS", "sem_scope",
-           "Releases", "Shadow", "SCHEDULES", "CI_SCHEDULES", "SLOW_SCHEDULES",
+__all__ = ["CLOCK", "Access", "AccessSet", "ProtocolError", "RULES", "SCOPES", "SEMS",
+           "sem_scope", "Releases", "Shadow", "SCHEDULES", "CI_SCHEDULES", "SLOW_SCHEDULES",
            "morally_strong", "tags_morally_strong"]
 
 # Each rule is named after the part of the PTX ISA that it enforces.
@@ -93,6 +93,10 @@ RULES = {
 }
 
 SCOPES = {"cta": 0, "cluster": 1, "gpu": 2, "sys": 3}
+# The type of a vector clock's entries: 32 bits (a thread's clock counts its own events,
+# far below 2**31 in any run the checker can finish), so that copying clocks (every
+# asynchronous store keeps its issuer's) moves half the bytes of int64.
+CLOCK = np.int32
 TX_LIMIT = (1 << 20) - 1
 
 # Schedule seeds (``schedule.Schedule`` says what each chooses).  CI runs every kernel

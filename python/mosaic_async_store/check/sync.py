@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from mosaic_async_store.check import access, addresses, lineinfo, program, warp
-from mosaic_async_store.check.memory import (SCOPES, SEMS, TX_LIMIT, ProtocolError, Releases,
-                                             sem_scope, shown_source)
+from mosaic_async_store.check.memory import (CLOCK, SCOPES, SEMS, TX_LIMIT, ProtocolError,
+                                             Releases, sem_scope, shown_source)
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.outcomes import BLOCK, YIELD
 
@@ -283,8 +283,8 @@ def _advance(k, bar):
   if bar.pending == 0 and bar.tx == 0:
     prev = bar.records[-1] if bar.records else Releases()
     bar.records.append(prev.merged(bar.releases))
-    bar.arrival_records.append((np.fromiter(bar.arrivals, np.int64, len(bar.arrivals)),
-                                np.fromiter(bar.arrivals.values(), np.int64,
+    bar.arrival_records.append((np.fromiter(bar.arrivals, np.intp, len(bar.arrivals)),
+                                np.fromiter(bar.arrivals.values(), CLOCK,
                                             len(bar.arrivals))))
     bar.releases, bar.arrivals = Releases(), {}
     bar.phase, bar.pending = bar.phase + 1, bar.count
