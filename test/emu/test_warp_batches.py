@@ -14,7 +14,7 @@ finding (rule, CTA, thread and message), must be equal.
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from mosaic_async_store.check import ProtocolError, PtxKernel, asyncops
@@ -36,7 +36,8 @@ def _place(dest, src, a, b, size, base="%r2"):
 
 
 def _verdict(ptx, schedule, batched, **launch):
-  """("bytes", outputs) or ("finding", rule, CTA, thread, message) of one launch."""
+  """("bytes", outputs, thread-instructions executed) or ("finding", rule, CTA, thread,
+  message) of one launch."""
   kern = PtxKernel(ptx)
   land_together = asyncops._land_together
   if not batched:
@@ -44,7 +45,7 @@ def _verdict(ptx, schedule, batched, **launch):
     asyncops._land_together = lambda *args: False
   try:
     outs = kern.launch(schedule=schedule, **launch)
-    return ("bytes", [o.tobytes() for o in outs])
+    return ("bytes", [o.tobytes() for o in outs], kern.executed)
   except ProtocolError as e:
     return ("finding", e.rule, e.cta, e.thread, str(e))
   finally:
@@ -129,6 +130,116 @@ def test_first_global_accesses_meet_races_and_clean_runs():
   not test the batched path's checks)."""
   test_first_global_accesses_of_a_warp()
   assert {"bytes", "race"} <= _GLOBAL_KINDS, _GLOBAL_KINDS
+
+
+# Thread 0 makes an mbarrier at 256 expecting COUNT arrivals; after a cluster barrier
+# every thread stores its tid at its word of its CTA's SMEM, the threads below LANES
+# arrive on the mbarrier by ARRIVE and COMPLETE (their CTA's, or the peer's: a lane's
+# first access to the peer goes lane by lane, its second may go at once), the others do
+# not; every thread waits for phase 0 (WAIT: blocking, or a poll), twice (the second
+# wait sees at once what the first observed),
+# then copies its neighbour's word (its own where the arrivals are the peer's, which do
+# not order the neighbour's store) and the state the arrive returned to global memory.
+# LATE: the arriving threads store their word again after arriving (a race with the
+# neighbour's read, which the arrive does not order); END: a cluster barrier before the
+# exit, or none (the exit rule then judges the peer's arrivals).
+_ARRIVE = """
+  ld.param.u64 %rd1, [k_param_0];
+  mov.u32 %r2, __dynamic_shmem__0;
+  mov.u32 %r4, %cluster_ctarank;
+  add.u32 %r3, %r2, 256;
+  shl.b32 %r5, %r1, 2;
+  add.u32 %r6, %r2, %r5;
+  setp.eq.u32 %p1, %r1, 0;
+  @%p1 mbarrier.init.shared::cta.b64 [%r3], {COUNT};
+  fence.mbarrier_init.release.cluster;
+  barrier.cluster.arrive.release;
+  barrier.cluster.wait.acquire;
+  st.shared.u32 [%r6], %r1;
+  xor.b32 %r7, %r4, {REMOTE};
+  mapa.shared::cluster.u32 %r8, %r3, %r7;
+  mov.u64 %rd5, 7;
+  setp.lt.u32 %p2, %r1, {LANES};
+  {FENCE}
+  @%p2 {ARRIVE}
+  @%p2 {COMPLETE}
+  {LATE}
+WAIT:
+  mbarrier.{WAIT}.parity.shared::cta.b64 %p3, [%r3], 0;
+  @!%p3 bra WAIT;
+AGAIN:
+  mbarrier.{WAIT}.parity.shared::cta.b64 %p3, [%r3], 0;
+  @!%p3 bra AGAIN;
+  add.u32 %r9, %r1, {NEIGHBOUR};
+  and.b32 %r9, %r9, 63;
+  shl.b32 %r9, %r9, 2;
+  add.u32 %r9, %r9, %r2;
+  ld.shared.u32 %r10, [%r9];
+  mad.lo.u32 %r11, %r4, 64, %r1;
+  mul.wide.u32 %rd2, %r11, 16;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r10;
+  st.global.u64 [%rd3+8], %rd5;
+  {END}
+"""
+_ARRIVES = {
+    "arrive": ("mbarrier.arrive.shared::cta.b64 %rd5, [%r3];", ""),
+    "arrive, cluster scope": ("mbarrier.arrive.release.cluster.shared::cta.b64 %rd5, [%r3];", ""),
+    "expect_tx": ("mbarrier.arrive.expect_tx.shared::cta.b64 %rd5, [%r3], 4;",
+                  "mbarrier.complete_tx.shared::cta.b64 [%r3], 4;"),
+    "expect_tx, never completed": ("mbarrier.arrive.expect_tx.shared::cta.b64 %rd5, [%r3], 4;",
+                                   ""),
+    "count 2": ("mbarrier.arrive.shared::cta.b64 %rd5, [%r3], 2;", ""),
+    "noComplete": ("mbarrier.arrive.noComplete.shared::cta.b64 %rd5, [%r3], 1;", ""),
+    "relaxed": ("mbarrier.arrive.relaxed.cta.shared::cta.b64 %rd5, [%r3];", ""),
+    "into the peer, twice": ("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r8];",
+                             "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r8];"),
+}
+
+
+_END = "barrier.cluster.arrive.release;\n  barrier.cluster.wait.acquire;"
+
+
+@settings(max_examples=120, deadline=None, derandomize=True)
+@example("arrive", 64, 64, 1, "", "try_wait", False, _END)   # (the counts met: passes)
+@example("expect_tx", 64, 64, 2, "", "test_wait", False, "")
+@example("into the peer, twice", 128, 64, 2, "", "try_wait", False, "")
+@example("into the peer, twice", 64, 64, 2, "", "try_wait", False, "")   # (exit: phase 1)
+@given(arrive=st.sampled_from(sorted(_ARRIVES)), count=st.sampled_from([16, 32, 40, 64, 96]),
+       lanes=st.sampled_from([64, 48, 32, 8]), cluster=st.sampled_from([1, 2]),
+       fence=st.sampled_from(["", "fence.release.cta;"]),
+       wait=st.sampled_from(["try_wait", "test_wait"]), late=st.booleans(),
+       end=st.sampled_from([_END, ""]))
+def test_arrivals_of_a_warp(arrive, count, lanes, cluster, fence, wait, late, end):
+  """Two warps (per CTA) arrive on an mbarrier: all lanes or some (a guard), with every
+  arrive form the warp form runs and some it hands back lane by lane (``.noComplete``, a
+  relaxed arrive after a fence, the peer CTA's barrier), against arrival counts that
+  the arrivals meet, exceed (an overflow) or miss (a hang, or an early read)."""
+  op, complete = _ARRIVES[arrive]
+  if cluster == 1 and arrive.startswith("into the peer"):
+    return
+  body = (_ARRIVE.replace("{COUNT}", str(count)).replace("{LANES}", str(lanes))
+          .replace("{ARRIVE}", op).replace("{COMPLETE}", complete or "add.u32 %r12, %r1, 1;")
+          .replace("{FENCE}", fence).replace("{REMOTE}", "1" if cluster == 2 else "0")
+          .replace("{WAIT}", wait).replace("{END}", end)
+          .replace("{NEIGHBOUR}", "0" if arrive.startswith("into the peer") else "1")
+          .replace("{LATE}", "@%p2 st.shared.u32 [%r6], %r1;" if late else ""))
+  verdicts = _same_verdicts(kernel(body), buffers=[np.zeros(64 * 4 * cluster, np.uint32)],
+                            cluster=cluster, smem_bytes=272, block=64,
+                            smem_init=[bytes(272)] * cluster)
+  _ARRIVE_KINDS.update(v[0] if v[0] == "bytes" else v[1] for v in verdicts)
+
+
+_ARRIVE_KINDS = set()
+
+
+def test_arrivals_meet_findings_and_clean_runs():
+  """The generated kernels above pass and break in several ways (else they would not
+  test the warp form's hand-backs)."""
+  test_arrivals_of_a_warp()
+  assert {"bytes", "hang", "race", "exit", "arrival-overflow",
+          "arrive-nocomplete"} <= _ARRIVE_KINDS, \
+      _ARRIVE_KINDS
 
 
 # Thread 0 of each CTA makes an mbarrier at 256 expecting one arrival, arrives on it

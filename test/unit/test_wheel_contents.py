@@ -45,7 +45,7 @@ PRODUCT = {
                                  "ops", "floats", "lineinfo", "report", "warp", "machine",
                                  "program", "outcomes", "addresses", "memops", "asyncops",
                                  "control", "contraction", "fences", "warp_memory",
-                                 "lockstep", "shadow_runs", "schedule"),
+                                 "lockstep", "shadow_runs", "schedule", "warp_mbarrier"),
 }
 # The test and benchmark code (test/harness: kernels, runners, reports, lit helpers;
 # bench/: the benchmark scripts) under their present names, and former ones.

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mosaic_async_store.check import access, addresses, lineinfo, program, warp
+from mosaic_async_store.check import access, addresses, lineinfo, program, warp, warp_mbarrier
 from mosaic_async_store.check.memory import (CLOCK, SCOPES, SEMS, TX_LIMIT, ProtocolError,
                                              Releases, sem_scope, shown_source)
 from mosaic_async_store.check.opcodes import Opcode
@@ -157,6 +157,7 @@ def _arrive(k, mods, ops, src, space):
   """``mbarrier.arrive{.expect_tx|.noComplete}``: [state,] [addr], tx-count with
   .expect_tx, else an optional arrive-count (mandatory with .noComplete)."""
   expect, zero, one = "expect_tx" in mods, (lambda th: 0), (lambda th: 1)
+  zero.lanes, one.lanes = (lambda lanes: [0] * len(lanes)), (lambda lanes: [1] * len(lanes))
   no_complete = "noComplete" in mods
   addr, put = src[1], program.setter(ops[0], 64)
   tx = src[2] if expect and len(ops) == 3 else zero
@@ -179,6 +180,8 @@ def _arrive(k, mods, ops, src, space):
     put(th, bar.phase)
     _advance(k, bar)
     return YIELD if k.sched.pauses(k.step) else None
+  arrive.lanes = warp_mbarrier.arrive(k, space, addr, tx, count, sem, scope, no_complete,
+                                      put, pc)
   return arrive
 
 
@@ -215,6 +218,7 @@ def _wait(k, mods, ops, src, space):
       return None
     th.wait = ("mbar", bar.key, par, pred, sem, scope)
     return BLOCK
+  wait.lanes = warp_mbarrier.wait(k, space, addr, parity, pred, sem, scope, blocking, pc)
   return wait
 
 

@@ -51,29 +51,8 @@ def _no_barrier_bytes(sh, offs, n):
   return sh.mbar_bytes.count(0, lo, hi) == hi - lo
 
 
-def _rows(lanes):
-  """The lanes' rows of the clock matrix (``Machine.clocks``: row ``slot - 1``), an
-  index array; a range where they are consecutive threads (a converged piece: lanes
-  are in lane order, so first and last tell)."""
-  first, count = lanes[0].slot - 1, len(lanes)
-  if lanes[-1].slot - first == count:
-    return np.arange(first, first + count)
-  return np.fromiter((th.slot - 1 for th in lanes), np.intp, count)
-
-
-def _stamps(k, lanes):
-  """(slots, clocks): each lane's slot and its own clock there, as lists in lane
-  order (one block of the clock matrix where the lanes are consecutive threads)."""
-  first, count = lanes[0].slot, len(lanes)
-  if lanes[-1].slot - first == count - 1:
-    end = first + count
-    return list(range(first, end)), k.clocks[first - 1:end - 1, first:end].diagonal().tolist()
-  rows = _rows(lanes)
-  return (rows + 1).tolist(), k.clocks[rows, rows + 1].tolist()
-
-
 def _clocks_copy(k, rows):
-  """A copy of the clock matrix's ``rows`` (from ``_rows``): one block where they are
+  """A copy of the clock matrix's ``rows`` (``Machine.lane_rows``): one block where they are
   consecutive."""
   first, count = rows[0], len(rows)
   if rows[-1] - first == count - 1:
@@ -146,7 +125,7 @@ def _shared_access(k, addr, n, write, insn, act, lanes_act):
       return FALLBACK
     offs = places[1]
     if len(lanes) >= BATCH and not (write and k.flags) and len(set(offs)) == len(offs):
-      slots, clocks, rows = *_stamps(k, lanes), _rows(lanes)
+      slots, clocks, rows = *k.lane_stamps(lanes), k.lane_rows(lanes)
       order = sorted(range(len(offs)), key=offs.__getitem__)
       at = offs
       if order != list(range(len(offs))):   # (in address order, as record_disjoint takes them)
@@ -221,7 +200,7 @@ def _global_first(k, lanes, buf, offs, n, write, insn):
           return False
   if lanes_bytes is not None and any(cells[at].count(None) != count for at in lanes_bytes):
     return False
-  slots, clocks = _stamps(k, lanes)
+  slots, clocks = k.lane_stamps(lanes)
   if write:
     recs = [[slot, clock, insn, None, None, o, n] for slot, clock, o in zip(slots, clocks, os)]
   else:
@@ -297,7 +276,7 @@ def async_store(k, addr, vals, size, red, mbar, insn, text):
     cta, offs = places
     if red and cta == lanes[0].cta:   # (a reduction into the own CTA)
       return FALLBACK
-    barriers, bar_offs, rows = k.mbar, bar_places[1], _rows(lanes)
+    barriers, bar_offs, rows = k.mbar, bar_places[1], k.lane_rows(lanes)
     clocks = _clocks_copy(k, rows)   # (the lanes' clocks at issue)
     for off in set(bar_offs):
       bar = barriers.get((cta, off))
@@ -319,7 +298,7 @@ def async_store(k, addr, vals, size, red, mbar, insn, text):
         op = asyncops.AsyncOp(th, insn, text, [write], completions[bar_off], vc=clocks[i])
         op.idx = len(inflight)
         inflight.append(op)
-    slots, own = _stamps(k, lanes)   # (sync._barrier's users: each lane's own clock)
+    slots, own = k.lane_stamps(lanes)   # (sync._barrier's users: each lane's own clock)
     if len(completions) == 1:
       barriers[cta, bar_offs[0]].users.update(zip(slots, zip(own, repeat(insn))))
     else:

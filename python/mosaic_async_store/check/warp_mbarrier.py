@@ -1,0 +1,144 @@
+"""Warp forms (``program.Program.vcode``) of mbarrier operations: ``mbarrier.arrive``
+(with or without ``.expect_tx``) and the waits (``wait``: its doc), one call for all the
+lanes of a piece (``lockstep.run_piece``).
+
+The warp form does what ``sync._arrive``'s function of the thread does lane by lane
+in lane order, where the lanes arrive on one barrier and none of them meets a
+finding or completes the phase before the last: then every lane's expect-tx and
+arrive-on operation is applied at once (the same arrival records, users, released
+clocks, tx-count and pending count, the same phase written to each lane's state
+register), and the phase, if the last lane completes it, completes once after them
+(``sync._advance``), as it would after the last lane.  Otherwise it returns
+``outcomes.FALLBACK`` having changed nothing, and the lanes go one by one, reporting
+in their own words: a barrier that is not the plain case (another CTA's the lanes
+have not reached yet, an uninitialised one, an initialisation not visible to a
+lane), an arrival overflow, a tx-count out of range, a ``.noComplete`` arrival that
+completes the phase, lanes on different barriers, a relaxed arrival (which publishes
+the clock of the lane's last fence, if any: ``sync._release``).
+"""
+
+from __future__ import annotations
+
+from itertools import accumulate, repeat
+
+import numpy as np
+
+from mosaic_async_store.check import sync
+from mosaic_async_store.check.addresses import plain_shared_lanes
+from mosaic_async_store.check.memory import TX_LIMIT, morally_strong
+from mosaic_async_store.check.outcomes import FALLBACK, YIELD
+from mosaic_async_store.check.program import lanes_getter
+
+__all__ = ["arrive", "wait"]
+
+RELEASING = ("release", "acq_rel", "sc")   # (sync._release: semantics that publish)
+ACQUIRING = ("acquire", "acq_rel", "sc")   # (sync._observe: semantics that acquire)
+
+
+def _one_barrier(k, lanes, addrs_of, cluster):
+  """The Mbarrier every lane names at ``addrs_of(lanes)`` (one address, the plain case,
+  initialised, its initialisation visible to every lane), or None."""
+  addrs = addrs_of(lanes)
+  place = addrs.count(addrs[0]) == len(addrs) and \
+      plain_shared_lanes(k, lanes, addrs[:1] * len(lanes), 8, cluster)
+  bar = place and k.mbar.get((place[0], place[1][0]))
+  if not bar or (k.lane_clocks(lanes)[:, bar.init[0]] < bar.init[1]).any():
+    return None
+  return bar
+
+
+def arrive(k, space, addr, tx, count, sem, scope, no_complete, put, pc):
+  """The warp form of ``mbarrier.arrive`` (``sync._arrive`` compiles its operands:
+  getters ``addr``, ``tx``, ``count``; the state register's setter ``put``; ``pc``,
+  the instruction's index)."""
+  addrs_of, tx_of, count_of = lanes_getter(addr), lanes_getter(tx), lanes_getter(count)
+  cluster = space == "shared::cluster"
+  def lanes_form(lanes):
+    if space is None or len(lanes) < 2 or sem not in RELEASING:
+      return FALLBACK
+    bar = _one_barrier(k, lanes, addrs_of, cluster)
+    if bar is None:
+      return FALLBACK
+    txs, counts = tx_of(lanes), count_of(lanes)
+    pending = bar.pending - sum(counts)
+    tx_after = list(accumulate(txs, initial=bar.tx))
+    if min(counts) < 1 or pending < 0 or max(map(abs, tx_after)) > TX_LIMIT or \
+       (no_complete and pending == tx_after[-1] == 0):
+      return FALLBACK   # (pending reaches 0, if at all, with the last lane: counts >= 1)
+    rows, (slots, clocks), vcs = k.lane_rows(lanes), k.lane_stamps(lanes), k.lane_clocks(lanes)
+    # sync._barrier's users, the arrivals (and the exit rule's remote ones), the release
+    bar.users.update(zip(slots, zip(clocks, repeat(pc))))
+    if bar.key[0] != lanes[0].cta:
+      k.remote_arrivals[bar.key[0]].update(zip(slots, clocks))
+    bar.arrivals.update(zip(slots, clocks))
+    # every lane's clock joined: as one release after another
+    bar.releases.add(lanes[0].cta, scope, vcs.max(axis=0))
+    k.clocks[rows, rows + 1] += 1
+    k.epoch += len(lanes)   # (sync._add_tx, once per lane)
+    bar.tx, bar.pending = tx_after[-1], pending
+    for th in lanes:
+      put(th, bar.phase)
+    sync._advance(k, bar)
+    return dict.fromkeys(lanes, YIELD) if k.sched.pauses(k.step) else None
+  return lanes_form
+
+
+def wait(k, space, addr, parity, pred, sem, scope, blocking, pc):
+  """The warp form of ``mbarrier.test_wait`` / ``try_wait`` (``blocking``: try_wait;
+  ``sync._wait`` compiles the operands: getters ``addr`` and ``parity`` (the parity, or
+  a state whose parity it is), the predicate register ``pred``; ``pc``, the
+  instruction's index): each lane observes the
+  phase, or fails its first try (and polls, where it yields), as ``sync._wait`` does it
+  lane by lane; where a lane would block, or the wait is relaxed, every lane goes lane
+  by lane."""
+  addrs_of, parity_of = lanes_getter(addr), lanes_getter(parity)
+  cluster = space == "shared::cluster"
+  def lanes_form(lanes):
+    if space is None or len(lanes) < 2 or sem not in ACQUIRING:
+      return FALLBACK
+    bar = _one_barrier(k, lanes, addrs_of, cluster)
+    if bar is None:
+      return FALLBACK
+    phase, observers, tries = bar.phase, [], []
+    for th, par in zip(lanes, parity_of(lanes)):
+      par &= 1
+      done, instance = phase & 1 != par, (pc, bar.key, par, phase)
+      if done and (th.tried_wait == instance or th.seen[bar.slot] >= phase):
+        observers.append(th)
+      elif th.tried_wait != instance or not blocking:
+        tries.append((th, instance, done or not blocking))
+      else:   # (it blocks: run._blocks, lane by lane)
+        return FALLBACK
+    slots, clocks = k.lane_stamps(lanes)   # (sync._barrier's users)
+    bar.users.update(zip(slots, zip(clocks, repeat(pc))))
+    yielded = {}
+    for th, instance, polls in tries:   # a failed try (a poll where it yields)
+      th.tried_wait, th.regs[pred] = instance, 0
+      if polls:
+        th.polled, yielded[th] = True, YIELD
+    if observers:
+      _observe(k, observers, bar, scope)
+      for th in observers:
+        th.regs[pred] = 1
+    return yielded or None
+  return lanes_form
+
+
+def _observe(k, lanes, bar, scope):
+  """``sync._observe`` with acquire semantics, for ``lanes`` (of one warp) at once:
+  every lane saw the phase before the current one complete."""
+  q = bar.phase - 1
+  if q >= 0:
+    record = bar.arrival_records[q]
+    k.observed[lanes[0].cta][id(record)] = record
+    rows, slot = k.lane_rows(lanes), bar.slot
+    for th in lanes:
+      th.seen[slot] = max(th.seen[slot], q + 1)
+    k.clocks[rows, slot] = np.maximum(k.clocks[rows, slot], q + 1)
+    for (cta, rscope), vc in bar.records[q].by_origin.items():   # (Releases.acquire_into)
+      if morally_strong(cta, rscope, lanes[0].cta, scope):
+        k.clocks[rows] = np.maximum(k.clocks[rows], vc)
+      else:
+        for th in lanes:
+          np.maximum(th.unscoped, vc, out=th.unscoped)
+          th.unscoped_pair = (rscope, scope)
