@@ -51,15 +51,6 @@ def _no_barrier_bytes(sh, offs, n):
   return sh.mbar_bytes.count(0, lo, hi) == hi - lo
 
 
-def _clocks_copy(k, rows):
-  """A copy of the clock matrix's ``rows`` (``Machine.lane_rows``): one block where they are
-  consecutive."""
-  first, count = rows[0], len(rows)
-  if rows[-1] - first == count - 1:
-    return k.clocks[first:first + count].copy()
-  return k.clocks[rows]
-
-
 def _index(ints):
   """A list of ints as an index array (``fromiter``: the cheapest conversion)."""
   return np.fromiter(ints, np.intp, len(ints))
@@ -277,7 +268,7 @@ def async_store(k, addr, vals, size, red, mbar, insn, text):
     if red and cta == lanes[0].cta:   # (a reduction into the own CTA)
       return FALLBACK
     barriers, bar_offs, rows = k.mbar, bar_places[1], k.lane_rows(lanes)
-    clocks = _clocks_copy(k, rows)   # (the lanes' clocks at issue)
+    clocks = k.lane_clocks(lanes).copy()   # (the lanes' clocks at issue)
     for off in set(bar_offs):
       bar = barriers.get((cta, off))
       if bar is None or (clocks[:, bar.init[0]] < bar.init[1]).any():
