@@ -35,12 +35,15 @@ RELEASING = ("release", "acq_rel", "sc")   # (sync._release: semantics that publ
 ACQUIRING = ("acquire", "acq_rel", "sc")   # (sync._observe: semantics that acquire)
 
 
-def _one_barrier(k, lanes, addrs_of, cluster):
-  """The Mbarrier every lane names at ``addrs_of(lanes)`` (one address, the plain case,
-  initialised, its initialisation visible to every lane), or None."""
+def _one_barrier(k, lanes, addrs_of, space):
+  """The Mbarrier every one of ``lanes`` (two or more) names at ``addrs_of(lanes)`` in
+  ``space`` (one address, the plain case, initialised, its initialisation visible to
+  every lane), or None."""
+  if space is None or len(lanes) < 2:
+    return None
   addrs = addrs_of(lanes)
   place = addrs.count(addrs[0]) == len(addrs) and \
-      plain_shared_lanes(k, lanes, addrs[:1] * len(lanes), 8, cluster)
+      plain_shared_lanes(k, lanes, addrs[:1] * len(lanes), 8, space == "shared::cluster")
   bar = place and k.mbar.get((place[0], place[1][0]))
   if not bar or (k.lane_clocks(lanes)[:, bar.init[0]] < bar.init[1]).any():
     return None
@@ -50,13 +53,12 @@ def _one_barrier(k, lanes, addrs_of, cluster):
 def arrive(k, space, addr, tx, count, sem, scope, no_complete, put, pc):
   """The warp form of ``mbarrier.arrive`` (``sync._arrive`` compiles its operands:
   getters ``addr``, ``tx``, ``count``; the state register's setter ``put``; ``pc``,
-  the instruction's index)."""
+  the instruction's index); None for a relaxed arrive (lane by lane)."""
+  if sem not in RELEASING:
+    return None
   addrs_of, tx_of, count_of = lanes_getter(addr), lanes_getter(tx), lanes_getter(count)
-  cluster = space == "shared::cluster"
   def lanes_form(lanes):
-    if space is None or len(lanes) < 2 or sem not in RELEASING:
-      return FALLBACK
-    bar = _one_barrier(k, lanes, addrs_of, cluster)
+    bar = _one_barrier(k, lanes, addrs_of, space)
     if bar is None:
       return FALLBACK
     txs, counts = tx_of(lanes), count_of(lanes)
@@ -89,14 +91,13 @@ def wait(k, space, addr, parity, pred, sem, scope, blocking, pc):
   a state whose parity it is), the predicate register ``pred``; ``pc``, the
   instruction's index): each lane observes the
   phase, or fails its first try (and polls, where it yields), as ``sync._wait`` does it
-  lane by lane; where a lane would block, or the wait is relaxed, every lane goes lane
-  by lane."""
+  lane by lane; where a lane would block, every lane goes lane by lane.  None for a
+  relaxed wait (lane by lane: its observation waits for a fence)."""
+  if sem not in ACQUIRING:
+    return None
   addrs_of, parity_of = lanes_getter(addr), lanes_getter(parity)
-  cluster = space == "shared::cluster"
   def lanes_form(lanes):
-    if space is None or len(lanes) < 2 or sem not in ACQUIRING:
-      return FALLBACK
-    bar = _one_barrier(k, lanes, addrs_of, cluster)
+    bar = _one_barrier(k, lanes, addrs_of, space)
     if bar is None:
       return FALLBACK
     phase, observers, tries = bar.phase, [], []
