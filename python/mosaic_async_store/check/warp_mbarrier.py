@@ -13,8 +13,8 @@ register), and the phase, if the last lane completes it, completes once after th
 in their own words: a barrier that is not the plain case (another CTA's the lanes
 have not reached yet, an uninitialised one, an initialisation not visible to a
 lane), an arrival overflow, a tx-count out of range, a ``.noComplete`` arrival that
-completes the phase, lanes on different barriers, a relaxed arrival (which publishes
-the clock of the lane's last fence, if any: ``sync._release``).
+completes the phase, lanes on different barriers.  A relaxed arrival (which publishes
+the clock of the lane's last fence, if any: ``sync._release``) has no warp form.
 """
 
 from __future__ import annotations
