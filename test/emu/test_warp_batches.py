@@ -1,15 +1,16 @@
 """The checker's batched paths are exact: what the warp forms of loads and stores
-(check/warp_memory.py) and the landing of many asynchronous stores at once
-(``asyncops.land_many``) check and record in one go (check/shadow_runs.py) gives
-the verdict that the lanes give one by one.
+(check/warp_memory.py), of mbarrier arrivals and waits (check/warp_mbarrier.py) and the
+landing of many asynchronous stores at once (``asyncops.land_many``) check and record in
+one go (check/shadow_runs.py) gives the verdict that the lanes give one by one.
 
 Each test generates kernels whose lanes access shared and global memory (scalars of
-1 to 4 bytes, .v2 / .v4 vectors, st.async) in patterns (``(tid * a + b) & mask``: lanes on distinct words in and out of order,
-strided, two lanes on one word, every lane on one word), with or without
-synchronisation between the accesses, and runs each twice under every CI
-schedule: as the checker runs it, and with every warp form off and every
-asynchronous store landing alone.  The two verdicts, the output bytes or the
-finding (rule, CTA, thread and message), must be equal.
+1 to 8 bytes, .v2 / .v4 vectors, st.async) in patterns (``(tid * a + b) & mask``: lanes
+on distinct words in and out of order, strided, two lanes on one word, every lane on
+one word), or arrive on and wait for mbarriers, with or without synchronisation
+between the accesses, and runs each twice under every CI schedule: as the checker
+runs it, and with every warp form off and every asynchronous store landing alone.  The
+two verdicts, the output bytes and the thread-instructions executed, or the finding
+(rule, CTA, thread and message), must be equal.
 """
 
 import numpy as np
