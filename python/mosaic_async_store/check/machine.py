@@ -167,29 +167,37 @@ class Machine:
     self.grid_clusters = grid // cluster
     self.executed, self.calls = 0, []
 
+  @staticmethod
+  def _first_row(lanes):
+    """The row of ``lanes[0]`` where ``lanes`` (threads of one warp in lane order) are
+    consecutive threads (a converged piece: first and last tell), else None."""
+    first = lanes[0].slot - 1
+    return first if lanes[-1].slot - first == len(lanes) else None
+
   def lane_rows(self, lanes):
     """The rows of ``clocks`` of ``lanes`` (threads of one warp in lane order), an
     index array (row ``slot - 1``)."""
-    first, count = lanes[0].slot - 1, len(lanes)
-    if lanes[-1].slot - first == count:   # (consecutive threads: a converged piece)
-      return np.arange(first, first + count)
-    return np.fromiter((th.slot - 1 for th in lanes), np.intp, count)
+    first = self._first_row(lanes)
+    if first is not None:
+      return np.arange(first, first + len(lanes))
+    return np.fromiter((th.slot - 1 for th in lanes), np.intp, len(lanes))
 
   def lane_clocks(self, lanes):
     """The clocks of ``lanes`` (threads of one warp in lane order), one row each: a
     view of ``clocks`` where they are consecutive threads, else a copy."""
-    first, count = lanes[0].slot - 1, len(lanes)
-    if lanes[-1].slot - first == count:
-      return self.clocks[first:first + count]
+    first = self._first_row(lanes)
+    if first is not None:
+      return self.clocks[first:first + len(lanes)]
     return self.clocks[self.lane_rows(lanes)]
 
   def lane_stamps(self, lanes):
     """(slots, clocks): each of ``lanes``' slot and its own clock there, as lists in
     lane order (one diagonal of ``clocks`` where the lanes are consecutive threads)."""
-    first, count = lanes[0].slot, len(lanes)
-    if lanes[-1].slot - first == count - 1:
-      end = first + count
-      return list(range(first, end)), self.clocks[first - 1:end - 1, first:end].diagonal().tolist()
+    first = self._first_row(lanes)
+    if first is not None:
+      end = first + len(lanes)   # (row r: slot r + 1)
+      return list(range(first + 1, end + 1)), \
+          self.clocks[first:end, first + 1:end + 1].diagonal().tolist()
     rows = self.lane_rows(lanes)
     return (rows + 1).tolist(), self.clocks[rows, rows + 1].tolist()
 

@@ -108,14 +108,17 @@ def record_disjoint(sh, offs, n, *, write, matrix, rows, slots, clocks, insn, sp
   i = 0
   for lo, run in spans:
     hi = lo + n * run
+    if write and same:   # (asynchronous stores landing: one stamp for every byte)
+      w_slot[lo:hi], w_clk[lo:hi], sh.w_insn[lo:hi] = \
+          [slots] * (hi - lo), [clocks] * (hi - lo), [insn] * (hi - lo)
+      continue
     if same:
       mine_slots, mine_clocks = [slots] * run, [clocks] * run
     else:
       mine_slots, mine_clocks = slots[i:i + run], clocks[i:i + run]
     i += run
     if write:
-      w_slot[lo:hi] = [slots] * (hi - lo) if same else _each_byte(mine_slots, n)
-      w_clk[lo:hi] = [clocks] * (hi - lo) if same else _each_byte(mine_clocks, n)
+      w_slot[lo:hi], w_clk[lo:hi] = _each_byte(mine_slots, n), _each_byte(mine_clocks, n)
       sh.w_insn[lo:hi] = [insn] * (hi - lo)
     elif unread:   # (one set per access, shared by its bytes, as Shadow.record)
       made = [{s: (c, insn, None)} for s, c in zip(mine_slots, mine_clocks)]

@@ -36,18 +36,20 @@ ACQUIRING = ("acquire", "acq_rel", "sc")   # (sync._observe: semantics that acqu
 
 
 def _one_barrier(k, lanes, addrs_of, space):
-  """The Mbarrier every one of ``lanes`` (two or more) names at ``addrs_of(lanes)`` in
-  ``space`` (one address, the plain case, initialised, its initialisation visible to
-  every lane), or None."""
+  """(the Mbarrier, the lanes' clocks: ``Machine.lane_clocks``) where every one of
+  ``lanes`` (two or more) names one mbarrier at ``addrs_of(lanes)`` in ``space`` (one
+  address, the plain case, initialised, its initialisation visible to every lane), or
+  None."""
   if space is None or len(lanes) < 2:
     return None
   addrs = addrs_of(lanes)
   place = addrs.count(addrs[0]) == len(addrs) and \
-      plain_shared_lanes(k, lanes, addrs[:1] * len(lanes), 8, space == "shared::cluster")
+      plain_shared_lanes(k, lanes, addrs, 8, space == "shared::cluster")
   bar = place and k.mbar.get((place[0], place[1][0]))
-  if not bar or (k.lane_clocks(lanes)[:, bar.init[0]] < bar.init[1]).any():
+  if not bar:
     return None
-  return bar
+  vcs = k.lane_clocks(lanes)
+  return None if (vcs[:, bar.init[0]] < bar.init[1]).any() else (bar, vcs)
 
 
 def arrive(k, space, addr, tx, count, sem, scope, no_complete, put, pc):
@@ -58,16 +60,17 @@ def arrive(k, space, addr, tx, count, sem, scope, no_complete, put, pc):
     return None
   addrs_of, tx_of, count_of = lanes_getter(addr), lanes_getter(tx), lanes_getter(count)
   def lanes_form(lanes):
-    bar = _one_barrier(k, lanes, addrs_of, space)
-    if bar is None:
+    found = _one_barrier(k, lanes, addrs_of, space)
+    if found is None:
       return FALLBACK
+    bar, vcs = found
     txs, counts = tx_of(lanes), count_of(lanes)
     pending = bar.pending - sum(counts)
     tx_after = list(accumulate(txs, initial=bar.tx))
     if min(counts) < 1 or pending < 0 or max(map(abs, tx_after)) > TX_LIMIT or \
        (no_complete and pending == tx_after[-1] == 0):
       return FALLBACK   # (pending reaches 0, if at all, with the last lane: counts >= 1)
-    rows, (slots, clocks), vcs = k.lane_rows(lanes), k.lane_stamps(lanes), k.lane_clocks(lanes)
+    rows, (slots, clocks) = k.lane_rows(lanes), k.lane_stamps(lanes)
     # sync._barrier's users, the arrivals (and the exit rule's remote ones), the release
     bar.users.update(zip(slots, zip(clocks, repeat(pc))))
     if bar.key[0] != lanes[0].cta:
@@ -97,9 +100,10 @@ def wait(k, space, addr, parity, pred, sem, scope, blocking, pc):
     return None
   addrs_of, parity_of = lanes_getter(addr), lanes_getter(parity)
   def lanes_form(lanes):
-    bar = _one_barrier(k, lanes, addrs_of, space)
-    if bar is None:
+    found = _one_barrier(k, lanes, addrs_of, space)
+    if found is None:
       return FALLBACK
+    bar = found[0]
     phase, observers, tries = bar.phase, [], []
     for th, par in zip(lanes, parity_of(lanes)):
       par &= 1
