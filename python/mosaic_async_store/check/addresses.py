@@ -12,6 +12,8 @@ finding ``exit``.
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 from mosaic_async_store.check.memory import ProtocolError
 
 __all__ = ["SHARED_BASE", "LOCAL_BASE", "GLOBAL_SHIFT", "NOT_SHARED", "mem", "mem_fn",
@@ -20,6 +22,7 @@ __all__ = ["SHARED_BASE", "LOCAL_BASE", "GLOBAL_SHIFT", "NOT_SHARED", "mem", "me
 SHARED_BASE = 0x400            # sm_90 reserves the first 1 KiB of the shared window
 LOCAL_BASE, GLOBAL_SHIFT = 0x100000, 40
 _GLOBAL_MASK = (1 << GLOBAL_SHIFT) - 1
+_REMOTE_SINCE = attrgetter("remote_since")   # (C loops over a warp's lanes: map)
 NOT_SHARED = ("global", "local", "param")   # spaces whose buffers are never SMEM
 
 
@@ -84,10 +87,10 @@ def plain_shared_lanes(k, lanes, addrs, n, cluster):
   hi, cta = lo >> 24, lanes[0].cta   # (the lowest and highest in one window: all are)
   if top >> 24 != hi or lo % n or hi and not (cluster and hi <= len(k.smem)):
     return None
-  if n > 1 and lo != top and any(a % n for a in addrs):
+  if n > 1 and lo != top and any(map(n.__rmod__, addrs)):
     return None
   rank = hi - 1 if hi else cta
-  if rank != cta and (k.exited[rank] or any(th.remote_since is None for th in lanes)):
+  if rank != cta and (k.exited[rank] or None in map(_REMOTE_SINCE, lanes)):
     return None
   base = (hi << 24) + SHARED_BASE   # (offset: the address's low 24 bits, less the base)
   if lo < base or top - base + n > len(k.smem[rank]):
@@ -101,7 +104,7 @@ def plain_global_lanes(k, addrs, n):
   lo, top = min(addrs), max(addrs)
   idx = (lo >> GLOBAL_SHIFT) - 1
   if not 0 <= idx < len(k.gbufs) or top >> GLOBAL_SHIFT != idx + 1 or lo % n or \
-     (n > 1 and lo != top and any(a % n for a in addrs)):
+     (n > 1 and lo != top and any(map(n.__rmod__, addrs))):
     return None
   buf, base = k.gbufs[idx], (idx + 1) << GLOBAL_SHIFT
   return (buf, [a - base for a in addrs]) if top - base + n <= len(buf) else None

@@ -298,7 +298,7 @@ def _land_together(k, group, count) -> bool:
   offs = group.offs[:count]
   clocks = group.clock_matrix(count)
   init_slot, init_clock = bar.init
-  if len(set(offs)) != count or any(off % n for off in offs) or \
+  if len(set(offs)) != count or any(map(n.__rmod__, offs)) or \
      (clocks[:, init_slot] < init_clock).any():
     return False
   order = sorted(range(count), key=offs.__getitem__)

@@ -275,11 +275,8 @@ class Shadow:
       if slot and latest.get(slot, -1) < clk:
         latest[slot] = clk
     for sets in (self.atomics, self.readers):
-      last = None
-      for accesses in sets:
-        if accesses is last or accesses is None:   # (adjacent bytes share sets: once)
-          continue
-        last = accesses
+      held = list(filter(None, sets))   # (bytes share sets: each set once, by identity;
+      for accesses in dict(zip(map(id, held), held)).values():   # C loops over the bytes)
         for slot, (clk, _, _) in accesses.items():
           if latest.get(slot, -1) < clk:
             latest[slot] = clk
