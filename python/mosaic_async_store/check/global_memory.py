@@ -126,7 +126,11 @@ class GlobalShadow:
     warp's accesses of untouched bytes at once, as ``access`` does one by one)."""
     if lo >> PAGE_SHIFT != (hi - 1) >> PAGE_SHIFT:
       return None
-    pages, k = self.pages[id(buf)], lo >> PAGE_SHIFT
+    return self._cells(buf, lo >> PAGE_SHIFT)
+
+  def _cells(self, buf, k: int):
+    """The cells of page ``k`` of ``buf``, made if no access touched it yet."""
+    pages = self.pages[id(buf)]
     cells = pages[k]
     if cells is None:
       cells = pages[k] = [None] * PAGE
@@ -143,10 +147,7 @@ class GlobalShadow:
       first = PAGE - o
       return (self.access(th, buf, off, first, write, atomic, insn, tag)
               or self.access(th, buf, off + first, n - first, write, atomic, insn, tag))
-    pages, k = self.pages[id(buf)], off >> PAGE_SHIFT
-    cells = pages[k]
-    if cells is None:
-      cells = pages[k] = [None] * PAGE
+    cells = self._cells(buf, off >> PAGE_SHIFT)
     rec, slot, vc = cells[o], th.slot, th.vc
     if rec is None and (n == 1 or cells[o:end].count(None) == n):   # untouched bytes:
       clk = vc.item(slot)                                           # nothing to check
