@@ -134,8 +134,9 @@ def test_a_misaligned_lane_is_reported_lane_by_lane(schedule):
   """Lane 7's address is misaligned: the warp form leaves it to the lane-by-lane path,
   whose error names lane 7."""
   body = _SAME_WORD.replace("{LANE}", "7").replace("selp.u32 %r3, 4, 0", "selp.u32 %r3, 2, 0")
-  with pytest.raises(RuntimeError, match="thread 7 .*misaligned 4-byte global access"):
+  with pytest.raises(ProtocolError, match="misaligned 4-byte global access") as err:
     _run(body, schedule)
+  assert (err.value.rule, err.value.thread) == ("fault", 7)
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from operator import attrgetter
 
-from mosaic_async_store.check.memory import ProtocolError
+from mosaic_async_store.check.memory import KernelFault, ProtocolError
 
 __all__ = ["SHARED_BASE", "LOCAL_BASE", "GLOBAL_SHIFT", "NOT_SHARED", "mem", "mem_fn",
            "plain_shared", "plain_shared_lanes", "plain_global_lanes"]
@@ -34,16 +34,16 @@ def mem(k, th, space, addr, n):
              "local" if LOCAL_BASE <= addr < LOCAL_BASE + len(th.local) else
              "shared::cluster" if addr >> 24 else "shared")
   if addr % n:
-    raise RuntimeError(f"misaligned {n}-byte {space} access at {addr:#x}")
+    raise KernelFault(f"misaligned {n}-byte {space} access at {addr:#x}")
   if space == "global":
     idx, off = (addr >> GLOBAL_SHIFT) - 1, addr & ((1 << GLOBAL_SHIFT) - 1)
     buf = k.gbufs[idx] if 0 <= idx < len(k.gbufs) else b""
   elif space.startswith("shared"):
     if addr >> 24 and space != "shared::cluster":
-      raise RuntimeError(f"cluster address {addr:#x} used as a shared::cta address")
+      raise KernelFault(f"cluster address {addr:#x} used as a shared::cta address")
     rank = (addr >> 24) - 1 if addr >> 24 else th.cta
     if rank >= len(k.smem):
-      raise RuntimeError(f"shared::cluster address {addr:#x}: no such CTA")
+      raise KernelFault(f"shared::cluster address {addr:#x}: no such CTA")
     if rank != th.cta:
       if k.exited[rank]:
         raise ProtocolError("exit", f"CTA {th.cta} thread {th.tid} accesses the shared "
@@ -58,7 +58,7 @@ def mem(k, th, space, addr, n):
   else:
     raise NotImplementedError(f"state space {space}")
   if off < 0 or off + n > len(buf):
-    raise RuntimeError(f"{n}-byte {space} access at {addr:#x} is out of bounds")
+    raise KernelFault(f"{n}-byte {space} access at {addr:#x} is out of bounds")
   return buf, off
 
 

@@ -51,7 +51,8 @@ from __future__ import annotations
 import numpy as np
 
 from mosaic_async_store.check import run, sync
-from mosaic_async_store.check.memory import SCOPES, ProtocolError, Releases, sem_scope
+from mosaic_async_store.check.memory import (SCOPES, KernelFault, ProtocolError, Releases,
+                                              sem_scope)
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.outcomes import BLOCK
 
@@ -122,7 +123,7 @@ def _named(k, waits, bar_id, count, pc, aligned):
   def arrive(th):
     a, b = bar_id(th), None if count is None else count(th)
     if not 0 <= a < _NAMED_BARRIERS:
-      raise RuntimeError(f"barrier id {a}: the ISA allows 0..{_NAMED_BARRIERS - 1}")
+      raise KernelFault(f"barrier id {a}: the ISA allows 0..{_NAMED_BARRIERS - 1}")
     if b is not None and (b <= 0 or b % WARP):
       raise ProtocolError("barrier-count", f"barrier {a} of CTA {th.cta} with thread "
                           f"count {b}")

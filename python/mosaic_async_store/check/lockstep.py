@@ -15,7 +15,7 @@ lane's i + 1), not an assumption the verdicts rest on.
 from __future__ import annotations
 
 from mosaic_async_store.check import run
-from mosaic_async_store.check.memory import ProtocolError
+from mosaic_async_store.check.memory import CheckerError, KernelFault, ProtocolError
 from mosaic_async_store.check.outcomes import BLOCK, EXIT, FALLBACK, YIELD
 
 __all__ = ["piece", "run_piece"]
@@ -98,7 +98,7 @@ def run_piece(k, lanes, max_back_jumps=1 << 20):
         for th in lanes:
           th.back_jumps += 1   # (over all its runs: a poll loop yields every time)
           if th.back_jumps > max_back_jumps:
-            raise RuntimeError(f"runaway loop (over {max_back_jumps} backward jumps)")
+            raise KernelFault(f"runaway loop (over {max_back_jumps} backward jumps)")
         jumps += 1
         if jumps == run.LOOP_YIELD:   # a loop iteration's start: poll-like
           for th in lanes:
@@ -132,9 +132,13 @@ def run_piece(k, lanes, max_back_jumps=1 << 20):
     text, line = k.program.texts[pc], k.program.lines[pc]
     raise NotImplementedError(f"CTA {th.cta} thread {th.tid} at `{text}` (PTX line {line}): "
                               f"{e}") from e
-  except Exception as e:  # say where, then re-raise
-    raise RuntimeError(f"CTA {th.cta} thread {th.tid} at `{k.program.texts[pc]}`: "
-                       f"{type(e).__name__}: {e}") from e
+  except (CheckerError, MemoryError, KeyboardInterrupt):
+    raise
+  except Exception as e:  # the checker's own failure: never a finding about the kernel
+    text, line = k.program.texts[pc], k.program.lines[pc]
+    raise CheckerError(f"internal error of the checker at `{text}` (PTX line {line}), "
+                       f"CTA {th.cta} thread {th.tid}: {type(e).__name__}: {e} (please "
+                       "report it, with the kernel)") from e
   finally:
     k.executed += n
 

@@ -9,7 +9,7 @@ and atomic stores, race checks), ``asyncops`` (``st.async`` / ``red.async``),
 from __future__ import annotations
 
 from mosaic_async_store.check import access, addresses, program, strong, warp_memory
-from mosaic_async_store.check.memory import SCOPES
+from mosaic_async_store.check.memory import SCOPES, KernelFault
 from mosaic_async_store.check.opcodes import Opcode, check_qualifiers
 from mosaic_async_store.check.ops import RED, RED_FORMS
 from mosaic_async_store.check.strong import strong_semantics
@@ -72,7 +72,7 @@ def _mapa(k, ins):
   def mapa(th):
     addr, r = a(th), rank(th)
     if addr >> 24 or not 0 <= r < len(k.smem):
-      raise RuntimeError(f"mapa of {addr:#x} to rank {r}")
+      raise KernelFault(f"mapa of {addr:#x} to rank {r}")
     put(th, (r + 1) << 24 | addr)
   return mapa
 

@@ -41,8 +41,8 @@ import numpy as np
 
 from mosaic_async_store.check.shadow_runs import runs
 
-__all__ = ["CLOCK", "Access", "AccessSet", "ProtocolError", "RULES", "SCOPES", "SEMS",
-           "sem_scope", "Releases", "Shadow", "SCHEDULES", "CI_SCHEDULES", "SLOW_SCHEDULES",
+__all__ = ["CLOCK", "Access", "AccessSet", "ProtocolError", "KernelFault", "CheckerError",
+           "RULES", "SCOPES", "SEMS", "sem_scope", "Releases", "Shadow", "SCHEDULES", "CI_SCHEDULES", "SLOW_SCHEDULES",
            "morally_strong", "tags_morally_strong"]
 
 # Each rule is named after the part of the PTX ISA that it enforces.
@@ -87,6 +87,8 @@ RULES = {
                           "if all threads evaluate the condition identically)",
     "barrier-count": "PTX ISA, bar / barrier: the thread count b \"must be a multiple "
                      "of the warp size\" (and positive)",
+    "fault": "the kernel faults as it would on hardware: an access out of bounds, "
+             "misaligned, or into a CTA the cluster does not have; a runaway loop",
     "exit": "CUDA Programming Guide, distributed shared memory: every access to a "
             "CTA's shared memory (and arrive on its mbarriers) from another CTA must "
             "complete before the target CTA exits",
@@ -173,6 +175,21 @@ class ProtocolError(RuntimeError):
         return getattr(e, name)
       e = e.__cause__
     return None
+
+
+class KernelFault(ProtocolError):
+  """The kernel faults (rule "fault"): an access out of bounds or misaligned, an
+  address no CTA of the cluster has, a runaway loop; where hardware would stop the
+  kernel with an error.  A finding, like every ProtocolError."""
+
+  def __init__(self, detail: str, **where):
+    super().__init__("fault", detail, **where)
+
+
+class CheckerError(Exception):
+  """The checker itself failed (an unexpected exception in a handler or the scheduler):
+  never a finding about the kernel.  ``check_ptx`` raises it, naming the CTA, thread,
+  PTX line and instruction it was running; the original exception is its cause."""
 
 
 def shown_source(source: str) -> str:
