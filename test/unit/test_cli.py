@@ -455,3 +455,38 @@ def test_check_command_usage_errors_exit_2_with_one_line(user_kernel, capsys, ta
   assert cli.main(["check", target.format(path=user_kernel)]) == 2
   err = capsys.readouterr().err.splitlines()
   assert len(err) == 1 and words in err[0]
+
+
+def test_check_command_budget_flags_exit_4_and_json(user_kernel, capsys):
+  """A schedule stopped at --max-steps is unfinished, not a finding and not a pass."""
+  assert cli.main(["check", f"{user_kernel}:make", "--schedules", "2", "--max-steps", "500"]) == 4
+  out = capsys.readouterr().out
+  assert "2 schedule(s) of [0, 1] unfinished" in out and "over --max-steps 500" in out
+  assert "max_steps=" not in out   # in the CLI's terms
+  assert cli.main(["check", f"{user_kernel}:make", "--schedules", "1", "--max-steps", "500",
+                   "--json"]) == 4
+  report = json.loads(capsys.readouterr().out)
+  assert not report["ok"] and report["findings"] == []
+  assert [(u["schedule"], u["reason"]) for u in report["unfinished"]] == [(0, "steps")]
+  assert report["unfinished"][0]["executed"] > 500
+
+
+@pytest.mark.parametrize("flag", ["--max-steps", "--max-memory-mb"])
+def test_check_command_refuses_a_budget_below_one(user_kernel, capsys, flag):
+  assert cli.main(["check", f"{user_kernel}:make", flag, "0"]) == 2
+  err = capsys.readouterr().err.splitlines()
+  assert len(err) == 1 and f"{flag} 0: must be >= 1" in err[0]
+
+
+def test_check_command_reports_an_internal_error_as_such(user_kernel, capsys, monkeypatch):
+  """The checker's own exception is exit 70 with one line naming the PTX line, never a
+  finding about the kernel (exit 1)."""
+  from mosaic_async_store.check import run
+  def broken_resolve(k):
+    raise KeyError("injected")
+  monkeypatch.setattr(run, "_resolve", broken_resolve)
+  assert cli.main(["check", f"{user_kernel}:make", "--schedules", "1"]) == 70
+  captured = capsys.readouterr()
+  err = captured.err.splitlines()
+  assert len(err) == 1 and "internal error of the checker" in err[0] and "injected" in err[0]
+  assert "finding" not in captured.out

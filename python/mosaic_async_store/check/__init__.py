@@ -16,15 +16,16 @@ instruction's source line), ``report`` (``check_ptx``, ``Report``, ``Finding``).
 ``tools/check_kernel.py``'s: it needs the deviceless toolchain.
 """
 
+from mosaic_async_store.check.budget import Budget
 from mosaic_async_store.check.interp import Memref, PtxKernel
-from mosaic_async_store.check.memory import RULES, Access, ProtocolError
-from mosaic_async_store.check.report import Finding, Report, check_ptx
+from mosaic_async_store.check.memory import RULES, Access, CheckerError, ProtocolError
+from mosaic_async_store.check.report import Finding, Report, Unfinished, check_ptx
 
-__all__ = ["check", "check_ptx", "Report", "Finding", "Access", "Memref", "PtxKernel",
-           "ProtocolError", "RULES"]
+__all__ = ["check", "check_ptx", "Report", "Finding", "Unfinished", "Budget", "Access",
+           "Memref", "PtxKernel", "ProtocolError", "CheckerError", "RULES"]
 
 
-def check(fn, *args, schedules: int = 3) -> Report:
+def check(fn, *args, schedules: int = 3, budget: Budget | None = None) -> Report:
   """See :func:`mosaic_async_store.tools.check_kernel.check` (loads jax on first use)."""
   from mosaic_async_store.tools.check_kernel import check as _check
-  return _check(fn, *args, schedules=schedules)
+  return _check(fn, *args, schedules=schedules, budget=budget)

@@ -15,7 +15,8 @@ lane's i + 1), not an assumption the verdicts rest on.
 from __future__ import annotations
 
 from mosaic_async_store.check import run
-from mosaic_async_store.check.memory import CheckerError, KernelFault, ProtocolError
+from mosaic_async_store.check.budget import BudgetExceeded
+from mosaic_async_store.check.memory import CheckerError, ProtocolError
 from mosaic_async_store.check.outcomes import BLOCK, EXIT, FALLBACK, YIELD
 
 __all__ = ["piece", "run_piece"]
@@ -30,7 +31,7 @@ def piece(k, th):
   return [t for t in k.threads[first:last] if t.state == "run" and t.pc == pc]
 
 
-def run_piece(k, lanes, max_back_jumps=1 << 20):
+def run_piece(k, lanes):
   """Runs ``lanes`` (threads of one warp at one program counter, in lane order) in
   lockstep until each blocks, exits or yields; returns the lanes that yielded.
 
@@ -94,11 +95,7 @@ def run_piece(k, lanes, max_back_jumps=1 << 20):
             lanes = []
         if queued is not None and lanes and len(k.runnable) > queued:
           lanes = _rejoin(k, lanes, nxt, queued)   # warp-mates it resumed
-      if lanes and nxt <= pc:   # a backward jump
-        for th in lanes:
-          th.back_jumps += 1   # (over all its runs: a poll loop yields every time)
-          if th.back_jumps > max_back_jumps:
-            raise KernelFault(f"runaway loop (over {max_back_jumps} backward jumps)")
+      if lanes and nxt <= pc:   # a backward jump (a loop that never ends: the budget)
         jumps += 1
         if jumps == run.LOOP_YIELD:   # a loop iteration's start: poll-like
           for th in lanes:
@@ -132,7 +129,7 @@ def run_piece(k, lanes, max_back_jumps=1 << 20):
     text, line = k.program.texts[pc], k.program.lines[pc]
     raise NotImplementedError(f"CTA {th.cta} thread {th.tid} at `{text}` (PTX line {line}): "
                               f"{e}") from e
-  except (CheckerError, MemoryError, KeyboardInterrupt):
+  except (CheckerError, BudgetExceeded, MemoryError):
     raise
   except Exception as e:  # the checker's own failure: never a finding about the kernel
     text, line = k.program.texts[pc], k.program.lines[pc]

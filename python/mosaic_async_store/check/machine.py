@@ -72,10 +72,10 @@ class Thread:
   ``.sync_restrict::shared::cta`` fence does not release; ``polled``: its last
   instruction was a poll (``poll_pc``: that instruction, or the backward branch it
   yielded at); ``poll_seen`` / ``poll_epoch``: the states it polled in since the
-  epoch it names (``run``: polling); ``back_jumps``: the backward jumps it took,
-  against a runaway loop; ``poll_what``: (pc, wait) of the mbarrier wait it last
-  timed out on, which a parked poll loop is waiting for; ``tried_wait``: the
-  mbarrier wait that last returned false to it (sync.py); ``released``: per
+  epoch it names (``run``: polling); ``spin_epoch``: the last epoch in which it
+  polled twice (it spins: nothing it could see changed); ``poll_what``: (pc, wait) of
+  the mbarrier wait it last timed out on, which a parked poll loop is waiting for;
+  ``tried_wait``: the mbarrier wait that last returned false to it (sync.py); ``released``: per
   location it wrote with a release, that release (strong.py); ``products``: the
   products of its float ``mul``s without a rounding modifier (contraction.py)).  ``wait`` says what
   a blocked thread waits for: ("mbar", key, parity, predicate, sem, scope),
@@ -83,8 +83,8 @@ class Thread:
 
   __slots__ = ("regs", "pc", "cta", "tid", "state", "wait", "cluster_arrived", "local",
                "slot", "vc", "unscoped", "unscoped_pair", "seen", "fence_rel", "pending_obs",
-               "remote_since", "polled", "poll_pc", "poll_seen", "poll_epoch", "back_jumps",
-               "poll_what", "tried_wait", "released", "products")
+               "remote_since", "polled", "poll_pc", "poll_seen", "poll_epoch",
+               "poll_what", "tried_wait", "released", "products", "spin_epoch")
 
   def __init__(self, cta, tid, special, local_bytes, slot, vc):
     self.regs, self.pc, self.cta, self.tid = dict(special), 0, cta, tid
@@ -94,9 +94,9 @@ class Thread:
     self.slot, self.vc, self.unscoped = slot, vc, np.zeros(nslots, CLOCK)
     self.seen, self.unscoped_pair = np.zeros(nslots, CLOCK), None
     self.vc[slot], self.fence_rel, self.pending_obs, self.remote_since = 1, None, [], None
-    self.polled, self.poll_seen, self.poll_epoch, self.back_jumps = False, set(), -1, 0
+    self.polled, self.poll_seen, self.poll_epoch = False, set(), -1
     self.poll_what, self.poll_pc, self.tried_wait, self.released = None, None, None, {}
-    self.products = {}
+    self.products, self.spin_epoch = {}, -1
 
 
 def _special_registers(c, t, cluster, block, first_cta, grid):
@@ -131,6 +131,12 @@ class Machine:
     self.group_waiting, self.dirty, self.epoch, self.timeouts = {}, False, 0, 0
     self.grid_clusters = 1
     self.executed, self.calls, self.store_trace = 0, [], None
+
+  def drop_state(self):
+    """Lets go of a run's threads, memories and shadows (a run stopped for its memory
+    budget: what it held is what filled memory)."""
+    self.threads, self.runnable, self.blocked, self.parked, self.inflight = [], [], {}, [], []
+    self.shadow, self.gshadow, self.clocks, self.mbar, self.flags = [], None, None, {}, {}
 
   def reset(self, buffers, *, cluster, smem_bytes, block, schedule, barrier_slots,
             trace_stores, smem_init, first_cta, grid_ctas):

@@ -6,8 +6,10 @@ schedules, and report what the PTX memory model and the ISA's rules say about it
     report.ok, report.findings, report.outputs
 
 Arguments are checked before anything runs; a rule broken in a schedule is a
-``Finding`` of that schedule (the run of that schedule stops there); the
-arguments' contents after the first schedule that completed are the outputs.
+``Finding`` of that schedule (the run of that schedule stops there); a schedule that
+reaches its budget (``budget.Budget``) is ``Unfinished``; the arguments' contents after
+the first schedule that completed are the outputs.  The checker's own failure is a
+``CheckerError``, raised, never a finding.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ import dataclasses
 
 import numpy as np
 
+from mosaic_async_store.check.budget import DEFAULT, Budget, BudgetExceeded
 from mosaic_async_store.check.interp import Memref, PtxKernel
 from mosaic_async_store.check.memory import Access, ProtocolError, shown_source
 from mosaic_async_store.errors import refuse, refuse_type
 
-__all__ = ["Finding", "Report", "check_ptx", "MAX_BLOCK", "MAX_CLUSTER", "MAX_SMEM_BYTES"]
+__all__ = ["Finding", "Report", "Unfinished", "check_ptx", "MAX_BLOCK", "MAX_CLUSTER", "MAX_SMEM_BYTES"]
 
 MAX_BLOCK, MAX_CLUSTER, MAX_SMEM_BYTES = 1024, 16, 227 * 1024
 
@@ -69,24 +72,59 @@ class Finding:
 
 
 @dataclasses.dataclass(frozen=True)
+class Unfinished:
+  """A schedule that stopped at its budget (``budget.Budget``) before the kernel ended:
+  neither a finding nor a pass.
+
+  Attributes:
+    schedule: the schedule's seed.
+    reason: "steps" (``max_steps`` thread-instructions ran) or "memory" (the run grew
+      past ``max_memory_mb``, or memory ran out).
+    executed: the thread-instructions that ran (what was checked, rule by rule).
+    message: the budget's words, with the limit and how to raise it.
+    cta_base: the first CTA of the cluster it ran (a grid runs cluster by cluster).
+  """
+
+  schedule: int
+  reason: str
+  executed: int
+  message: str
+  cta_base: int = 0
+
+  def __str__(self) -> str:
+    grid = f"cluster from CTA {self.cta_base}, " if self.cta_base else ""
+    return (f"[unfinished: budget] {grid}schedule {self.schedule}: stopped after "
+            f"{self.executed} thread-instructions (checked, no rule broken): "
+            f"{self.message}")
+
+
+@dataclasses.dataclass(frozen=True)
 class Report:
-  """What ``check_ptx`` found: ``ok`` when no schedule broke a rule; ``findings``, one
-  per schedule (and cluster) that broke one; ``outputs``, every argument after the grid
-  ran (each cluster's first completed schedule; None if a cluster completed none);
-  ``schedules``, the seeds that ran."""
+  """What ``check_ptx`` found: ``findings``, one per schedule (and cluster) that broke a
+  rule; ``unfinished``, the schedules that stopped at their budget (``Unfinished``);
+  ``ok`` when no schedule broke a rule and every one finished; ``outputs``, every
+  argument after the grid ran (each cluster's first completed schedule; None if a
+  cluster completed none); ``schedules``, the seeds that ran."""
 
   findings: tuple[Finding, ...]
   outputs: list[np.ndarray] | None
   schedules: tuple[int, ...]
+  unfinished: tuple[Unfinished, ...] = ()
 
   @property
   def ok(self) -> bool:
-    return not self.findings
+    return not self.findings and not self.unfinished
 
   def __str__(self) -> str:
-    head = (f"ok: no rule broken in schedules {list(self.schedules)}" if self.ok else
-            f"{len(self.findings)} finding(s) in schedules {list(self.schedules)}:")
-    return "\n".join([head, *(f"  {f}" for f in self.findings)])
+    seeds = list(self.schedules)
+    if self.ok:
+      head = f"ok: no rule broken in schedules {seeds}"
+    elif self.findings:
+      head = f"{len(self.findings)} finding(s) in schedules {seeds}:"
+    else:
+      head = (f"no rule broken, but {len(self.unfinished)} schedule(s) of {seeds} "
+              "unfinished (a larger budget=Budget(...) lets them finish):")
+    return "\n".join([head, *(f"  {f}" for f in (*self.findings, *self.unfinished))])
 
 
 def _dim3(param: str, value, limit: int) -> tuple[int, int, int]:
@@ -135,7 +173,7 @@ def _check_args(ptx, args, smem_bytes, block, cluster, grid, schedules):
 
 
 def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1, 1, 1),
-              grid=None, schedules: int = 3) -> Report:
+              grid=None, schedules: int = 3, budget: Budget | None = None) -> Report:
   """Runs ``ptx`` (one ``.entry``) over every thread of one cluster under schedules
   ``0 .. schedules - 1`` (docs/checker.md: 0 runs each thread until it blocks, 1 lands
   asynchronous stores as late as possible, others interleave at random).
@@ -151,6 +189,9 @@ def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1,
       completed schedule's memory carried into the next (races between clusters are
       not looked for).
     schedules: how many schedules to run.
+    budget: what each schedule's run may spend (``budget.Budget``: thread-instructions
+      and memory; None: ``budget.DEFAULT``, which a laptop holds).  A schedule that
+      reaches it stops and is reported in ``Report.unfinished``, never a crash.
 
   Raises:
     AsyncStoreError / TypeError: an argument the checker cannot take, or PTX with an
@@ -170,13 +211,21 @@ def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1,
   except ValueError as e:
     raise refuse("args", f"{len(args)} arguments", str(e),
                  "pass one argument per kernel parameter, in order") from None
-  findings, current, complete = [], list(args), True
+  if budget is None:
+    budget = DEFAULT
+  elif not isinstance(budget, Budget):
+    raise refuse_type("budget", budget, "a mosaic_async_store.check.Budget, or None",
+                      "pass budget=Budget(max_steps=..., max_memory_mb=...)")
+  findings, unfinished, current, complete = [], [], list(args), True
   for first in range(0, gx, cx):   # cluster by cluster; its writes carry into the next
     outputs = None
     for seed in range(int(schedules)):
       try:
         out = kernel.launch(current, cluster=cx, smem_bytes=int(smem_bytes), block=bx,
-                            schedule=seed, first_cta=first, grid_ctas=gx)
+                            schedule=seed, first_cta=first, grid_ctas=gx, budget=budget)
+      except BudgetExceeded as e:
+        unfinished.append(Unfinished(seed, e.reason, e.executed, e.detail, first))
+        continue
       except ProtocolError as e:
         findings.append(Finding(e.rule, e.detail, e.cta, e.thread, e.ptx_line, seed,
                                 e.source or kernel.source_at(e.ptx_line),
@@ -194,7 +243,8 @@ def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1,
     else:
       current = [Memref(o) if isinstance(a, Memref) else o for o, a in zip(outputs, args)]
   result = [np.asarray(a.array if isinstance(a, Memref) else a) for a in current]
-  return Report(tuple(findings), result if complete else None, tuple(range(int(schedules))))
+  return Report(tuple(findings), result if complete else None, tuple(range(int(schedules))),
+                tuple(unfinished))
 
 
 def _like(raw: np.ndarray, arg) -> np.ndarray:

@@ -19,7 +19,14 @@ registers) and nothing another thread could see has changed since (``k.epoch``,
 bumped by every write, mbarrier change, barrier arrival and exit), it would only
 repeat itself: it is parked (``("poll", pc)``) until the epoch moves.  So a spin
 loop costs a few iterations per change, and one that nothing will ever end is
-reported as a hang instead of running forever.
+reported as a hang instead of running forever.  A loop that counts its tries never
+repeats a state: when every runnable thread has polled twice since the last change
+(it spins), asynchronous operations in flight land (``_land_for_spinners``), as they
+do on hardware in finite time, so a correct poll ends with its phase, not its count.
+
+Budget.  ``launch`` stops a run past its ``budget.Budget`` (thread-instructions, the
+memory it grew by; a MemoryError too) with ``BudgetExceeded``: unfinished, neither a
+finding nor a crash.
 """
 
 from __future__ import annotations
@@ -29,11 +36,13 @@ import gc
 import numpy as np
 
 from mosaic_async_store.check import asyncops, barriers, lockstep, sync, warp
-from mosaic_async_store.check.memory import ProtocolError
+from mosaic_async_store.check import budget as budget_mod
+from mosaic_async_store.check.memory import CheckerError, ProtocolError
 
 __all__ = ["launch"]
 
 LOOP_YIELD = 64   # a thread yields after this many backward jumps in a row
+POLL_STATES = 64  # the states a poller remembers per epoch (a repeat parks it)
 
 
 # ``launch`` and the scheduling loop.
@@ -41,7 +50,7 @@ LOOP_YIELD = 64   # a thread yields after this many backward jumps in a row
 
 def launch(k, buffers, *, cluster, smem_bytes, block=128, max_timeouts=64, schedule=0,
            barrier_slots=64, trace_stores=False, smem_init=None, first_cta=0,
-           grid_ctas=None):
+           grid_ctas=None, budget=budget_mod.DEFAULT):
   """Runs one cluster of ``cluster`` CTAs of ``block`` threads under the seeded
   ``schedule`` (see schedule.Schedule).  ``buffers`` (NumPy arrays or
   ``Memref``s, in parameter order: see Machine.pack_params) are copied in; returns
@@ -52,7 +61,10 @@ def launch(k, buffers, *, cluster, smem_bytes, block=128, max_timeouts=64, sched
   says which stores count).  ``smem_init``, if given, holds each CTA's first SMEM
   bytes at launch (as if written before the kernel; the rest is uninitialised).
   ``first_cta`` / ``grid_ctas``: this cluster's first CTA in a grid of that many
-  (``%ctaid.x``, ``%nctaid.x``, ``%clusterid.x``; default: the grid is this cluster)."""
+  (``%ctaid.x``, ``%nctaid.x``, ``%clusterid.x``; default: the grid is this cluster).
+  ``budget`` (``budget.Budget``): past it the run stops with ``BudgetExceeded`` (also
+  where memory runs out), neither a finding nor a crash.  An unexpected exception of
+  the checker itself is raised as ``CheckerError``."""
   # A run allocates many small containers (a set per shadow byte, vector clocks,
   # queued operations) and leaves no garbage in cycles that matters for its length:
   # the cyclic collector's passes would only cost time (about a sixth of it).
@@ -60,21 +72,46 @@ def launch(k, buffers, *, cluster, smem_bytes, block=128, max_timeouts=64, sched
   gc.disable()
   try:
     return _launch(k, buffers, cluster, smem_bytes, block, max_timeouts, schedule,
-                   barrier_slots, trace_stores, smem_init, first_cta, grid_ctas)
+                   barrier_slots, trace_stores, smem_init, first_cta, grid_ctas, budget)
+  except MemoryError:
+    k.drop_state()   # (the run's state is what filled memory: let it go first)
+    raise budget_mod.BudgetExceeded("memory", "the process ran out of memory",
+                                    k.executed) from None
+  except (ProtocolError, budget_mod.BudgetExceeded, CheckerError):
+    raise
+  except Exception as e:   # the scheduler's own failure: never a finding
+    raise CheckerError(f"internal error of the checker's scheduler: {type(e).__name__}: "
+                       f"{e} (please report it, with the kernel)") from e
   finally:
     if enabled:
       gc.enable()
 
 
 def _launch(k, buffers, cluster, smem_bytes, block, max_timeouts, schedule,
-            barrier_slots, trace_stores, smem_init, first_cta, grid_ctas):
+            barrier_slots, trace_stores, smem_init, first_cta, grid_ctas, budget):
   """``launch`` (its arguments in order), with the collector off."""
   k.reset(buffers, cluster=cluster, smem_bytes=smem_bytes, block=block, schedule=schedule,
           barrier_slots=barrier_slots, trace_stores=trace_stores, smem_init=smem_init,
           first_cta=first_cta, grid_ctas=grid_ctas)
+  memory_at_start, until_memory_check = budget_mod.resident_mb(), 0
   while True:
+    if k.executed > budget.max_steps:
+      raise budget_mod.BudgetExceeded(
+          "steps", f"over max_steps={budget.max_steps}", k.executed)
+    until_memory_check -= 1
+    if until_memory_check < 0:
+      until_memory_check = budget_mod.MEMORY_CHECK_EVERY
+      grown = budget_mod.resident_mb() - memory_at_start
+      if grown > budget.max_memory_mb:
+        k.drop_state()
+        raise budget_mod.BudgetExceeded(
+            "memory", f"the run grew by {grown:.0f} MiB, over max_memory_mb="
+            f"{budget.max_memory_mb}", k.executed)
     if k.parked:
       _unpark(k)
+    if k.inflight and k.runnable and _all_spinning(k):
+      _land_for_spinners(k)
+      continue
     if k.runnable:
       lanes = lockstep.piece(k, k.runnable[k.sched.pick_index(len(k.runnable))])
       if len(lanes) == len(k.runnable):
@@ -243,13 +280,40 @@ def _polled(k, th):
     return
   if th.poll_epoch != k.epoch:
     th.poll_epoch, th.poll_seen = k.epoch, set()
+  else:   # it polled before and nothing changed since: it spins (_all_spinning)
+    th.spin_epoch = k.epoch
   state = (th.pc, tuple(th.regs.items()), bytes(th.local))
   if state not in th.poll_seen:
-    th.poll_seen.add(state)
+    if len(th.poll_seen) < POLL_STATES:   # (a loop that counts its tries never repeats a
+      th.poll_seen.add(state)             # state: it runs to its end, in bounded memory)
     return
   th.state, th.wait = "block", ("poll", th.poll_pc)
   k.blocked[th.slot] = th
   k.parked.append(th)
+
+
+def _all_spinning(k) -> bool:
+  """Whether every runnable thread has polled again since the last change another
+  thread could see (``_polled``): none of them can make progress until something
+  lands."""
+  epoch = k.epoch
+  return all(t.spin_epoch == epoch for t in k.runnable)
+
+
+def _land_for_spinners(k):
+  """Every runnable thread polls in vain: asynchronous operations land, as on hardware
+  they do in finite time (even in the schedule that lands them as late as it can),
+  one after another in the schedule's order, up to the first that completes an
+  mbarrier phase (the only change of theirs a correct poller can see: their bytes
+  may not be read before the phase is observed), so that pollers spin once per phase,
+  not once per operation."""
+  while k.inflight:
+    op = k.sched.landing_when_stuck(k.inflight)
+    bar = k.mbar.get(getattr(op.completion, "key", None))
+    phase = None if bar is None else bar.phase
+    asyncops.land(k, op)
+    if bar is None or bar.phase != phase:
+      return
 
 
 def _unpark(k):

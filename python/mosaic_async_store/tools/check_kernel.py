@@ -14,6 +14,7 @@ its outputs).  Outputs start as 0xA5 bytes, so that bytes the kernel never write
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -89,7 +90,7 @@ def _lower(fn, specs):
                  "a kernel the deviceless toolchain compiles", first_error(str(e))) from None
 
 
-def check(fn, *args, schedules: int = 3) -> Report:
+def check(fn, *args, schedules: int = 3, budget=None) -> Report:
   """Checks the kernel ``fn`` on the NumPy arrays ``args`` (its inputs, in order).
 
   ``fn`` is a Pallas MGPU kernel (``plgpu.kernel``, ``pl.pallas_call`` with the Mosaic GPU
@@ -97,6 +98,8 @@ def check(fn, *args, schedules: int = 3) -> Report:
   for sm_90a on the CPU; every cluster of its grid runs, one after another, each under
   ``schedules`` schedules (races between clusters are not looked for).  ``outputs`` are
   the kernel's outputs (NumPy arrays) after the grid ran (``check_ptx``), or None.
+  ``budget`` (``mosaic_async_store.check.Budget``; None: its defaults) bounds what each
+  schedule's run may spend; a schedule past it is in ``Report.unfinished``.
 
   On jax 0.11 and newer, ``pl.pallas_call`` has no Mosaic GPU lowering of its own; a
   ``pl.pallas_call`` that ``fn`` builds while it is traced goes through upstream's
@@ -122,12 +125,13 @@ def check(fn, *args, schedules: int = 3) -> Report:
   order = kernel_parameters(mlir)
   report = check_ptx(ptx, [Memref(buffers[i]) for i in order],
                      smem_bytes=shape["smem_bytes"], block=shape["block"],
-                     cluster=shape["cluster"], grid=shape["grid"], schedules=schedules)
+                     cluster=shape["cluster"], grid=shape["grid"], schedules=schedules,
+                     budget=budget)
   if report.outputs is None:
     return report
   final = dict(zip(order, report.outputs))
   results = [final.get(len(args) + j, buffers[len(args) + j]) for j in range(len(outs))]
-  return Report(report.findings, results, report.schedules)
+  return dataclasses.replace(report, outputs=results)
 
 
 def _refuse_unmodelled(ptx: str) -> None:
@@ -156,8 +160,8 @@ def load_target(spec: str):
 
 def report_json(report: Report) -> dict:
   """A report as plain JSON-able data."""
-  import dataclasses
   return {"ok": report.ok, "schedules": list(report.schedules),
           "findings": [dataclasses.asdict(f) for f in report.findings],
+          "unfinished": [dataclasses.asdict(u) for u in report.unfinished],
           "outputs": None if report.outputs is None else
           [{"dtype": str(o.dtype), "shape": list(o.shape)} for o in report.outputs]}

@@ -9,7 +9,10 @@ Exit status: 0 on success; 1 when ``demo``'s GPU run receives wrong data or ``ch
 finds a broken rule; 2 on misuse, on a configuration the hardware (or the chosen
 implementation) cannot do, and on a kernel of yours that cannot be loaded, compiled or
 checked, always with exactly one line on stderr; 3 when a tool of the deviceless
-toolchain is missing.  Anything else is a bug and raises with its traceback.
+toolchain is missing; 4 when ``check`` finds no broken rule but some schedule stopped at
+its budget (``--max-steps``, ``--max-memory-mb``) before the kernel ended; 70 when the
+checker itself fails (an internal error, one line on stderr naming the PTX line: please
+report it).  Anything else is a bug and raises with its traceback.
 
 Heavy imports (jax, jaxlib.mlir, lowering/) happen inside the commands so that
 ``--help`` and argument errors are instant.
@@ -27,6 +30,7 @@ from typing import Sequence
 
 from mosaic_async_store._version import __version__
 from mosaic_async_store.demo.config import StoreConfig
+from mosaic_async_store.check.memory import CheckerError
 from mosaic_async_store.errors import AsyncStoreError
 from mosaic_async_store.tools.cli_config import (EXIT_MISUSE, Refusal, add_arch_arg,
                                                  add_config_args, config_from_args,
@@ -40,6 +44,12 @@ __all__ = ["main", "build_parser"]
 PROG = "mosaic-async-store"
 EMIT_KINDS = ("mlir", "ptx", "sass", "stats", "plan")
 EXIT_TOOLCHAIN = 3
+EXIT_INTERNAL = 70   # (sysexits' EX_SOFTWARE)
+
+
+def _budget_default(name: str) -> int:
+  from mosaic_async_store.check.budget import DEFAULT   # (no jax: --help stays instant)
+  return getattr(DEFAULT, name)
 _DEFAULT = StoreConfig()
 
 # SASS stores/reductions into shared memory (mirrors ptx_stats' store span).
@@ -94,11 +104,18 @@ def build_parser() -> argparse.ArgumentParser:
   chk = sub.add_parser("check", help="run your kernel in the PTX protocol checker",
                        description="Runs FUNCTION() of FILE.py, which returns (kernel, "
                        "arrays), in the PTX checker: every thread of every cluster under "
-                       "several schedules. Exit 0: no rule broken; 1: findings.")
+                       "several schedules. Exit 0: no rule broken; 1: findings; 4: no "
+                       "finding, but a schedule stopped at its budget.")
   chk.add_argument("target", metavar="FILE.py:FUNCTION",
                    help="a Python file and a function in it returning (kernel, (arrays...))")
   chk.add_argument("--schedules", type=int, default=3, metavar="N",
                    help="schedules to run, seeds 0..N-1 (default 3, as CI)")
+  chk.add_argument("--max-steps", type=int, default=None, metavar="N",
+                   help="thread-instructions each schedule may run before it stops as "
+                   "unfinished (default %d)" % _budget_default("max_steps"))
+  chk.add_argument("--max-memory-mb", type=int, default=None, metavar="MB",
+                   help="MiB the process may grow by during a schedule's run before it "
+                   "stops as unfinished (default %d)" % _budget_default("max_memory_mb"))
   chk.add_argument("--json", action="store_true", help="the report as JSON")
   comp.add_argument("--output", "-o", metavar="FILE", help="write here instead of stdout")
   return parser
@@ -292,6 +309,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     status, message = EXIT_MISUSE, in_cli_terms(str(e))
   except toolchain.ToolchainError as e:
     status, message = EXIT_TOOLCHAIN, str(e)
+  except CheckerError as e:   # the checker's own failure: not the user's kernel
+    status, message = EXIT_INTERNAL, str(e)
   print(f"{PROG}: error: {_one_line(message)}", file=sys.stderr)
   return status
 

@@ -17,7 +17,12 @@ import json
 
 from mosaic_async_store.tools.cli_config import Refusal
 
-__all__ = ["CONFIG_ONLY", "compile_kernel_text", "check_command", "stats_rows"]
+__all__ = ["CONFIG_ONLY", "EXIT_UNFINISHED", "compile_kernel_text", "check_command",
+           "stats_rows"]
+
+EXIT_UNFINISHED = 4   # check: no rule broken, but a schedule stopped at its budget
+_BUDGET_TERMS = (("budget=Budget(...)", "--max-steps / --max-memory-mb"),
+                 ("max_steps=", "--max-steps "), ("max_memory_mb=", "--max-memory-mb "))
 
 # compile's options that describe the project's store kernel, not a user's kernel.
 CONFIG_ONLY = "config_only"
@@ -93,14 +98,27 @@ def compile_kernel_text(args: argparse.Namespace) -> str:
 
 
 def check_command(args: argparse.Namespace, out) -> int:
-  """``check FILE.py:FUNCTION``: 0 when no rule broke, 1 on findings."""
+  """``check FILE.py:FUNCTION``: 0 when no rule broke, 1 on findings, 4 when none broke
+  but a schedule stopped at its budget."""
+  from mosaic_async_store.check.budget import DEFAULT, Budget
   from mosaic_async_store.tools import check_kernel
   if args.schedules < 1:
     raise Refusal(f"--schedules {args.schedules}: must be >= 1 (e.g. --schedules 3)")
+  limits = {}
+  for flag, name in (("--max-steps", "max_steps"), ("--max-memory-mb", "max_memory_mb")):
+    value = getattr(args, name, None)
+    if value is not None and value < 1:
+      raise Refusal(f"{flag} {value}: must be >= 1 (default {getattr(DEFAULT, name)})")
+    if value is not None:
+      limits[name] = value
   fn, arrays = _load(args.target)
-  report = _library_call(check_kernel.check, fn, *arrays, schedules=args.schedules)
+  report = _library_call(check_kernel.check, fn, *arrays, schedules=args.schedules,
+                         budget=Budget(**limits))
   if args.json:
     out.write(json.dumps(check_kernel.report_json(report), indent=2) + "\n")
   else:
-    out.write(f"{args.target}: {report}\n")
-  return 0 if report.ok else 1
+    text = str(report)
+    for api, flag in _BUDGET_TERMS:   # the budget in the CLI's terms
+      text = text.replace(api, flag)
+    out.write(f"{args.target}: {text}\n")
+  return 0 if report.ok else 1 if report.findings else EXIT_UNFINISHED
