@@ -88,7 +88,7 @@ RULES = {
     "barrier-count": "PTX ISA, bar / barrier: the thread count b \"must be a multiple "
                      "of the warp size\" (and positive)",
     "fault": "the kernel faults as it would on hardware: an access out of bounds, "
-             "misaligned, or into a CTA the cluster does not have; a runaway loop",
+             "misaligned, or into a CTA the cluster does not have",
     "exit": "CUDA Programming Guide, distributed shared memory: every access to a "
             "CTA's shared memory (and arrive on its mbarriers) from another CTA must "
             "complete before the target CTA exits",
@@ -179,7 +179,7 @@ class ProtocolError(RuntimeError):
 
 class KernelFault(ProtocolError):
   """The kernel faults (rule "fault"): an access out of bounds or misaligned, an
-  address no CTA of the cluster has, a runaway loop; where hardware would stop the
+  address no CTA of the cluster has; where hardware would stop the
   kernel with an error.  A finding, like every ProtocolError."""
 
   def __init__(self, detail: str, **where):
