@@ -77,7 +77,7 @@ def launch(k, buffers, *, cluster, smem_bytes, block=128, max_timeouts=64, sched
     k.drop_state()   # (the run's state is what filled memory: let it go first)
     raise budget_mod.BudgetExceeded("memory", "the process ran out of memory",
                                     k.executed) from None
-  except (ProtocolError, budget_mod.BudgetExceeded, CheckerError):
+  except (ProtocolError, NotImplementedError, budget_mod.BudgetExceeded, CheckerError):
     raise
   except Exception as e:   # the scheduler's own failure: never a finding
     raise CheckerError(f"internal error of the checker's scheduler: {type(e).__name__}: "
