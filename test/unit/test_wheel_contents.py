@@ -45,7 +45,8 @@ PRODUCT = {
                                  "ops", "floats", "lineinfo", "report", "warp", "machine",
                                  "program", "outcomes", "addresses", "memops", "asyncops",
                                  "control", "contraction", "fences", "warp_memory",
-                                 "lockstep", "shadow_runs", "schedule", "warp_mbarrier"),
+                                 "lockstep", "shadow_runs", "schedule", "warp_mbarrier",
+                                 "budget"),
 }
 # The test and benchmark code (test/harness: kernels, runners, reports, lit helpers;
 # bench/: the benchmark scripts) under their present names, and former ones.
