@@ -145,6 +145,20 @@ RULES: tuple[Rule, ...] = (
         " the meaning; any other value is left alone and mlir-opt says so."
         " jaxlib 0.10 and 0.11 print no such property: the rule does not match.",
     ),
+    _rule(
+        "tcgen05-commit-shared",
+        r'(intrin = "llvm\.nvvm\.tcgen05\.commit(?:\.mc)?)(\.cg[12]"[^\n]*?\}> : '
+        r'\(!llvm\.ptr<3>)',
+        r"\1.shared\2",
+        "Mosaic's tcgen05.commit_arrive calls the intrinsic llvm.nvvm.tcgen05.commit.cg1"
+        " (.mc.cg2 when collective) on the barrier's shared-memory pointer: in"
+        " jaxlib's LLVM those intrinsics take a pointer of any address space. LLVM 22"
+        " has one intrinsic per space, and the generic one refuses `ptr addrspace(3)`"
+        " (`intrinsic call operand #0 has type ptr addrspace(3) but"
+        " \"llvm.nvvm.tcgen05.commit.cg1\" expects ptr`); its .shared variant of the"
+        " same name takes it and emits the same instruction (tcgen05.commit ..."
+        " .shared::cluster.b64), so nothing is lost. A generic pointer is left alone.",
+    ),
     Rule(
         "vector-extract-strided-slice-1d", _EXTRACT_1D, _extract_to_shuffle,
         "Mosaic's GPU-to-LLVM conversion lowers a 1-D vector.extract_strided_slice"
