@@ -173,7 +173,9 @@ def _reference(stmt, regs):  # noqa: C901  (one reference per opcode)
   opcode, _, rest = stmt.partition(" ")
   base, *mods = opcode.split(".")
   ops = split_operands(rest)
-  def val(tok):
+  def val(tok):   # (a negated predicate, !%p: its bit flipped)
+    if tok.startswith("!"):
+      return 1 - (regs[tok[1:]] & 1)
     return regs[tok] if tok.startswith("%") else int(tok, 0)
   t = next((m for m in reversed(mods) if re.fullmatch(r"[bsuf]\d+|pred", m)), None)
   d = ops[0]
@@ -202,7 +204,14 @@ def _reference(stmt, regs):  # noqa: C901  (one reference per opcode)
     x, y = _typed(args[0], t), _typed(args[1], t)
     cmp = {"eq": x == y, "ne": x != y, "lt": x < y, "le": x <= y, "gt": x > y, "ge": x >= y,
            "lo": x < y, "ls": x <= y, "hi": x > y, "hs": x >= y}[mods[0]]
-    return {d: int(cmp)}
+    if len(mods) == 2 and "|" not in d:
+      return {d: int(cmp)}
+    c = bool(args[2] & 1) if len(mods) == 3 else None
+    both = {}
+    for dest, v in zip(d.split("|"), (cmp, not cmp)):   # q: the comparison negated
+      v = v if c is None else {"and": v and c, "or": v or c, "xor": v != c}[mods[1]]
+      both[dest] = int(bool(v))
+    return both
   if base == "cvt":
     dst, srct = mods[0], mods[1]
     x = np.array([_typed(args[0], srct)])

@@ -83,7 +83,7 @@ def decode(opcode: str, ops: list, getter) -> Instr:
   t = types[-1] if types else "b0"
   space = next((p for p in mods if p.split("::")[0] in ("global", "shared", "local",
                                                          "param", "const")), None)
-  src = [getter(o) if o[0] in ("reg", "imm", "sym", "addr") else None for o in ops]
+  src = [getter(o) if o[0] in ("reg", "imm", "sym", "addr", "npred") else None for o in ops]
   vals = [getter(o) for o in ops[1][1]] if len(ops) > 1 and ops[1][0] == "vec" else src[1:2]
   return Instr(opcode, base, mods, types, t, bits_of(t), t[0] == "s", space, ops, src, vals)
 

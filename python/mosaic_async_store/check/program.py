@@ -20,7 +20,7 @@ from mosaic_async_store.check.opcodes import decode
 from mosaic_async_store.check.ops import UNDEFINED, immediate, split_operands
 from mosaic_async_store.check.outcomes import FALLBACK
 
-__all__ = ["Program", "setter", "lanes_getter"]
+__all__ = ["Program", "setter", "lanes_getter", "negation_allowed"]
 
 
 def lanes_getter(getter):
@@ -28,6 +28,24 @@ def lanes_getter(getter):
   per lane)."""
   form = getattr(getter, "lanes", None)
   return form if form is not None else lambda lanes: [getter(th) for th in lanes]
+
+
+def negation_allowed(opcode, index, count):
+  """Whether operand ``index`` (of ``count``) of ``opcode`` may be a negated predicate
+  ``!%p``: the PTX ISA's ``{!}`` sources (``setp``'s and ``vote.sync``'s and
+  ``bar.red``'s predicate ``{!}c`` / ``{!}a``), and the predicate sources of the
+  logic operations and moves on ``.pred`` and of ``selp`` (which ptxas assembles).
+  Anywhere else the operand is refused (``Program._compile``)."""
+  base, *mods = opcode.split(".")
+  if base in ("and", "or", "xor", "not", "mov") and mods[-1:] == ["pred"]:
+    return index >= 1
+  if base in ("selp", "setp"):
+    return index == 3
+  if base == "vote":
+    return index == 1
+  if base in ("bar", "barrier") and "red" in mods:
+    return index == count - 1
+  return False
 
 
 def _is_register(tok, scopes):
@@ -187,7 +205,7 @@ class Program:
 
   def operand(self, tok, scopes):
     """-> (reg, name) | (imm, v) | (sym, name) | (vec, [ops]) | (addr, op, off) |
-    (pair, op, op) | (sink,)"""
+    (pair, op, op) | (npred, name) (``!%p``: the predicate's negation) | (sink,)"""
     if tok == "_":
       return ("sink",)
     if tok.startswith("{"):
@@ -197,6 +215,11 @@ class Program:
       return ("addr", self.operand(m.group(1), scopes), immediate(m.group(2) or "0"))
     if "|" in tok:
       return ("pair", *(self.operand(t, scopes) for t in tok.split("|")))
+    if tok.startswith("!"):   # a negated predicate source; _compile checks where it stands
+      inner = self.operand(tok[1:].strip(), scopes)
+      if inner[0] != "reg":
+        raise NotImplementedError(f"operand {tok!r}: only a predicate register is negated")
+      return ("npred", inner[1])
     if _is_register(tok, scopes):  # special registers (%tid.x, ...) are preset ones
       return ("reg", next((sc[1][tok] for sc in reversed(scopes) if tok in sc[1]), tok))
     if tok in self.symbols:
@@ -215,6 +238,12 @@ class Program:
         return th.regs.get(n, UNDEFINED)
       reg.lanes = lambda lanes: [th.regs.get(n, UNDEFINED) for th in lanes]
       return reg
+    if op[0] == "npred":   # !%p: the negation of the predicate's one bit
+      n = op[1]
+      def negated(th):
+        return (th.regs.get(n, UNDEFINED) & 1) ^ 1
+      negated.lanes = lambda lanes: [(th.regs.get(n, UNDEFINED) & 1) ^ 1 for th in lanes]
+      return negated
     if op[0] in ("imm", "sym"):
       v = op[1]
       if op[0] == "sym":
@@ -254,6 +283,10 @@ class Program:
       ops = [("callee", _callee(rest))]
     else:
       ops = [self.operand(t, scopes) for t in split_operands(rest)]
+      for i, op in enumerate(ops):
+        if op[0] == "npred" and not negation_allowed(opcode, i, len(ops)):
+          raise NotImplementedError(f"operand '!{op[1]}' of {opcode}: a negated predicate "
+                                    "is not a source operand of this instruction")
     return _guarded(self._semantics(opcode, ops), guard)
 
   def _semantics(self, opcode, ops):

@@ -5,7 +5,7 @@ Each handler, ``handler(k, ins)``, compiles one decoded instruction
 (``opcodes.Instr``) into a function of the thread, or raises NotImplementedError
 naming the opcode (``k``, the machine, is unused: values have no state).  Qualifiers are
 checked exactly: one the checker does not implement (``.sat``, ``.cc``,
-``.hi``, a ``prmt`` mode, ``setp``'s boolean combination, ...) is refused, never
+``.hi``, a ``prmt`` mode, a float ``setp``, ...) is refused, never
 ignored.
 """
 
@@ -174,19 +174,35 @@ def _alu(k, ins):
 
 
 def _setp(k, ins):
-  """setp.<cmp>.<integer type> p, a, b (no boolean combination, no second
-  destination); float comparisons are refused."""
+  """setp.<cmp>{.<boolop>}.<integer type> p{|q}, a, b{, {!}c} (PTX ISA, setp: "p =
+  (a CmpOp b) BoolOp c", "q = (!(a CmpOp b)) BoolOp c"; without BoolOp, p = a CmpOp b
+  and q its negation); float comparisons are refused."""
   cmp = ins.mods[0] if ins.mods else None
-  if cmp not in _CMP or len(ins.mods) != 2 or ins.t[0] == "f" or len(ins.ops) != 3 or \
-     ins.ops[0][0] != "reg":
+  boolop = ins.mods[1] if len(ins.mods) == 3 else None
+  if cmp not in _CMP or len(ins.mods) not in (2, 3) or ins.t[0] == "f" or \
+     boolop not in (None, "and", "or", "xor") or len(ins.ops) != (4 if boolop else 3) or \
+     ins.ops[0][0] not in ("reg", "pair"):
     _refuse(ins)
-  put, a, b = program.setter(ins.ops[0], 1), ins.src[1], ins.src[2]
-  bits, method = ins.bits, _CMP[cmp]
-  if not ins.signed:   # the same comparison of two ints, inlined
-    return _fused(put, ins.ops[0], 1, getattr(operator, method.strip("_")), ins.ops[1:],
-                  ins.src[1:])
+  a, b, bits, method = ins.src[1], ins.src[2], ins.bits, _CMP[cmp]
+  if ins.ops[0][0] == "reg" and boolop is None:
+    put = program.setter(ins.ops[0], 1)
+    if not ins.signed:   # the same comparison of two ints, inlined
+      return _fused(put, ins.ops[0], 1, getattr(operator, method.strip("_")), ins.ops[1:],
+                    ins.src[1:])
+    return lambda th: put(th, getattr(sign_extend(a(th), bits), method)(
+        sign_extend(b(th), bits)))
+  dests = ins.ops[0][1:] if ins.ops[0][0] == "pair" else (ins.ops[0],)
+  puts = [program.setter(d, 1) for d in dests]
   sv = (lambda v: sign_extend(v, bits)) if ins.signed else (lambda v: v)
-  return lambda th: put(th, getattr(sv(a(th)), method)(sv(b(th))))
+  combine = {None: lambda t, c: t, "and": operator.and_, "or": operator.or_,
+             "xor": operator.xor}[boolop]
+  c = ins.src[3] if boolop else (lambda th: 0)
+
+  def setp(th):
+    t, cv = int(getattr(sv(a(th)), method)(sv(b(th)))), c(th) & 1
+    for put, v in zip(puts, (t, t ^ 1)):
+      put(th, combine(v, cv))
+  return setp
 
 
 def _cvt(k, ins):
@@ -215,7 +231,8 @@ _ALU_REFUSED = ("add.sat.s32 %r1, %r2, %r3", "add.cc.u32 %r1, %r2, %r3",
 # statements it refuses; test/emu/test_opcode_table.py compiles every one).
 OPCODES = {
     "mov": Opcode(_mov, ("mov.u32 %r1, %r2", "mov.b64 %rd1, 42", "mov.pred %p1, %p2",
-                         "mov.b32 %r1, {%h1, %h2}", "mov.b64 {%r1, %r2}, %rd3"),
+                         "mov.b32 %r1, {%h1, %h2}", "mov.b64 {%r1, %r2}, %rd3",
+                         "mov.pred %p1, !%p2"),
                   ("mov.sat.u32 %r1, %r2",)),
     "cvta": Opcode(_mov, ("cvta.shared.u64 %rd1, %rd2", "cvta.to.global.u64 %rd1, %rd2"),
                    ("cvta.const.u64 %rd1, %rd2",)),
@@ -247,23 +264,31 @@ OPCODES = {
     "max": Opcode(_arith, ("max.s32 %r1, %r2, %r3", "max.u64 %rd1, %rd2, %rd3",
                            "max.ftz.NaN.f32 %f1, %f2, %f3", "max.f16 %h1, %h2, %h3"),
                   ("max.relu.f32 %f1, %f2, %f3",)),
-    "and": Opcode(_alu, ("and.b32 %r1, %r2, %r3", "and.pred %p1, %p2, %p3")),
-    "or": Opcode(_alu, ("or.b64 %rd1, %rd2, %rd3", "or.pred %p1, %p2, %p3")),
-    "xor": Opcode(_alu, ("xor.b32 %r1, %r2, 255", "xor.pred %p1, %p2, %p3")),
-    "not": Opcode(_alu, ("not.b32 %r1, %r2", "not.pred %p1, %p2")),
+    "and": Opcode(_alu, ("and.b32 %r1, %r2, %r3", "and.pred %p1, %p2, %p3",
+                         "and.pred %p1, %p2, !%p3"), ("and.b32 %r1, %r2, !%p3",)),
+    "or": Opcode(_alu, ("or.b64 %rd1, %rd2, %rd3", "or.pred %p1, %p2, %p3",
+                        "or.pred %p1, !%p2, %p3")),
+    "xor": Opcode(_alu, ("xor.b32 %r1, %r2, 255", "xor.pred %p1, %p2, %p3",
+                         "xor.pred %p1, !%p2, !%p3")),
+    "not": Opcode(_alu, ("not.b32 %r1, %r2", "not.pred %p1, %p2", "not.pred %p1, !%p2")),
     "shl": Opcode(_alu, ("shl.b32 %r1, %r2, 3", "shl.b64 %rd1, %rd2, %r3")),
     "shr": Opcode(_alu, ("shr.u32 %r1, %r2, 3", "shr.s32 %r1, %r2, %r3",
                          "shr.u64 %rd1, %rd2, 40")),
-    "selp": Opcode(_alu, ("selp.b32 %r1, %r2, %r3, %p1", "selp.u64 %rd1, %rd2, 7, %p1")),
+    "selp": Opcode(_alu, ("selp.b32 %r1, %r2, %r3, %p1", "selp.u64 %rd1, %rd2, 7, %p1",
+                          "selp.b32 %r1, %r2, %r3, !%p1"), ("selp.b32 %r1, !%p2, %r3, %p1",)),
     "bfe": Opcode(_alu, ("bfe.u32 %r1, %r2, 4, 8", "bfe.s32 %r1, %r2, %r3, %r4",
                          "bfe.u64 %rd1, %rd2, 30, 8")),
     "bfi": Opcode(_alu, ("bfi.b32 %r1, %r2, %r3, 4, 8",)),
     "prmt": Opcode(_alu, ("prmt.b32 %r1, %r2, %r3, 0x3210", "prmt.b32 %r1, %r2, %r3, %r4"),
                    ("prmt.b32.f4e %r1, %r2, %r3, %r4",)),
     "setp": Opcode(_setp, ("setp.eq.s32 %p1, %r2, %r3", "setp.lt.u32 %p1, %r2, 7",
-                           "setp.ge.s64 %p1, %rd2, %rd3", "setp.hi.u64 %p1, %rd2, %rd3"),
-                   ("setp.lt.f32 %p1, %f2, %f3", "setp.eq.and.s32 %p1, %r2, %r3, %p2",
-                    "setp.eq.s32 %p1|%p2, %r2, %r3")),
+                           "setp.ge.s64 %p1, %rd2, %rd3", "setp.hi.u64 %p1, %rd2, %rd3",
+                           "setp.eq.and.s32 %p1, %r2, %r3, !%p2",
+                           "setp.lt.or.u32 %p1|%p3, %r2, 5, %p2",
+                           "setp.ne.xor.s64 %p1, %rd2, %rd3, %p2",
+                           "setp.eq.s32 %p1|%p2, %r2, %r3"),
+                   ("setp.lt.f32 %p1, %f2, %f3", "setp.eq.nand.s32 %p1, %r2, %r3, %p2",
+                    "setp.eq.s32 %p1, %r2, %r3, %p2")),
     "cvt": Opcode(_cvt, ("cvt.u32.u64 %r1, %rd2", "cvt.s64.s32 %rd1, %r2",
                          "cvt.u64.u32 %rd1, %r2", "cvt.u16.u32 %h1, %r2",
                          "cvt.rn.bf16x2.f32 %r1, %f2, %f3", "cvt.rz.f16.f32 %h1, %f2",

@@ -234,6 +234,7 @@ OPCODES = {
     "elect": Opcode(elect, ("elect.sync %r1|%p1, -1",)),
     "vote": Opcode(vote, ("vote.sync.all.pred %p1, %p2, -1", "vote.sync.any.pred %p1, %p2, -1",
                            "vote.sync.uni.pred %p1, %p2, -1",
-                           "vote.sync.ballot.b32 %r1, %p2, -1"),
+                           "vote.sync.ballot.b32 %r1, %p2, -1",
+                           "vote.sync.any.pred %p1, !%p2, -1"),
                    ("vote.all.pred %p1, %p2", "vote.sync.any.b32 %r1, %p2, -1")),
 }
