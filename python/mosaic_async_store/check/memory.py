@@ -79,6 +79,11 @@ RULES = {
     "arrive-nocomplete": "PTX ISA, mbarrier.arrive: the behavior is undefined if an "
                          "arrive-on operation with .noComplete causes the mbarrier to "
                          "complete its current phase",
+    "barrier-peer": "PTX ISA, mbarrier: only arrive operations, not *_wait, on an mbarrier "
+                    "in another CTA (.shared::cluster forms); a generic address outside the "
+                    "executing CTA's .shared::cta window is undefined",
+    "phase-overrun": "PTX ISA, mbarrier.test_wait/try_wait: the state or phaseParity must "
+                     "name the current or the immediately preceding phase",
     "collective-mask": "PTX ISA, shfl.sync / vote.sync / elect.sync / bar.warp.sync: the "
                        "behavior is undefined if the executing thread is not in the "
                        "membermask",

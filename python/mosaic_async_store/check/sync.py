@@ -30,13 +30,36 @@ _MBARRIER_FORMS = {
     "init": ((), (), _CTA_SPACES), "inval": ((), (), _CTA_SPACES),
     "arrive": (("expect_tx", "noComplete"), ("release", "relaxed"),
                _CTA_SPACES + ("shared::cluster",)),
+    "arrive_drop": (("expect_tx", "noComplete"), ("release", "relaxed"),
+                    _CTA_SPACES + ("shared::cluster",)),
+    "pending_count": ((), (), (None,)),
     "expect_tx": ((), ("relaxed",), _CTA_SPACES + ("shared::cluster",)),
     "complete_tx": ((), ("relaxed",), _CTA_SPACES + ("shared::cluster",)),
     "try_wait": (("parity",), ("acquire", "relaxed"), _CTA_SPACES),
     "test_wait": (("parity",), ("acquire", "relaxed"), _CTA_SPACES),
 }
-_MBARRIER_OPERANDS = {"init": (2,), "inval": (1,), "arrive": (2, 3), "expect_tx": (2,),
-                      "complete_tx": (2,), "try_wait": (3, 4), "test_wait": (3,)}
+_MBARRIER_OPERANDS = {"init": (2,), "inval": (1,), "arrive": (2, 3), "arrive_drop": (2, 3),
+                      "expect_tx": (2,), "complete_tx": (2,), "try_wait": (3, 4),
+                      "test_wait": (3,), "pending_count": (2,)}
+# The forms whose address may name another CTA's mbarrier: only the .shared::cluster
+# forms of these (PTX ISA, mbarrier: "threads can perform only arrive operations but not
+# *_wait on an mbarrier located in shared::cluster space"; a generic address must fall
+# in the executing CTA's .shared::cta window for the others).
+_PEER_FORMS = ("arrive", "arrive_drop", "expect_tx", "complete_tx")
+
+# The opaque state an arrive returns, as the checker encodes it: bit 63 marks a state
+# an arrive made, bits 0..31 hold its phase number (bit 0 its parity, which the waits
+# read); a .noComplete arrive (the one whose state mbarrier.pending_count may decode)
+# also sets bit 62 and puts the pending count before its arrive-on in bits 32..51.
+STATE_MARK, NO_COMPLETE_MARK = 1 << 63, 1 << 62
+
+
+def encode_state(phase, pending_before=None) -> int:
+  """The state an arrive in ``phase`` returns (see STATE_MARK)."""
+  state = STATE_MARK | (phase & 0xFFFFFFFF)
+  if pending_before is not None:
+    state |= NO_COMPLETE_MARK | (pending_before << 32)
+  return state
 
 
 def _mbarrier_form(mods, ops, space):
@@ -55,7 +78,10 @@ def _mbarrier_form(mods, ops, space):
          (scope and scope[0] not in ("cta", "cluster")) or not set(other) <= set(flags) or
          len(ops) not in _MBARRIER_OPERANDS[form] or "b64" not in mods[1:] or
          ("expect_tx" in other and "noComplete" in other) or
-         ("noComplete" in other and (len(ops) != 3 or space == "shared::cluster")))
+         ("noComplete" in other and (len(ops) != 3 or space == "shared::cluster")) or
+         # arrive_drop.noComplete{.release}{.cta} (PTX ISA, mbarrier.arrive_drop)
+         (form == "arrive_drop" and "noComplete" in other and
+          (sem not in ([], ["release"]) or scope not in ([], ["cta"]))))
   if bad:
     raise NotImplementedError(f"opcode mbarrier.{'.'.join(mods)} (not a form of "
                               f"mbarrier.{form} the checker runs exactly)")
@@ -108,7 +134,7 @@ def _mbarrier(k, mods, ops, src, space):
   form, pc = _mbarrier_form(mods, ops, space), len(k.program.code)
   if form == "init":
     def init(th, addr=src[0], count=src[1]):
-      key, n = _bar_key(k, th, space, addr(th)), count(th)
+      key, n = _bar_key(k, th, space, addr(th), form), count(th)
       if not 1 <= n <= TX_LIMIT:
         raise ProtocolError("count-range", f"mbarrier.init with count {n}")
       if key in k.mbar:
@@ -128,7 +154,7 @@ def _mbarrier(k, mods, ops, src, space):
     return init
   if form == "inval":
     def inval(th, addr=src[0]):
-      key = _bar_key(k, th, space, addr(th))
+      key = _bar_key(k, th, space, addr(th), form)
       bar = _barrier(k, th, th.vc, key, pc=pc)
       _inval_ordered(k, th, bar, pc)
       del k.mbar[key]
@@ -136,52 +162,84 @@ def _mbarrier(k, mods, ops, src, space):
       k.shadow[key[0]].mbar_bytes[key[1]:key[1] + 8] = bytes(8)
       _object_write(k, th, key, pc)   # (the bytes' later accesses must come after it)
     return inval
-  if form == "arrive":
+  if form in ("arrive", "arrive_drop"):
     return _arrive(k, mods, ops, src, space)
+  if form == "pending_count":
+    return _pending_count(ops, src)
   if form == "expect_tx":
     def expect(th, addr=src[0], tx=src[1]):
-      _add_tx(k, _barrier(k, th, th.vc, space, addr(th), pc=pc), tx(th))
+      bar = _barrier(k, th, th.vc, space, addr(th), pc=pc, form=form)
+      _note_remote(k, th, bar, pc)
+      _add_tx(k, bar, tx(th))
     return expect
   if form == "complete_tx":
     # tx-count decremented as an asynchronous transfer's completion does (no data,
     # no ordering: the ISA's only .sem for it is .relaxed)
     def complete(th, addr=src[0], tx=src[1]):
-      bar = _barrier(k, th, th.vc, space, addr(th), pc=pc)
+      bar = _barrier(k, th, th.vc, space, addr(th), pc=pc, form=form)
+      _note_remote(k, th, bar, pc)
       _add_tx(k, bar, -tx(th))
       _advance(k, bar)
     return complete
   return _wait(k, mods, ops, src, space)
 
 
+def _pending_count(ops, src):
+  """``mbarrier.pending_count.b64 count, state``: the pending count before the arrive-on
+  that returned ``state`` (PTX ISA, mbarrier.pending_count), decoded from the state a
+  .noComplete arrive made (``encode_state``); any other state is refused (the ISA
+  defines the count only for a state of ``arrive{_drop}.noComplete``)."""
+  put, state = program.setter(ops[0], 32), src[1]
+  def pending_count(th):
+    s = state(th)
+    if not s & STATE_MARK or not s & NO_COMPLETE_MARK:
+      raise NotImplementedError(
+          f"mbarrier.pending_count of state {s:#x}, which no mbarrier.arrive.noComplete or "
+          "arrive_drop.noComplete returned (undefined: PTX ISA, mbarrier.pending_count)")
+    put(th, (s >> 32) & TX_LIMIT)
+  return pending_count
+
+
 def _arrive(k, mods, ops, src, space):
-  """``mbarrier.arrive{.expect_tx|.noComplete}``: [state,] [addr], tx-count with
-  .expect_tx, else an optional arrive-count (mandatory with .noComplete)."""
+  """``mbarrier.arrive{.expect_tx|.noComplete}`` / ``mbarrier.arrive_drop{...}``: [state,]
+  [addr], tx-count with .expect_tx, else an optional arrive-count (mandatory with
+  .noComplete).  arrive_drop first decrements the expected arrival count (of this and
+  every later phase) by the count, then performs the arrive-on operation (PTX ISA,
+  mbarrier.arrive_drop); below zero is the finding ``arrival-overflow``."""
   expect, zero, one = "expect_tx" in mods, (lambda th: 0), (lambda th: 1)
   zero.lanes, one.lanes = (lambda lanes: [0] * len(lanes)), (lambda lanes: [1] * len(lanes))
-  no_complete = "noComplete" in mods
+  no_complete, drop = "noComplete" in mods, mods[0] == "arrive_drop"
   addr, put = src[1], program.setter(ops[0], 64)
   tx = src[2] if expect and len(ops) == 3 else zero
   count = src[2] if not expect and len(ops) == 3 else one
   sem, scope, pc = *sem_scope(mods, "release"), len(k.program.code)
   def arrive(th):  # the expect-tx operation first, then the arrive-on operation
-    bar = _barrier(k, th, th.vc, space, addr(th), pc=pc)
-    if bar.key[0] != th.cta:   # the exit rule: it must complete before that CTA exits
-      k.remote_arrivals[bar.key[0]][th.slot] = int(th.vc[th.slot])
+    bar = _barrier(k, th, th.vc, space, addr(th), pc=pc, form=mods[0])
+    n = count(th)
+    if drop:
+      bar.count -= n
+      if bar.count < 0:
+        raise ProtocolError("arrival-overflow", f"CTA {th.cta} thread {th.tid}'s "
+                            f"arrive_drop of {n} drops below zero expected arrivals on "
+                            f"{bar.describe()}")
+    _note_remote(k, th, bar, pc)   # (before the release moves th's clock on)
     bar.arrivals[th.slot] = int(th.vc[th.slot])
     _release(k, th, sem, scope, bar.releases)
     _add_tx(k, bar, tx(th))
-    bar.pending -= count(th)
+    before = bar.pending
+    bar.pending -= n
     if bar.pending < 0:
       raise ProtocolError("arrival-overflow", f"CTA {th.cta} thread {th.tid} arrives on "
                           f"{bar.describe()}")
     if no_complete and bar.pending == 0 and bar.tx == 0:
       raise ProtocolError("arrive-nocomplete", f"CTA {th.cta} thread {th.tid}'s "
                           f"arrive.noComplete completes the phase of {bar.describe()}")
-    put(th, bar.phase)
+    put(th, encode_state(bar.phase, before if no_complete else None))
     _advance(k, bar)
     return YIELD if k.sched.pauses(k.step) else None
-  arrive.lanes = warp_mbarrier.arrive(k, space, addr, tx, count, sem, scope, no_complete,
-                                      put, pc)
+  # (arrive_drop, which changes the expected count, goes lane by lane)
+  arrive.lanes = None if drop else warp_mbarrier.arrive(
+      k, space, addr, tx, count, sem, scope, no_complete, put, pc)
   return arrive
 
 
@@ -201,9 +259,12 @@ def _wait(k, mods, ops, src, space):
   returns false once nothing can make progress any more."""
   pred, addr, parity = ops[0][1], src[1], src[2]
   sem, scope = sem_scope(mods, "acquire")
-  blocking, pc = mods[0] == "try_wait", len(k.program.code)
+  blocking, pc, by_state = mods[0] == "try_wait", len(k.program.code), "parity" not in mods
   def wait(th):
-    bar, par = _barrier(k, th, th.vc, space, addr(th), pc=pc), parity(th) & 1
+    bar, raw = _barrier(k, th, th.vc, space, addr(th), pc=pc, form=mods[0]), parity(th)
+    par = raw & 1
+    if overrun_suspect(th, bar, raw, by_state):
+      _check_overrun(k, th, bar, raw, by_state)
     done = bar.phase & 1 != par   # the phase of that parity has completed
     instance = (pc, bar.key, par, bar.phase)
     if done and (th.tried_wait == instance or th.seen[bar.slot] >= bar.phase):
@@ -218,15 +279,62 @@ def _wait(k, mods, ops, src, space):
       return None
     th.wait = ("mbar", bar.key, par, pred, sem, scope)
     return BLOCK
-  wait.lanes = warp_mbarrier.wait(k, space, addr, parity, pred, sem, scope, blocking, pc)
+  wait.lanes = warp_mbarrier.wait(k, space, addr, parity, pred, sem, scope, blocking, pc,
+                                  by_state)
   return wait
 
 
-def _barrier(k, th_or_none, vc, space_or_key, addr=None, *, pc=None):
-  """The Mbarrier at ``addr``; its initialisation must be visible to ``vc``.  A
-  thread's operation (``th_or_none``, by instruction ``pc``) is recorded in
-  ``Mbarrier.users`` (``_inval_ordered``)."""
-  key = (space_or_key if addr is None else _bar_key(k, th_or_none, space_or_key, addr))
+def overrun_suspect(th, bar, raw, by_state) -> bool:
+  """Whether a wait by ``th`` on ``bar`` with operand ``raw`` (a state when
+  ``by_state``, else a parity) may name a phase two or more behind the current one
+  (``_check_overrun`` decides; this cheap test never misses one).  A state an arrive
+  made (``STATE_MARK``) names its phase; a parity names the first phase of that parity
+  that the thread does not know complete (it observed, or acquired from an observer,
+  ``th.seen`` / ``th.vc`` at the barrier's slot: at least those)."""
+  if by_state:
+    return bool(raw & STATE_MARK) and (raw & 0xFFFFFFFF) < bar.phase - 1
+  known = max(th.seen.item(bar.slot), th.vc.item(bar.slot))
+  return known + ((known ^ raw) & 1) < bar.phase - 1
+
+
+def _check_overrun(k, th, bar, raw, by_state):
+  """The finding ``phase-overrun``: the phase a wait names is neither the current
+  phase nor the immediately preceding one (PTX ISA, mbarrier.test_wait / try_wait), so
+  the wait resolves to another phase of the same parity (on hardware it skips a phase,
+  or hangs).  For a parity the thread's knowledge also counts the phases before the
+  last one into which an arrival it is ordered after (its own included) went: a
+  thread that arrived in phase j, or learnt of such an arrival, may mean phase j or
+  later."""
+  phase = bar.phase
+  if by_state:
+    meant = raw & 0xFFFFFFFF
+  else:
+    known = max(th.seen.item(bar.slot), th.vc.item(bar.slot))
+    vc = th.vc
+    if any(vc.item(slot) >= clk for slot, clk in bar.arrivals.items()):
+      known = phase
+    else:
+      for j in range(len(bar.arrival_records) - 1, known, -1):
+        slots, clocks = bar.arrival_records[j]
+        if (vc[slots] >= clocks).any():
+          known = j
+          break
+    meant = known + ((known ^ raw) & 1)
+    if meant >= phase - 1:
+      return
+  what = "state of an arrive in" if by_state else f"parity {raw & 1}, meaning"
+  raise ProtocolError("phase-overrun", (
+      f"CTA {th.cta} thread {th.tid} waits with {what} phase {meant} of {bar.describe()}, "
+      f"which has completed phase {meant} and {phase - 1 - meant} phase(s) after it: the "
+      f"wait resolves to phase {phase if (phase ^ meant) & 1 == 0 else phase - 1}"))
+
+
+def _barrier(k, th_or_none, vc, space_or_key, addr=None, *, pc=None, form=None):
+  """The Mbarrier at ``addr`` (for mbarrier.``form``: ``_bar_key``); its initialisation
+  must be visible to ``vc``.  A thread's operation (``th_or_none``, by instruction
+  ``pc``) is recorded in ``Mbarrier.users`` (``_inval_ordered``)."""
+  key = (space_or_key if addr is None else
+         _bar_key(k, th_or_none, space_or_key, addr, form))
   bar = k.mbar.get(key)
   if bar is None:
     raise ProtocolError("barrier-uninit", f"no mbarrier.init at CTA {key[0]} offset "
@@ -273,6 +381,15 @@ def _object_write(k, th, key, pc):
   must be ordered with it)."""
   buf = k.smem[key[0]]
   access._access(k, th, buf, key[1], 8, write=True, insn=pc)
+
+
+def _note_remote(k, th, bar, pc):
+  """An mbarrier operation (arrive, expect_tx, complete_tx) by ``th`` on another CTA's
+  barrier: it must complete before that CTA exits (run._thread_exits).  Kept per
+  (thread slot, barrier slot): the latest one's clock, the phase it counts in, its
+  instruction (a later one has a later clock and phase)."""
+  if bar.key[0] != th.cta:
+    k.remote_arrivals[bar.key[0]][(th.slot, bar.slot)] = (int(th.vc[th.slot]), bar.phase, pc)
 
 
 def _add_tx(k, bar, delta):
@@ -346,16 +463,28 @@ def _warp_sync(k, mask):
   return warp.warp_sync(k, mask)
 
 
-def _bar_key(k, th, space, addr):
-  """(CTA, offset) of the mbarrier at ``addr`` in ``space``: the plain case at once
-  (``addresses.plain_shared``), any other through ``addresses.mem`` (its checks and
-  messages)."""
+def _bar_key(k, th, space, addr, form=None):
+  """(CTA, offset) of the mbarrier at ``addr`` in ``space`` for mbarrier.``form``: the
+  plain case at once (``addresses.plain_shared``), any other through ``addresses.mem``
+  (its checks and messages).  Only a .shared::cluster form may name another CTA's
+  mbarrier (``_PEER_FORMS``); a generic address in a peer CTA's window is the finding
+  ``barrier-peer`` (a .shared / .shared::cta address with a CTA rank is a fault in
+  ``mem``), except for expect_tx / complete_tx, whose generic form is refused there.  An
+  address of the executing CTA mapped with ``mapa`` to its own rank names its own
+  object: not a peer."""
   place = None if space is None else addresses.plain_shared(
       k, th, addr, 8, space == "shared::cluster")
-  if place is not None:
-    return place
-  buf, off = addresses.mem(k, th, space, addr, 8)
-  return k.smem_cta[id(buf)], off
+  if place is None:
+    buf, off = addresses.mem(k, th, space, addr, 8)
+    place = k.smem_cta[id(buf)], off
+  if place[0] != th.cta and space != "shared::cluster" and form is not None:
+    if form in ("expect_tx", "complete_tx"):
+      raise NotImplementedError(f"mbarrier.{form} through a generic address in CTA "
+                                f"{place[0]}'s window (use .shared::cluster)")
+    raise ProtocolError("barrier-peer", f"CTA {th.cta} thread {th.tid}: mbarrier.{form} "
+                        f"through a generic address ({addr:#x}) of CTA {place[0]}'s "
+                        f"mbarrier at offset {place[1]:#x}")
+  return place
 
 
 # The opcodes this family runs (``opcodes.Opcode``: the handler, statements it runs,
@@ -369,6 +498,10 @@ OPCODES = {
         "mbarrier.complete_tx.relaxed.cta.shared::cta.b64 [%r1], 16",
         "mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r1], %r2",
         "mbarrier.try_wait.relaxed.cluster.shared::cta.b64 %p1, [%r1], %rd2",
-        "mbarrier.test_wait.parity.shared::cta.b64 %p1, [%r1], 0"),
-        ("mbarrier.pending_count.b64 %r1, %rd2", "mbarrier.arrive_drop.shared.b64 %rd1, [%r1]")),
+        "mbarrier.test_wait.parity.shared::cta.b64 %p1, [%r1], 0",
+        "mbarrier.pending_count.b64 %r1, %rd2", "mbarrier.arrive_drop.shared.b64 %rd1, [%r1]",
+        "mbarrier.arrive_drop.noComplete.release.cta.shared::cta.b64 %rd1, [%r1], 1",
+        "mbarrier.arrive_drop.expect_tx.relaxed.cluster.shared::cluster.b64 _, [%r1], 8"),
+        ("mbarrier.arrive_drop.noComplete.relaxed.cta.shared.b64 %rd1, [%r1], 1",
+         "mbarrier.pending_count.shared.b64 %r1, %rd2")),
 }

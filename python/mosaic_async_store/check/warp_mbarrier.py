@@ -20,6 +20,7 @@ the clock of the lane's last fence, if any: ``sync._release``) has no warp form.
 from __future__ import annotations
 
 from itertools import accumulate, repeat
+from operator import sub
 
 import numpy as np
 
@@ -74,27 +75,30 @@ def arrive(k, space, addr, tx, count, sem, scope, no_complete, put, pc):
     # sync._barrier's users, the arrivals (and the exit rule's remote ones), the release
     bar.users.update(zip(slots, zip(clocks, repeat(pc))))
     if bar.key[0] != lanes[0].cta:
-      k.remote_arrivals[bar.key[0]].update(zip(slots, clocks))
+      k.remote_arrivals[bar.key[0]].update(   # (sync._note_remote, lane by lane)
+          ((int(s), bar.slot), (int(c), bar.phase, pc)) for s, c in zip(slots, clocks))
     bar.arrivals.update(zip(slots, clocks))
     # every lane's clock joined: as one release after another
     bar.releases.add(lanes[0].cta, scope, vcs.max(axis=0))
     k.clocks[rows, rows + 1] += 1
     k.epoch += len(lanes)   # (sync._add_tx, once per lane)
+    befores = accumulate(counts, sub, initial=bar.pending)   # each lane's pending before
     bar.tx, bar.pending = tx_after[-1], pending
-    for th in lanes:
-      put(th, bar.phase)
+    for th, before in zip(lanes, befores):   # (sync.encode_state: the state it returns)
+      put(th, sync.encode_state(bar.phase, before if no_complete else None))
     sync._advance(k, bar)
     return dict.fromkeys(lanes, YIELD) if k.sched.pauses(k.step) else None
   return lanes_form
 
 
-def wait(k, space, addr, parity, pred, sem, scope, blocking, pc):
+def wait(k, space, addr, parity, pred, sem, scope, blocking, pc, by_state):
   """The warp form of ``mbarrier.test_wait`` / ``try_wait`` (``blocking``: try_wait;
   ``sync._wait`` compiles the operands: getters ``addr`` and ``parity`` (the parity, or
   a state whose parity it is), the predicate register ``pred``; ``pc``, the
-  instruction's index): each lane observes the
+  instruction's index; ``by_state``: the operand is a state): each lane observes the
   phase, or fails its first try (and polls, where it yields), as ``sync._wait`` does it
-  lane by lane; where a lane would block, every lane goes lane by lane.  None for a
+  lane by lane; where a lane would block, or may name a phase long past
+  (``sync.overrun_suspect``), every lane goes lane by lane.  None for a
   relaxed wait (lane by lane: its observation waits for a fence)."""
   if sem not in ACQUIRING:
     return None
@@ -105,8 +109,10 @@ def wait(k, space, addr, parity, pred, sem, scope, blocking, pc):
       return FALLBACK
     bar = found[0]
     phase, observers, tries = bar.phase, [], []
-    for th, par in zip(lanes, parity_of(lanes)):
-      par &= 1
+    for th, raw in zip(lanes, parity_of(lanes)):
+      if sync.overrun_suspect(th, bar, raw, by_state):
+        return FALLBACK
+      par = raw & 1
       done, instance = phase & 1 != par, (pc, bar.key, par, phase)
       if done and (th.tried_wait == instance or th.seen[bar.slot] >= phase):
         observers.append(th)
