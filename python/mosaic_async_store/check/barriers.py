@@ -50,9 +50,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from mosaic_async_store.check import run, sync
-from mosaic_async_store.check.memory import (SCOPES, KernelFault, ProtocolError, Releases,
-                                              sem_scope)
+from mosaic_async_store.check import cluster_barrier, program, run, sync
+from mosaic_async_store.check.memory import SCOPES, KernelFault, ProtocolError
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.outcomes import BLOCK
 
@@ -69,10 +68,11 @@ class NamedBarrier:
   the whole CTA), the warps that arrived, the join of their clocks, the lanes that
   wait (``.sync``)."""
 
-  __slots__ = ("count", "warps", "vc", "waiters")
+  __slots__ = ("count", "warps", "vc", "waiters", "red", "trues", "votes")
 
-  def __init__(self, count, vc):
+  def __init__(self, count, vc, red):
     self.count, self.warps, self.vc, self.waiters = count, 0, vc, []
+    self.red, self.trues, self.votes = red, 0, 0   # bar.red: its operation, the tally
 
 
 class WarpArrival:
@@ -81,11 +81,11 @@ class WarpArrival:
   thread count they give, the join of their clocks, the first lane at each
   instruction (pc -> tid), whether any arrived at an aligned one."""
 
-  __slots__ = ("lanes", "live", "count", "vc", "pcs", "aligned")
+  __slots__ = ("lanes", "live", "count", "vc", "pcs", "aligned", "red", "trues")
 
-  def __init__(self, count, live, vc):
+  def __init__(self, count, live, vc, red):
     self.lanes, self.live, self.count, self.vc = {}, live, count, vc
-    self.pcs, self.aligned = {}, False
+    self.pcs, self.aligned, self.red, self.trues = {}, False, red, 0
 
 
 # bar.sync / bar.arrive / barrier.sync / barrier.arrive (named CTA barriers) and
@@ -93,18 +93,25 @@ class WarpArrival:
 
 
 def _bar_op(k, ins):
-  """bar.sync / barrier.sync / bar.arrive / barrier.arrive (``.cta`` and
-  ``.aligned`` spellings), bar.warp.sync, barrier.cluster.*; bar.red is refused."""
+  """bar.sync / barrier.sync / bar.arrive / barrier.arrive / bar.red / barrier.red
+  (``.cta`` and ``.aligned`` spellings), bar.warp.sync, barrier.cluster.*."""
   mods, ops, src, pc = ins.mods, ins.ops, ins.src, len(k.program.code)
   if ins.base == "bar" and mods == ["warp", "sync"] and len(ops) == 1:
     return sync._warp_sync(k, src[0])
   aligned = ins.base == "bar" or "aligned" in mods   # bar{.cta}.* is .aligned
   if ins.base == "barrier" and mods[:1] == ["cluster"] and not ops:
     if mods[1:2] == ["arrive"] and set(mods[2:]) <= {"release", "relaxed", "aligned"}:
-      return _cluster_arrive(k, mods[2:], pc, aligned)
+      return cluster_barrier.arrive(k, mods[2:], pc, aligned)
     if mods[1:2] == ["wait"] and set(mods[2:]) <= {"acquire", "aligned"}:
-      return _cluster_wait(k, mods[2:], pc, aligned)
+      return cluster_barrier.wait(k, mods[2:], pc, aligned)
   plain = [m for m in mods if m not in ("cta", "aligned")]
+  if plain[:1] == ["red"] and plain[1:] in (["popc", "u32"], ["and", "pred"],
+                                            ["or", "pred"]) and \
+     mods.count("cta") <= 1 and mods.count("aligned") <= 1 and len(ops) in (3, 4) and \
+     ops[0][0] == "reg" and all(src[1:]):
+    put = program.setter(ops[0], 32 if plain[1] == "popc" else 1)
+    return _named(k, True, src[1], src[2] if len(ops) == 4 else None, pc, aligned,
+                  (plain[1], src[-1], put))
   if plain in (["sync"], ["arrive"]) and mods.count("cta") <= 1 and \
      mods.count("aligned") <= 1 and len(ops) in (1, 2) and all(src):
     if plain == ["arrive"] and len(ops) != 2:
@@ -117,9 +124,11 @@ def _bar_op(k, ins):
 # -- named CTA barriers --------------------------------------------------------
 
 
-def _named(k, waits, bar_id, count, pc, aligned):
+def _named(k, waits, bar_id, count, pc, aligned, red=None):
   """The arrival of a lane on barrier ``bar_id(th)`` of its CTA at instruction
-  ``pc``: it waits for its warp; then, if ``waits``, it waits for the barrier to complete."""
+  ``pc``: it waits for its warp; then, if ``waits``, it waits for the barrier to complete.
+  ``red``: bar.red's (operation, predicate getter, destination setter), else None."""
+  op = None if red is None else red[0]
   def arrive(th):
     a, b = bar_id(th), None if count is None else count(th)
     if not 0 <= a < _NAMED_BARRIERS:
@@ -131,11 +140,13 @@ def _named(k, waits, bar_id, count, pc, aligned):
     rec = k.warp_arrivals.get(wkey)
     if rec is None:
       live = _warp_live(k, th.cta, wkey[2])
-      rec = k.warp_arrivals[wkey] = WarpArrival(b, live, th.vc.copy())
+      rec = k.warp_arrivals[wkey] = WarpArrival(b, live, th.vc.copy(), op)
     else:
-      _lane_joins(k, rec, wkey, th, pc, aligned, b)
+      _lane_joins(k, rec, wkey, th, pc, aligned, b, op)
       np.maximum(rec.vc, th.vc, out=rec.vc)
-    rec.lanes[th.tid] = (th, waits)
+    if red is not None:
+      rec.trues += red[1](th) & 1
+    rec.lanes[th.tid] = (th, waits, None if red is None else red[2])
     rec.pcs.setdefault(pc, th.tid)
     rec.aligned |= aligned
     th.vc[th.slot] += 1   # what it releases to the threads that wait
@@ -147,9 +158,12 @@ def _named(k, waits, bar_id, count, pc, aligned):
   return arrive
 
 
-def _lane_joins(k, rec, wkey, th, pc, aligned, b):
-  """Checks a lane joining its warp's arrival: the same thread count, and the
-  same instruction as its warp-mates when any of them is aligned."""
+def _lane_joins(k, rec, wkey, th, pc, aligned, b, op):
+  """Checks a lane joining its warp's arrival: the same thread count, bar.red or
+  not as its warp-mates (and the same reduction), and the same instruction as
+  its warp-mates when any of them is aligned."""
+  _same_red(rec.red, op, f"lane {th.tid % WARP} of warp {wkey[2]}", "its warp-mates",
+            wkey[:2])
   if rec.count != b:
     raise NotImplementedError(
         f"barrier {wkey[1]} of CTA {th.cta} arrived on by lane {th.tid % WARP} of warp "
@@ -161,6 +175,24 @@ def _lane_joins(k, rec, wkey, th, pc, aligned, b):
         f"CTA {th.cta} warp {wkey[2]}: lane {th.tid % WARP} arrives on barrier "
         f"{wkey[1]} at {_where(k, pc)} while lane {rec.pcs[other] % WARP} of its warp "
         f"arrived on the same barrier instance at {_where(k, other)}"))
+
+
+def _red_name(op) -> str:
+  return "bar.sync / bar.arrive" if op is None else f"bar.red.{op}"
+
+
+def _same_red(have, op, who, others, key):
+  """An arrival of ``op`` (a bar.red operation, or None) on an instance whose other
+  arrivals were ``have``: bar.red beside .sync / .arrive is ``bar-red-mixed``; two
+  reductions are refused (the ISA does not say how they combine)."""
+  if have == op:
+    return
+  what = (f"barrier {key[1]} of CTA {key[0]}: {who} arrives with {_red_name(op)} while "
+          f"{others} arrived on the same instance with {_red_name(have)}")
+  if have is None or op is None:
+    raise ProtocolError("bar-red-mixed", what)
+  raise NotImplementedError(f"{what} (two reductions on one barrier instance: the PTX ISA "
+                            "does not say how they combine)")
 
 
 def _where(k, pc) -> str:
@@ -189,19 +221,23 @@ def _warp_arrives(k, wkey, current):
   rec, key = k.warp_arrivals.pop(wkey), wkey[:2]
   bar = k.named.get(key)
   if bar is None:
-    bar = k.named[key] = NamedBarrier(rec.count, rec.vc)
-  elif bar.count != rec.count:
+    bar = k.named[key] = NamedBarrier(rec.count, rec.vc, rec.red)
+  else:
+    _same_red(bar.red, rec.red, f"warp {wkey[2]}", "other warps", key)
+  if bar.count != rec.count:
     raise NotImplementedError(
         f"barrier {key[1]} of CTA {key[0]} arrived on with thread count "
         f"{'the CTA' if rec.count is None else rec.count} while its other arrivals "
         f"gave {'the CTA' if bar.count is None else bar.count}")
-  else:
+  elif bar.warps:
     np.maximum(bar.vc, rec.vc, out=bar.vc)
   bar.warps += 1
-  for th, waits in rec.lanes.values():
+  bar.trues += rec.trues
+  bar.votes += len(rec.lanes)
+  for th, waits, put in rec.lanes.values():
     if waits:
       th.wait = ("bar", key)
-      bar.waiters.append(th)
+      bar.waiters.append((th, put))
     else:
       _wake(k, th, current)
   _named_complete(k, key, current)
@@ -226,7 +262,12 @@ def _named_complete(k, key, current=None) -> bool:
   if bar is None or bar.warps < _named_need(k, key[0], bar.count):
     return False
   del k.named[key]
-  for th in bar.waiters:
+  # bar.red: "The c predicate (or its complement) from all threads ... are combined"
+  value = {None: 0, "popc": bar.trues, "and": int(bar.trues == bar.votes),
+           "or": int(bar.trues > 0)}[bar.red]
+  for th, put in bar.waiters:
+    if put is not None:
+      put(th, value)
     np.maximum(th.vc, bar.vc, out=th.vc)
     th.vc[th.slot] += 1
     _wake(k, th, current)
@@ -251,7 +292,7 @@ def _barriers_after_exit(k, th):
       _warp_arrives(k, wkey, None)
   for key in [key for key, b in k.named.items() if key[0] == c and b.count is None]:
     _named_complete(k, key)
-  _cluster_lanes_exit(k, th)
+  cluster_barrier.lanes_exit(k, th)
 
 
 def _named_state(k, key) -> str:
@@ -270,79 +311,6 @@ def _named_state(k, key) -> str:
           f"{rec.live} arrived) to arrive on {state}")
 
 
-# -- the cluster barrier -------------------------------------------------------
-
-
-def _cluster_arrive(k, mods, pc, aligned):
-  sem, _ = sem_scope(mods, "release")
-  def arrive(th):
-    nth = th.cluster_arrived
-    _cluster_lane(k, th, "arrive", nth + 1, pc, aligned)
-    while len(k.cluster_gens) <= nth:
-      k.cluster_gens.append(Releases())
-    sync._release(k, th, sem, SCOPES["cluster"], k.cluster_gens[nth])
-    th.cluster_arrived = nth = nth + 1
-    if nth == len(k.cluster_reached):
-      k.cluster_reached.append(0)
-    k.cluster_reached[nth] += 1
-    k.epoch += 1
-    if k.cluster_waiting and run._cluster_may_complete(k, nth):
-      k.dirty = True
-  return arrive
-
-
-def _cluster_wait(k, mods, pc, aligned):
-  sem, _ = sem_scope(mods, "acquire")
-  def wait(th):
-    _cluster_lane(k, th, "wait", th.cluster_arrived, pc, aligned)
-    th.wait = ("cluster", th.cluster_arrived, sem)
-    return BLOCK
-  return wait
-
-
-def _cluster_lane(k, th, kind, nth, pc, aligned):
-  """The lane's nth ``barrier.cluster.arrive`` (``kind`` "arrive"), or its wait
-  after its nth arrive ("wait"): its warp's lanes must execute one instruction
-  there when any of them is aligned.  Each record ([pc, first tid, aligned, tids,
-  live lanes]) lives until every non-exited lane of the warp made it."""
-  w = th.tid // WARP
-  key = (th.cta, w, kind, nth)
-  rec = k.cluster_lanes.get(key)
-  if rec is None:
-    rec = k.cluster_lanes[key] = [pc, th.tid, aligned, set(), _warp_live(k, th.cta, w)]
-  elif rec[0] != pc and (aligned or rec[2]):
-    raise ProtocolError("aligned-divergence", (
-        f"CTA {th.cta} warp {w}: lane {th.tid % WARP} executes its {_nth(kind, nth)} at "
-        f"{_where(k, pc)} while lane {rec[1] % WARP} of its warp executed it at "
-        f"{_where(k, rec[0])}"))
-  rec[2] |= aligned
-  rec[3].add(th.tid)
-  if len(rec[3]) >= rec[4]:
-    del k.cluster_lanes[key]
-
-
-def _nth(kind, nth) -> str:
-  return (f"barrier.cluster.arrive number {nth}" if kind == "arrive" else
-          f"barrier.cluster.wait after arrive number {nth}")
-
-
-def _cluster_lanes_exit(k, th):
-  """``th`` exited: skipping an aligned cluster arrive or wait its warp-mates
-  executed is a divergence; the records wait for one lane fewer."""
-  c, w = th.cta, th.tid // WARP
-  for key in [key for key in k.cluster_lanes if key[0] == c and key[1] == w]:
-    rec = k.cluster_lanes[key]
-    if rec[2] and th.tid not in rec[3]:
-      raise ProtocolError("aligned-divergence", (
-          f"CTA {c} warp {w}: lane {th.tid % WARP} exits without its "
-          f"{_nth(*key[2:])}, which lane {rec[1] % WARP} of its warp executed at "
-          f"{_where(k, rec[0])}"))
-    rec[3].discard(th.tid)
-    rec[4] -= 1
-    if len(rec[3]) >= rec[4]:
-      del k.cluster_lanes[key]
-
-
 def _cluster_woken(k, th):
   _, nth, sem = th.wait
   if sem != "relaxed":
@@ -354,11 +322,17 @@ def _cluster_woken(k, th):
 # statements it refuses; test/emu/test_opcode_table.py compiles every one).
 OPCODES = {
     "bar": Opcode(_bar_op, ("bar.sync 0", "bar.sync 1, 128", "bar.warp.sync -1",
-                            "bar.arrive 1, 128", "bar.cta.sync %r1, %r2"),
-                  ("bar.arrive 1", "bar.red.popc.u32 %r1, 0, %p1", "bar.sync.foo 0")),
+                            "bar.arrive 1, 128", "bar.cta.sync %r1, %r2",
+                            "bar.red.popc.u32 %r1, 0, %p1", "bar.cta.red.and.pred %p2, 1, !%p1",
+                            "bar.red.or.pred %p2, 2, 64, %p1"),
+                  ("bar.arrive 1", "bar.red.add.u32 %r1, 0, %p1", "bar.red.popc.u32 %r1, 0",
+                   "bar.sync.foo 0")),
     "barrier": Opcode(_bar_op, ("barrier.sync 0", "barrier.sync.aligned 2, 64",
                                 "barrier.cta.arrive.aligned 3, 96", "barrier.cluster.arrive",
                                 "barrier.cluster.arrive.relaxed.aligned",
-                                "barrier.cluster.wait", "barrier.cluster.wait.aligned"),
-                      ("barrier.cluster.arrive.acquire", "barrier.red.or.pred %p1, 0, %p2")),
+                                "barrier.cluster.wait", "barrier.cluster.wait.aligned",
+                                "barrier.red.or.pred %p1, 0, %p2",
+                                "barrier.cta.red.popc.aligned.u32 %r1, %r2, 96, !%p2"),
+                      ("barrier.cluster.arrive.acquire", "barrier.red.popc.pred %p1, 0, %p2",
+                       "barrier.red.or.u32 %r1, 0, %p2")),
 }

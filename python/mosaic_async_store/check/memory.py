@@ -92,6 +92,11 @@ RULES = {
                           "if all threads evaluate the condition identically)",
     "barrier-count": "PTX ISA, bar / barrier: the thread count b \"must be a multiple "
                      "of the warp size\" (and positive)",
+    "cluster-rearrive": "PTX ISA, barrier.cluster: \"Each thread must arrive at the barrier "
+                        "only once before the barrier completes\"",
+    "bar-red-mixed": "PTX ISA, bar / barrier: \"barrier{.cta}.red should not be intermixed "
+                     "with barrier{.cta}.sync or barrier{.cta}.arrive using the same active "
+                     "barrier. Execution in this case is unpredictable\"",
     "fault": "the kernel faults as it would on hardware: an access out of bounds, "
              "misaligned, or into a CTA the cluster does not have",
     "exit": "CUDA Programming Guide, distributed shared memory: every access to a "

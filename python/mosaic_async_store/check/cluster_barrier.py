@@ -1,0 +1,120 @@
+"""The cluster barrier of the PTX checker: ``barrier.cluster.arrive`` / ``.wait``
+(the family module ``barriers`` runs the opcodes and calls these).
+
+PTX ISA, barrier.cluster: "barrier.cluster.wait instruction causes the executing
+thread to wait for all non-exited threads of the cluster to perform
+barrier.cluster.arrive"; "When all non-exited threads in the cluster have executed
+barrier.cluster.arrive, the barrier completes and is automatically reinitialized.
+After using barrier.cluster.wait to detect completion of the barrier, a thread may
+immediately arrive at the barrier once again. Each thread must arrive at the barrier
+only once before the barrier completes" (a second arrive before the completion its
+first one joined is ``cluster-rearrive``).  ``.release`` (the default) / ``.relaxed``
+arrives, ``.acquire`` waits, at cluster scope; with ``.aligned`` "all threads in the
+warp must execute the same barrier.cluster instruction": a warp's k-th arrives (and
+the waits after them) must be one instruction when any of them is aligned
+(``aligned-divergence``).  A wait with no arrive before it: the ISA gives it no rule
+(it waits for the generation of the thread's last arrive, none: it goes on at once
+and acquires nothing).
+
+State of the machine ``k``: ``cluster_gens`` (per generation, the releases of its
+arrives), ``cluster_reached`` ([n]: threads, exited ones too, with >= n arrives),
+``cluster_lanes`` (see ``_cluster_lane``), each thread's ``cluster_arrived``.
+"""
+
+from __future__ import annotations
+
+from mosaic_async_store.check import barriers, run, sync
+from mosaic_async_store.check.memory import SCOPES, ProtocolError, Releases, sem_scope
+from mosaic_async_store.check.outcomes import BLOCK
+
+__all__ = ["arrive", "wait", "lanes_exit"]
+
+
+def arrive(k, mods, pc, aligned):
+  """``barrier.cluster.arrive{.sem}{.aligned}`` at instruction ``pc``: the lane's
+  next arrive, releasing (unless ``.relaxed``) into that generation."""
+  sem, _ = sem_scope(mods, "release")
+  def arrive_lane(th):
+    nth = th.cluster_arrived
+    if nth and not _cluster_completed(k, nth):
+      raise ProtocolError("cluster-rearrive", (
+          f"CTA {th.cta} thread {th.tid} arrives on barrier.cluster (arrive number "
+          f"{nth + 1}) before the barrier its arrive number {nth} joined completed "
+          f"(not every non-exited thread of the cluster has arrived {nth} times)"))
+    _cluster_lane(k, th, "arrive", nth + 1, pc, aligned)
+    while len(k.cluster_gens) <= nth:
+      k.cluster_gens.append(Releases())
+    sync._release(k, th, sem, SCOPES["cluster"], k.cluster_gens[nth])
+    th.cluster_arrived = nth = nth + 1
+    if nth == len(k.cluster_reached):
+      k.cluster_reached.append(0)
+    k.cluster_reached[nth] += 1
+    k.epoch += 1
+    if k.cluster_waiting and run._cluster_may_complete(k, nth):
+      k.dirty = True
+  return arrive_lane
+
+
+def _cluster_completed(k, nth) -> bool:
+  """Whether the cluster barrier's nth completion happened: every non-exited thread
+  made its nth arrive (``cluster_reached`` counts exited threads too: below the live
+  threads it cannot have; at every thread, exited or not, it has)."""
+  reached = k.cluster_reached[nth] if nth < len(k.cluster_reached) else 0
+  if reached < k.alive_total:
+    return False
+  return reached == len(k.threads) or \
+      min(t.cluster_arrived for t in k.threads if t.state != "done") >= nth
+
+
+def wait(k, mods, pc, aligned):
+  """``barrier.cluster.wait{.acquire}{.aligned}``: the lane blocks until the
+  generation of its last arrive completes (``run._resolve``)."""
+  sem, _ = sem_scope(mods, "acquire")
+  def wait_lane(th):
+    _cluster_lane(k, th, "wait", th.cluster_arrived, pc, aligned)
+    th.wait = ("cluster", th.cluster_arrived, sem)
+    return BLOCK
+  return wait_lane
+
+
+def _cluster_lane(k, th, kind, nth, pc, aligned):
+  """The lane's nth ``barrier.cluster.arrive`` (``kind`` "arrive"), or its wait
+  after its nth arrive ("wait"): its warp's lanes must execute one instruction
+  there when any of them is aligned.  Each record ([pc, first tid, aligned, tids,
+  live lanes]) lives until every non-exited lane of the warp made it."""
+  w = th.tid // barriers.WARP
+  key = (th.cta, w, kind, nth)
+  rec = k.cluster_lanes.get(key)
+  if rec is None:
+    rec = k.cluster_lanes[key] = [pc, th.tid, aligned, set(), barriers._warp_live(k, th.cta, w)]
+  elif rec[0] != pc and (aligned or rec[2]):
+    raise ProtocolError("aligned-divergence", (
+        f"CTA {th.cta} warp {w}: lane {th.tid % barriers.WARP} executes its {_nth(kind, nth)} at "
+        f"{barriers._where(k, pc)} while lane {rec[1] % barriers.WARP} of its warp executed it at "
+        f"{barriers._where(k, rec[0])}"))
+  rec[2] |= aligned
+  rec[3].add(th.tid)
+  if len(rec[3]) >= rec[4]:
+    del k.cluster_lanes[key]
+
+
+def _nth(kind, nth) -> str:
+  return (f"barrier.cluster.arrive number {nth}" if kind == "arrive" else
+          f"barrier.cluster.wait after arrive number {nth}")
+
+
+def lanes_exit(k, th):
+  """``th`` exited: skipping an aligned cluster arrive or wait its warp-mates
+  executed is a divergence; the records wait for one lane fewer."""
+  c, w = th.cta, th.tid // barriers.WARP
+  for key in [key for key in k.cluster_lanes if key[0] == c and key[1] == w]:
+    rec = k.cluster_lanes[key]
+    if rec[2] and th.tid not in rec[3]:
+      raise ProtocolError("aligned-divergence", (
+          f"CTA {c} warp {w}: lane {th.tid % barriers.WARP} exits without its "
+          f"{_nth(*key[2:])}, which lane {rec[1] % barriers.WARP} of its warp executed at "
+          f"{barriers._where(k, rec[0])}"))
+    rec[3].discard(th.tid)
+    rec[4] -= 1
+    if len(rec[3]) >= rec[4]:
+      del k.cluster_lanes[key]
