@@ -101,3 +101,81 @@ def test_a_negated_predicate_where_the_isa_has_none_is_refused(stmt):
     toolchain.ptx_to_cubin(ptx, "sm_90a")
   with pytest.raises(NotImplementedError, match="negated predicate"):
     PtxKernel(ptx)
+
+
+# -- ld.global.nc: read-only data --------------------------------------------------
+
+_NC_READ = """
+  ld.param.u64 %rd1, [k_param_0];
+  ld.param.u64 %rd4, [k_param_1];
+  cvta.to.global.u64 %rd4, %rd4;
+  mul.wide.u32 %rd2, %r1, 16;
+  add.s64 %rd5, %rd4, %rd2;
+  ld.global.nc.v4.u32 {%r3, %r4, %r5, %r6}, [%rd5];
+  ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%r7, %r8}, [%rd5+8];
+  ld.global.cs.nc.u32 %r9, [%rd4];
+  add.u32 %r3, %r3, %r4;
+  add.u32 %r3, %r3, %r5;
+  add.u32 %r3, %r3, %r6;
+  add.u32 %r3, %r3, %r7;
+  add.u32 %r3, %r3, %r8;
+  add.u32 %r3, %r3, %r9;
+  mul.wide.u32 %rd2, %r1, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r3;
+"""
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_nc_loads_of_a_buffer_only_read_pass(schedule):
+  data = np.arange(128, dtype=np.uint32) * 7 + 3
+  out = _launch(_NC_READ, schedule, words=128, inputs=data)
+  rows = data.reshape(32, 4)
+  want = rows.sum(1) + rows[:, 2] + rows[:, 3] + data[0]
+  assert out[:32].tolist() == want.astype(np.uint32).tolist()
+
+
+# Thread 0 writes word 5 of the input buffer; thread 1 reads it with ld.global.nc
+# (``{first}``: which of the two comes before the bar.sync).
+_NC_WRITTEN = """
+  ld.param.u64 %rd4, [k_param_1];
+  cvta.to.global.u64 %rd4, %rd4;
+  setp.eq.u32 %p1, %r1, 0;
+  setp.eq.u32 %p2, %r1, 1;
+  {first}
+  bar.sync 0;
+  {second}
+"""
+_NC_WRITE = "@%p1 st.global.u32 [%rd4+20], %r1;"
+_NC_LOAD = "@%p2 ld.global.nc.u32 %r3, [%rd4+20];"
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("write_first", [True, False])
+def test_a_write_to_bytes_read_with_ld_global_nc_is_reported(schedule, write_first):
+  """Ordered by bar.sync either way (no race): the data still is not read-only."""
+  first, second = (_NC_WRITE, _NC_LOAD) if write_first else (_NC_LOAD, _NC_WRITE)
+  err = _rule(_NC_WRITTEN.format(first=first, second=second), schedule)
+  assert err.rule == "nc-written"
+  assert "global buffer 1" in str(err) and "bytes 20..23" in str(err)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_a_thread_writing_what_it_read_with_nc_is_reported(schedule):
+  err = _rule("""
+  ld.param.u64 %rd4, [k_param_1];
+  cvta.to.global.u64 %rd4, %rd4;
+  mul.wide.u32 %rd2, %r1, 4;
+  add.s64 %rd5, %rd4, %rd2;
+  ld.global.nc.u32 %r3, [%rd5];
+  add.u32 %r3, %r3, 1;
+  st.global.u32 [%rd5], %r3;
+""", schedule)
+  assert err.rule == "nc-written" and "reads with ld.global.nc" in str(err)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_a_write_next_to_nc_read_bytes_passes(schedule):
+  """Word 5 is read with .nc, word 6 written: different bytes."""
+  _launch(_NC_WRITTEN.format(first=_NC_LOAD, second=_NC_WRITE.replace("+20", "+24")),
+          schedule)

@@ -42,7 +42,7 @@ never looks here.
 
 from __future__ import annotations
 
-from mosaic_async_store.check.memory import tags_morally_strong
+from mosaic_async_store.check.memory import ProtocolError, tags_morally_strong
 
 __all__ = ["PAGE", "GlobalShadow"]
 
@@ -114,6 +114,37 @@ class GlobalShadow:
     self.pages = {id(b): [None] * (-(-len(b) // PAGE)) for b in bufs}
     self.index = {id(b): i for i, b in enumerate(bufs)}
     self.names = names
+    self.nc = {}   # id(buf) -> {byte: (cta, thread, PTX line)}: bytes ld.global.nc read
+
+  def nc_read(self, th, buf, off, n, line):
+    """Records that ``th`` read bytes [off, off + n) of ``buf`` with ``ld.global.nc`` at
+    PTX ``line``; returns (slot, instruction) of a write of this launch to one of them
+    (a weak write's, else a strong one's), or None.  A write after it is refused by
+    ``access`` (rule ``nc-written``)."""
+    marks, cells = self.nc.setdefault(id(buf), {}), self.pages[id(buf)]
+    for b in range(off, off + n):
+      marks.setdefault(b, (th.cta, th.tid, line))
+      page = cells[b >> PAGE_SHIFT]
+      rec = page and page[b & _PAGE_MASK]
+      if rec is not None and rec[1]:   # (clock 0: the initial contents, not a write)
+        return rec[0], rec[2]
+      if rec is not None and rec[3]:
+        strong = rec[3]
+        return strong[:3:2] if type(strong) is tuple else \
+            next((a, v[1]) for a, v in strong.items())
+    return None
+
+  def _nc_written(self, th, buf, off, n):
+    """A write to bytes some thread read with ld.global.nc (PTX ISA, ld.global.nc:
+    through the "non-coherent read-only cache"): rule ``nc-written``."""
+    marks = self.nc.get(id(buf))
+    hit = marks and next((b for b in range(off, off + n) if b in marks), None)
+    if hit is not None:
+      cta, tid, line = marks[hit]
+      raise ProtocolError("nc-written", f"CTA {th.cta} thread {th.tid} writes "
+                          f"{self.describe(buf, off, n)}, which CTA {cta} thread {tid} "
+                          f"reads with ld.global.nc (PTX line {line}): data read through "
+                          "the non-coherent cache must be read-only for the whole kernel")
 
   def describe(self, buf, off: int, n: int) -> str:
     """The bytes of an access, for a message."""
@@ -140,7 +171,10 @@ class GlobalShadow:
     """Checks thread ``th``'s access to ``n`` bytes of ``buf`` at ``off`` by
     instruction ``insn`` (its index; ``tag``: a strong access's, see
     ``memory.Shadow.conflict``) and records it; returns None, or the conflict
-    (``Shadow.conflict``'s tuple; then nothing is recorded: the launch ends)."""
+    (``Shadow.conflict``'s tuple; then nothing is recorded: the launch ends).  A
+    write to bytes read with ld.global.nc raises ``nc-written``."""
+    if write and self.nc:
+      self._nc_written(th, buf, off, n)
     o = off & _PAGE_MASK
     end = o + n
     if end > PAGE:   # (naturally aligned accesses of at most a page never cross one)

@@ -9,7 +9,7 @@ and atomic stores, race checks), ``asyncops`` (``st.async`` / ``red.async``),
 from __future__ import annotations
 
 from mosaic_async_store.check import access, addresses, program, strong, warp_memory
-from mosaic_async_store.check.memory import SCOPES, KernelFault
+from mosaic_async_store.check.memory import SCOPES, KernelFault, ProtocolError
 from mosaic_async_store.check.opcodes import Opcode, check_qualifiers
 from mosaic_async_store.check.ops import RED, RED_FORMS
 from mosaic_async_store.check.strong import strong_semantics
@@ -19,7 +19,7 @@ __all__ = ["OPCODES"]
 # The qualifier grammar of each form (PTX ISA, ld / st / st.async / red / red.async /
 # mapa), as far as the checker runs it: group -> the qualifiers it runs exactly.  Cache
 # operators, eviction priorities and prefetch sizes are performance hints (they change
-# neither values nor ordering) and run as such; ``.nc``, ``.cv``, ``.lu``,
+# neither values nor ordering) and run as such (``.nc``: ``_ld_nc``); ``.cv``, ``.lu``,
 # ``.L2::cache_hint`` (its extra operand), ``.unified``, ``.v8``, ``.b128`` and every
 # other qualifier are refused by name (``opcodes.check_qualifiers``).
 _TYPES = {"b8", "b16", "b32", "b64", "u8", "u16", "u32", "u64", "s8", "s16", "s32", "s64",
@@ -79,8 +79,10 @@ def _mapa(k, ins):
 
 def _ld(k, ins):
   """ld (vector forms too); generic when it names no state space; strong loads
-  (strong.py).  Signed loads narrower than 32 bits (sign extension) and the const
-  space are refused."""
+  (strong.py); ``ld.global.nc`` (``_ld_nc``).  Signed loads narrower than 32 bits
+  (sign extension) and the const space are refused."""
+  if "nc" in ins.mods:
+    return _ld_nc(k, ins)
   _check_form(ins, _LD, "ld", 2)
   strong_form = strong_semantics(ins)
   if strong_form is not None and ins.space != "const":
@@ -114,6 +116,60 @@ def _ld(k, ins):
     access._access(k, th, buf, off, n, write=False, insn=insn)
     for i, p in enumerate(puts):
       p(th, int.from_bytes(buf[off + i * size:off + (i + 1) * size], "little"))
+  return load
+
+
+# ld.global.nc's grammar on sm_90a (PTX ISA, ld.global.nc): no .L2::evict_* and no .v8
+# (sm_100), no .L2::cache_hint or .b128 (as ld), no signed type below 32 bits (as ld).
+_LD_NC = {"state space": {"global"}, "cache operator": {"ca", "cg", "cs"}, "nc": {"nc"},
+          "L1 eviction priority": _HINTS["L1 eviction priority"],
+          "prefetch size": {"L2::64B", "L2::128B", "L2::256B"}, **_VECTOR,
+          "type": _TYPES - {"s8", "s16"}}
+
+
+def _ld_nc(k, ins):
+  """``ld.global.nc``: a load through the "non-coherent read-only cache" (PTX ISA,
+  ld.global.nc), so its bytes must be read-only for the whole kernel (CUDA Programming
+  Guide, read-only data cache): any write of the launch to a byte a thread reads with
+  it, before (``global_memory.GlobalShadow.nc_read``) or after (``GlobalShadow.access``),
+  is ``nc-written``; else it loads as ld.global (checked for races as any read).
+  Forms (sm_90a): ``.ca``/``.cg``/``.cs`` or (the ISA's other syntax, not both) L1
+  eviction priorities, prefetch sizes, ``.v2``/``.v4``; the L2 eviction priorities and
+  ``.v8`` (sm_100), ``.L2::cache_hint``, ``.b128`` and signed types narrower than 32
+  bits are refused by name."""
+  seen = check_qualifiers(ins, _LD_NC, "ld.global.nc")
+  lanes = int(seen["vector"][1:]) if "vector" in seen else None
+  dest = ins.ops[0] if ins.ops else None
+  if len(ins.ops) != 2 or "state space" not in seen or \
+     {"cache operator", "L1 eviction priority"} <= seen.keys() or ins.ops[1][0] != "addr" or \
+     (dest[0] == "vec") != (lanes is not None) or \
+     (lanes is not None and len(dest[1]) != lanes) or \
+     (lanes is None and dest[0] != "reg"):
+    raise NotImplementedError(f"opcode {ins.opcode} (operands or qualifiers: not a form of "
+                              "ld.global.nc the checker runs)")
+  dests = dest[1] if dest[0] == "vec" else [dest]
+  if any(d[0] != "reg" for d in dests):
+    raise NotImplementedError(f"opcode {ins.opcode} (a sink in its vector: sm_100 forms)")
+  size = ins.bits // 8
+  puts, addr, n = [program.setter(d, ins.bits) for d in dests], ins.src[1], size * len(dests)
+  insn = len(k.program.code)   # this instruction's index (it is being compiled)
+  mem, line = addresses.mem_fn(k, "global", n), k.program.lines[-1]
+
+  def load(th):
+    buf, off = mem(th, addr(th))
+    written = k.gshadow.nc_read(th, buf, off, n, line)
+    if written is not None:
+      slot, at = written
+      by = k.threads[slot - 1]
+      raise ProtocolError("nc-written", f"CTA {th.cta} thread {th.tid} reads "
+                          f"{k.gshadow.describe(buf, off, n)} with ld.global.nc, which CTA "
+                          f"{by.cta} thread {by.tid} wrote in this kernel (`"
+                          f"{k.program.texts[at]}`, PTX line {k.program.lines[at]}): data "
+                          "read through the non-coherent cache must be read-only for the "
+                          "whole kernel")
+    access._global_access(k, th, buf, off, n, write=False, insn=insn)
+    for i, put in enumerate(puts):
+      put(th, int.from_bytes(buf[off + i * size:off + (i + 1) * size], "little"))
   return load
 
 
@@ -160,11 +216,19 @@ OPCODES = {
                        "ld.acquire.cluster.shared.u32 %r1, [%r2]",
                        "ld.relaxed.cta.shared::cluster.u32 %r1, [%r2]",
                        "ld.volatile.global.u64 %rd1, [%rd2]", "ld.global.ca.u32 %r1, [%rd2]",
-                       "ld.global.L1::evict_last.L2::256B.u32 %r1, [%rd2]"),
+                       "ld.global.L1::evict_last.L2::256B.u32 %r1, [%rd2]",
+                       "ld.global.nc.u32 %r1, [%rd2]", "ld.global.cg.nc.v4.f32 {%f1, %f2, %f3, "
+                       "%f4}, [%rd2+16]", "ld.global.nc.L1::no_allocate.L2::256B.v2.u64 "
+                       "{%rd1, %rd3}, [%rd2]"),
                  ("ld.const.u32 %r1, [%rd2]", "ld.global.s8 %h1, [%rd2]",
                   "ld.acquire.shared.u32 %r1, [%r2]", "ld.release.cta.shared.u32 %r1, [%r2]",
                   "ld.relaxed.cta.shared.v2.u32 {%r1, %r2}, [%r3]",
-                  "ld.mmio.relaxed.sys.global.u32 %r1, [%rd2]", "ld.global.nc.u32 %r1, [%rd2]",
+                  "ld.mmio.relaxed.sys.global.u32 %r1, [%rd2]", "ld.nc.u32 %r1, [%rd2]",
+                  "ld.global.nc.L2::evict_first.u32 %r1, [%rd2]",
+                  "ld.global.nc.v8.u32 {%r1, %r2, %r3, %r4, %r5, %r6, %r7, %r8}, [%rd2]",
+                  "ld.global.nc.L2::cache_hint.u32 %r1, [%rd2], %rd3",
+                  "ld.relaxed.gpu.global.nc.u32 %r1, [%rd2]", "ld.global.nc.s8 %h1, [%rd2]",
+                  "ld.global.cg.nc.L1::evict_last.u32 %r1, [%rd2]",
                 "ld.global.cv.u32 %r1, [%rd2]", "ld.local.lu.u32 %r1, [%rd2]",
                 "ld.global.L2::cache_hint.u32 %r1, [%rd2], %rd3", "ld.global.foo.u32 %r1, [%rd2]",
                 "ld.shared.v2.v2.u32 {%r1, %r2}, [%r3]", "ld.global.u32.u32 %r1, [%rd2]",

@@ -84,6 +84,10 @@ RULES = {
                     "executing CTA's .shared::cta window is undefined",
     "phase-overrun": "PTX ISA, mbarrier.test_wait/try_wait: the state or phaseParity must "
                      "name the current or the immediately preceding phase",
+    "nc-written": "PTX ISA, ld.global.nc: loads \"via non-coherent cache\" (\"optionally "
+                  "cache in non-coherent read-only cache\"): the bytes it reads must be "
+                  "read-only for the whole kernel (CUDA Programming Guide, read-only data "
+                  "cache); any write of the kernel to them is reported",
     "collective-mask": "PTX ISA, shfl.sync / vote.sync / elect.sync / bar.warp.sync: the "
                        "behavior is undefined if the executing thread is not in the "
                        "membermask",
