@@ -156,6 +156,33 @@ def test_a_producer_two_phases_ahead_of_the_waiter_is_reported(test, schedule):
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
+def test_a_warp_two_phases_behind_is_reported_as_lane_by_lane(schedule):
+  """Every lane of warp 0 waits (the warp form of the wait): the same finding."""
+  body = _OVERRUN.format(waits=_wait(0) + _wait(1)).replace(
+      "@!%p1 bra END;", "setp.ge.u32 %p6, %r1, 32;\n  @%p6 bra END;")
+  err = _rule(body, schedule, block=64)
+  assert err.rule == "phase-overrun" and err.thread == 0 and "meaning phase 0" in str(err)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_a_warp_s_no_complete_states_decode_each_lane_s_pending_count(schedule):
+  """32 lanes arrive.noComplete (count 1) on a 64-count barrier at once (the warp form
+  of the arrive): their pending counts before are 64 down to 33, one each."""
+  out = _launch("""
+  mov.u32 %r3, __dynamic_shmem__0;
+  ld.param.u64 %rd1, [k_param_0];
+  setp.eq.u32 %p1, %r1, 0;
+  @%p1 mbarrier.init.shared.b64 [%r3], 64;
+  bar.sync 0;
+  mbarrier.arrive.noComplete.shared.b64 %state1, [%r3], 1;
+  mbarrier.pending_count.b64 %r5, %state1;
+  mul.wide.u32 %rd2, %r1, 4;
+  add.u64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r5;""", schedule)
+  assert sorted(out[:32].tolist()) == list(range(33, 65))
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
 def test_a_state_two_phases_old_is_reported(schedule):
   """A state from the arrive in phase 0, waited on once phase 1 completed too."""
   err = _rule("""

@@ -7,85 +7,23 @@ key (CTA, offset) to its ``Mbarrier``).  Semantics and scopes come from the
 opcode's qualifiers with the ISA's defaults: ``mbarrier.arrive`` is
 ``.release.cta``, ``mbarrier.try_wait`` ``.acquire.cta``.  Every change of an
 mbarrier's state counts as progress (``k.epoch``: a polling thread parked by
-``run`` may read something new).
+``run`` may read something new).  The mbarrier grammar, the state an arrive returns, and
+the rules ``barrier-peer`` and ``phase-overrun`` are ``mbarrier_forms``'.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from mosaic_async_store.check import access, addresses, lineinfo, program, warp, warp_mbarrier
-from mosaic_async_store.check.memory import (CLOCK, SCOPES, SEMS, TX_LIMIT, ProtocolError,
-                                             Releases, sem_scope, shown_source)
+from mosaic_async_store.check import (access, addresses, lineinfo, mbarrier_forms, program,
+                                      warp, warp_mbarrier)
+from mosaic_async_store.check.memory import (CLOCK, TX_LIMIT, ProtocolError, Releases,
+                                             sem_scope, shown_source)
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.outcomes import BLOCK, YIELD
 
 
 __all__ = ["Mbarrier", "OPCODES"]
-
-# The qualifiers of each mbarrier form besides .sem, .scope, the state space and .b64
-# (PTX ISA, mbarrier): (flags it may take, its .sem values, its state spaces).
-_CTA_SPACES = (None, "shared", "shared::cta")
-_MBARRIER_FORMS = {
-    "init": ((), (), _CTA_SPACES), "inval": ((), (), _CTA_SPACES),
-    "arrive": (("expect_tx", "noComplete"), ("release", "relaxed"),
-               _CTA_SPACES + ("shared::cluster",)),
-    "arrive_drop": (("expect_tx", "noComplete"), ("release", "relaxed"),
-                    _CTA_SPACES + ("shared::cluster",)),
-    "pending_count": ((), (), (None,)),
-    "expect_tx": ((), ("relaxed",), _CTA_SPACES + ("shared::cluster",)),
-    "complete_tx": ((), ("relaxed",), _CTA_SPACES + ("shared::cluster",)),
-    "try_wait": (("parity",), ("acquire", "relaxed"), _CTA_SPACES),
-    "test_wait": (("parity",), ("acquire", "relaxed"), _CTA_SPACES),
-}
-_MBARRIER_OPERANDS = {"init": (2,), "inval": (1,), "arrive": (2, 3), "arrive_drop": (2, 3),
-                      "expect_tx": (2,), "complete_tx": (2,), "try_wait": (3, 4),
-                      "test_wait": (3,), "pending_count": (2,)}
-# The forms whose address may name another CTA's mbarrier: only the .shared::cluster
-# forms of these (PTX ISA, mbarrier: "threads can perform only arrive operations but not
-# *_wait on an mbarrier located in shared::cluster space"; a generic address must fall
-# in the executing CTA's .shared::cta window for the others).
-_PEER_FORMS = ("arrive", "arrive_drop", "expect_tx", "complete_tx")
-
-# The opaque state an arrive returns, as the checker encodes it: bit 63 marks a state
-# an arrive made, bits 0..31 hold its phase number (bit 0 its parity, which the waits
-# read); a .noComplete arrive (the one whose state mbarrier.pending_count may decode)
-# also sets bit 62 and puts the pending count before its arrive-on in bits 32..51.
-STATE_MARK, NO_COMPLETE_MARK = 1 << 63, 1 << 62
-
-
-def encode_state(phase, pending_before=None) -> int:
-  """The state an arrive in ``phase`` returns (see STATE_MARK)."""
-  state = STATE_MARK | (phase & 0xFFFFFFFF)
-  if pending_before is not None:
-    state |= NO_COMPLETE_MARK | (pending_before << 32)
-  return state
-
-
-def _mbarrier_form(mods, ops, space):
-  """The form of an mbarrier instruction, once every qualifier and the operand count
-  are checked against the ISA's grammar (anything else is refused by name)."""
-  form = mods[0] if mods else None
-  if form not in _MBARRIER_FORMS:
-    raise NotImplementedError(f"opcode mbarrier.{'.'.join(mods)}")
-  flags, sems, spaces = _MBARRIER_FORMS[form]
-  rest = [m for m in mods[1:] if m not in ("b64", space)]
-  sem = [m for m in rest if m in SEMS]
-  scope = [m for m in rest if m in SCOPES]
-  other = [m for m in rest if m not in SEMS and m not in SCOPES]
-  bad = (len(mods) != len(set(mods)) or space not in spaces or len(sem) > 1 or
-         len(scope) > 1 or (sem and sem[0] not in sems) or
-         (scope and scope[0] not in ("cta", "cluster")) or not set(other) <= set(flags) or
-         len(ops) not in _MBARRIER_OPERANDS[form] or "b64" not in mods[1:] or
-         ("expect_tx" in other and "noComplete" in other) or
-         ("noComplete" in other and (len(ops) != 3 or space == "shared::cluster")) or
-         # arrive_drop.noComplete{.release}{.cta} (PTX ISA, mbarrier.arrive_drop)
-         (form == "arrive_drop" and "noComplete" in other and
-          (sem not in ([], ["release"]) or scope not in ([], ["cta"]))))
-  if bad:
-    raise NotImplementedError(f"opcode mbarrier.{'.'.join(mods)} (not a form of "
-                              f"mbarrier.{form} the checker runs exactly)")
-  return form
 
 
 class Mbarrier:
@@ -131,7 +69,7 @@ class Mbarrier:
 
 
 def _mbarrier(k, mods, ops, src, space):
-  form, pc = _mbarrier_form(mods, ops, space), len(k.program.code)
+  form, pc = mbarrier_forms.form(mods, ops, space), len(k.program.code)
   if form == "init":
     def init(th, addr=src[0], count=src[1]):
       key, n = _bar_key(k, th, space, addr(th), form), count(th)
@@ -165,7 +103,7 @@ def _mbarrier(k, mods, ops, src, space):
   if form in ("arrive", "arrive_drop"):
     return _arrive(k, mods, ops, src, space)
   if form == "pending_count":
-    return _pending_count(ops, src)
+    return mbarrier_forms.pending_count(ops, src)
   if form == "expect_tx":
     def expect(th, addr=src[0], tx=src[1]):
       bar = _barrier(k, th, th.vc, space, addr(th), pc=pc, form=form)
@@ -182,22 +120,6 @@ def _mbarrier(k, mods, ops, src, space):
       _advance(k, bar)
     return complete
   return _wait(k, mods, ops, src, space)
-
-
-def _pending_count(ops, src):
-  """``mbarrier.pending_count.b64 count, state``: the pending count before the arrive-on
-  that returned ``state`` (PTX ISA, mbarrier.pending_count), decoded from the state a
-  .noComplete arrive made (``encode_state``); any other state is refused (the ISA
-  defines the count only for a state of ``arrive{_drop}.noComplete``)."""
-  put, state = program.setter(ops[0], 32), src[1]
-  def pending_count(th):
-    s = state(th)
-    if not s & STATE_MARK or not s & NO_COMPLETE_MARK:
-      raise NotImplementedError(
-          f"mbarrier.pending_count of state {s:#x}, which no mbarrier.arrive.noComplete or "
-          "arrive_drop.noComplete returned (undefined: PTX ISA, mbarrier.pending_count)")
-    put(th, (s >> 32) & TX_LIMIT)
-  return pending_count
 
 
 def _arrive(k, mods, ops, src, space):
@@ -234,7 +156,7 @@ def _arrive(k, mods, ops, src, space):
     if no_complete and bar.pending == 0 and bar.tx == 0:
       raise ProtocolError("arrive-nocomplete", f"CTA {th.cta} thread {th.tid}'s "
                           f"arrive.noComplete completes the phase of {bar.describe()}")
-    put(th, encode_state(bar.phase, before if no_complete else None))
+    put(th, mbarrier_forms.encode_state(bar.phase, before if no_complete else None))
     _advance(k, bar)
     return YIELD if k.sched.pauses(k.step) else None
   # (arrive_drop, which changes the expected count, goes lane by lane)
@@ -263,8 +185,8 @@ def _wait(k, mods, ops, src, space):
   def wait(th):
     bar, raw = _barrier(k, th, th.vc, space, addr(th), pc=pc, form=mods[0]), parity(th)
     par = raw & 1
-    if overrun_suspect(th, bar, raw, by_state):
-      _check_overrun(k, th, bar, raw, by_state)
+    if mbarrier_forms.overrun_suspect(th, bar, raw, by_state):
+      mbarrier_forms.check_overrun(th, bar, raw, by_state)
     done = bar.phase & 1 != par   # the phase of that parity has completed
     instance = (pc, bar.key, par, bar.phase)
     if done and (th.tried_wait == instance or th.seen[bar.slot] >= bar.phase):
@@ -282,51 +204,6 @@ def _wait(k, mods, ops, src, space):
   wait.lanes = warp_mbarrier.wait(k, space, addr, parity, pred, sem, scope, blocking, pc,
                                   by_state)
   return wait
-
-
-def overrun_suspect(th, bar, raw, by_state) -> bool:
-  """Whether a wait by ``th`` on ``bar`` with operand ``raw`` (a state when
-  ``by_state``, else a parity) may name a phase two or more behind the current one
-  (``_check_overrun`` decides; this cheap test never misses one).  A state an arrive
-  made (``STATE_MARK``) names its phase; a parity names the first phase of that parity
-  that the thread does not know complete (it observed, or acquired from an observer,
-  ``th.seen`` / ``th.vc`` at the barrier's slot: at least those)."""
-  if by_state:
-    return bool(raw & STATE_MARK) and (raw & 0xFFFFFFFF) < bar.phase - 1
-  known = max(th.seen.item(bar.slot), th.vc.item(bar.slot))
-  return known + ((known ^ raw) & 1) < bar.phase - 1
-
-
-def _check_overrun(k, th, bar, raw, by_state):
-  """The finding ``phase-overrun``: the phase a wait names is neither the current
-  phase nor the immediately preceding one (PTX ISA, mbarrier.test_wait / try_wait), so
-  the wait resolves to another phase of the same parity (on hardware it skips a phase,
-  or hangs).  For a parity the thread's knowledge also counts the phases before the
-  last one into which an arrival it is ordered after (its own included) went: a
-  thread that arrived in phase j, or learnt of such an arrival, may mean phase j or
-  later."""
-  phase = bar.phase
-  if by_state:
-    meant = raw & 0xFFFFFFFF
-  else:
-    known = max(th.seen.item(bar.slot), th.vc.item(bar.slot))
-    vc = th.vc
-    if any(vc.item(slot) >= clk for slot, clk in bar.arrivals.items()):
-      known = phase
-    else:
-      for j in range(len(bar.arrival_records) - 1, known, -1):
-        slots, clocks = bar.arrival_records[j]
-        if (vc[slots] >= clocks).any():
-          known = j
-          break
-    meant = known + ((known ^ raw) & 1)
-    if meant >= phase - 1:
-      return
-  what = "state of an arrive in" if by_state else f"parity {raw & 1}, meaning"
-  raise ProtocolError("phase-overrun", (
-      f"CTA {th.cta} thread {th.tid} waits with {what} phase {meant} of {bar.describe()}, "
-      f"which has completed phase {meant} and {phase - 1 - meant} phase(s) after it: the "
-      f"wait resolves to phase {phase if (phase ^ meant) & 1 == 0 else phase - 1}"))
 
 
 def _barrier(k, th_or_none, vc, space_or_key, addr=None, *, pc=None, form=None):
@@ -478,12 +355,7 @@ def _bar_key(k, th, space, addr, form=None):
     buf, off = addresses.mem(k, th, space, addr, 8)
     place = k.smem_cta[id(buf)], off
   if place[0] != th.cta and space != "shared::cluster" and form is not None:
-    if form in ("expect_tx", "complete_tx"):
-      raise NotImplementedError(f"mbarrier.{form} through a generic address in CTA "
-                                f"{place[0]}'s window (use .shared::cluster)")
-    raise ProtocolError("barrier-peer", f"CTA {th.cta} thread {th.tid}: mbarrier.{form} "
-                        f"through a generic address ({addr:#x}) of CTA {place[0]}'s "
-                        f"mbarrier at offset {place[1]:#x}")
+    mbarrier_forms.peer(th, place, form, addr)
   return place
 
 

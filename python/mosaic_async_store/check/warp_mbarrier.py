@@ -13,8 +13,13 @@ register), and the phase, if the last lane completes it, completes once after th
 in their own words: a barrier that is not the plain case (another CTA's the lanes
 have not reached yet, an uninitialised one, an initialisation not visible to a
 lane), an arrival overflow, a tx-count out of range, a ``.noComplete`` arrival that
-completes the phase, lanes on different barriers.  A relaxed arrival (which publishes
-the clock of the lane's last fence, if any: ``sync._release``) has no warp form.
+completes the phase, lanes on different barriers, a wait whose state or parity may name
+a phase long past (``mbarrier_forms.overrun_suspect``: the finding ``phase-overrun``).
+A relaxed arrival (which publishes the clock of the lane's last fence, if any:
+``sync._release``) and ``mbarrier.arrive_drop`` (which changes the expected count) have
+no warp form.  Each lane's state register gets the state lane by lane would give it
+(``mbarrier_forms.encode_state``: with .noComplete, the pending count before its own
+arrive-on).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from operator import sub
 
 import numpy as np
 
-from mosaic_async_store.check import sync
+from mosaic_async_store.check import mbarrier_forms, sync
 from mosaic_async_store.check.addresses import plain_shared_lanes
 from mosaic_async_store.check.memory import TX_LIMIT, morally_strong
 from mosaic_async_store.check.outcomes import FALLBACK, YIELD
@@ -84,8 +89,8 @@ def arrive(k, space, addr, tx, count, sem, scope, no_complete, put, pc):
     k.epoch += len(lanes)   # (sync._add_tx, once per lane)
     befores = accumulate(counts, sub, initial=bar.pending)   # each lane's pending before
     bar.tx, bar.pending = tx_after[-1], pending
-    for th, before in zip(lanes, befores):   # (sync.encode_state: the state it returns)
-      put(th, sync.encode_state(bar.phase, before if no_complete else None))
+    for th, before in zip(lanes, befores):   # (the state it returns)
+      put(th, mbarrier_forms.encode_state(bar.phase, before if no_complete else None))
     sync._advance(k, bar)
     return dict.fromkeys(lanes, YIELD) if k.sched.pauses(k.step) else None
   return lanes_form
@@ -110,7 +115,7 @@ def wait(k, space, addr, parity, pred, sem, scope, blocking, pc, by_state):
     bar = found[0]
     phase, observers, tries = bar.phase, [], []
     for th, raw in zip(lanes, parity_of(lanes)):
-      if sync.overrun_suspect(th, bar, raw, by_state):
+      if mbarrier_forms.overrun_suspect(th, bar, raw, by_state):
         return FALLBACK
       par = raw & 1
       done, instance = phase & 1 != par, (pc, bar.key, par, phase)
