@@ -438,3 +438,81 @@ def frames_not_user(*folders: str):
       info._exclude_paths.remove(folder)
     info._exclude_path_regex.cache_clear()
     info.is_user_filename.cache_clear()
+
+
+class _TargetDevice:
+  """The CPU device, answering the GPU queries of ``tools.device_target.ANSWERED`` for
+  a ``DeviceTarget``; any other attribute is the CPU device's."""
+
+  platform = "gpu"
+
+  def __init__(self, real, target):
+    self._real, self.target = real, target
+    self.core_count = target.sm_count
+    self.compute_capability = target.compute_capability
+    self.device_kind = target.device_kind
+    self.shared_memory_per_block_optin = target.smem_per_block
+
+  def __getattr__(self, name):
+    return getattr(self._real, name)
+
+  def __repr__(self):
+    return f"TargetDevice({self.device_kind}, {self.target.arch}, deviceless)"
+
+
+def _cuda_versions_for(target):
+  import types
+  version = lambda: target.cuda_version
+  return types.SimpleNamespace(cuda_runtime_get_version=version,
+                               cuda_driver_get_version=version)
+
+
+@contextlib.contextmanager
+def answer_device_queries(target):
+  """While active, the device queries a kernel makes while it is loaded, traced and
+  lowered are answered for ``target`` (a ``tools.device_target.DeviceTarget``), not for
+  the CPU this runs on: ``jax.extend.backend.get_default_device()`` and ``jax.devices()``
+  / ``jax.local_devices()`` (without arguments) return one device whose ``core_count``,
+  ``compute_capability`` (the arch Mosaic infers and builds for), ``device_kind``,
+  ``platform`` and ``shared_memory_per_block_optin`` are the target's, and
+  ``jax._src.lib.cuda_versions`` (None without a CUDA plugin) answers the target's CUDA
+  version, also in modules that imported it as None (upstream's attention_mgpu).
+
+  jax 0.10 to 0.12 infer Mosaic's arch from ``jax.extend.backend.get_default_device()``
+  (``_infer_arch``, in core.py up to 0.10 and utils.py after) and read the SMEM limit
+  from ``jax.local_devices()[0]``; ``cuda_versions`` is private (``jax._src.lib``).
+  jax's caches are cleared on entry and exit: a trace cached under another target (or
+  none) would keep that target's answers."""
+  import sys
+
+  import jax
+  import jax._src.lib as jax_lib   # private: cuda_versions, jax 0.10 .. 0.12
+  from jax.extend import backend
+  device = _TargetDevice(backend.get_default_device(), target)
+  versions = _cuda_versions_for(target)
+  originals = {(backend, "get_default_device"): backend.get_default_device,
+               (jax, "devices"): jax.devices, (jax, "local_devices"): jax.local_devices}
+
+  def listing(original):
+    return lambda *args, **kwargs: original(*args, **kwargs) if args or kwargs else [device]
+
+  patched_versions = getattr(jax_lib, "cuda_versions", None) is None
+  holders = [m for m in list(sys.modules.values())
+             if patched_versions and getattr(m, "__dict__", {}).get("cuda_versions", 0) is None
+             and (getattr(m, "__name__", "") or "").startswith(("jax", "jaxlib"))]
+  jax.clear_caches()
+  backend.get_default_device = lambda: device
+  jax.devices, jax.local_devices = listing(jax.devices), listing(jax.local_devices)
+  if patched_versions:
+    for module in holders + [jax_lib]:
+      module.cuda_versions = versions
+  try:
+    yield device
+  finally:
+    for (owner, name), value in originals.items():
+      setattr(owner, name, value)
+    if patched_versions:   # also modules imported while active, which bound the stand-in
+      for module in list(sys.modules.values()):
+        if getattr(module, "__dict__", {}).get("cuda_versions", None) is versions:
+          module.cuda_versions = None
+    jax.clear_caches()

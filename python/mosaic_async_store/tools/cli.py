@@ -33,7 +33,8 @@ from mosaic_async_store.demo.config import StoreConfig
 from mosaic_async_store.check.memory import CheckerError
 from mosaic_async_store.errors import AsyncStoreError
 from mosaic_async_store.tools.cli_config import (EXIT_MISUSE, Refusal, add_arch_arg,
-                                                 add_config_args, config_from_args,
+                                                 add_config_args, add_target_args,
+                                                 config_from_args,
                                                  glue_dash_values)
 from mosaic_async_store.tools.cli_kernel import (CONFIG_ONLY, check_command,
                                                  compile_kernel_text)
@@ -94,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
   comp.set_defaults(**{CONFIG_ONLY: {a.dest: (a.option_strings[0], a.default)
                                      for a in comp._actions[first:]}})
   add_arch_arg(comp)
+  add_target_args(comp)
   comp.add_argument("--emit", choices=EMIT_KINDS, default="ptx",
                     help="mlir (Mosaic GPU IR as built), ptx, sass, stats (table), "
                     "or plan (this project's store plan + verification, no compiler; "
@@ -117,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MiB the process may grow by during a schedule's run before it "
                    "stops as unfinished (default %d)" % _budget_default("max_memory_mb"))
   chk.add_argument("--json", action="store_true", help="the report as JSON")
+  add_target_args(chk)
   comp.add_argument("--output", "-o", metavar="FILE", help="write here instead of stdout")
   return parser
 
@@ -275,6 +278,9 @@ def _compile_text(args: argparse.Namespace) -> str:
 def _compile(args: argparse.Namespace, out) -> int:
   if args.json and args.emit != "stats":
     raise Refusal(f"--json goes with --emit stats, not --emit {args.emit}")
+  if not args.kernel and (args.sm_count is not None or args.cuda_version is not None):
+    raise Refusal("--sm-count and --cuda-version answer a kernel's device queries; the "
+                  "project's store kernel makes none: drop them, or pass FILE.py:FUNCTION")
   text = compile_kernel_text(args) if args.kernel else _compile_text(args)
   if args.output is None:
     out.write(text)

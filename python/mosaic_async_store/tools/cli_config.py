@@ -135,6 +135,18 @@ def add_arch_arg(p: argparse.ArgumentParser) -> None:
                  f"(Blackwell) (default {DEFAULT_ARCH})")
 
 
+def add_target_args(p: argparse.ArgumentParser) -> None:
+  """--sm-count and --cuda-version: what the kernel's device queries are answered with
+  (tools/device_target.py; defaults: an H100 for sm_90a, a B200 for sm_100a)."""
+  p.add_argument("--sm-count", type=int, default=None, metavar="N",
+                 help="with FILE.py:FUNCTION: the SM count the kernel's device.core_count "
+                 "gets (default: the arch's GPU, 132 for sm_90a (H100), 148 for sm_100a "
+                 "(B200))")
+  p.add_argument("--cuda-version", default=None, metavar="MAJOR.MINOR",
+                 help="with FILE.py:FUNCTION: the CUDA version the kernel's cuda_versions "
+                 "queries get (default 13.0, the toolchain's ptxas)")
+
+
 def config_from_args(args: argparse.Namespace) -> StoreConfig:
   """The ``StoreConfig`` of parsed ``compile`` flags; its refusals as a ``Refusal`` in
   the CLI's terms."""

@@ -40,10 +40,32 @@ def _library_call(fn, *args, **kwargs):
     raise
 
 
-def _load(target: str):
+def _target_kwargs(args: argparse.Namespace) -> dict:
+  """``sm_count`` / ``cuda_version`` of ``compile_kernel`` and ``check`` from --sm-count
+  and --cuda-version (only those given)."""
+  from mosaic_async_store.tools.device_target import parse_cuda_version
+  out = {}
+  if args.sm_count is not None:
+    if args.sm_count < 1:
+      raise Refusal(f"--sm-count {args.sm_count}: must be >= 1 (e.g. --sm-count 132)")
+    out["sm_count"] = args.sm_count
+  if args.cuda_version is not None:
+    try:
+      out["cuda_version"] = parse_cuda_version(args.cuda_version)
+    except ValueError as e:
+      raise Refusal(str(e)) from None
+  return out
+
+
+def _load(target: str, arch: str = "sm_90a", kwargs: dict | None = None):
+  """FUNCTION() of FILE, run while the device queries are answered for the target (a
+  FUNCTION may size its problem by the SM count)."""
+  from mosaic_async_store import compat
+  from mosaic_async_store.tools.device_target import device_target
   from mosaic_async_store.tools.user_kernel import load_target
   try:
-    return load_target(target)
+    with compat.answer_device_queries(device_target(arch, **(kwargs or {}))):
+      return load_target(target)
   except ValueError as e:
     raise Refusal(str(e)) from None
 
@@ -79,12 +101,17 @@ def compile_kernel_text(args: argparse.Namespace) -> str:
   """What ``compile FILE.py:FUNCTION --emit E`` prints."""
   from mosaic_async_store.tools import user_kernel
   _refuse_store_flags(args)
-  fn, arrays = _load(args.kernel)
+  from mosaic_async_store import compat
+  from mosaic_async_store.tools.device_target import device_target
+  target = _target_kwargs(args)
+  fn, arrays = _load(args.kernel, args.arch, target)
   if args.emit == "mlir":
-    specs, _ = _library_call(user_kernel.kernel_specs, fn, arrays)
-    module = _library_call(user_kernel.lower_kernel, fn, specs)
+    with compat.answer_device_queries(device_target(args.arch, **target)):
+      specs, _ = _library_call(user_kernel.kernel_specs, fn, arrays)
+      module = _library_call(user_kernel.lower_kernel, fn, specs)
     return module.operation.get_asm(enable_debug_info=False)
-  compiled = _library_call(user_kernel.compile_kernel, fn, *arrays, arch=args.arch)
+  compiled = _library_call(user_kernel.compile_kernel, fn, *arrays, arch=args.arch,
+                           **target)
   if args.emit != "stats":
     return {"ptx": compiled.ptx, "sass": compiled.sass}[args.emit]
   if args.json:
@@ -111,9 +138,10 @@ def check_command(args: argparse.Namespace, out) -> int:
       raise Refusal(f"{flag} {value}: must be >= 1 (default {getattr(DEFAULT, name)})")
     if value is not None:
       limits[name] = value
-  fn, arrays = _load(args.target)
+  target = _target_kwargs(args)
+  fn, arrays = _load(args.target, "sm_90a", target)
   report = _library_call(check_kernel.check, fn, *arrays, schedules=args.schedules,
-                         budget=Budget(**limits))
+                         budget=Budget(**limits), **target)
   if args.json:
     out.write(json.dumps(check_kernel.report_json(report), indent=2) + "\n")
   else:

@@ -200,29 +200,60 @@ def first_error(message: str) -> str:
   return f"{lines[0].split(':')[0]}: {first}" + (f" ({note[:200]})" if note else "")
 
 
-def compile_kernel(fn, *args, arch: str = "sm_90a", keep_dir=None):
+def compile_kernel(fn, *args, arch: str = "sm_90a", sm_count: int | None = None,
+                   cuda_version: int | None = None, keep_dir=None):
   """Compiles the kernel ``fn`` (a Pallas MGPU or Mosaic GPU kernel) for ``arch`` on
   the CPU, traced with the NumPy arrays ``args``: its MLIR, PTX, cubin, SASS and static
   counts (``toolchain.Compiled``; ``stats.asynchronous`` counts TMA, bulk groups, WGMMA,
-  st.async/red.async, barriers and setmaxnreg).
+  tcgen05, st.async/red.async, barriers and setmaxnreg).
+
+  The kernel's device queries (its SM count, the compute capability Mosaic builds for,
+  the CUDA version) are answered for ``arch``'s default GPU (an H100 for sm_90a, a B200
+  for sm_100a: ``device_target.DEFAULTS``), with ``sm_count`` and ``cuda_version``
+  (1000 * major + 10 * minor, e.g. 12080) replacing its values where given.
 
   Raises:
-    AsyncStoreError / TypeError: a bad ``fn``, ``args`` or ``arch``; an exception in
-      the kernel's own code (its type, message and line); a tool's refusal (its first
-      error line, e.g. WGMMA for sm_100a, which has no wgmma).
+    AsyncStoreError / TypeError: a bad ``fn``, ``args``, ``arch``, ``sm_count`` or
+      ``cuda_version``; an exception in the kernel's own code (its type, message and
+      line); a tool's refusal (its first error line): a construct the arch lacks (e.g.
+      WGMMA for sm_100a) names the arch to use, a module mlir-opt cannot take (a skew
+      of this project's toolchain) says to report it.
     ToolchainError: a tool of the deviceless toolchain is missing.
   """
+  from mosaic_async_store import compat
   from mosaic_async_store.tools import toolchain
-  toolchain.check_arch(arch)
-  specs, _ = kernel_specs(fn, args)
-  module = lower_kernel(fn, specs)
+  from mosaic_async_store.tools.device_target import device_target
+  target = device_target(arch, sm_count=sm_count, cuda_version=cuda_version)
+  with compat.answer_device_queries(target):
+    specs, _ = kernel_specs(fn, args)
+    module = lower_kernel(fn, specs)
   try:
     return toolchain.compile_module(module, arch, keep_dir=keep_dir)
   except toolchain.CompileError as e:
     said = first_error(str(e))
-    fix = ("compile it for arch='sm_90a': WGMMA exists on sm_90a only (sm_100a and newer "
-           "multiply with tcgen05)" if "wgmma" in said.lower() and arch != "sm_90a" else
-           "change the construct the tool names, or report it if upstream's GPU path "
-           "compiles it")
     raise refuse("fn", _brief(fn), f"a kernel the deviceless toolchain compiles for {arch}"
-                 f" ({said})", fix) from None
+                 f" ({said})", _compile_fix(said, arch)) from None
+
+
+# A construct some archs lack: (word in the tool's error, the archs without it, the arch
+# to compile for instead, why).
+_ARCH_ONLY = (("wgmma", ("sm_100a", "sm_103a"), "sm_90a",
+               "WGMMA exists on sm_90a only (sm_100a and newer multiply with tcgen05)"),
+              ("tcgen05", ("sm_90a",), "sm_100a",
+               "tcgen05 and tensor memory exist on sm_100a and newer"))
+
+
+def _compile_fix(said: str, arch: str) -> str:
+  """The fix of a refusal: another arch where the construct is one ``arch`` lacks;
+  "report it" where mlir-opt refused upstream's module (jaxlib built and verified it, so
+  the cause is a skew of this project's toolchain, ``mlir_skew``); else the construct."""
+  low = said.lower()
+  for word, lacking, home, why in _ARCH_ONLY:
+    if word in low and arch in lacking:
+      return f"compile it for arch='{home}': {why}"
+  if low.startswith("mlir-opt"):
+    return ("this is a gap in this project's deviceless toolchain, not in the kernel: "
+            "report it (with the kernel and the line above), since jaxlib built and "
+            "verified this module")
+  return ("change the construct the tool names, or report it if upstream's GPU path "
+          "compiles it")

@@ -1,0 +1,177 @@
+"""Every kernel of jax's ``experimental/pallas/ops/gpu/``, as a user would compile it.
+
+``KERNELS`` lists each Pallas MGPU kernel that one device runs, with the archs it is
+written for and a small problem: ``case.make()`` returns ``(fn, arrays)``, exactly
+what ``FUNCTION()`` returns for ``compile FILE.py:FUNCTION``, built from upstream's own
+public entry point and ``TuningConfig`` (sizes cut to one or a few tiles, so that a
+compile takes about a second).  ``NOT_APPLICABLE`` names every other module of that
+folder with the reason it is not compiled here; test/unit/test_upstream_ops.py checks
+that the two together cover the folder, so a kernel that a new jax adds is never
+skipped silently.  The table of docs/jax-versions.md is this module's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+from typing import Callable
+
+import numpy as np
+
+__all__ = ["Case", "KERNELS", "NOT_APPLICABLE", "PACKAGE", "module_of", "ops_modules"]
+
+PACKAGE = "jax.experimental.pallas.ops.gpu"
+HOPPER, BLACKWELL = ("sm_90a",), ("sm_100a",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+  """One upstream kernel and problem.
+
+  Attributes:
+    name: the case's id (module, then variant).
+    module: the module of ``PACKAGE`` that defines the kernel.
+    archs: the targets it is written for (WGMMA: sm_90a; tcgen05: sm_100a).
+    build: module -> (fn, arrays).
+  """
+
+  name: str
+  module: str
+  archs: tuple[str, ...]
+  build: Callable
+
+  def make(self):
+    """``(fn, arrays)`` for ``compile_kernel(fn, *arrays, arch=...)``; raises
+    ImportError where this jax has no such module."""
+    return self.build(module_of(self.module))
+
+
+def module_of(name: str):
+  return importlib.import_module(f"{PACKAGE}.{name}")
+
+
+def ops_modules() -> list[str]:
+  """The modules of ``PACKAGE`` in this jax (without ``__init__``)."""
+  import pkgutil
+  package = importlib.import_module(PACKAGE)
+  return sorted(m.name for m in pkgutil.iter_modules(package.__path__))
+
+
+def _zeros(*shapes_and_dtypes):
+  return tuple(np.zeros(shape, dtype) for shape, dtype in shapes_and_dtypes)
+
+
+def _f16(*shapes):
+  return _zeros(*[(s, np.float16) for s in shapes])
+
+
+def _takes_bias(mod) -> bool:
+  """jax 0.12's ``matmul(a, b, c, config)`` takes a bias ``c`` (None here); 0.10's
+  ``matmul(a, b, config)`` does not."""
+  import inspect
+  return "c" in inspect.signature(mod.matmul).parameters
+
+
+def _hopper(cluster: bool):
+  def build(mod):
+    dim = mod.MatmulDimension
+    config = mod.TuningConfig(tile_m=128, tile_n=128, tile_k=64, max_concurrent_steps=2,
+                              cluster_dimension=dim.M if cluster else None)
+    # (two consumer warpgroups split N: a CTA's tile is 128 x 256; a cluster along M
+    # is two of them)
+    a, b = _f16((256 if cluster else 128, 128), (128, 256))
+    if _takes_bias(mod):
+      return (lambda x, y: mod.matmul(x, y, None, config)), (a, b)
+    return (lambda x, y: mod.matmul(x, y, config)), (a, b)
+  return build
+
+
+def _mixed(mod):
+  import jax.numpy as jnp
+  config = mod.TuningConfig(tile_m=128, tile_n=128, tile_k=64, max_concurrent_steps=2)
+  a, b = np.zeros((128, 128), np.int8), np.zeros((128, 256), jnp.bfloat16)
+  return (lambda x, y: mod.mixed_matmul_kernel(x, y, out_dtype=jnp.bfloat16, config=config),
+          (a, b))
+
+
+def _group_sizes(groups: int, total: int):
+  return np.full((groups,), total // groups, np.int32)
+
+
+def _ragged(transpose_rhs: bool):
+  def build(mod):
+    m, k, n, g = 256, 128, 128, 2
+    lhs, = _f16((m, k))
+    rhs, = _f16((g, n, k) if transpose_rhs else (g, k, n))
+    fn = lambda x, y, s: mod.ragged_dot(x, y, group_sizes=s, block_m=64, block_n=64,
+                                        block_k=64, max_concurrent_steps=2, grid_block_n=1,
+                                        **({"transpose_rhs": True} if transpose_rhs else {}))
+    return fn, (lhs, rhs, _group_sizes(g, m))
+  return build
+
+
+def _transposed_ragged(mod):
+  k, m, n, g = 256, 128, 128, 2
+  lhs, rhs = _f16((k, m), (k, n))
+  fn = lambda x, y, s: mod.transposed_ragged_dot(x, y, group_sizes=s, block_m=64,
+                                                 block_n=64, block_k=64,
+                                                 max_concurrent_steps=2, grid_block_n=1)
+  return fn, (lhs, rhs, _group_sizes(g, k))
+
+
+def _attention(mod):
+  config = mod.TuningConfig(block_q=64, block_kv=64, max_concurrent_steps=2)
+  q, k, v = _f16((1, 128, 2, 64), (1, 128, 2, 64), (1, 128, 2, 64))
+  return functools.partial(mod.attention, config=config), (q, k, v)
+
+
+def _blackwell_matmul(collective: bool):
+  def build(mod):
+    config = mod.TuningConfig(tile_m=128, tile_n=128, tile_k=64, max_concurrent_steps=2,
+                              collective=collective)
+    size = 512 if collective else 256   # a collective tile is 2x2 tiles of a CTA pair
+    a, b = _f16((size, 128), (128, size))
+    return functools.partial(mod.matmul_kernel, config=config), (a, b)
+  return build
+
+
+def _blackwell_ragged(mod):
+  """Collective (a CTA pair): the kernel reads its cluster index (axis "x") whether or
+  not it is collective, and names that axis only when it is (upstream, jax 0.10 to 0.12),
+  so only the collective form traces."""
+  matmul = module_of("blackwell_matmul_mgpu")
+  config = mod.TuningConfig(tile_m=128, tile_n=128, tile_k=64, max_concurrent_steps=2,
+                            collective=True, grid_tile_width=1,
+                            grid_minor_dim=matmul.MatmulDimension.N)
+  m, k, n, g = 512, 128, 256, 2
+  a, b = _f16((m, k), (g, k, n))
+  return (lambda x, y, s: mod.ragged_dot_kernel(x, y, s, config=config),
+          (a, b, _group_sizes(g, m)))
+
+
+KERNELS: tuple[Case, ...] = (
+    Case("hopper_matmul", "hopper_matmul_mgpu", HOPPER, _hopper(cluster=False)),
+    Case("hopper_matmul_cluster", "hopper_matmul_mgpu", HOPPER, _hopper(cluster=True)),
+    Case("hopper_mixed_type_matmul", "hopper_mixed_type_matmul_mgpu", HOPPER, _mixed),
+    Case("ragged_dot", "ragged_dot_mgpu", HOPPER, _ragged(transpose_rhs=False)),
+    Case("ragged_dot_transpose_rhs", "ragged_dot_mgpu", HOPPER, _ragged(transpose_rhs=True)),
+    Case("transposed_ragged_dot", "transposed_ragged_dot_mgpu", HOPPER, _transposed_ragged),
+    Case("attention", "attention_mgpu", HOPPER, _attention),
+    Case("blackwell_matmul", "blackwell_matmul_mgpu", BLACKWELL,
+         _blackwell_matmul(collective=False)),
+    Case("blackwell_matmul_collective", "blackwell_matmul_mgpu", BLACKWELL,
+         _blackwell_matmul(collective=True)),
+    Case("blackwell_ragged_dot", "blackwell_ragged_dot_mgpu", BLACKWELL, _blackwell_ragged),
+)
+
+# Modules of PACKAGE that are not compiled here, with the reason.
+_TRITON = "a Pallas Triton kernel (jax.experimental.pallas.triton), not Mosaic GPU"
+NOT_APPLICABLE: dict[str, str] = {
+    "attention": _TRITON,
+    "decode_attention": _TRITON,
+    "paged_attention": _TRITON,
+    "layer_norm": _TRITON,
+    "rms_norm": _TRITON,
+    "softmax": _TRITON,
+}
