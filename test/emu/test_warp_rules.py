@@ -179,3 +179,119 @@ def test_a_write_next_to_nc_read_bytes_passes(schedule):
   """Word 5 is read with .nc, word 6 written: different bytes."""
   _launch(_NC_WRITTEN.format(first=_NC_LOAD, second=_NC_WRITE.replace("+20", "+24")),
           schedule)
+
+
+# -- redux.sync and match.sync ------------------------------------------------------
+
+_COLLECTIVES = """
+  ld.param.u64 %rd1, [k_param_0];
+  ld.param.u64 %rd4, [k_param_1];
+  cvta.to.global.u64 %rd4, %rd4;
+  mul.wide.u32 %rd2, %r1, 4;
+  add.s64 %rd5, %rd4, %rd2;
+  ld.global.u32 %r3, [%rd5];
+  shr.u32 %r4, %r3, 29;
+  mov.b32 %r6, MASK;
+  shr.u32 %r5, %r6, %r1;
+  and.b32 %r5, %r5, 1;
+  setp.ne.u32 %p1, %r5, 0;
+  setp.ne.u32 %p2, %r1, %r1;
+  setp.ne.u32 %p3, %r1, %r1;
+  mov.u32 %r10, 0; mov.u32 %r11, 0; mov.u32 %r12, 0; mov.u32 %r13, 0;
+  mov.u32 %r14, 0; mov.u32 %r15, 0; mov.u32 %r16, 0; mov.u32 %r17, 0;
+  mov.u32 %r18, 0; mov.u32 %r19, 0; mov.u32 %r21, 0; mov.u32 %r22, 0;
+  cvt.u64.u32 %rd6, %r4;
+  shl.b64 %rd6, %rd6, 33;
+  or.b64 %rd6, %rd6, 5;
+  mov.u64 %rd7, 0x70000000000;
+  @%p1 redux.sync.add.u32 %r10, %r3, MASK;
+  @%p1 redux.sync.min.s32 %r11, %r3, MASK;
+  @%p1 redux.sync.max.u32 %r12, %r3, MASK;
+  @%p1 redux.sync.min.u32 %r13, %r3, MASK;
+  @%p1 redux.sync.max.s32 %r14, %r3, MASK;
+  @%p1 redux.sync.and.b32 %r15, %r3, MASK;
+  @%p1 redux.sync.or.b32 %r16, %r3, MASK;
+  @%p1 redux.sync.xor.b32 %r17, %r3, MASK;
+  @%p1 match.any.sync.b32 %r18, %r4, MASK;
+  @%p1 match.all.sync.b32 %r19|%p2, %r4, MASK;
+  selp.u32 %r20, 1, 0, %p2;
+  @%p1 match.any.sync.b64 %r21, %rd6, MASK;
+  @%p1 match.all.sync.b64 %r22|%p3, %rd7, MASK;
+  selp.u32 %r23, 1, 0, %p3;
+  mul.wide.u32 %rd2, %r1, 64;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.v4.u32 [%rd3], {%r10, %r11, %r12, %r13};
+  st.global.v4.u32 [%rd3+16], {%r14, %r15, %r16, %r17};
+  st.global.v4.u32 [%rd3+32], {%r18, %r19, %r20, %r21};
+  st.global.v2.u32 [%rd3+48], {%r22, %r23};
+"""
+_MASKS = [0xFFFFFFFF, 0x0000FFFF, 0x55555555, 0xF0F0F00F, 0x00000080]
+
+
+def _collectives_reference(mask, data):
+  """Per lane the 14 words _COLLECTIVES stores (NumPy's fixed-width integers)."""
+  lanes = [i for i in range(32) if mask >> i & 1]
+  v = data[lanes].astype(np.uint32)
+  s = v.view(np.int32)
+  small = v >> 29
+  allsame = int(len(set(small.tolist())) == 1)
+  out = np.zeros((32, 16), np.uint32)
+  for i, lane in enumerate(lanes):
+    same = sum(1 << l for l, w in zip(lanes, small) if w == small[i])
+    out[lane, :14] = [np.uint32(v.sum(dtype=np.uint64) & 0xFFFFFFFF), np.uint32(s.min()),
+                      v.max(), v.min(), np.uint32(s.max()),
+                      np.bitwise_and.reduce(v), np.bitwise_or.reduce(v),
+                      np.bitwise_xor.reduce(v), same, mask if allsame else 0, allsame,
+                      same, mask, 1]
+  return out
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("mask", _MASKS, ids=hex)
+def test_redux_and_match_match_a_numpy_reference(schedule, mask):
+  rng = np.random.default_rng(mask % 1000)
+  data = rng.integers(0, 1 << 32, 32, dtype=np.uint64).astype(np.uint32)
+  data[3] = 0x80000000   # the most negative s32, beside large unsigned words
+  out = _launch(_COLLECTIVES.replace("MASK", f"{mask:#x}"), schedule, words=512,
+                inputs=np.resize(data, 512))
+  want = _collectives_reference(mask, data)
+  assert out.reshape(32, 16)[:, :14].tolist() == want[:, :14].tolist()
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_match_all_over_equal_values_sets_the_mask_and_predicate(schedule):
+  data = np.full(512, 0x40000001, np.uint32)   # every lane's value alike
+  out = _launch(_COLLECTIVES.replace("MASK", "0xffffffff"), schedule, words=512, inputs=data)
+  rows = out.reshape(32, 16)
+  assert (rows[:, 9] == 0xFFFFFFFF).all() and (rows[:, 10] == 1).all()
+  assert (rows[:, 8] == 0xFFFFFFFF).all()
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("stmt", ["redux.sync.add.u32 %r3, %r1, 0xffff;",
+                                  "match.any.sync.b32 %r3, %r1, 0xffff;",
+                                  "match.all.sync.b64 %r3|%p2, %rd1, 0xffff;"])
+def test_redux_or_match_by_a_lane_outside_its_membermask_is_reported(schedule, stmt):
+  """Every lane runs it with the mask of lanes 0..15: lanes 16..31 are outside it."""
+  err = _rule(f"  mov.u64 %rd1, 9;\n  {stmt}\n", schedule)
+  assert err.rule == "collective-mask" and "which does not name it" in str(err)
+  assert err.thread is not None and err.thread % 32 >= 16
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_redux_waits_for_its_member_lanes_at_any_call_site(schedule):
+  """Lanes 0..15 and 16..31 reach redux.sync at two call sites: they meet (sm_70+)."""
+  out = _launch("""
+  ld.param.u64 %rd1, [k_param_0];
+  setp.lt.u32 %p1, %r1, 16;
+  @%p1 bra LOW;
+  redux.sync.add.u32 %r3, %r1, -1;
+  bra.uni DONE;
+LOW:
+  redux.sync.add.u32 %r3, %r1, -1;
+DONE:
+  mul.wide.u32 %rd2, %r1, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r3;
+""", schedule)
+  assert out[:32].tolist() == [sum(range(32))] * 32

@@ -88,7 +88,8 @@ RULES = {
                   "cache in non-coherent read-only cache\"): the bytes it reads must be "
                   "read-only for the whole kernel (CUDA Programming Guide, read-only data "
                   "cache); any write of the kernel to them is reported",
-    "collective-mask": "PTX ISA, shfl.sync / vote.sync / elect.sync / bar.warp.sync: the "
+    "collective-mask": "PTX ISA, shfl.sync / vote.sync / elect.sync / redux.sync / "
+                       "match.sync / bar.warp.sync: the "
                        "behavior is undefined if the executing thread is not in the "
                        "membermask",
     "aligned-divergence": "PTX ISA, .aligned: all threads in the warp must execute the "

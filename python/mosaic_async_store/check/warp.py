@@ -1,8 +1,10 @@
 """Warp collectives of the PTX checker: ``shfl.sync``, ``vote.sync``, ``elect.sync``,
-``bar.warp.sync``, and the meeting of the ``.sync.aligned`` matrix collectives
-(``ldmatrix`` / ``stmatrix``, whose data movement is access.py's).
+``redux.sync``, ``match.sync``, ``bar.warp.sync``, and the meeting of the
+``.sync.aligned`` matrix collectives (``ldmatrix`` / ``stmatrix``, whose data movement
+is access.py's).
 
-What the ISA says (PTX ISA, shfl.sync / vote.sync / elect.sync / bar.warp.sync), and
+What the ISA says (PTX ISA, shfl.sync / vote.sync / elect.sync / redux.sync /
+match.sync / bar.warp.sync), and
 how it is run:
   * a ``.sync`` collective "causes executing thread to wait until all non-exited
     threads corresponding to membermask have executed [it] with the same qualifiers
@@ -29,6 +31,9 @@ calls ``meet`` with the waiting lanes when a meeting may complete.
 
 from __future__ import annotations
 
+import functools
+import operator
+
 import numpy as np
 
 from mosaic_async_store.check import program, run
@@ -38,7 +43,7 @@ from mosaic_async_store.check.ops import UNDEFINED
 from mosaic_async_store.check.outcomes import BLOCK
 
 __all__ = ["Meeting", "meet", "warp_lanes", "live_lanes", "sync_collective", "aligned_collective",
-           "shfl", "vote", "elect", "warp_sync", "OPCODES"]
+           "shfl", "vote", "elect", "redux", "match", "warp_sync", "OPCODES"]
 
 FULL = 0xFFFFFFFF
 
@@ -212,6 +217,59 @@ def elect(k, ins):
   return sync_collective(k, ins.opcode, ins.src[1], lambda th: None, resolve, finish)
 
 
+_REDUX = {("add", "u32"), ("add", "s32"), ("min", "u32"), ("min", "s32"), ("max", "u32"),
+          ("max", "s32"), ("and", "b32"), ("or", "b32"), ("xor", "b32")}
+
+
+def redux(k, ins):
+  """``redux.sync.op.type dst, src, membermask``: every lane that met gets ``.op`` of
+  their ``src`` (PTX ISA, redux.sync: "performs a reduction operation .op of the 32
+  bit source register src across all non-exited threads in the membermask"; ".add"
+  is "truncated to 32 bits").  The ``.f32`` forms (``.abs``, ``.NaN``) need sm_100a:
+  refused."""
+  form = tuple(ins.mods[1:]) if ins.mods[:1] == ["sync"] else ()
+  if form not in _REDUX or len(ins.ops) != 3 or ins.ops[0][0] != "reg" or ins.src[1] is None:
+    raise NotImplementedError(f"opcode {ins.opcode}")
+  op, t = form
+  put, src = program.setter(ins.ops[0], 32), ins.src[1]
+  sv = (lambda v: v - (1 << 32) if v >> 31 else v) if t == "s32" else (lambda v: v)
+  fold = {"add": sum, "min": min, "max": max,
+          "and": lambda vs: functools.reduce(operator.and_, vs),
+          "or": lambda vs: functools.reduce(operator.or_, vs),
+          "xor": lambda vs: functools.reduce(operator.xor, vs)}[op]
+
+  def resolve(lanes, values):
+    return [fold([sv(v) for v in values]) & FULL] * len(lanes)
+  return sync_collective(k, ins.opcode, ins.src[2], lambda th: src(th) & FULL, resolve, put)
+
+
+def match(k, ins):
+  """``match.any.sync.type d, a, membermask`` / ``match.all.sync.type d{|p}, a,
+  membermask`` (.b32, .b64), over the lanes that met (PTX ISA, match.sync: "broadcast
+  and compare of operand a across all non-exited threads in membermask"): .any: d is
+  the mask of those lanes whose ``a`` equals the lane's own; .all: d is the mask of
+  those lanes if all their ``a`` are equal, else 0, and p whether they are."""
+  mode = ins.mods[0] if ins.mods[1:2] == ["sync"] and len(ins.mods) == 3 else None
+  if mode not in ("any", "all") or ins.mods[2] not in ("b32", "b64") or len(ins.ops) != 3 or \
+     ins.src[1] is None or ins.ops[0][0] not in (("reg",) if mode == "any" else ("reg", "pair")):
+    raise NotImplementedError(f"opcode {ins.opcode}")
+  dest = ins.ops[0][1:] if ins.ops[0][0] == "pair" else (ins.ops[0],)
+  puts = [program.setter(dest[0], 32)] + [program.setter(o, 1) for o in dest[1:]]
+  a, vmask = ins.src[1], (1 << ins.bits) - 1
+
+  def resolve(lanes, values):
+    bits = [1 << (th.tid % 32) for th in lanes]
+    if mode == "any":
+      return [(sum(b for b, w in zip(bits, values) if w == v), 0) for v in values]
+    same = int(len(set(values)) == 1)
+    return [(sum(bits) if same else 0, same)] * len(lanes)
+
+  def finish(th, result):
+    for put, v in zip(puts, result):
+      put(th, v)
+  return sync_collective(k, ins.opcode, ins.src[2], lambda th: a(th) & vmask, resolve, finish)
+
+
 def warp_sync(k, mask):
   """``bar.warp.sync membermask``: the member lanes meet, and each one's earlier
   accesses happen before every member's later ones (PTX ISA, bar.warp.sync: it
@@ -232,6 +290,17 @@ OPCODES = {
                                  "shfl.sync.bfly.b32 %r1|%p1, %r2, 1, 31, -1"),
                    ("shfl.sync.up.b32 %r1, %r2, 1, 0, -1",)),
     "elect": Opcode(elect, ("elect.sync %r1|%p1, -1",)),
+    "redux": Opcode(redux, ("redux.sync.add.u32 %r1, %r2, -1",
+                            "redux.sync.min.s32 %r1, %r2, %r3",
+                            "redux.sync.max.u32 %r1, %r2, 0xff",
+                            "redux.sync.xor.b32 %r1, %r2, -1"),
+                    ("redux.sync.min.f32 %f1, %f2, -1", "redux.sync.add.u64 %rd1, %rd2, -1",
+                     "redux.sync.and.u32 %r1, %r2, -1", "redux.add.u32 %r1, %r2, -1")),
+    "match": Opcode(match, ("match.any.sync.b32 %r1, %r2, -1",
+                            "match.all.sync.b64 %r1|%p1, %rd2, %r3",
+                            "match.all.sync.b32 %r1, %r2, -1"),
+                    ("match.any.sync.b32 %r1|%p1, %r2, -1", "match.any.sync.u32 %r1, %r2, -1",
+                     "match.sync.b32 %r1, %r2, -1")),
     "vote": Opcode(vote, ("vote.sync.all.pred %p1, %p2, -1", "vote.sync.any.pred %p1, %p2, -1",
                            "vote.sync.uni.pred %p1, %p2, -1",
                            "vote.sync.ballot.b32 %r1, %p2, -1",
