@@ -1,6 +1,7 @@
 """Float mul/add/sub without a rounding modifier (check/contraction.py): the code
-generator may contract them into one fma, so the checker accepts the sequence only
-where both results agree, and refuses it by name where they differ.
+generator may contract them into one fma, so where both results differ the checker
+runs the kernel under each: schedule 0 unfused, schedule 1 fused, the others either
+(per pair of instructions, for the whole run).
 
 PTX ISA, add / mul (floating point): "mul/add sequences with no rounding modifiers may
 be optimized to use fused-multiply-add instructions on the target device".
@@ -11,7 +12,7 @@ import pytest
 
 from mosaic_async_store.check import check_ptx
 from mosaic_async_store.check.interp import PtxKernel
-from mosaic_async_store.errors import AsyncStoreError
+from mosaic_async_store.check.memory import SCHEDULES
 from mosaic_async_store.tools import toolchain
 from test_interp_features import kernel
 
@@ -43,9 +44,9 @@ def _ptx(mul="mul.f32", combine="add.f32 %f5, %f4, %f3;", via_mov=False):
 DONE:""", regs=".reg .f32 %f<8>;")
 
 
-def _run(ptx, words):
+def _run(ptx, words, schedule=0):
   [out] = PtxKernel(ptx).launch([np.array(words + [0], np.uint32)], cluster=1,
-                                smem_bytes=16, block=32)
+                                smem_bytes=16, block=32, schedule=schedule)
   return int(out.view(np.uint32)[3])
 
 
@@ -57,26 +58,35 @@ _DIFFERING = {
 }
 
 
+# (These three were refused by name before the checker ran both results; each now
+# runs, unfused in schedule 0 and fused in schedule 1.)
+@pytest.mark.parametrize("schedule", [0, 1])
 @pytest.mark.parametrize("name", list(_DIFFERING))
-def test_a_contractible_sum_whose_results_differ_is_refused(name):
+def test_a_contractible_sum_whose_results_differ_runs_each_way(name, schedule):
   ptx = _DIFFERING[name]
   words = _TIE if "sub" not in name else [_TIE[0], _TIE[1], _TIE[2] ^ 0x80000000]
-  with pytest.raises(NotImplementedError, match="contract them into one fma") as e:
-    _run(ptx, words)
-  assert "PTX line" in str(e.value) and "rounding modifier (.rn)" in str(e.value)
+  assert _run(ptx, words, schedule) == (_FUSED if schedule == 1 else _TWICE)
 
 
-def test_other_minus_a_product_is_refused_with_the_fused_form_it_would_have():
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_every_schedule_computes_one_of_the_two_legal_results(schedule):
+  assert _run(_DIFFERING["mul then add"], _TIE, schedule) in (_FUSED, _TWICE)
+
+
+def test_other_minus_a_product_runs_with_the_fused_form_in_schedule_1():
   # c - a*b with c = 1 + 2**-11 + 2**-22: 2**-22 rounded twice, 3 * 2**-24 fused
   ptx = _ptx(combine="sub.f32 %f5, %f3, %f4;")
-  with pytest.raises(NotImplementedError, match="0x34800000 rounded twice, 0x34400000 fused"):
-    _run(ptx, [_TIE[0], _TIE[1], 0x3F801002])
+  words = [_TIE[0], _TIE[1], 0x3F801002]
+  assert _run(ptx, words, 0) == 0x34800000
+  assert _run(ptx, words, 1) == 0x34400000
 
 
-def test_check_ptx_refuses_it_as_a_limit_not_a_finding():
+def test_check_ptx_accepts_it_and_reports_the_first_schedules_outputs():
   words = np.array(_TIE + [0], np.uint32)
-  with pytest.raises(AsyncStoreError, match="contract them into one fma"):
-    check_ptx(_ptx(), [words], smem_bytes=16, block=32, cluster=(1, 1, 1))
+  report = check_ptx(_ptx(), [words], smem_bytes=16, block=32, cluster=(1, 1, 1),
+                     schedules=3)
+  assert report.ok, report.findings
+  assert int(report.outputs[0].view(np.uint32)[3]) == _TWICE   # schedule 0's: unfused
 
 
 @pytest.mark.parametrize("mul,combine,want", [

@@ -101,8 +101,8 @@ def _write(k, buf, off, size, values, red, *, weak):
     return
   for i, new in enumerate(values):
     at = slice(off + i * size, off + (i + 1) * size)
-    buf[at] = (reduce_op(*red, int.from_bytes(buf[at], "little"), new) if red else
-               new).to_bytes(size, "little")
+    buf[at] = (reduce_op(*red, int.from_bytes(buf[at], "little"), new,
+                         shared=id(buf) in k.smem_cta) if red else new).to_bytes(size, "little")
 
 
 def _async_fn(k, addr, vals, size, red, mbar):

@@ -21,7 +21,9 @@ half is the first lane):
   bf16 to f32 (exact), and the packing forms ``cvt.rn.f16x2.f32``,
   ``cvt.rn.bf16x2.f32`` and ``cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32`` (``d = {a, b}``
   with ``a`` in the upper half; ``.satfinite`` clamps to the largest finite
-  value).
+  value);
+* ``red.add`` / ``atom.add`` of f32, f16, bf16, f16x2, bf16x2 (``reduce_add``): f32
+  flushes subnormals on global memory, not on shared memory (PTX ISA, red / atom).
 
 Refused at run time (``NotImplementedError``): an arithmetic result that is NaN
 (the ISA does not fix its bit pattern), ``min``/``max`` of two zeros of
@@ -35,10 +37,12 @@ between floats and integers, ...).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from fractions import Fraction
 
-__all__ = ["FLOAT_OPS", "FLOAT_TYPE", "FORMATS", "Format", "float_op", "float_cvt"]
+__all__ = ["FLOAT_OPS", "FLOAT_TYPE", "FORMATS", "Format", "float_op", "float_cvt",
+           "reduce_add"]
 
 # A floating-point type qualifier: f16, f32, f64, bf16, f16x2, bf16x2, tf32, e4m3x2, ...
 FLOAT_TYPE = re.compile(r"^(b?f\d|tf\d|e\dm\d)")
@@ -236,6 +240,26 @@ def float_op(base: str, mods: list[str], opcode: str):
         f"opcode {opcode} (the checker runs f32/f16/bf16 and f16x2/bf16x2 add, sub, mul, "
         "fma with a rounding mode, neg, abs, min, max{.NaN}, with .ftz on f32/f16)")
   return _packed(_lane_op(base, fmt, mods[:-1], opcode), lanes, fmt.bits)
+
+
+def reduce_add(t: str, old: int, new: int, *, shared: bool) -> int:
+  """The bit pattern ``red.add`` / ``atom.add`` of float type ``t`` leaves in memory
+  (``shared``: the location is in shared memory, whatever the address's spelling).
+
+  PTX ISA, red / atom: "The floating-point operation .add operation rounds to nearest
+  even.  Current implementation of red.add.f32 on global memory flushes subnormal
+  inputs and results to sign-preserving zero; whereas red.add.f32 on shared memory
+  supports subnormal inputs and results and doesn't flush them to zero" (atom.add.f32
+  the same); the 16-bit forms need ``.noftz``, which "preserves subnormal inputs and
+  results".  So: one rounding to nearest even, flushed (``.ftz``) for f32 outside
+  shared memory only.  A NaN result is refused (its bit pattern is not fixed)."""
+  return _reduce_fn(t, t == "f32" and not shared)(old, new)
+
+
+@functools.lru_cache(maxsize=None)
+def _reduce_fn(t, ftz):
+  return float_op("add", ["rn", "ftz", t] if ftz else ["rn", t],
+                  f"red.add.{t} ({'global' if ftz else 'shared'} memory)")
 
 
 def float_cvt(mods: list[str], opcode: str, nsrc: int):

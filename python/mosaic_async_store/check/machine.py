@@ -16,9 +16,11 @@ scheduler in ``run``.  Its state, by what it models (each attribute is set by
     ``memory.Shadow``), ``smem_cta`` (buffer id -> CTA), ``gbufs`` / ``gshadow``
     (the global buffers and their history, ``global_memory``), ``param_buf`` (the
     kernel parameters), ``flags`` (each strongly written location's release state,
-    ``strong``), ``remote_arrivals`` (other CTAs' arrivals on a CTA's mbarriers: the
-    exit rule), ``observed`` (per CTA, the arrivals of every mbarrier phase one of its
-    threads observed: the exit rule counts them as known);
+    ``strong``), ``remote_arrivals`` (other CTAs' mbarrier operations on a CTA's
+    mbarriers, ``sync._note_remote``: the exit rule), ``observed`` (per CTA, the
+    arrivals of every mbarrier phase one of its threads observed), ``flag_reads`` (per
+    CTA, the strong writes into its shared memory that its threads read from: (offset,
+    writer slot) -> clock; the exit rule counts each one, alone, as completed);
   * barriers: ``mbar`` (key (CTA, offset) -> ``sync.Mbarrier``), ``barriers_made``,
     ``named`` / ``warp_arrivals`` (named CTA barriers and the warps arriving on them,
     ``barriers``), ``cluster_gens`` / ``cluster_lanes`` / ``cluster_reached`` /
@@ -121,7 +123,7 @@ class Machine:
     self.threads, self.block, self.alive, self.alive_total, self.exited = [], 0, [], 0, []
     self.smem, self.shadow, self.smem_cta = [], [], {}
     self.gbufs, self.gshadow, self.param_buf = [], None, b""
-    self.flags, self.remote_arrivals, self.observed = {}, [], []
+    self.flags, self.remote_arrivals, self.observed, self.flag_reads = {}, [], [], []
     self.mbar, self.barriers_made, self.named, self.warp_arrivals = {}, 0, {}, {}
     self.cluster_gens, self.cluster_lanes, self.cluster_reached = [], {}, []
     self.cluster_waiting = 0
@@ -150,7 +152,7 @@ class Machine:
     self.shadow = [Shadow(smem_bytes) for _ in range(cluster)]
     self.smem_cta = {id(b): i for i, b in enumerate(self.smem)}
     self.flags, self.remote_arrivals = {}, [{} for _ in range(cluster)]
-    self.observed = [{} for _ in range(cluster)]
+    self.observed, self.flag_reads = [{} for _ in range(cluster)], [{} for _ in range(cluster)]
     self.mbar, self.barriers_made, self.named, self.warp_arrivals = {}, 0, {}, {}
     self.cluster_gens, self.cluster_lanes = [], {}
     self.cluster_reached = [cluster * block]   # [n]: threads with >= n cluster arrives

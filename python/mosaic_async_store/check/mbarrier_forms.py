@@ -12,9 +12,10 @@ forms):
   located in shared::cluster space"); init, inval, test_wait / try_wait and the generic
   and .shared::cta forms take the executing CTA's object ("If the address specified by
   addr does not fall within the address window of .shared::cta state space then the
-  behavior is undefined").  A .shared / .shared::cta address carrying a CTA rank is a
-  fault (``addresses.mem``); a generic one in another CTA's window is ``barrier-peer``;
-  one mapped with ``mapa`` to the executing CTA's own rank names its own object.
+  behavior is undefined").  A generic or .shared / .shared::cta address in another
+  CTA's window (after ``mapa``) is ``barrier-peer``; a generic one mapped to the
+  executing CTA's own rank names its own object (a .shared::cta one carrying its own
+  rank stays a fault, as for any access: ``addresses.mem``).
 * ``overrun_suspect`` / ``check_overrun``: the finding ``phase-overrun`` (a wait whose
   state or parity names a phase two or more behind the current one).
 """
@@ -103,17 +104,18 @@ def pending_count(ops, src):
   return pending_count
 
 
-def peer(th, place, form, addr):
-  """``th``'s mbarrier.``form`` through a generic address ``addr`` resolves to
-  ``place`` (CTA, offset) in another CTA: ``barrier-peer``, or, for expect_tx /
-  complete_tx, whose generic form on another CTA's object the checker does not run,
-  refused by name."""
-  if form in ("expect_tx", "complete_tx"):
+def peer(th, place, form, addr, space):
+  """``th``'s mbarrier.``form`` at ``addr`` in ``space`` (None: generic; else .shared /
+  .shared::cta) resolves to ``place`` (CTA, offset) in another CTA: ``barrier-peer``;
+  generic expect_tx / complete_tx on another CTA's object (the checker does not decide
+  which window their generic form takes) are refused by name."""
+  if space is None and form in ("expect_tx", "complete_tx"):
     raise NotImplementedError(f"mbarrier.{form} through a generic address in CTA "
                               f"{place[0]}'s window (use .shared::cluster)")
+  how = "a generic address" if space is None else f"a .{space} address"
   raise ProtocolError("barrier-peer", f"CTA {th.cta} thread {th.tid}: mbarrier.{form} "
-                      f"through a generic address ({addr:#x}) of CTA {place[0]}'s "
-                      f"mbarrier at offset {place[1]:#x}")
+                      f"through {how} ({addr:#x}) of CTA {place[0]}'s mbarrier at offset "
+                      f"{place[1]:#x}")
 
 
 def overrun_suspect(th, bar, raw, by_state) -> bool:

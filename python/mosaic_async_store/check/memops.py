@@ -46,6 +46,11 @@ _RED = {"sem": {"relaxed", "release"}, "scope": set(SCOPES),
         "operation": set(RED), "noftz": {"noftz"}, "type": _RED_TYPES}
 _RED_ASYNC = {**_ASYNC, "sem": {"relaxed"}, "scope": {"cluster"}, "operation": set(RED),
               "type": _RED_TYPES}
+# red.async's (operation, type) pairs (PTX ISA, red.async: .inc/.dec .u32; .min/.max
+# .u32/.s32; .and/.or/.xor .b32; .add .u32/.s32/.u64): no float form, no 64-bit min/max.
+_RED_ASYNC_FORMS = {("inc", "u32"), ("dec", "u32"), ("min", "u32"), ("min", "s32"),
+                    ("max", "u32"), ("max", "s32"), ("and", "b32"), ("or", "b32"),
+                    ("xor", "b32"), ("add", "u32"), ("add", "s32"), ("add", "u64")}
 _MAPA = {"state space": {"shared::cluster"}, "type": {"u32", "u64"}}
 
 
@@ -200,7 +205,8 @@ def _red(k, ins):
     _check_form(ins, _RED, "red", 2)
   op = next((p for p in mods if p in RED), None)
   floats = t[0] == "f" or t[:2] == "bf"
-  if not ins.space or (op, t) not in RED_FORMS or ("noftz" in mods) != (floats and t != "f32"):
+  if not ins.space or (op, t) not in RED_FORMS or ("noftz" in mods) != (floats and t != "f32") \
+     or ("async" in mods and (op, t) not in _RED_ASYNC_FORMS):
     raise NotImplementedError(f"opcode {ins.opcode}")
   if "async" in mods:
     return access._async_fn(k, ins.src[0], ins.vals, size, (op, t), ins.src[2])
@@ -259,7 +265,9 @@ OPCODES = {
                    "red.shared.add.noftz.f32 [%r1], %r2", "red.shared::cluster.add.foo.u32 [%r1], %r2",
                 "red.global.add.L2::cache_hint.u32 [%rd1], %r2, %rd3",
                 "red.async.release.cluster.shared::cluster.mbarrier::complete_tx::bytes.add.u32 "
-                "[%r1], %r2, [%r3]")),
+                "[%r1], %r2, [%r3]",
+                "red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.add.f32 "
+                "[%r1], %f2, [%r3]")),
     "mapa": Opcode(_mapa, ("mapa.shared::cluster.u32 %r1, %r2, %r3",
                            "mapa.shared::cluster.u64 %rd1, %rd2, 1", "mapa.u32 %r1, %r2, %r3"),
                   ("mapa.shared::cluster.foo.u32 %r1, %r2, %r3",)),

@@ -104,9 +104,10 @@ RULES = {
                      "barrier. Execution in this case is unpredictable\"",
     "fault": "the kernel faults as it would on hardware: an access out of bounds, "
              "misaligned, or into a CTA the cluster does not have",
-    "exit": "CUDA Programming Guide, distributed shared memory: every access to a "
-            "CTA's shared memory (and arrive on its mbarriers) from another CTA must "
-            "complete before the target CTA exits",
+    "exit": "CUDA Programming Guide, distributed shared memory: every operation from "
+            "another CTA into a CTA's shared memory or mbarriers (access, arrive, "
+            "expect_tx, complete_tx) must happen before the target CTA exits (a relaxed "
+            "flag or arrive orders nothing)",
 }
 
 SCOPES = {"cta": 0, "cluster": 1, "gpu": 2, "sys": 3}

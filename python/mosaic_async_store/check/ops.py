@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
+from mosaic_async_store.check.floats import reduce_add
 
 __all__ = ["TYPE", "ALU", "RED", "bits_of", "sign_extend", "immediate", "split_operands",
            "RED_FORMS", "reduce_op", "bfe", "bfi", "prmt", "UNDEFINED"]
@@ -23,39 +23,11 @@ def bits_of(t):
 
 
 # What red / red.async run (PTX ISA, red): the integer operations on their types,
-# and the float additions (f32; f16, bf16 and their x2 forms with .noftz).
+# and the float additions (f32; f16, bf16 and their x2 forms with .noftz; floats.py).
 RED_FORMS = {("add", t) for t in ("u32", "s32", "u64", "f32", "f16", "bf16", "f16x2", "bf16x2")}
 RED_FORMS |= {(op, t) for op in ("min", "max") for t in ("u32", "s32", "u64", "s64")}
 RED_FORMS |= {(op, "u32") for op in ("inc", "dec")}
 RED_FORMS |= {(op, t) for op in ("and", "or", "xor") for t in ("b32", "b64")}
-
-
-def _float_sum(t, old, new):
-  """``red.add`` of a float type on bit patterns: each lane's exact sum rounded once
-  to the type (computed in float64: for a sum of two values of these types that
-  double rounding is exact, Figueroa 1995).  f32 flushes subnormal inputs and
-  results to a zero of the same sign (PTX ISA, red: "red.add.f32 rounds to nearest
-  even and flushes subnormal inputs and results"); the 16-bit forms are .noftz.  A
-  NaN result is refused: its bit pattern is not fixed by the ISA."""
-  import ml_dtypes  # noqa: F401  (registers bfloat16 with NumPy)
-  lane = {"f32": np.float32, "f16": np.float16, "f16x2": np.float16}.get(t, "bfloat16")
-  dt, ubits = np.dtype(lane), 32 if t == "f32" else 16
-  ut = np.uint32 if ubits == 32 else np.uint16
-  lanes = 2 if t.endswith("x2") else 1
-  def unpack(v):
-    a = np.array([(v >> (ubits * i)) & ((1 << ubits) - 1) for i in range(lanes)], ut)
-    if t == "f32":
-      a = np.where(a & 0x7F800000 == 0, a & 0x80000000, a).astype(ut)
-    return a.view(dt).astype(np.float64)
-  with np.errstate(all="ignore"):
-    r = (unpack(old) + unpack(new)).astype(dt)
-  if np.isnan(r).any():
-    raise NotImplementedError(f"red.add.{t} with a NaN result (its bit pattern is not "
-                              "modelled)")
-  out = r.view(ut)
-  if t == "f32":
-    out = np.where(out & 0x7F800000 == 0, out & 0x80000000, out).astype(ut)
-  return sum(int(x) << (ubits * i) for i, x in enumerate(out))
 
 
 def sign_extend(v, bits):
@@ -80,13 +52,14 @@ def split_operands(s):
   return out + [cur.strip()] if cur.strip() else out
 
 
-def reduce_op(op, t, old, new):
-  """The bit pattern ``red.<op>.<t>`` leaves in memory."""
+def reduce_op(op, t, old, new, shared=False):
+  """The bit pattern ``red.<op>.<t>`` leaves in memory (``shared``: the location is in
+  shared memory, where red.add.f32 keeps subnormals: floats.reduce_add)."""
   bits = bits_of(t)
   if (op, t) not in RED_FORMS:
     raise NotImplementedError(f"red.{op}.{t}")
   if t[0] == "f" or t[:2] == "bf":
-    return _float_sum(t, old, new)
+    return reduce_add(t, old, new, shared=shared)
   a, b = (sign_extend(old, bits), sign_extend(new, bits)) if t[0] == "s" else (old, new)
   res = {"add": a + b, "min": min(a, b), "max": max(a, b), "and": a & b, "or": a | b,
          "xor": a ^ b, "inc": 0 if a >= b else a + 1,

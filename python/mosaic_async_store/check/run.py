@@ -149,11 +149,14 @@ def _launch(k, buffers, cluster, smem_bytes, block, max_timeouts, schedule,
 
 
 def _thread_exits(k, th):
-  """When the last thread of a CTA exits, the CTA exits: every access that other
-  CTAs made to its shared memory or mbarriers must have completed before, which
-  the checker takes as: each is known to its threads (happens-before, or seen
-  through a pair that is not morally strong, or a phase they observed), and
-  none is in flight; any later one is refused (``_mem``)."""
+  """When the last thread of a CTA exits, the CTA exits: every operation that other
+  CTAs issued into its shared memory or mbarriers must have completed before, which
+  the checker takes as: each is ordered before the exit by happens-before (a morally
+  strong release/acquire reaching one of its threads: a relaxed flag, a relaxed arrive
+  or a pair whose scopes do not include each other orders nothing), or is an mbarrier
+  operation (arrive, expect_tx, complete_tx) or asynchronous store counted in a phase
+  one of its threads observed complete; and none is in flight.  Any later access to it
+  is refused (``_mem``)."""
   c = th.cta
   k.alive[c] -= 1
   k.alive_total -= 1
@@ -164,33 +167,64 @@ def _thread_exits(k, th):
   if k.alive[c]:
     return
   k.exited[c] = True
+  def _exit_error(c, th, who):
+    raise ProtocolError("exit", f"CTA {c} exits (its last thread: {th.tid}) with no thread "
+                        f"of it knowing that {who} completed (no morally strong "
+                        "release/acquire orders it before the exit, nor an observed phase "
+                        "that counts it)")
   mine = [t for t in k.threads if t.cta == c]
-  known = np.maximum.reduce([np.maximum(np.maximum(t.vc, t.unscoped), t.seen) for t in mine])
-  for slots, clocks in k.observed[c].values():   # the arrivals of the phases they observed
-    known[slots] = np.maximum(known[slots], clocks)   # (a slot once per phase)
+  known = np.maximum.reduce([t.vc for t in mine])   # happens-before, nothing else
+  # th.seen: the phases its waits observed complete (any .sem), per barrier slot; its
+  # thread slots (writes a relaxed read saw) order nothing else, so only those count.
+  phases = np.maximum.reduce([t.seen for t in mine])
+  b0 = k.barrier_slot0
+  known[b0:] = np.maximum(known[b0:], phases[b0:])   # landed stores of observed phases
   for op in k.inflight:
     if c in op.ctas:
       raise ProtocolError("exit", f"CTA {c} exits while {op.text} is in flight")
   # Thread slots of other CTAs; and the data slots of this CTA's mbarriers, whose
   # landed asynchronous stores count as known once a thread observed their phase.
   def owner(slot):
-    if 1 <= slot < k.barrier_slot0:
+    if 1 <= slot < b0:
       return k.threads[slot - 1].cta
-    return -1 if slot >= k.barrier_slot0 else None
+    return -1 if slot >= b0 else None
   late = k.shadow[c].remote_accesses(owner, c)
-  for slot, clk in k.remote_arrivals[c].items():
-    late[slot] = max(late.get(slot, 0), clk)
   for slot, clk in sorted(late.items()):
-    if known[slot] >= clk:
+    if known[slot] >= clk or (slot < b0 and not _unknown_access(k, c, slot, known[slot])):
       continue
-    if slot >= k.barrier_slot0:
+    if slot >= b0:
       bar = next(b for b in k.mbar.values() if b.slot == slot)
       who = f"the asynchronous stores of phase {clk - 1} of {bar.describe()}"
     else:
-      who = f"the access of CTA {k.threads[slot - 1].cta} thread {k.threads[slot - 1].tid}"
-    raise ProtocolError("exit", f"CTA {c} exits (its last thread: {th.tid}) with no thread "
-                        f"of it knowing that {who} to its shared memory or mbarriers "
-                        "completed")
+      who = (f"the access of CTA {k.threads[slot - 1].cta} thread {k.threads[slot - 1].tid}"
+             " to its shared memory")
+    _exit_error(c, th, who)
+  # Other CTAs' mbarrier operations on its barriers (sync._note_remote): the latest of
+  # each thread on each barrier, with the phase it fell in (an earlier one has an
+  # earlier clock and phase: known when the latest is).
+  for (slot, bslot), (clk, phase, pc) in sorted(k.remote_arrivals[c].items()):
+    if known[slot] < clk and phases[bslot] <= phase:
+      other = k.threads[slot - 1]
+      _exit_error(c, th, f"`{k.program.texts[pc]}` (PTX line {k.program.lines[pc]}) of CTA "
+                  f"{other.cta} thread {other.tid} on its mbarrier (phase {phase})")
+
+
+def _unknown_access(k, c, slot, floor) -> bool:
+  """Whether thread ``slot`` made an access to CTA ``c``'s shared memory later than
+  clock ``floor`` (what happens-before tells CTA c) that nothing else says completed:
+  a plain write or a read needs happens-before; a strong write that a thread of CTA c
+  read from completed, it alone (observation: ``Machine.flag_reads``)."""
+  sh, reads = k.shadow[c], k.flag_reads[c]
+  if any(s == slot and w > floor for s, w in zip(sh.w_slot, sh.w_clk)):
+    return True
+  readers = {id(a): a for a in sh.readers if a}
+  if any(a.get(slot, (0,))[0] > floor for a in readers.values()):
+    return True
+  for accesses in {id(a): a for a in sh.atomics if a}.values():
+    clk, _, tag = accesses.get(slot, (0, None, None))
+    if clk > floor and (tag is None or reads.get((tag[2], slot), -1) < clk):
+      return True
+  return False
 
 
 def _grid_note(k, blocked) -> str:

@@ -137,7 +137,7 @@ def _atom(k, ins):
     elif op == "cas":
       value = (c(th) & mask) if old == new else old
     else:
-      value = reduce_op(op, t, old, new)
+      value = reduce_op(op, t, old, new, shared=id(buf) in k.smem_cta)   # (f32: ftz or not)
     if value != old:   # (a failed cas in a spin loop changes nothing: it may park)
       buf[off:off + size] = value.to_bytes(size, "little")
       k.epoch += 1
@@ -160,8 +160,11 @@ def _reads_from(k, th, buf, off, size, sem, scope):
   if state is None or state[0] != size:
     return
   _, releases, writers = state
+  read = k.flag_reads[th.cta] if k.smem_cta.get(id(buf)) == th.cta else None
   for slot, clk in writers.items():
     th.seen[slot] = max(th.seen[slot], clk)
+    if read is not None:   # that write itself completed (the exit rule: it alone)
+      read[(off, slot)] = max(read.get((off, slot), 0), clk)
   if sem in ("acquire", "acq_rel"):
     releases.acquire_into(th, scope)
   else:   # a snapshot: later writes to the location must not reach this read

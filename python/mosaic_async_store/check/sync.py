@@ -344,18 +344,21 @@ def _bar_key(k, th, space, addr, form=None):
   """(CTA, offset) of the mbarrier at ``addr`` in ``space`` for mbarrier.``form``: the
   plain case at once (``addresses.plain_shared``), any other through ``addresses.mem``
   (its checks and messages).  Only a .shared::cluster form may name another CTA's
-  mbarrier (``_PEER_FORMS``); a generic address in a peer CTA's window is the finding
-  ``barrier-peer`` (a .shared / .shared::cta address with a CTA rank is a fault in
-  ``mem``), except for expect_tx / complete_tx, whose generic form is refused there.  An
-  address of the executing CTA mapped with ``mapa`` to its own rank names its own
-  object: not a peer."""
+  mbarrier: a generic or .shared::cta address of another CTA's is ``barrier-peer``
+  (``mbarrier_forms.peer``); a .shared::cta address carrying the executing CTA's own
+  rank stays a fault (``mem``); a generic one names its own object."""
   place = None if space is None else addresses.plain_shared(
       k, th, addr, 8, space == "shared::cluster")
   if place is None:
+    rank = (addr >> 24) - 1
+    if form is not None and space in ("shared", "shared::cta") and \
+       0 <= rank < len(k.smem) and rank != th.cta:
+      mbarrier_forms.peer(th, (rank, (addr & 0xFFFFFF) - addresses.SHARED_BASE), form, addr,
+                          space)
     buf, off = addresses.mem(k, th, space, addr, 8)
     place = k.smem_cta[id(buf)], off
   if place[0] != th.cta and space != "shared::cluster" and form is not None:
-    mbarrier_forms.peer(th, place, form, addr)
+    mbarrier_forms.peer(th, place, form, addr, space)
   return place
 
 
