@@ -4,8 +4,10 @@
 written for and a small problem: ``case.make()`` returns ``(fn, arrays)``, exactly
 what ``FUNCTION()`` returns for ``compile FILE.py:FUNCTION``, built from upstream's own
 public entry point and ``TuningConfig`` (sizes cut to one or a few tiles, so that a
-compile takes about a second).  ``NOT_APPLICABLE`` names every other module of that
-folder with the reason it is not compiled here; test/unit/test_upstream_ops.py checks
+compile takes about a second).  ``MESH_KERNELS`` are the multi-device kernels, on a
+one-device mesh, compiled up to their PTX (the reason is by the table).
+``NOT_APPLICABLE`` names every other module of that folder with the reason it is not
+compiled here; test/unit/test_upstream_ops.py checks
 that the two together cover the folder, so a kernel that a new jax adds is never
 skipped silently.  The table of docs/jax-versions.md is this module's.
 """
@@ -19,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["Case", "KERNELS", "NOT_APPLICABLE", "PACKAGE", "module_of", "ops_modules"]
+__all__ = ["Case", "KERNELS", "MESH_KERNELS", "NOT_APPLICABLE", "PACKAGE", "module_of", "ops_modules"]
 
 PACKAGE = "jax.experimental.pallas.ops.gpu"
 HOPPER, BLACKWELL = ("sm_90a",), ("sm_100a",)
@@ -163,6 +165,44 @@ KERNELS: tuple[Case, ...] = (
     Case("blackwell_matmul_collective", "blackwell_matmul_mgpu", BLACKWELL,
          _blackwell_matmul(collective=True)),
     Case("blackwell_ragged_dot", "blackwell_ragged_dot_mgpu", BLACKWELL, _blackwell_ragged),
+)
+
+def _on_one_device(body, *arrays):
+  """``body`` (a collective over mesh axis "x") under ``jax.shard_map`` on a mesh of one
+  device: the arrays are whole on it (replicated specs), ``lax.axis_size("x")`` is 1."""
+  import jax
+  from jax.sharding import PartitionSpec as P
+  mesh = jax.make_mesh((1,), ("x",))
+  specs = tuple(P(*([None] * a.ndim)) for a in arrays)
+  fn = jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=specs[0], check_vma=False)
+  return fn, arrays
+
+
+def _all_gather(mod):
+  return _on_one_device(lambda x: mod.all_gather(x, axis_name="x", num_blocks=2,
+                                                 tile_size=1024), *_f16((256, 128)))
+
+
+def _reduce_scatter(mod):
+  return _on_one_device(lambda x: mod.reduce_scatter(x, axis_name="x", num_blocks=2,
+                                                     tile_size=1024), *_f16((256, 128)))
+
+
+def _collective_matmul(mod):
+  hopper = module_of("hopper_matmul_mgpu")
+  config = hopper.TuningConfig(tile_m=128, tile_n=128, tile_k=64, max_concurrent_steps=2)
+  return _on_one_device(lambda a, b: mod.all_gather_lhs_matmul(a, b, "x", config=config),
+                        *_f16((128, 128), (128, 256)))
+
+
+# Multi-device kernels, on a one-device mesh: they lower and mlir-opt emits their PTX,
+# which calls NVSHMEM's device functions (nvshmem_my_pe, nvshmemx_mc_ptr, ...); upstream
+# links those from NVSHMEM's device bitcode (libnvshmem_device.bc) before ptxas, this
+# toolchain does not, so ptxas refuses them ("Unresolved extern function").
+MESH_KERNELS: tuple[Case, ...] = (
+    Case("all_gather", "all_gather_mgpu", HOPPER, _all_gather),
+    Case("reduce_scatter", "reduce_scatter_mgpu", HOPPER, _reduce_scatter),
+    Case("collective_matmul", "collective_matmul_mgpu", HOPPER, _collective_matmul),
 )
 
 # Modules of PACKAGE that are not compiled here, with the reason.

@@ -1,0 +1,142 @@
+"""Every Pallas MGPU kernel of jax's ``experimental/pallas/ops/gpu/`` compiles deviceless
+for the GPU it is written for (test/harness/upstream_ops.py: WGMMA kernels for sm_90a,
+tcgen05 kernels for sm_100a), with the device queries answered for that GPU; the
+refusals around them say whose the cause is.
+
+Cost: one compile per kernel and arch (about 1-2 s each, small problems), shared with
+the CLI test through the session's tool cache.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import upstream_ops
+from mosaic_async_store import compat
+from mosaic_async_store.errors import AsyncStoreError
+from mosaic_async_store.tools import cli, user_kernel
+from mosaic_async_store.tools.device_target import DEFAULTS, device_target
+
+_CASES = [pytest.param(case, arch, id=f"{case.name}-{arch}")
+          for case in upstream_ops.KERNELS for arch in case.archs]
+# What each arch's kernels must contain: its matrix instruction and TMA.
+_EXPECTED = {"sm_90a": ("WGMMA", "TMA load"), "sm_100a": ("tcgen05", "TMA load")}
+
+
+def _made(case):
+  try:
+    return case.make()
+  except ImportError as e:
+    pytest.skip(f"jax {'.'.join(map(str, compat.jax_version()))} has no {case.module}: {e}")
+
+
+def test_every_module_of_the_folder_is_compiled_or_listed_with_a_reason():
+  compiled = {case.module for case in upstream_ops.KERNELS + upstream_ops.MESH_KERNELS}
+  unlisted = [m for m in upstream_ops.ops_modules()
+              if m not in compiled and m not in upstream_ops.NOT_APPLICABLE]
+  assert not unlisted, f"add them to upstream_ops.KERNELS or NOT_APPLICABLE: {unlisted}"
+
+
+@pytest.mark.parametrize("case, arch", _CASES)
+def test_upstream_kernel_compiles_for_its_arch(case, arch):
+  fn, arrays = _made(case)
+  compiled = user_kernel.compile_kernel(fn, *arrays, arch=arch)
+  counts = compiled.stats.asynchronous
+  for kind in _EXPECTED[arch]:
+    assert counts[kind] > 0, (kind, counts)
+  assert f".target {arch}" in compiled.ptx
+
+
+@pytest.mark.parametrize("case", upstream_ops.MESH_KERNELS, ids=lambda c: c.name)
+def test_multi_device_kernel_compiles_to_ptx_on_a_one_device_mesh(case):
+  """Up to the link: the PTX calls NVSHMEM's device functions, which upstream links
+  from NVSHMEM's bitcode; ptxas refuses them here, and the refusal says why."""
+  fn, arrays = _made(case)
+  ptx = user_kernel.kernel_ptx(fn, *arrays, arch="sm_90a")
+  assert ".target sm_90a" in ptx and "call.uni" in ptx and "nvshmem" in ptx
+  if case.name != "collective_matmul":
+    assert "multimem." in ptx
+  with pytest.raises(AsyncStoreError, match=r"NVSHMEM.*\(--emit ptx\)"):
+    user_kernel.compile_kernel(fn, *arrays, arch="sm_90a")
+
+
+def test_device_queries_are_answered_for_the_target_and_restored():
+  import jax
+  from jax.extend import backend
+  from jax.experimental.mosaic.gpu import utils
+  before = backend.get_default_device()
+  target = device_target("sm_100a", sm_count=7, cuda_version=12080)
+  with compat.answer_device_queries(target) as device:
+    assert backend.get_default_device() is device and jax.local_devices() == [device]
+    assert (device.core_count, device.compute_capability) == (7, "10.0")
+    assert utils._infer_arch() == (10, 0)   # what Mosaic builds the kernel for
+    from jax._src import lib
+    assert lib.cuda_versions.cuda_runtime_get_version() == 12080
+    assert jax.devices("cpu")[0].platform == "cpu"   # an explicit backend: the real one
+  assert backend.get_default_device() is before
+  assert not hasattr(before, "core_count")
+  assert DEFAULTS["sm_90a"].sm_count == 132 and DEFAULTS["sm_100a"].sm_count == 148
+
+
+def test_a_kernel_sized_by_the_sm_count_gets_the_targets():
+  """hopper_mixed_type_matmul sizes its persistent grid by ``core_count``: the CPU has
+  none (an empty AttributeError before); the grid is the target's SM count."""
+  case = next(c for c in upstream_ops.KERNELS if c.name == "hopper_mixed_type_matmul")
+  fn, arrays = _made(case)
+  with compat.answer_device_queries(device_target("sm_90a", sm_count=3)):
+    specs, _ = user_kernel.kernel_specs(fn, arrays)
+    mlir = str(user_kernel.lower_kernel(fn, specs))
+  from mosaic_async_store.tools.check_kernel import launch_shape
+  assert launch_shape(mlir)["grid"][0] == 3
+
+
+@pytest.mark.parametrize("said, arch, fix", [
+    ("mlir-opt: <stdin>:9:7: error: intrinsic call operand #0 has type ptr addrspace(3)",
+     "sm_100a", "report it"),
+    ("mlir-opt: x.py:1:2: error: 'nvvm.tcgen05.fence' op is not supported on sm_90a",
+     "sm_90a", "arch='sm_100a'"),
+    ("ptxas: error: Instruction 'wgmma.fence' not supported on .target 'sm_100a'",
+     "sm_100a", "arch='sm_90a'"),
+    ("ptxas: error: Entry function uses too much shared data", "sm_90a",
+     "change the construct"),
+])
+def test_a_refusal_says_whose_the_cause_is(said, arch, fix):
+  assert fix in user_kernel._compile_fix(said, arch)
+
+
+_BLACKWELL_FILE = """
+import upstream_ops
+
+def make():
+  case = next(c for c in upstream_ops.KERNELS if c.name == "blackwell_matmul")
+  return case.make()
+"""
+
+
+def _blackwell_target(tmp_path):
+  _made(next(c for c in upstream_ops.KERNELS if c.name == "blackwell_matmul"))
+  path = tmp_path / "blackwell.py"
+  path.write_text(_BLACKWELL_FILE)
+  return f"{path}:make"
+
+
+def test_cli_compiles_the_blackwell_matmul_with_its_counts(tmp_path, capsys):
+  target = _blackwell_target(tmp_path)
+  assert cli.main(["compile", target, "--arch", "sm_100a", "--emit", "stats"]) == 0
+  rows = dict(line.rsplit(None, 1) for line in capsys.readouterr().out.splitlines()[1:])
+  assert int(rows["tcgen05"]) > 0 and int(rows["TMA load"]) > 0 and int(rows["TMA store"]) > 0
+
+
+def test_check_refuses_tcgen05_by_name_in_one_line(tmp_path, capsys):
+  target = _blackwell_target(tmp_path)
+  assert cli.main(["check", target]) == 2
+  err = capsys.readouterr().err.strip()
+  assert len(err.splitlines()) == 1 and "tcgen05." in err and "TMEM" in err, err
+
+
+def test_check_refuses_tcgen05_in_the_library_too():
+  case = next(c for c in upstream_ops.KERNELS if c.name == "blackwell_matmul")
+  fn, arrays = _made(case)
+  from mosaic_async_store.tools.check_kernel import check
+  with pytest.raises(AsyncStoreError, match=r"tcgen05\.\w+ .*checker does not run them"):
+    check(fn, *arrays)
