@@ -1,16 +1,14 @@
 """CTA and cluster barriers of the PTX checker: ``bar`` / ``barrier`` (named CTA
-barriers, with ``.sync`` and ``.arrive`` and an optional thread count) and
-``barrier.cluster.arrive`` / ``.wait``, each with its memory-ordering effect and
-the ``.aligned`` rule.
+barriers, with ``.sync``, ``.arrive`` and ``.red`` and an optional thread count) and
+``barrier.cluster.arrive`` / ``.wait`` (run by ``cluster_barrier``), each with its
+memory-ordering effect and the ``.aligned`` rule.
 
 Functions of the machine ``k`` (``machine.Machine``), whose state they use:
 ``k.named`` (the named barriers' current instances, (CTA, id) -> ``NamedBarrier``),
 ``k.warp_arrivals`` (the warps arriving, (CTA, id, warp) -> ``WarpArrival``),
-``k.cluster_lanes`` (each warp's nth cluster arrive and wait, see
-``_cluster_lane``), ``k.threads`` / ``k.block`` / ``k.alive`` (the threads, in CTA
-then thread order, and each CTA's non-exited ones), ``k.cluster_*`` (the cluster
-barrier's generations) and ``k.epoch`` (bumped on every change another thread may
-see).
+``k.pair_users`` / ``k.held`` (``pairings``), ``k.threads`` / ``k.block`` /
+``k.alive`` (the threads, in CTA then thread order, and each CTA's non-exited ones)
+and ``k.epoch`` (bumped on every change another thread may see).
 
 What the ISA says, and how it is run (PTX ISA, bar / barrier):
   * Warps are counted: "The barrier{.cta} instruction causes executing thread to
@@ -24,8 +22,18 @@ What the ISA says, and how it is run (PTX ISA, bar / barrier):
     restarted without delay".  ``.arrive`` "does not cause executing thread to wait
     for threads of other participating warps".  ``b`` "must be a multiple of the
     warp size" (else the finding ``barrier-count``) and the same for every
-    arrival of one barrier instance (a different count is refused: how hardware
-    combines them is not specified).
+    arrival of one barrier instance (a different count is refused: the ISA allows
+    forms "using the same barrier name and thread count" and says nothing of others).
+    Which warps meet in one instance depends on their order of arrival where more
+    warps share a counted barrier than its count covers: ``pairings`` explores
+    other pairings than the schedule's order makes (other runs, a warp held back).
+  * ``.red`` ("barrier{.cta}.red performs a reduction operation across threads"):
+    a ``.sync`` whose waiting threads get ``.popc`` (the number of arrived threads
+    with a true predicate), ``.and`` or ``.or`` of the predicates ``{!}c`` of the
+    threads that arrived on the instance.  "barrier{.cta}.red should not be
+    intermixed with barrier{.cta}.sync or barrier{.cta}.arrive using the same active
+    barrier" (``bar-red-mixed``); two different reductions on one instance are
+    refused (not specified).
   * ``.aligned``: "all threads in CTA will execute the same barrier instruction";
     ``bar{.cta}.sync`` / ``.arrive`` are ``barrier{.cta}.sync.aligned`` /
     ``.arrive.aligned``.  Checked per warp (what the checker can observe): the
@@ -38,19 +46,14 @@ What the ISA says, and how it is run (PTX ISA, bar / barrier):
     ``bar.sync`` / ``bar.red`` of the same barrier instance, at CTA scope: the
     waiting threads acquire every arriving thread's earlier accesses; an arriving
     (``.arrive``) thread acquires nothing.
-  * ``barrier.cluster.arrive`` is ``.release`` and ``barrier.cluster.wait``
-    ``.acquire`` by default, both at cluster scope; the wait waits for the
-    cluster's non-exited threads (counted one by one, as the ISA says).  With
-    ``.aligned`` "all threads in the warp must execute the same barrier.cluster
-    instruction": a warp's k-th arrives (and the waits after them) must be one
-    instruction when any of them is aligned (``aligned-divergence``).
+  * ``barrier.cluster``: see ``cluster_barrier``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from mosaic_async_store.check import cluster_barrier, program, run, sync
+from mosaic_async_store.check import cluster_barrier, pairings, program, run, sync
 from mosaic_async_store.check.memory import SCOPES, KernelFault, ProtocolError
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.outcomes import BLOCK
@@ -68,10 +71,11 @@ class NamedBarrier:
   the whole CTA), the warps that arrived, the join of their clocks, the lanes that
   wait (``.sync``)."""
 
-  __slots__ = ("count", "warps", "vc", "waiters", "red", "trues", "votes")
+  __slots__ = ("count", "warps", "vc", "waiters", "red", "trues", "votes", "members")
 
   def __init__(self, count, vc, red):
     self.count, self.warps, self.vc, self.waiters = count, 0, vc, []
+    self.members = set()   # the warps that arrived
     self.red, self.trues, self.votes = red, 0, 0   # bar.red: its operation, the tally
 
 
@@ -214,12 +218,17 @@ def _wake(k, th, current):
     run._resume(k, th)
 
 
-def _warp_arrives(k, wkey, current):
-  """Every non-exited lane of the warp arrived: the warp arrives on the barrier's
-  current instance; its ``.arrive`` lanes go on, its ``.sync`` lanes wait for the
-  barrier to complete."""
-  rec, key = k.warp_arrivals.pop(wkey), wkey[:2]
+def _warp_arrives(k, wkey, current, rec=None):
+  """Every non-exited lane of the warp arrived (``rec``: its arrival, held back
+  before by ``pairings``): the warp arrives on the barrier's current instance; its
+  ``.arrive`` lanes go on, its ``.sync`` lanes wait for the barrier to complete."""
+  if rec is None:
+    rec = k.warp_arrivals.pop(wkey)
+  key = wkey[:2]
+  k.pair_users.setdefault(key, set()).add(wkey[2])
   bar = k.named.get(key)
+  if bar is not None and pairings.holds(k, key, bar, rec, wkey[2]):
+    return
   if bar is None:
     bar = k.named[key] = NamedBarrier(rec.count, rec.vc, rec.red)
   else:
@@ -232,6 +241,7 @@ def _warp_arrives(k, wkey, current):
   elif bar.warps:
     np.maximum(bar.vc, rec.vc, out=bar.vc)
   bar.warps += 1
+  bar.members.add(wkey[2])
   bar.trues += rec.trues
   bar.votes += len(rec.lanes)
   for th, waits, put in rec.lanes.values():
@@ -240,7 +250,8 @@ def _warp_arrives(k, wkey, current):
       bar.waiters.append((th, put))
     else:
       _wake(k, th, current)
-  _named_complete(k, key, current)
+  if _named_complete(k, key, current) and k.held:
+    pairings.release(k, key)   # a held warp arrives on the next instance
 
 
 def _named_need(k, cta, count) -> int:
@@ -298,6 +309,9 @@ def _barriers_after_exit(k, th):
 def _named_state(k, key) -> str:
   """A waiting thread's barrier, for a hang report: ``key`` (CTA, id) after its
   warp arrived, (CTA, id, warp) while it waits for its warp-mates."""
+  if len(key) == 4:
+    return (f"barrier {key[1]} of CTA {key[0]}, on which warp {key[2]}'s arrival is held "
+            "back (another pairing of warps explored: pairings.py)")
   bar, rec = k.named.get(key[:2]), k.warp_arrivals.get(key)
   warps = 0 if bar is None else bar.warps
   count = rec.count if bar is None else bar.count

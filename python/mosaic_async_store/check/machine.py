@@ -24,7 +24,9 @@ scheduler in ``run``.  Its state, by what it models (each attribute is set by
   * barriers: ``mbar`` (key (CTA, offset) -> ``sync.Mbarrier``), ``barriers_made``,
     ``named`` / ``warp_arrivals`` (named CTA barriers and the warps arriving on them,
     ``barriers``), ``cluster_gens`` / ``cluster_lanes`` / ``cluster_reached`` /
-    ``cluster_waiting`` (the cluster barrier's generations and arrivals);
+    ``cluster_waiting`` (the cluster barrier's generations and arrivals),
+    ``pair_plan`` / ``pair_seen`` / ``pair_users`` / ``held`` (the pairings of warps
+    into named-barrier instances a launch explores, ``pairings.explore``);
   * asynchronous operations: ``inflight`` (``asyncops.AsyncOp`` and ``StoreGroup``
     issued, not landed);
   * clocks: ``clocks`` (every thread's vector clock, ``Thread.vc``, as a row of one
@@ -127,6 +129,7 @@ class Machine:
     self.mbar, self.barriers_made, self.named, self.warp_arrivals = {}, 0, {}, {}
     self.cluster_gens, self.cluster_lanes, self.cluster_reached = [], {}, []
     self.cluster_waiting = 0
+    self.pair_plan, self.pair_seen, self.pair_users, self.held = None, [], {}, {}
     self.inflight, self.step = [], 0
     self.barrier_slot0, self.clocks = 0, None
     self.sched, self.runnable, self.blocked, self.parked = None, [], {}, []
@@ -157,6 +160,7 @@ class Machine:
     self.cluster_gens, self.cluster_lanes = [], {}
     self.cluster_reached = [cluster * block]   # [n]: threads with >= n cluster arrives
     self.cluster_waiting = 0                   # threads blocked in barrier.cluster.wait
+    self.pair_seen, self.pair_users, self.held = [], {}, {}   # (pair_plan: the launch's)
     self.inflight, self.step = [], 0
     self.barrier_slot0 = 1 + cluster * block   # slot 0: initial memory; then the threads
     nslots = self.barrier_slot0 + 2 * barrier_slots   # per barrier: its data, its init

@@ -35,7 +35,7 @@ import gc
 
 import numpy as np
 
-from mosaic_async_store.check import asyncops, barriers, lockstep, sync, warp
+from mosaic_async_store.check import asyncops, barriers, lockstep, pairings, sync, warp
 from mosaic_async_store.check import budget as budget_mod
 from mosaic_async_store.check.memory import CheckerError, ProtocolError
 
@@ -71,8 +71,10 @@ def launch(k, buffers, *, cluster, smem_bytes, block=128, max_timeouts=64, sched
   enabled = gc.isenabled()
   gc.disable()
   try:
-    return _launch(k, buffers, cluster, smem_bytes, block, max_timeouts, schedule,
-                   barrier_slots, trace_stores, smem_init, first_cta, grid_ctas, budget)
+    # (runs again where warps may pair otherwise on a named barrier: pairings.py)
+    return pairings.explore(k, lambda: _launch(
+        k, buffers, cluster, smem_bytes, block, max_timeouts, schedule, barrier_slots,
+        trace_stores, smem_init, first_cta, grid_ctas, budget))
   except MemoryError:
     k.drop_state()   # (the run's state is what filled memory: let it go first)
     raise budget_mod.BudgetExceeded("memory", "the process ran out of memory",
@@ -129,6 +131,8 @@ def _launch(k, buffers, cluster, smem_bytes, block, max_timeouts, schedule,
         _resolve(k)
       continue
     if k.dirty and _resolve(k):
+      continue
+    if k.held and pairings.release(k):   # no thread can run: held warps arrive
       continue
     if k.inflight:   # nothing else can happen: something lands
       asyncops.land(k, k.sched.landing_when_stuck(k.inflight))
