@@ -68,13 +68,6 @@ def _f16(*shapes):
   return _zeros(*[(s, np.float16) for s in shapes])
 
 
-def _takes_bias(mod) -> bool:
-  """jax 0.12's ``matmul(a, b, c, config)`` takes a bias ``c`` (None here); 0.10's
-  ``matmul(a, b, config)`` does not."""
-  import inspect
-  return "c" in inspect.signature(mod.matmul).parameters
-
-
 def _hopper(cluster: bool):
   def build(mod):
     dim = mod.MatmulDimension
@@ -83,9 +76,7 @@ def _hopper(cluster: bool):
     # (two consumer warpgroups split N: a CTA's tile is 128 x 256; a cluster along M
     # is two of them)
     a, b = _f16((256 if cluster else 128, 128), (128, 256))
-    if _takes_bias(mod):
-      return (lambda x, y: mod.matmul(x, y, None, config)), (a, b)
-    return (lambda x, y: mod.matmul(x, y, config)), (a, b)
+    return (lambda x, y: mod.matmul(x, y, None, config)), (a, b)   # c: no bias
   return build
 
 

@@ -63,13 +63,14 @@ def test_multi_device_kernel_compiles_to_ptx_on_a_one_device_mesh(case):
 def test_device_queries_are_answered_for_the_target_and_restored():
   import jax
   from jax.extend import backend
-  from jax.experimental.mosaic.gpu import utils
+  from jax.experimental.mosaic.gpu import core, utils
+  infer_arch = getattr(utils, "_infer_arch", None) or core._infer_arch   # 0.10: in core
   before = backend.get_default_device()
   target = device_target("sm_100a", sm_count=7, cuda_version=12080)
   with compat.answer_device_queries(target) as device:
     assert backend.get_default_device() is device and jax.local_devices() == [device]
     assert (device.core_count, device.compute_capability) == (7, "10.0")
-    assert utils._infer_arch() == (10, 0)   # what Mosaic builds the kernel for
+    assert infer_arch() == (10, 0)   # what Mosaic builds the kernel for
     from jax._src import lib
     assert lib.cuda_versions.cuda_runtime_get_version() == 12080
     assert jax.devices("cpu")[0].platform == "cpu"   # an explicit backend: the real one
