@@ -78,9 +78,10 @@ def _store_fn(k, space, addr, vals, size, red, strong_form=None):
       _trace(k, th, buf, off, n)
     tag = None if strong_form is None else (th.cta, strong_form[1], off, n)
     _access(k, th, buf, off, n, write=True, atomic=strong_form is not None, insn=insn, tag=tag)
+    before = None if strong_form is None else bytes(buf[off:off + n])   # (strong.py)
     _write(k, buf, off, size, [g(th) & mask for g in vals], red, weak=strong_form is None)
     if strong_form is not None:
-      strong._publish(k, th, buf, off, n, *strong_form, rmw=red is not None)
+      strong._publish(k, th, buf, off, n, *strong_form, rmw=red is not None, before=before)
   if strong_form is None and red is None and space in warp_memory.SHARED:
     store.lanes = warp_memory.shared_store(k, addr, vals, size, insn, traced)
   return store

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mosaic_async_store.check.memory import SCOPES, sem_scope
+from mosaic_async_store.check.memory import SCOPES, Releases, sem_scope
 from mosaic_async_store.check.opcodes import Opcode, check_qualifiers
 
 __all__ = ["OPCODES"]
@@ -43,7 +43,10 @@ def _fence(k, base, mods):
   """The fences, by their ``.sem`` (PTX ISA, membar/fence): ``.acquire`` acquires
   what earlier relaxed waits observed; ``.release`` lets later relaxed arrives
   release this thread's earlier accesses; ``.acq_rel`` (the default), ``.sc``
-  and ``membar`` do both.  ``.sync_restrict::shared::cta`` (release only) orders
+  and ``membar`` do both, and ``.sc`` / ``membar`` ("a synonym for fence.sc", PTX ISA)
+  also synchronise with every earlier morally strong one: Fence-SC order, the run's
+  order (``k.flags[None]``: their clocks), which bounds how stale a strong read after
+  them may be (strong.py).  ``.sync_restrict::shared::cta`` (release only) orders
   only operations on the thread's own CTA's shared memory: accesses it made to
   other CTAs' shared memory are left out of what it releases (from the first
   such access on: conservative).  ``.sync_restrict::shared::cluster`` (acquire
@@ -62,15 +65,17 @@ def _fence(k, base, mods):
     if mods[1:] != ["release", "cluster"]:
       raise NotImplementedError(f"opcode fence.{'.'.join(mods)}")
     scope, acquire, release = SCOPES["cluster"], False, "inits"
-  elif base == "membar":   # membar.cta / .gl / .sys
+    sc = False
+  elif base == "membar":   # membar.cta / .gl / .sys: fence.sc.cta / .gpu / .sys
     scope, acquire, release = SCOPES[_MEMBAR_SCOPE[mods[0]]], True, "all"
+    sc = True
   else:
     sem, scope = sem_scope([m for m in mods if m != restrict], "acq_rel")
     if (restrict, sem) not in ((None, "acq_rel"), (None, "sc"), (None, "acquire"),
                                (None, "release"), ("sync_restrict::shared::cta", "release"),
                                ("sync_restrict::shared::cluster", "acquire")):
       raise NotImplementedError(f"opcode fence.{'.'.join(mods)}")
-    acquire = sem != "release"
+    acquire, sc = sem != "release", sem == "sc"
     release = None if sem == "acquire" else (
         "own-cta" if restrict == "sync_restrict::shared::cta" else "all")
   def fence(th):
@@ -83,6 +88,12 @@ def _fence(k, base, mods):
           th.vc[data_slot] = max(th.vc[data_slot], phase)
         rec.acquire_into(th, min(scope, wscope))
       th.pending_obs.clear()
+    if sc:   # Fence-SC order: the run's order; each earlier fence.sc synchronises with
+      order = k.flags.get(None)   # this one where morally strong (k.flags[None]: their
+      if order is None:           # clocks, by CTA and scope, kept with the locations)
+        order = k.flags[None] = Releases()
+      order.acquire_into(th, scope)
+      order.add(th.cta, scope, th.vc)
     if release == "inits":
       vc = np.zeros_like(th.vc)
       vc[init_slots] = th.vc[init_slots]

@@ -22,12 +22,16 @@ The PTX ISA's rules, as run here (Memory Consistency Model):
     read-modify-write after it (``red``, ``atom``: the release sequence of the C++
     model that the ISA's atomics mapping implements), when their scopes make them
     morally strong.
-  * The run is one interleaving, so a load reads the latest write.  Each location
-    (buffer, offset, size) that a strong write wrote keeps its *release state*:
-    the clocks its release sequence published (``memory.Releases``, by CTA and
-    scope) and the threads that wrote it (what a reader knows has completed: the
-    exit rule).  A plain write or another size over it forgets the state; a read of
-    another size acquires nothing.
+  * Stale reads (store buffering): each location (buffer, offset, size) that a
+    strong write wrote keeps its last values in coherence order (``_Location``),
+    each with its *release state*: the clocks its release sequence published
+    (``memory.Releases``, by CTA and scope) and the threads that wrote it (what a
+    reader knows has completed: the exit rule).  A strong load may read any value
+    no older than the newest one it is ordered after (``_read``): the oldest such
+    on a thread's first read since the location's newest write, the newest on a
+    retry; ``atom`` / ``red`` read the newest.  A plain write or another size over
+    it forgets the location; a read of another size reads the bytes and acquires
+    nothing.  ``fence.sc`` / ``membar`` order the writes before them (fences.py).
   * A strong read yields (it may be a poll: ``run`` parks a thread that polls in
     the same state with nothing changed, and reports a hang if nothing ever will).
 
@@ -101,8 +105,7 @@ def _strong_ld(k, ins, sem, scope):
   def load(th):
     buf, off = addresses.mem(k, th, space, addr(th), size)
     access._access(k, th, buf, off, size, write=False, insn=insn, tag=(th.cta, scope, off, size))
-    put(th, int.from_bytes(buf[off:off + size], "little"))
-    _reads_from(k, th, buf, off, size, sem, scope)
+    put(th, _read(k, th, buf, off, size, sem, scope))
     th.polled = True
     return YIELD
   return load
@@ -131,7 +134,8 @@ def _atom(k, ins):
     buf, off = addresses.mem(k, th, space, addr(th), size)
     access._access(k, th, buf, off, size, write=True, atomic=True, insn=insn,
                  tag=(th.cta, scope, off, size))
-    old, new = int.from_bytes(buf[off:off + size], "little"), b(th) & mask
+    before = bytes(buf[off:off + size])   # the latest value: a read-modify-write is never stale
+    old, new = int.from_bytes(before, "little"), b(th) & mask
     if op == "exch":
       value = new
     elif op == "cas":
@@ -142,8 +146,8 @@ def _atom(k, ins):
       buf[off:off + size] = value.to_bytes(size, "little")
       k.epoch += 1
     put(th, old)
-    _reads_from(k, th, buf, off, size, sem, scope)
-    _publish(k, th, buf, off, size, sem, scope, rmw=True)
+    _read(k, th, buf, off, size, sem, scope, latest=True)
+    _publish(k, th, buf, off, size, sem, scope, rmw=True, before=before)
     th.polled = True
     return YIELD
   return atom
@@ -152,35 +156,88 @@ def _atom(k, ins):
 # -- the locations' release state ---------------------------------------------------
 
 
-def _reads_from(k, th, buf, off, size, sem, scope):
-  """``th`` read the location: it learns that its writers' writes completed, and
-  acquires their release state (``.acquire`` / ``.acq_rel``), or keeps it for an
-  acquire fence (relaxed)."""
-  state = k.flags.get((id(buf), off))
-  if state is None or state[0] != size:
-    return
-  _, releases, writers = state
+class _Write:
+  """One value of a strongly written location, in coherence order: its ``index``
+  there, its bytes, the release state it carries (``memory.Releases``: its own
+  release, or the release sequence it continues), ``writers`` (slot -> clock: the
+  threads whose writes it shows complete, for the exit rule) and ``seen_by`` (slot ->
+  clock of each thread's first write or read of it: an access that happens after one
+  of them may not read an older value, by coherence)."""
+
+  __slots__ = ("index", "value", "releases", "writers", "seen_by")
+
+  def __init__(self, index, value, releases, writers, seen_by):
+    self.index, self.value, self.releases = index, value, releases
+    self.writers, self.seen_by = writers, seen_by
+
+
+class _Location:
+  """A strongly written location of ``size`` bytes: its last ``_KEEP`` values in
+  coherence order (``writes``; the first, when nothing was dropped, is the value
+  before its first strong write) and how many values it has had (``count``)."""
+
+  __slots__ = ("size", "writes", "count")
+
+  def __init__(self, size, before):
+    self.size, self.count = size, 1
+    self.writes = [_Write(0, before, Releases(), {}, {})]
+
+
+_KEEP = 8   # values of a location a read may choose from (fewer: fewer stale reads)
+
+
+def _location(k, buf, off, size):
+  loc = k.flags.get((id(buf), off))
+  return loc if loc is not None and loc.size == size else None
+
+
+def _read(k, th, buf, off, size, sem, scope, *, latest=False):
+  """The value a strong read of ``th`` returns, and what it learns from it.  Any value
+  no older than the newest one the read is ordered after (a write or read of it that
+  happens before the read: coherence; ``_Write.seen_by``) may be read (PTX ISA,
+  Memory Consistency Model: "Coherence" / "Causality order"); the checker returns the
+  oldest such value on the thread's first read of the location since its newest
+  write (a store-buffering outcome: a fence.acq_rel does not forbid it, fence.sc
+  orders the fences and so the writes before them) and the newest on a retry, so that
+  a poll loop ends.  ``latest``: a read-modify-write, which reads the newest.
+  Then ``th`` acquires the release state of the value read (``.acquire`` /
+  ``.acq_rel``) or keeps it for an acquire fence (relaxed)."""
+  loc = _location(k, buf, off, size)
+  if loc is None:
+    return int.from_bytes(buf[off:off + size], "little")
+  writes, vc = loc.writes, th.vc
+  top = len(writes) - 1
+  floor = next((i for i in range(top, 0, -1)
+                if any(vc[s] >= c for s, c in writes[i].seen_by.items())), 0)
+  mark = ("stale", id(buf), off, size)   # (th.released: also what strong.py keeps per thread)
+  pick = top
+  if not latest and floor < top and th.released.get(mark) != writes[top].index:
+    th.released[mark], pick = writes[top].index, floor
+  entry = writes[pick]
+  entry.seen_by.setdefault(th.slot, int(vc[th.slot]))   # (its first read: the earliest)
   read = k.flag_reads[th.cta] if k.smem_cta.get(id(buf)) == th.cta else None
-  for slot, clk in writers.items():
+  for slot, clk in entry.writers.items():
     th.seen[slot] = max(th.seen[slot], clk)
     if read is not None:   # that write itself completed (the exit rule: it alone)
       read[(off, slot)] = max(read.get((off, slot), 0), clk)
   if sem in ("acquire", "acq_rel"):
-    releases.acquire_into(th, scope)
+    entry.releases.acquire_into(th, scope)
   else:   # a snapshot: later writes to the location must not reach this read
-    th.pending_obs.append((releases.merged(Releases()), scope, None, 0))
+    th.pending_obs.append((entry.releases.merged(Releases()), scope, None, 0))
+  return int.from_bytes(entry.value, "little")
 
 
-def _publish(k, th, buf, off, size, sem, scope, *, rmw):
-  """A strong write of ``th`` to the location: its release state becomes this
-  write's release (a plain write's) or continues with it (a read-modify-write)."""
+def _publish(k, th, buf, off, size, sem, scope, *, rmw, before):
+  """A strong write of ``th`` to the location, whose bytes were ``before``: a new
+  value in its coherence order, whose release state is this write's release (a plain
+  write's) or continues the previous one's (a read-modify-write)."""
   key = (id(buf), off)
-  old = k.flags.get(key) if rmw else None
-  if old is not None and old[0] != size:
-    old = None
-  releases = Releases() if old is None else old[1].merged(Releases())
-  writers = {} if old is None else dict(old[2])
-  writers[th.slot] = int(th.vc[th.slot])
+  loc = _location(k, buf, off, size) or _Location(size, before)
+  prev = loc.writes[-1]
+  releases = prev.releases.merged(Releases()) if rmw else Releases()
+  writers = dict(prev.writers) if rmw else {}
+  clk = int(th.vc[th.slot])
+  writers[th.slot] = clk
   _forget_flags(k, buf, off, size)
   if sem in ("release", "acq_rel"):   # what a later strong write of th continues
     mine = Releases()
@@ -189,17 +246,21 @@ def _publish(k, th, buf, off, size, sem, scope, *, rmw):
   elif (key, size) in th.released:   # a release pattern: th's earlier release on
     releases = releases.merged(th.released[(key, size)])   # the location, then this
   sync._release(k, th, sem, scope, releases)   # (advances th's clock)
-  k.flags[key] = (size, releases, writers)
+  loc.writes.append(_Write(loc.count, bytes(buf[off:off + size]), releases, writers,
+                           {th.slot: clk}))
+  loc.count += 1
+  del loc.writes[:-_KEEP]
+  k.flags[key] = loc
 
 
 def _forget_flags(k, buf, off, n):
   """A write over [off, off + n) of ``buf``: the release states it overlaps end
-  (``k.flags``: (buffer id, offset) -> (bytes, releases, writers); a strong
+  (``k.flags``: (buffer id, offset) -> ``_Location``; a strong
   access is at most 8 bytes, so only locations from ``off - 7`` on can overlap)."""
   flags, i = k.flags, id(buf)
   for o in range(off - _MAX_STRONG + 1, off + n):
     state = flags.get((i, o))
-    if state is not None and o + state[0] > off:
+    if state is not None and o + state.size > off:
       del flags[(i, o)]
 
 
