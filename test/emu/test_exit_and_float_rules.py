@@ -102,6 +102,9 @@ _EXIT_CASES = {
     "read, then a .cta release arrive": (
         _REMOTE_READ + "\n  mbarrier.arrive.release.cta.shared::cluster.b64 _, [%r6];",
         _WAIT_HOME),
+    # a relaxed reduction into CTA 0's SMEM that CTA 0 never reads
+    "a relaxed red into its SMEM": ("red.relaxed.cluster.shared::cluster.add.u32 [%r6+8], 1;",
+                                    ""),
     # a remote read with no ordering at all
     "read": (_REMOTE_READ, ""),
 }
@@ -119,6 +122,12 @@ _ORDERED_CASES = {
     "read, then a release arrive": (
         _REMOTE_READ + "\n  mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r6];",
         _WAIT_HOME, ""),
+    # a release fence before the relaxed arrive: a release pattern
+    "read, then a release fence and a relaxed arrive": (
+        _REMOTE_READ + "\n  fence.acq_rel.cluster;\n  "
+        "mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%r6];", _WAIT_HOME, ""),
+    "a relaxed red into its SMEM + cluster barrier": (
+        "red.relaxed.cluster.shared::cluster.add.u32 [%r6+8], 1;", "", _CLUSTER_BARRIER),
     "read, then a release flag": (
         _REMOTE_READ + "\n  " + _GLOBAL_FLAG.replace("{STORE}", "st.release.cluster.global.u32"),
         _GLOBAL_POLL.replace("{LOAD}", "ld.acquire.cluster.global.u32").replace("{AFTER}", ""),
