@@ -5,7 +5,7 @@ written for and a small problem: ``case.make()`` returns ``(fn, arrays)``, exact
 what ``FUNCTION()`` returns for ``compile FILE.py:FUNCTION``, built from upstream's own
 public entry point and ``TuningConfig`` (sizes cut to one or a few tiles, so that a
 compile takes about a second).  ``MESH_KERNELS`` are the multi-device kernels, on a
-one-device mesh, compiled up to their PTX (the reason is by the table).
+one-device mesh (compiled relocatable: see the table).
 ``NOT_APPLICABLE`` names every other module of that folder with the reason it is not
 compiled here; test/unit/test_upstream_ops.py checks
 that the two together cover the folder, so a kernel that a new jax adds is never
@@ -186,10 +186,10 @@ def _collective_matmul(mod):
                         *_f16((128, 128), (128, 256)))
 
 
-# Multi-device kernels, on a one-device mesh: they lower and mlir-opt emits their PTX,
-# which calls NVSHMEM's device functions (nvshmem_my_pe, nvshmemx_mc_ptr, ...); upstream
-# links those from NVSHMEM's device bitcode (libnvshmem_device.bc) before ptxas, this
-# toolchain does not, so ptxas refuses them ("Unresolved extern function").
+# Multi-device kernels, on a one-device mesh.  Their PTX calls NVSHMEM's device functions
+# (nvshmem_my_pe, nvshmemx_mc_ptr, ...), which upstream links from NVSHMEM's device bitcode
+# (libnvshmem_device.bc) before ptxas; this toolchain links nothing and assembles such PTX
+# relocatable (``Compiled.relocatable``: ptxas -c), leaving the calls to a link.
 MESH_KERNELS: tuple[Case, ...] = (
     Case("all_gather", "all_gather_mgpu", HOPPER, _all_gather),
     Case("reduce_scatter", "reduce_scatter_mgpu", HOPPER, _reduce_scatter),

@@ -48,16 +48,17 @@ def test_upstream_kernel_compiles_for_its_arch(case, arch):
 
 
 @pytest.mark.parametrize("case", upstream_ops.MESH_KERNELS, ids=lambda c: c.name)
-def test_multi_device_kernel_compiles_to_ptx_on_a_one_device_mesh(case):
-  """Up to the link: the PTX calls NVSHMEM's device functions, which upstream links
-  from NVSHMEM's bitcode; ptxas refuses them here, and the refusal says why."""
+def test_multi_device_kernel_compiles_on_a_one_device_mesh(case):
+  """To a relocatable cubin: the PTX calls NVSHMEM's device functions, which upstream
+  links from NVSHMEM's bitcode; the SASS calls them at addresses a link fills in."""
   fn, arrays = _made(case)
-  ptx = user_kernel.kernel_ptx(fn, *arrays, arch="sm_90a")
-  assert ".target sm_90a" in ptx and "call.uni" in ptx and "nvshmem" in ptx
+  compiled = user_kernel.compile_kernel(fn, *arrays, arch="sm_90a")
+  assert compiled.relocatable and ".extern .func" in compiled.ptx and "nvshmem" in compiled.ptx
+  assert "CALL.ABS" in compiled.sass
   if case.name != "collective_matmul":
-    assert "multimem." in ptx
-  with pytest.raises(AsyncStoreError, match=r"NVSHMEM.*\(--emit ptx\)"):
-    user_kernel.compile_kernel(fn, *arrays, arch="sm_90a")
+    assert "multimem." in compiled.ptx
+  else:
+    assert compiled.stats.asynchronous["WGMMA"] > 0
 
 
 def test_device_queries_are_answered_for_the_target_and_restored():
@@ -100,6 +101,8 @@ def test_a_kernel_sized_by_the_sm_count_gets_the_targets():
      "sm_100a", "arch='sm_90a'"),
     ("ptxas: error: Entry function uses too much shared data", "sm_90a",
      "change the construct"),
+    ("mlir-opt: x.py:3:4: error: 'nvvm.tcgen05.fence' op is not supported on sm_103a",
+     "sm_103a", "report it"),
 ])
 def test_a_refusal_says_whose_the_cause_is(said, arch, fix):
   assert fix in user_kernel._compile_fix(said, arch)

@@ -110,12 +110,10 @@ def compile_kernel_text(args: argparse.Namespace) -> str:
       specs, _ = _library_call(user_kernel.kernel_specs, fn, arrays)
       module = _library_call(user_kernel.lower_kernel, fn, specs)
     return module.operation.get_asm(enable_debug_info=False)
-  if args.emit == "ptx":   # mlir-opt only: also a kernel that a link would complete
-    return _library_call(user_kernel.kernel_ptx, fn, *arrays, arch=args.arch, **target)
   compiled = _library_call(user_kernel.compile_kernel, fn, *arrays, arch=args.arch,
                            **target)
   if args.emit != "stats":
-    return compiled.sass
+    return {"ptx": compiled.ptx, "sass": compiled.sass}[args.emit]
   if args.json:
     out = dataclasses.asdict(compiled.stats)
     out.update(asynchronous=compiled.stats.asynchronous, kernel=args.kernel, arch=args.arch)

@@ -317,12 +317,16 @@ def mlir_to_ptx(text: Any, arch: str = DEFAULT_ARCH, *, line_info: bool = False)
   return extract_ptx(_run_mlir_opt(_prepare(text, line_info), check_arch(arch), line_info))
 
 
-def ptx_to_cubin(ptx: str, arch: str = DEFAULT_ARCH) -> tuple[bytes, str]:
+def ptx_to_cubin(ptx: str, arch: str = DEFAULT_ARCH,
+                 relocatable: bool = False) -> tuple[bytes, str]:
   """Assembles PTX with ``ptxas -v``; returns the cubin and ptxas' report.
+  ``relocatable``: ``ptxas -c``, an object whose calls to functions the PTX only declares
+  (``.extern .func``) a link resolves; whole-program ptxas refuses those.
 
   Raises:
     CompileError: with ptxas' message when it rejects the PTX.
   """
+  # (relocatable is positional-or-keyword: test/harness/tool_cache.py keys on it)
   check_arch(arch)
   with tempfile.TemporaryDirectory(prefix="mas-ptxas-") as tmp:
     source = pathlib.Path(tmp, "kernel.ptx")
@@ -330,7 +334,8 @@ def ptx_to_cubin(ptx: str, arch: str = DEFAULT_ARCH) -> tuple[bytes, str]:
     source.write_text(ptx)
     # -v reports registers, spills and shared memory, on stderr.
     _, report = _run("ptxas",
-                     [f"-arch={arch}", "-v", str(source), "-o", str(cubin)])
+                     [f"-arch={arch}", "-v", *(["-c"] if relocatable else []), str(source),
+                      "-o", str(cubin)])
     return cubin.read_bytes(), report
 
 
@@ -343,6 +348,10 @@ def cubin_to_sass(cubin: bytes) -> str:
     return sass
 
 
+# A function the PTX declares but does not define (a call that only a link resolves).
+_EXTERN_FUNCTION = re.compile(r"^\s*\.extern \.func\b", re.M)
+
+
 @dataclasses.dataclass(frozen=True)
 class Compiled:
   """Everything the deviceless toolchain produced for one module.
@@ -353,6 +362,11 @@ class Compiled:
     cubin: ptxas' output for the requested architecture.
     sass: cuobjdump's SASS listing of the cubin.
     stats: static counts derived from the three (see ptx_stats.Stats).
+    relocatable: the PTX calls functions it only declares (``.extern .func``: NVSHMEM's
+      device functions in upstream's multi-device kernels, which upstream links from
+      NVSHMEM's bitcode before ptxas), so ``cubin`` is a relocatable object (``ptxas -c``)
+      whose SASS calls them at addresses a link fills in; its register count is the
+      kernel's own, without the callees'.
   """
 
   mlir: str
@@ -360,6 +374,7 @@ class Compiled:
   cubin: bytes
   sass: str
   stats: Stats
+  relocatable: bool = False
 
 
 def compile_module(module: Any, arch: str = DEFAULT_ARCH, *,
@@ -382,7 +397,8 @@ def compile_module(module: Any, arch: str = DEFAULT_ARCH, *,
   text = _prepare(module)
   lowered = _run_mlir_opt(text, arch)
   ptx = extract_ptx(lowered)
-  cubin, report = ptx_to_cubin(ptx, arch)
+  relocatable = _EXTERN_FUNCTION.search(ptx) is not None
+  cubin, report = ptx_to_cubin(ptx, arch, relocatable)
   sass = cubin_to_sass(cubin)
   if keep_dir is not None:
     out = pathlib.Path(keep_dir)
@@ -392,4 +408,4 @@ def compile_module(module: Any, arch: str = DEFAULT_ARCH, *,
                           ("kernel.sass", sass)]:
       (out / name).write_text(content)
     (out / "kernel.cubin").write_bytes(cubin)
-  return Compiled(text, ptx, cubin, sass, Stats.from_outputs(ptx, report, sass))
+  return Compiled(text, ptx, cubin, sass, Stats.from_outputs(ptx, report, sass), relocatable)

@@ -24,8 +24,7 @@ import numpy as np
 
 from mosaic_async_store.errors import refuse, refuse_type
 
-__all__ = ["load_target", "lower_kernel", "compile_kernel", "kernel_ptx", "kernel_specs",
-           "first_error"]
+__all__ = ["load_target", "lower_kernel", "compile_kernel", "kernel_specs", "first_error"]
 
 # Ops, types and attributes of the Mosaic GPU dialect (not its discardable module attributes
 # such as mosaic_gpu.arch_major): a Warpgroup-semantics module still holds them.
@@ -244,21 +243,6 @@ def _lowered_for(fn, args, arch, sm_count, cuda_version):
     return lower_kernel(fn, specs)
 
 
-def kernel_ptx(fn, *args, arch: str = "sm_90a", sm_count: int | None = None,
-               cuda_version: int | None = None) -> str:
-  """The PTX of the kernel ``fn`` for ``arch``, as ``compile_kernel`` makes it, without
-  assembling it: also for a kernel whose PTX calls functions that only a link supplies
-  (NVSHMEM's, in upstream's multi-device kernels).  Raises as ``compile_kernel`` does."""
-  from mosaic_async_store.tools import toolchain
-  module = _lowered_for(fn, args, arch, sm_count, cuda_version)
-  try:
-    return toolchain.mlir_to_ptx(module, arch)
-  except toolchain.CompileError as e:
-    said = first_error(str(e))
-    raise refuse("fn", _brief(fn), f"a kernel the deviceless toolchain compiles for {arch}"
-                 f" ({said})", _compile_fix(said, arch)) from None
-
-
 # A construct some archs lack: (word in the tool's error, the archs without it, the arch
 # to compile for instead, why).
 _ARCH_ONLY = (("wgmma", ("sm_100a", "sm_103a"), "sm_90a",
@@ -275,10 +259,6 @@ def _compile_fix(said: str, arch: str) -> str:
   for word, lacking, home, why in _ARCH_ONLY:
     if word in low and arch in lacking:
       return f"compile it for arch='{home}': {why}"
-  if "unresolved extern function 'nvshmem" in low:
-    return ("the kernel calls NVSHMEM's device functions, which upstream links from "
-            "NVSHMEM's device library and this toolchain does not: compile it to its PTX "
-            "(--emit ptx)")
   if low.startswith("mlir-opt"):
     return ("this is a gap in this project's deviceless toolchain, not in the kernel: "
             "report it (with the kernel and the line above), since jaxlib built and "
