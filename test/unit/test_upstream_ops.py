@@ -144,3 +144,38 @@ def test_check_refuses_tcgen05_in_the_library_too():
   from mosaic_async_store.tools.check_kernel import check
   with pytest.raises(AsyncStoreError, match=r"tcgen05\.\w+ .*checker does not run them"):
     check(fn, *arrays)
+
+
+_MIXED_FILE = """
+import upstream_ops
+
+def make():
+  return next(c for c in upstream_ops.KERNELS if c.name == "hopper_mixed_type_matmul").make()
+"""
+
+
+def test_cli_answers_the_sm_count_it_is_given(tmp_path, capsys):
+  _made(next(c for c in upstream_ops.KERNELS if c.name == "hopper_mixed_type_matmul"))
+  path = tmp_path / "mixed.py"
+  path.write_text(_MIXED_FILE)
+  from mosaic_async_store.tools.check_kernel import launch_shape
+  assert cli.main(["compile", f"{path}:make", "--emit", "mlir", "--sm-count", "5",
+                   "--cuda-version", "12.8"]) == 0
+  assert launch_shape(capsys.readouterr().out)["grid"][0] == 5
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--sm-count", "0"], "--sm-count 0: must be >= 1"),
+    (["--cuda-version", "twelve"], "--cuda-version twelve: expected MAJOR.MINOR"),
+])
+def test_cli_refuses_a_bad_target_property_in_one_line(tmp_path, capsys, argv, said):
+  path = tmp_path / "mixed.py"
+  path.write_text(_MIXED_FILE)
+  assert cli.main(["compile", f"{path}:make", *argv]) == 2
+  err = capsys.readouterr().err.strip()
+  assert len(err.splitlines()) == 1 and said in err, err
+
+
+def test_cli_refuses_target_properties_for_the_store_kernel(capsys):
+  assert cli.main(["compile", "--sm-count", "4"]) == 2
+  assert "the project's store kernel makes none" in capsys.readouterr().err
