@@ -5,7 +5,7 @@ would emit for it, and mlir-opt 22 from PyPI closes neither by itself:
 
 * syntax skew: jaxlib is built from a different LLVM revision than the pip
   ``mlir-opt``, so the printed IR can use syntax the other side does not parse yet
-  (or any more);
+  (or any more), or name an LLVM intrinsic with another signature (tcgen05.commit);
 * Mosaic's private passes (jaxlib/mosaic/gpu/passes.cc and its pipeline), which
   mlir-opt does not have: the TMA descriptor argument passed by value
   (``mosaic-byval-insertion``), ``nvvm.minctasm`` for ``setmaxnreg``
