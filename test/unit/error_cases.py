@@ -321,6 +321,8 @@ CLI = _cases("cli", [
     ("shape-vs-tile", "compile --shape 64x100 --emit plan", "exit 2",
      ("--shape 64x100", "--shape 64x128")),
     ("json-without-stats", "compile --emit ptx --json", "exit 2", ("--json", "stats")),
+    ("sm-count-store-kernel", "compile --sm-count 4 --emit plan", "exit 2",
+     ("--sm-count", "FILE.py:FUNCTION")),
     ("transposed-1d", "compile --transposed --shape 128 --layout WGMMA_ROW --swizzle none "
      "--emit plan", "exit 2", ("--transposed", "2-D")),
     ("output-dir-missing", "compile --emit plan --output /nonexistent/dir/plan.txt",
