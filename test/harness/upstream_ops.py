@@ -5,11 +5,11 @@ written for and a small problem: ``case.make()`` returns ``(fn, arrays)``, exact
 what ``FUNCTION()`` returns for ``compile FILE.py:FUNCTION``, built from upstream's own
 public entry point and ``TuningConfig`` (sizes cut to one or a few tiles, so that a
 compile takes about a second).  ``MESH_KERNELS`` are the multi-device kernels, on a
-one-device mesh (compiled relocatable: see the table).
-``NOT_APPLICABLE`` names every other module of that folder with the reason it is not
-compiled here; test/unit/test_upstream_ops.py checks
-that the two together cover the folder, so a kernel that a new jax adds is never
-skipped silently.  The table of docs/jax-versions.md is this module's.
+one-device mesh (compiled relocatable: see the table).  ``NOT_APPLICABLE`` names every
+other module of that folder with the reason it is not compiled here;
+test/unit/test_upstream_ops.py checks that the three together cover the folder, so a
+kernel that a new jax adds is never skipped silently.  docs/jax-versions.md ("Upstream's
+kernels") tabulates this module.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["Case", "KERNELS", "MESH_KERNELS", "NOT_APPLICABLE", "PACKAGE", "module_of", "ops_modules"]
+__all__ = ["Case", "KERNELS", "MESH_KERNELS", "NOT_APPLICABLE", "PACKAGE", "module_of",
+           "ops_modules"]
 
 PACKAGE = "jax.experimental.pallas.ops.gpu"
 HOPPER, BLACKWELL = ("sm_90a",), ("sm_100a",)
@@ -50,6 +51,7 @@ class Case:
 
 
 def module_of(name: str):
+  """The module ``name`` of ``PACKAGE`` (ImportError where this jax has none)."""
   return importlib.import_module(f"{PACKAGE}.{name}")
 
 
