@@ -115,10 +115,15 @@ def _transposed_ragged(mod):
   return fn, (lhs, rhs, _group_sizes(g, k))
 
 
-def _attention(mod):
-  config = mod.TuningConfig(block_q=64, block_kv=64, max_concurrent_steps=2)
-  q, k, v = _f16((1, 128, 2, 64), (1, 128, 2, 64), (1, 128, 2, 64))
-  return functools.partial(mod.attention, config=config), (q, k, v)
+def _attention(entry: str, causal: bool = False):
+  """Forward attention; causal masking asks for the CUDA version (upstream refuses
+  12.8.0 to 12.9.0, whose ptxas miscompiles it)."""
+  def build(mod):
+    config = mod.TuningConfig(block_q=64, block_kv=64, max_concurrent_steps=2,
+                              causal=causal)
+    q, k, v = _f16((1, 128, 2, 64), (1, 128, 2, 64), (1, 128, 2, 64))
+    return functools.partial(getattr(mod, entry), config=config), (q, k, v)
+  return build
 
 
 def _blackwell_matmul(collective: bool):
@@ -152,7 +157,10 @@ KERNELS: tuple[Case, ...] = (
     Case("ragged_dot", "ragged_dot_mgpu", HOPPER, _ragged(transpose_rhs=False)),
     Case("ragged_dot_transpose_rhs", "ragged_dot_mgpu", HOPPER, _ragged(transpose_rhs=True)),
     Case("transposed_ragged_dot", "transposed_ragged_dot_mgpu", HOPPER, _transposed_ragged),
-    Case("attention", "attention_mgpu", HOPPER, _attention),
+    Case("attention", "attention_mgpu", HOPPER, _attention("attention")),
+    Case("attention_causal", "attention_mgpu", HOPPER, _attention("attention", causal=True)),
+    Case("attention_pipeline_emitter", "attention_mgpu", HOPPER,
+         _attention("attention_with_pipeline_emitter")),
     Case("blackwell_matmul", "blackwell_matmul_mgpu", BLACKWELL,
          _blackwell_matmul(collective=False)),
     Case("blackwell_matmul_collective", "blackwell_matmul_mgpu", BLACKWELL,

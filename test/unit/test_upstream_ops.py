@@ -92,6 +92,17 @@ def test_a_kernel_sized_by_the_sm_count_gets_the_targets():
   assert launch_shape(mlir)["grid"][0] == 3
 
 
+def test_causal_attention_gets_the_targets_cuda_version():
+  """Upstream refuses causal attention for CUDA 12.8.0 to 12.9.0 (a ptxas
+  miscompilation); without a CUDA plugin ``cuda_versions`` is None (an empty
+  AssertionError before).  The default, 13.0, compiles (test above); 12.8 is refused
+  with upstream's own words."""
+  case = next(c for c in upstream_ops.KERNELS if c.name == "attention_causal")
+  fn, arrays = _made(case)
+  with pytest.raises(AsyncStoreError, match="Causal masking not supported with cuda"):
+    user_kernel.compile_kernel(fn, *arrays, arch="sm_90a", cuda_version=12080)
+
+
 @pytest.mark.parametrize("said, arch, fix", [
     ("mlir-opt: <stdin>:9:7: error: intrinsic call operand #0 has type ptr addrspace(3)",
      "sm_100a", "report it"),
