@@ -116,7 +116,7 @@ def test_causal_attention_gets_the_targets_cuda_version():
      "sm_103a", "report it"),
 ])
 def test_a_refusal_says_whose_the_cause_is(said, arch, fix):
-  assert fix in user_kernel._compile_fix(said, arch)
+  assert fix in user_kernel.compile_fix(said, arch)
 
 
 _BLACKWELL_FILE = """

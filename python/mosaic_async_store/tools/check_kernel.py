@@ -81,7 +81,7 @@ def _lower(fn, specs):
   line that called this package's helpers rather than the helper's own."""
   from mosaic_async_store import compat
   from mosaic_async_store.tools.toolchain import CompileError, mlir_to_ptx
-  from mosaic_async_store.tools.user_kernel import first_error, lower_kernel
+  from mosaic_async_store.tools.user_kernel import compile_fix, first_error, lower_kernel
   with compat.frames_not_user(*_package_folders()):
     module = lower_kernel(fn, specs)
   mlir = str(module)
@@ -92,9 +92,11 @@ def _lower(fn, specs):
                  "in a kernel without tcgen05")
   try:   # only the PTX is run: no ptxas or SASS needed
     return mlir, mlir_to_ptx(module, line_info=True)
-  except CompileError as e:
+  except CompileError as e:   # the fix says whose the cause is, as compile's does
+    said = first_error(str(e))
     raise refuse("fn", f"<kernel {getattr(fn, '__name__', type(fn).__name__)}>",
-                 "a kernel the deviceless toolchain compiles", first_error(str(e))) from None
+                 f"a kernel the deviceless toolchain compiles for sm_90a ({said})",
+                 compile_fix(said, "sm_90a")) from None
 
 
 def check(fn, *args, schedules: int = 3, budget=None, sm_count: int | None = None,

@@ -24,7 +24,8 @@ import numpy as np
 
 from mosaic_async_store.errors import refuse, refuse_type
 
-__all__ = ["load_target", "lower_kernel", "compile_kernel", "kernel_specs", "first_error"]
+__all__ = ["load_target", "lower_kernel", "compile_kernel", "kernel_specs", "first_error",
+           "compile_fix"]
 
 # Ops, types and attributes of the Mosaic GPU dialect (not its discardable module attributes
 # such as mosaic_gpu.arch_major): a Warpgroup-semantics module still holds them.
@@ -227,7 +228,7 @@ def compile_kernel(fn, *args, arch: str = "sm_90a", sm_count: int | None = None,
   except toolchain.CompileError as e:
     said = first_error(str(e))
     raise refuse("fn", _brief(fn), f"a kernel the deviceless toolchain compiles for {arch}"
-                 f" ({said})", _compile_fix(said, arch)) from None
+                 f" ({said})", compile_fix(said, arch)) from None
 
 
 def _lowered_for(fn, args, arch, sm_count, cuda_version):
@@ -251,7 +252,7 @@ _ARCH_ONLY = (("wgmma", ("sm_100a", "sm_103a"), "sm_90a",
                "tcgen05 and tensor memory exist on sm_100a and newer"))
 
 
-def _compile_fix(said: str, arch: str) -> str:
+def compile_fix(said: str, arch: str) -> str:
   """The fix of a refusal: another arch where the construct is one ``arch`` lacks;
   "report it" where mlir-opt refused upstream's module (jaxlib built and verified it, so
   the cause is a skew of this project's toolchain, ``mlir_skew``); else the construct."""
