@@ -295,3 +295,53 @@ DONE:
   st.global.u32 [%rd3], %r3;
 """, schedule)
   assert out[:32].tolist() == [sum(range(32))] * 32
+
+
+# -- shfl.sync from a lane outside membermask: an undefined value -------------------
+
+# Lanes 0..15 shuffle with membermask 0x0000ffff; each reads lane SRC (idx mode).
+_SHFL = """
+  ld.param.u64 %rd1, [k_param_0];
+  mul.wide.u32 %rd2, %r1, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  setp.lt.u32 %p1, %r1, 16;
+  mov.u32 %r3, 7;
+  @!%p1 bra DONE;
+  add.u32 %r4, %r1, 100;
+  shfl.sync.idx.b32 %r3, %r4, SRC, 31, 0xffff;
+  USE
+DONE:
+  st.global.u32 [%rd3], %r3;
+"""
+
+
+def _shfl(src, use):
+  return _SHFL.replace("SRC", str(src)).replace("USE", use)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("use", ["", "add.u32 %r3, %r3, 1;",
+                                 "setp.eq.u32 %p2, %r3, 3;\n  @%p2 mov.u32 %r3, 0;",
+                                 "and.b32 %r5, %r3, 1;\n  setp.ne.u32 %p2, %r5, 0;\n"
+                                 "  @%p2 bra DONE;"],
+                         ids=["store", "computed-store", "guard", "branch"])
+def test_a_shfl_from_a_lane_outside_membermask_is_undefined_where_used(schedule, use):
+  """Lane 20 is outside the mask: the value is undefined, its use is the finding (no
+  hang, no made-up value stored)."""
+  err = _rule(_shfl(20, use), schedule)
+  assert err.rule == "undefined-value"
+  assert "reads lane 20, which is not in membermask 0x0000ffff" in str(err)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_a_shfl_from_a_member_lane_passes(schedule):
+  """The neighbour: lane 9 is in the mask, every lane of 0..15 gets its value."""
+  out = _launch(_shfl(9, "add.u32 %r3, %r3, 1;"), schedule)
+  assert out[:32].tolist() == [110] * 16 + [7] * 16
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_an_undefined_shfl_result_that_is_never_used_passes(schedule):
+  """The undefined value is overwritten (and masked to zero) before any use."""
+  out = _launch(_shfl(20, "and.b32 %r5, %r3, 0;\n  add.u32 %r3, %r5, 5;"), schedule)
+  assert out[:32].tolist() == [5] * 16 + [7] * 16

@@ -88,6 +88,10 @@ RULES = {
                   "cache in non-coherent read-only cache\"): the bytes it reads must be "
                   "read-only for the whole kernel (CUDA Programming Guide, read-only data "
                   "cache); any write of the kernel to them is reported",
+    "undefined-value": "PTX ISA, shfl.sync: \"results are undefined if a thread sources a "
+                       "register from an inactive thread or a thread that is not in "
+                       "membermask\": a store, address, branch, predicate or comparison "
+                       "that uses such a value has no defined outcome",
     "collective-mask": "PTX ISA, shfl.sync / vote.sync / elect.sync / redux.sync / "
                        "match.sync / bar.warp.sync: the "
                        "behavior is undefined if the executing thread is not in the "

@@ -16,7 +16,8 @@ how it is run:
     membermask": rule ``collective-mask``;
   * shfl.sync: "results are undefined if a thread sources a register from an
     inactive thread or a thread that is not in membermask": that lane receives
-    ``ops.UNDEFINED`` (the bytes built from it show);
+    ``Undefined``: computing with it is allowed, a use that needs its bits is the
+    finding ``undefined-value``;
   * vote.sync votes over the lanes that met (ballot: bit i is lane i's predicate);
   * elect.sync elects one leader among the lanes that met; which one is the
     hardware's choice, so the schedule chooses (``schedule.Schedule.pick_leader``:
@@ -39,13 +40,51 @@ import numpy as np
 from mosaic_async_store.check import program, run
 from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.opcodes import Opcode
-from mosaic_async_store.check.ops import UNDEFINED
 from mosaic_async_store.check.outcomes import BLOCK
 
-__all__ = ["Meeting", "meet", "warp_lanes", "live_lanes", "sync_collective", "aligned_collective",
-           "shfl", "vote", "elect", "redux", "match", "warp_sync", "OPCODES"]
+__all__ = ["Undefined", "Meeting", "meet", "warp_lanes", "live_lanes", "sync_collective",
+           "aligned_collective", "shfl", "vote", "elect", "redux", "match", "warp_sync", "OPCODES"]
 
 FULL = 0xFFFFFFFF
+
+
+class Undefined:
+  """The value a ``shfl.sync`` lane receives from a source lane outside the membermask
+  or exited: "results are undefined" (PTX ISA, shfl.sync), so no bit of it is known.
+  Bitwise and arithmetic operations carry it on (``x & 0`` and ``x * 0`` are 0); any
+  use that needs its bits (a stored value, an address, a branch, guard or predicate,
+  a comparison, sign extension, a float operation, a lane index) raises the finding
+  ``undefined-value`` naming where it came from, instead of running on a made-up
+  value.  ``origin``: that sentence."""
+
+  __slots__ = ("origin",)
+
+  def __init__(self, origin):
+    self.origin = origin
+
+  def _carry(self, *other):
+    return self
+
+  def _and(self, other):   # (bits the mask clears are known: zero)
+    return 0 if type(other) is int and other == 0 else self
+
+  def _use(self, *other):
+    raise ProtocolError("undefined-value", f"a value that is undefined ({self.origin}) is "
+                        "used where its bits matter (a store, an address, a branch or "
+                        "predicate, a comparison)")
+
+  __add__ = __radd__ = __sub__ = __rsub__ = __or__ = __ror__ = __xor__ = __rxor__ = _carry
+  __lshift__ = __rlshift__ = __rshift__ = __rrshift__ = __invert__ = __neg__ = _carry
+  __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _carry   # (their truth: _use)
+  __and__ = __rand__ = __mul__ = __rmul__ = _and
+  __bool__ = __int__ = __index__ = __hash__ = __float__ = __mod__ = __rmod__ = _use
+  __floordiv__ = __rfloordiv__ = __pow__ = to_bytes = bit_length = _use
+
+  def __format__(self, spec):
+    return "undefined"
+
+  def __repr__(self):
+    return f"Undefined({self.origin!r})"
 
 
 class Meeting:
@@ -159,7 +198,7 @@ def shfl(k, ins):
   dest = ins.ops[0][1:] if ins.ops[0][0] == "pair" else (ins.ops[0],)
   puts = [program.setter(dest[0], 32)] + [program.setter(o, 1) for o in dest[1:]]
   a, b, c = ins.src[1], ins.src[2], ins.src[3]
-  bfly = ins.mods[1] == "bfly"
+  bfly, line = ins.mods[1] == "bfly", k.program.lines[-1]
 
   def resolve(lanes, values):
     by_lane = {th.tid % 32: v[0] for th, v in zip(lanes, values)}
@@ -170,7 +209,12 @@ def shfl(k, ins):
       hi = lo | (cv & 31 & ~(cv >> 8))
       j = lane ^ bv if bfly else lo | (bv & ~(cv >> 8) & 31)
       ok = j <= hi
-      out.append((by_lane.get(j, UNDEFINED) if ok else own, ok))
+      got = by_lane.get(j) if ok else own
+      if got is None:   # the source lane is outside membermask, or exited
+        got = Undefined(f"CTA {th.cta} lane {lane}'s shfl.sync at PTX line {line} reads "
+                        f"lane {j}, which is not in membermask {th.wait[1].mask:#010x} "
+                        "or has exited")
+      out.append((got, ok))
     return out
 
   def finish(th, result):
