@@ -67,7 +67,8 @@ def _example(name):
 
 @pytest.mark.parametrize("name, rules", [
     ("make", None), ("no_cluster_barrier", {"race", "early-read"}),
-    ("wrong_arrival_count", {"early-read", "arrival-overflow", "race"})])
+    ("wrong_arrival_count", {"early-read", "arrival-overflow", "race",
+                             "phase-overrun"})])
 def test_the_documented_examples_say_what_the_page_shows(name, rules):
   """docs/check-your-kernel.md's kernel and mistakes 1 and 3, as the page shows them."""
   kernel, inputs = getattr(_example("reduce_into_cta0.py"), name)()

@@ -122,7 +122,7 @@ def test_bar_warp_sync_orders_the_warp(schedule):
                                 "ld.relaxed.cta.shared.v2.u32 {%r9, %r10}, [%r3];",
                                 "st.release.cta.shared.v2.u32 [%r3], {%r1, %r1};",
                                 "red.acquire.cluster.shared.add.u32 [%r3], 1;",
-                                "bar.red.popc.u32 %r9, 0, %p1;"])
+                                "redux.sync.min.f32 %r9, %r1, -1;"])   # (sm_100 only)
 def test_what_is_not_modelled_is_refused_by_name(op):
   with pytest.raises(NotImplementedError, match=op.split(".")[0].split(" ")[0]):
     PtxKernel(kernel("  mov.b64 %rd2, __dynamic_shmem__0;\n  cvt.u32.u64 %r3, %rd2;\n  "

@@ -47,7 +47,7 @@ PRODUCT = {
                                  "program", "outcomes", "addresses", "memops", "asyncops",
                                  "control", "contraction", "fences", "warp_memory",
                                  "lockstep", "shadow_runs", "schedule", "warp_mbarrier",
-                                 "budget"),
+                                 "budget", "cluster_barrier", "pairings", "mbarrier_forms"),
 }
 # The test and benchmark code (test/harness: kernels, runners, reports, lit helpers;
 # bench/: the benchmark scripts) under their present names, and former ones.

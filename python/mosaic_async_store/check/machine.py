@@ -52,7 +52,12 @@ from mosaic_async_store.check.global_memory import GlobalShadow
 from mosaic_async_store.check.memory import CLOCK, Shadow
 from mosaic_async_store.check.schedule import Schedule
 
-__all__ = ["Machine", "Memref", "Thread"]
+__all__ = ["Machine", "Memref", "ParamMismatch", "Thread"]
+
+
+class ParamMismatch(ValueError):
+  """The launch's arguments do not make the kernel's parameters (``pack_params``): the
+  caller's error, raised as is (never an internal error of the checker)."""
 
 
 class Memref:
@@ -233,7 +238,7 @@ class Machine:
         words.append(addr)
         shapes.append("array: 1")
     if len(words) != len(params):
-      raise ValueError(
+      raise ParamMismatch(
           f"the kernel takes {len(params)} parameters, the arguments make {len(words)} "
           f"({', '.join(shapes) or 'none'}); expected: one per NumPy array (its address) "
           "and 3 + 2 * ndim per Memref (a memref descriptor)")

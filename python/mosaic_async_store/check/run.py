@@ -37,6 +37,7 @@ import numpy as np
 
 from mosaic_async_store.check import asyncops, barriers, lockstep, pairings, sync, warp
 from mosaic_async_store.check import budget as budget_mod
+from mosaic_async_store.check.machine import ParamMismatch
 from mosaic_async_store.check.memory import CheckerError, ProtocolError
 
 __all__ = ["launch"]
@@ -79,7 +80,8 @@ def launch(k, buffers, *, cluster, smem_bytes, block=128, max_timeouts=64, sched
     k.drop_state()   # (the run's state is what filled memory: let it go first)
     raise budget_mod.BudgetExceeded("memory", "the process ran out of memory",
                                     k.executed) from None
-  except (ProtocolError, NotImplementedError, budget_mod.BudgetExceeded, CheckerError):
+  except (ProtocolError, NotImplementedError, budget_mod.BudgetExceeded, CheckerError,
+          ParamMismatch):
     raise
   except Exception as e:   # the scheduler's own failure: never a finding
     raise CheckerError(f"internal error of the checker's scheduler: {type(e).__name__}: "
