@@ -45,7 +45,7 @@ def _fence(k, base, mods):
   release this thread's earlier accesses; ``.acq_rel`` (the default), ``.sc``
   and ``membar`` do both, and ``.sc`` / ``membar`` ("a synonym for fence.sc", PTX ISA)
   also synchronise with every earlier morally strong one: Fence-SC order, the run's
-  order (``k.flags[None]``: their clocks), which bounds how stale a strong read after
+  order (``k.sc_fences``: their clocks), which bounds how stale a strong read after
   them may be (strong.py).  ``.sync_restrict::shared::cta`` (release only) orders
   only operations on the thread's own CTA's shared memory: accesses it made to
   other CTAs' shared memory are left out of what it releases (from the first
@@ -89,10 +89,8 @@ def _fence(k, base, mods):
         rec.acquire_into(th, min(scope, wscope))
       th.pending_obs.clear()
     if sc:   # Fence-SC order: the run's order; each earlier fence.sc synchronises with
-      order = k.flags.get(None)   # this one where morally strong (k.flags[None]: their
-      if order is None:           # clocks, by CTA and scope, kept with the locations)
-        order = k.flags[None] = Releases()
-      order.acquire_into(th, scope)
+      order = k.sc_fences   # this one where morally strong (their clocks, by CTA and
+      order.acquire_into(th, scope)   # scope)
       order.add(th.cta, scope, th.vc)
     if release == "inits":
       vc = np.zeros_like(th.vc)

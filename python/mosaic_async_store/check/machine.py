@@ -16,7 +16,8 @@ scheduler in ``run``.  Its state, by what it models (each attribute is set by
     ``memory.Shadow``), ``smem_cta`` (buffer id -> CTA), ``gbufs`` / ``gshadow``
     (the global buffers and their history, ``global_memory``), ``param_buf`` (the
     kernel parameters), ``flags`` (each strongly written location's release state,
-    ``strong``), ``remote_arrivals`` (other CTAs' mbarrier operations on a CTA's
+    ``strong``), ``sc_fences`` (the clocks of the ``fence.sc`` operations so far, in
+    Fence-SC order: ``fences``), ``remote_arrivals`` (other CTAs' mbarrier operations on a CTA's
     mbarriers, ``sync._note_remote``: the exit rule), ``observed`` (per CTA, the
     arrivals of every mbarrier phase one of its threads observed), ``flag_reads`` (per
     CTA, the strong writes into its shared memory that its threads read from: (offset,
@@ -49,7 +50,7 @@ import numpy as np
 
 from mosaic_async_store.check.addresses import GLOBAL_SHIFT
 from mosaic_async_store.check.global_memory import GlobalShadow
-from mosaic_async_store.check.memory import CLOCK, Shadow
+from mosaic_async_store.check.memory import CLOCK, Releases, Shadow
 from mosaic_async_store.check.schedule import Schedule
 
 __all__ = ["Machine", "Memref", "ParamMismatch", "Thread"]
@@ -86,14 +87,16 @@ class Thread:
   the mbarrier wait it last timed out on, which a parked poll loop is waiting for;
   ``tried_wait``: the mbarrier wait that last returned false to it (sync.py); ``released``: per
   location it wrote with a release, that release (strong.py); ``products``: the
-  products of its float ``mul``s without a rounding modifier (contraction.py)).  ``wait`` says what
+  products of its float ``mul``s without a rounding modifier (contraction.py);
+  ``stale_read``: per strong location (buffer id, offset, size), the newest write it
+  has already had a stale read after (strong.py: a retry reads the newest)).  ``wait`` says what
   a blocked thread waits for: ("mbar", key, parity, predicate, sem, scope),
   ("warp", ``warp.Meeting``), ("bar", key), ("cluster", nth, sem) or ("poll", pc)."""
 
   __slots__ = ("regs", "pc", "cta", "tid", "state", "wait", "cluster_arrived", "local",
                "slot", "vc", "unscoped", "unscoped_pair", "seen", "fence_rel", "pending_obs",
                "remote_since", "polled", "poll_pc", "poll_seen", "poll_epoch",
-               "poll_what", "tried_wait", "released", "products", "spin_epoch")
+               "poll_what", "tried_wait", "released", "products", "spin_epoch", "stale_read")
 
   def __init__(self, cta, tid, special, local_bytes, slot, vc):
     self.regs, self.pc, self.cta, self.tid = dict(special), 0, cta, tid
@@ -105,7 +108,7 @@ class Thread:
     self.vc[slot], self.fence_rel, self.pending_obs, self.remote_since = 1, None, [], None
     self.polled, self.poll_seen, self.poll_epoch = False, set(), -1
     self.poll_what, self.poll_pc, self.tried_wait, self.released = None, None, None, {}
-    self.products, self.spin_epoch = {}, -1
+    self.products, self.spin_epoch, self.stale_read = {}, -1, {}
 
 
 def _special_registers(c, t, cluster, block, first_cta, grid):
@@ -131,6 +134,7 @@ class Machine:
     self.smem, self.shadow, self.smem_cta = [], [], {}
     self.gbufs, self.gshadow, self.param_buf = [], None, b""
     self.flags, self.remote_arrivals, self.observed, self.flag_reads = {}, [], [], []
+    self.sc_fences = None
     self.mbar, self.barriers_made, self.named, self.warp_arrivals = {}, 0, {}, {}
     self.cluster_gens, self.cluster_lanes, self.cluster_reached = [], {}, []
     self.cluster_waiting = 0
@@ -160,6 +164,7 @@ class Machine:
     self.shadow = [Shadow(smem_bytes) for _ in range(cluster)]
     self.smem_cta = {id(b): i for i, b in enumerate(self.smem)}
     self.flags, self.remote_arrivals = {}, [{} for _ in range(cluster)]
+    self.sc_fences = Releases()   # the fence.sc operations so far (Fence-SC order)
     self.observed, self.flag_reads = [{} for _ in range(cluster)], [{} for _ in range(cluster)]
     self.mbar, self.barriers_made, self.named, self.warp_arrivals = {}, 0, {}, {}
     self.cluster_gens, self.cluster_lanes = [], {}

@@ -42,7 +42,8 @@ import numpy as np
 from mosaic_async_store.check.shadow_runs import runs
 
 __all__ = ["CLOCK", "Access", "AccessSet", "ProtocolError", "KernelFault", "CheckerError",
-           "RULES", "SCOPES", "SEMS", "sem_scope", "Releases", "Shadow", "SCHEDULES", "CI_SCHEDULES", "SLOW_SCHEDULES",
+           "RULES", "SCOPES", "SEMS", "sem_scope", "Releases", "Shadow", "SCHEDULES",
+           "CI_SCHEDULES", "SLOW_SCHEDULES",
            "morally_strong", "tags_morally_strong"]
 
 # Each rule is named after the part of the PTX ISA that it enforces.

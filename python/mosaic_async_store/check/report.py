@@ -23,7 +23,8 @@ from mosaic_async_store.check.interp import Memref, PtxKernel
 from mosaic_async_store.check.memory import Access, ProtocolError, shown_source
 from mosaic_async_store.errors import refuse, refuse_type
 
-__all__ = ["Finding", "Report", "Unfinished", "check_ptx", "MAX_BLOCK", "MAX_CLUSTER", "MAX_SMEM_BYTES"]
+__all__ = ["Finding", "Report", "Unfinished", "check_ptx", "MAX_BLOCK", "MAX_CLUSTER",
+           "MAX_SMEM_BYTES"]
 
 MAX_BLOCK, MAX_CLUSTER, MAX_SMEM_BYTES = 1024, 16, 227 * 1024
 

@@ -209,10 +209,10 @@ def _read(k, th, buf, off, size, sem, scope, *, latest=False):
   top = len(writes) - 1
   floor = next((i for i in range(top, 0, -1)
                 if any(vc[s] >= c for s, c in writes[i].seen_by.items())), 0)
-  mark = ("stale", id(buf), off, size)   # (th.released: also what strong.py keeps per thread)
+  mark = (id(buf), off, size)
   pick = top
-  if not latest and floor < top and th.released.get(mark) != writes[top].index:
-    th.released[mark], pick = writes[top].index, floor
+  if not latest and floor < top and th.stale_read.get(mark) != writes[top].index:
+    th.stale_read[mark], pick = writes[top].index, floor
   entry = writes[pick]
   entry.seen_by.setdefault(th.slot, int(vc[th.slot]))   # (its first read: the earliest)
   read = k.flag_reads[th.cta] if k.smem_cta.get(id(buf)) == th.cta else None
