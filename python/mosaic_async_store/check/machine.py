@@ -17,9 +17,8 @@ scheduler in ``run``.  Its state, by what it models (each attribute is set by
     (the global buffers and their history, ``global_memory``), ``param_buf`` (the
     kernel parameters), ``flags`` (each strongly written location's release state,
     ``strong``), ``sc_fences`` (the clocks of the ``fence.sc`` operations so far, in
-    Fence-SC order: ``fences``), ``remote_arrivals`` (other CTAs' mbarrier operations on a CTA's
-    mbarriers, ``sync._note_remote``: the exit rule), ``observed`` (per CTA, the
-    arrivals of every mbarrier phase one of its threads observed), ``flag_reads`` (per
+    Fence-SC order: ``fences``), ``remote_arrivals`` (other CTAs' mbarrier operations on
+    a CTA's mbarriers, ``sync._note_remote``: the exit rule), ``flag_reads`` (per
     CTA, the strong writes into its shared memory that its threads read from: (offset,
     writer slot) -> clock; the exit rule counts each one, alone, as completed);
   * barriers: ``mbar`` (key (CTA, offset) -> ``sync.Mbarrier``), ``barriers_made``,
@@ -74,8 +73,8 @@ class Thread:
   """One thread: registers, where it is, and its memory-model state (``vc``: its
   vector clock; ``unscoped``: clocks it saw through pairs whose scopes do not
   include each other, ``unscoped_pair`` the (release, acquire) scopes of the last;
-  ``seen``: the phases it observed complete, whatever the wait's semantics (their
-  arrivals: ``Machine.observed``, per CTA);
+  ``seen``: the phases it observed complete, whatever the wait's semantics (the exit
+  rule counts their operations as completed);
   ``fence_rel``: the clock its last fence releases with a later relaxed arrive;
   ``pending_obs``: phases a relaxed wait observed; ``remote_since``: its clock at
   its first access to another CTA's shared memory, which a
@@ -133,7 +132,7 @@ class Machine:
     self.threads, self.block, self.alive, self.alive_total, self.exited = [], 0, [], 0, []
     self.smem, self.shadow, self.smem_cta = [], [], {}
     self.gbufs, self.gshadow, self.param_buf = [], None, b""
-    self.flags, self.remote_arrivals, self.observed, self.flag_reads = {}, [], [], []
+    self.flags, self.remote_arrivals, self.flag_reads = {}, [], []
     self.sc_fences = None
     self.mbar, self.barriers_made, self.named, self.warp_arrivals = {}, 0, {}, {}
     self.cluster_gens, self.cluster_lanes, self.cluster_reached = [], {}, []
@@ -165,7 +164,7 @@ class Machine:
     self.smem_cta = {id(b): i for i, b in enumerate(self.smem)}
     self.flags, self.remote_arrivals = {}, [{} for _ in range(cluster)]
     self.sc_fences = Releases()   # the fence.sc operations so far (Fence-SC order)
-    self.observed, self.flag_reads = [{} for _ in range(cluster)], [{} for _ in range(cluster)]
+    self.flag_reads = [{} for _ in range(cluster)]
     self.mbar, self.barriers_made, self.named, self.warp_arrivals = {}, 0, {}, {}
     self.cluster_gens, self.cluster_lanes = [], {}
     self.cluster_reached = [cluster * block]   # [n]: threads with >= n cluster arrives

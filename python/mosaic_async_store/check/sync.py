@@ -294,9 +294,7 @@ def _observe(k, th, bar, sem, scope):
   q = bar.phase - 1
   if q < 0:
     return
-  th.seen[bar.slot] = max(th.seen[bar.slot], q + 1)   # it has landed (the exit rule),
-  record = bar.arrival_records[q]                      # and so have its arrivals: the
-  k.observed[th.cta][id(record)] = record              # exit rule folds them in once
+  th.seen[bar.slot] = max(th.seen[bar.slot], q + 1)   # it has landed (the exit rule)
   if sem in ("acquire", "acq_rel", "sc"):
     th.vc[bar.slot] = max(th.vc[bar.slot], q + 1)  # its asynchronous data is visible
     bar.records[q].acquire_into(th, scope)

@@ -145,8 +145,6 @@ def _observe(k, lanes, bar, scope):
   every lane saw the phase before the current one complete."""
   q = bar.phase - 1
   if q >= 0:
-    record = bar.arrival_records[q]
-    k.observed[lanes[0].cta][id(record)] = record
     rows, slot = k.lane_rows(lanes), bar.slot
     for th in lanes:
       th.seen[slot] = max(th.seen[slot], q + 1)
