@@ -68,7 +68,7 @@ def _example(name):
 @pytest.mark.parametrize("name, rules", [
     ("make", None), ("no_cluster_barrier", {"race", "early-read"}),
     ("wrong_arrival_count", {"early-read", "arrival-overflow", "race",
-                             "phase-overrun"})])
+                             "phase-overrun", "exit"})])
 def test_the_documented_examples_say_what_the_page_shows(name, rules):
   """docs/check-your-kernel.md's kernel and mistakes 1 and 3, as the page shows them."""
   kernel, inputs = getattr(_example("reduce_into_cta0.py"), name)()
@@ -77,11 +77,14 @@ def test_the_documented_examples_say_what_the_page_shows(name, rules):
     assert report.ok, str(report)
     assert np.array_equal(report.outputs[0], inputs[0].sum(axis=0))
   else:
-    assert len(report.findings) == 3 and {f.rule for f in report.findings} <= rules
+    # (several findings a schedule: the run goes on after a race; findings.py)
+    assert {f.schedule for f in report.findings} == {0, 1, 2}
+    assert {f.rule for f in report.findings} <= rules
 
 
 def test_the_documented_cta_wait_example_is_a_race(capsys):
   _example("cta_scoped_wait.py")   # runs on import, as `python docs/examples/...` does
   out = capsys.readouterr().out
-  assert out.startswith("3 finding(s)") and out.count("[race]") == 3
+  count = int(out.split(" finding(s)")[0])
+  assert count >= 3 and out.count("[race]") >= 3 and "schedules [0, 1, 2]" in out
   assert "not morally strong" in out

@@ -1,4 +1,4 @@
-"""The exit rule for everything a CTA issues into a peer (check/run.py ``_thread_exits``,
+"""The exit rule for everything a CTA issues into a peer (check/exit_rule.py ``thread_exits``,
 sync.py ``_note_remote``), shared-memory float reductions that keep subnormals
 (check/floats.py ``reduce_add``), and float contraction run under each legal result
 (check/contraction.py).

@@ -5,19 +5,21 @@ per-byte history of ``memory.Shadow`` (shared memory) or of
 
 Functions of the machine ``k`` (``machine.Machine``): its ``smem`` / ``shadow`` /
 ``smem_cta`` (the CTAs' shared memories and their histories), ``gshadow`` (the
-global buffers' history), ``threads`` and ``barrier_slot0`` (the first barrier
-clock slot).  ``st.async`` / ``red.async`` are issued here as ``asyncops.AsyncOp``
+global buffers' history), ``threads`` and ``slots`` (who owns each clock slot:
+``slots.SlotTable``).  ``st.async`` / ``red.async`` are issued here as ``asyncops.AsyncOp``
 objects; ``asyncops`` lands them through ``_check`` and ``_write``.
 """
 
 from __future__ import annotations
 
-from mosaic_async_store.check import addresses, asyncops, program, strong, sync, warp_memory
+from mosaic_async_store.check import (addresses, asyncops, findings, program, strong, sync,
+                                      warp_memory)
 from mosaic_async_store.check.memory import (SCOPES, Access, ProtocolError, shown_source,
                                              tags_morally_strong)
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.ops import reduce_op
 from mosaic_async_store.check.outcomes import YIELD
+from mosaic_async_store.check.slots import MBARRIER_DATA
 
 __all__ = ["OPCODES"]
 
@@ -176,7 +178,7 @@ def _global_access(k, th, buf, off, n, *, write, insn, atomic=False, tag=None):
 
 
 def _global_race(k, th, buf, off, n, write, bad, tag, insn):
-  """Raises the race ``bad`` (``memory.Shadow.conflict``'s tuple) in global memory,
+  """Reports the race ``bad`` (``memory.Shadow.conflict``'s tuple) in global memory,
   as in SMEM, naming the buffer; ``insn``: the accessing instruction's index."""
   memory = k.gshadow.describe(buf, off, n)
   mine = _access_of(k, th, _kind(write, tag), memory, insn)
@@ -185,8 +187,8 @@ def _global_race(k, th, buf, off, n, write, bad, tag, insn):
 
 
 def _check(k, vc, th, cta, off, n, *, write, atomic, who, stamp, tag=None):
-  """Raises unless the access is ordered after the conflicting earlier ones;
-  then records it (``stamp``: the (slot, clock) it is known by; ``who``: the
+  """Reports a finding (``findings.report``) unless the access is ordered after the
+  conflicting earlier ones; then records it (``stamp``: the (slot, clock) it is known by; ``who``: the
   accessing Thread or AsyncOp, named in a message; ``tag``: a strong access's
   (CTA, scope, offset, bytes), None for a weak one)."""
   sh = k.shadow[cta]
@@ -203,10 +205,11 @@ def _check(k, vc, th, cta, off, n, *, write, atomic, who, stamp, tag=None):
         "asynchronous reduction" if atomic else "asynchronous store")
     mine = _access_of(k, who, kind, memory, stamp[2])
     if bad[0] == "in flight":
-      raise ProtocolError("early-read", f"{what} while an asynchronous store into them is "
-                          "in flight", access=mine)
-    _conflict(k, what, *bad, th if th is not None else who.th, tag,
-              reads=(sh, vc, off, n) if write else None, mine=mine)
+      findings.report(k, ProtocolError("early-read", f"{what} while an asynchronous store "
+                                       "into them is in flight", access=mine))
+    else:
+      _conflict(k, what, *bad, th if th is not None else who.th, tag,
+                reads=(sh, vc, off, n) if write else None, mine=mine)
   sh.record(off, n, write=write, atomic=atomic, stamp=stamp, tag=tag)
 
 
@@ -237,7 +240,7 @@ def _access_of(k, who, kind, memory, insn):
 
 
 def _conflict(k, what, how, slot, clk, insn, other_tag, th, tag, *, reads=None, mine=None):
-  """Raises the race (or early read) between this access (``what``, by or issued by
+  """Reports the race (or early read) between this access (``what``, by or issued by
   thread ``th``; ``tag``: see ``memory.Shadow.conflict``) and the earlier one of
   (``slot``, ``clk``) by instruction ``insn`` (``other_tag``), naming both, their
   sources and what is missing between them.  ``reads``: (shadow, clock, offset,
@@ -245,29 +248,31 @@ def _conflict(k, what, how, slot, clk, insn, other_tag, th, tag, *, reads=None, 
   unordered with that read, is a write-after-read race, not an early read: had the
   read been ordered before it, the write would have been ordered after the data.
   ``mine``: this access as data (``memory.Access``); the error carries both."""
-  read = reads and slot >= k.barrier_slot0 and _unordered_read(*reads, tag)
+  data = k.slots.kind(slot) == MBARRIER_DATA   # (the asynchronous data of a phase)
+  read = reads and data and _unordered_read(*reads, tag)
   if read:
     how, slot, clk, insn, other_tag = "read by", *read
   other_source = k.program.sources[insn] if insn >= 0 else None
   line, text = (k.program.lines[insn], k.program.texts[insn]) if insn >= 0 else (None, None)
-  if slot >= k.barrier_slot0:
-    bar = next(b for b in k.mbar.values() if b.slot == slot)
+  if data and not read:
+    bar = k.slots.owner(slot).obj
     stores = f"the asynchronous stores of phase {clk - 1} of {bar.describe()}"
     other = Access(stores, None, None, "asynchronous store", None, line, text, other_source)
     missing = f"an observation of phase {clk - 1} of that mbarrier (a wait on it)"
-    raise ProtocolError("early-read", f"{what}, {how} {stores} (one issued at "
-                        f"{_insn_where(k, insn)}), which it has not observed",
-                        other_source=other_source, access=mine, other=other,
-                        missing=missing)
+    findings.report(k, ProtocolError(
+        "early-read", f"{what}, {how} {stores} (one issued at {_insn_where(k, insn)}), "
+        "which it has not observed", other_source=other_source, access=mine, other=other,
+        missing=missing))
+    return
   by = k.threads[slot - 1]
   kind = "write-after-read: " if how == "read by" else ""   # (only writes meet reads)
   missing = _missing(by, slot, clk, th, tag, other_tag)
   other = Access(f"CTA {by.cta} thread {by.tid}", by.cta, by.tid,
                  _kind(how == "written by", other_tag), None, line, text, other_source)
-  raise ProtocolError("race", f"{kind}{what}, {how} CTA {by.cta} thread {by.tid} at "
-                      f"{_insn_where(k, insn)}, with no happens-before between them; "
-                      f"{missing}", other_source=other_source, access=mine, other=other,
-                      missing=missing)
+  findings.report(k, ProtocolError(
+      "race", f"{kind}{what}, {how} CTA {by.cta} thread {by.tid} at {_insn_where(k, insn)}, "
+      f"with no happens-before between them; {missing}", other_source=other_source,
+      access=mine, other=other, missing=missing))
 
 
 def _missing(other, slot, clk, th, tag, other_tag) -> str:

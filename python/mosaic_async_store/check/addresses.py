@@ -3,9 +3,13 @@
 A CTA's shared window starts at ``SHARED_BASE``; ``mapa`` puts (rank + 1) << 24
 into a ``.shared::cluster`` address, so an unmapped (shared::cta) address used as
 a cluster address means "own CTA", as on hardware; global buffer i lives at
-(i + 1) << ``GLOBAL_SHIFT``, local memory at ``LOCAL_BASE``; a generic address
-(``ld`` / ``st`` without a state space) is resolved by this map at run time and
-then takes the path of its space.  Accesses are checked for bounds and natural
+(i + 1) << ``GLOBAL_SHIFT``, local memory at ``LOCAL_BASE``, the kernel's parameters
+at ``PARAM_BASE`` (``cvta.param`` of a parameter's offset; ``ld.param`` takes the
+offset itself); a generic address (``ld`` / ``st`` without a state space) is
+resolved by this map at run time and then takes the path of its space.  A tensor
+map's 128 parameter bytes (``Machine.tensor_maps``) are the TMA instructions'
+(``tensor_map``): a load of any of them is refused, the checker does not model the
+descriptor's encoding.  Accesses are checked for bounds and natural
 alignment; an access to the shared memory of a CTA that has exited is the
 finding ``exit``.
 """
@@ -15,12 +19,17 @@ from __future__ import annotations
 from operator import attrgetter
 
 from mosaic_async_store.check.memory import KernelFault, ProtocolError
+from mosaic_async_store.check.tensor_map import TENSOR_MAP_BYTES
 
-__all__ = ["SHARED_BASE", "LOCAL_BASE", "GLOBAL_SHIFT", "NOT_SHARED", "mem", "mem_fn",
-           "plain_shared", "plain_shared_lanes", "plain_global_lanes"]
+__all__ = ["SHARED_BASE", "LOCAL_BASE", "PARAM_BASE", "GLOBAL_SHIFT", "NOT_SHARED", "mem",
+           "mem_fn", "plain_shared", "plain_shared_lanes", "plain_global_lanes",
+           "param_offset", "tensor_map"]
 
 SHARED_BASE = 0x400            # sm_90 reserves the first 1 KiB of the shared window
 LOCAL_BASE, GLOBAL_SHIFT = 0x100000, 40
+# The generic window of the parameters: above every shared::cluster address ((rank + 1)
+# << 24, rank < 16) and below global buffer 0 (1 << 40).
+PARAM_BASE = 1 << 32
 _GLOBAL_MASK = (1 << GLOBAL_SHIFT) - 1
 _REMOTE_SINCE = attrgetter("remote_since")   # (C loops over a warp's lanes: map)
 NOT_SHARED = ("global", "local", "param")   # spaces whose buffers are never SMEM
@@ -32,6 +41,7 @@ def mem(k, th, space, addr, n):
   if space is None:
     space = ("global" if addr >> GLOBAL_SHIFT else
              "local" if LOCAL_BASE <= addr < LOCAL_BASE + len(th.local) else
+             "param" if PARAM_BASE <= addr < PARAM_BASE + len(k.param_buf) else
              "shared::cluster" if addr >> 24 else "shared")
   if addr % n:
     raise KernelFault(f"misaligned {n}-byte {space} access at {addr:#x}")
@@ -54,12 +64,50 @@ def mem(k, th, space, addr, n):
   elif space == "local":
     buf, off = th.local, addr - LOCAL_BASE
   elif space == "param":
-    buf, off = k.param_buf, addr
+    buf, off = k.param_buf, param_offset(addr)
+    _refuse_map_bytes(k, addr, off, n)
   else:
     raise NotImplementedError(f"state space {space}")
   if off < 0 or off + n > len(buf):
     raise KernelFault(f"{n}-byte {space} access at {addr:#x} is out of bounds")
   return buf, off
+
+
+def param_offset(addr):
+  """The parameter-space offset of ``addr``: a generic address in the parameter window
+  (``cvta.param``'s), or the offset itself (a ``.param`` address: the symbol's)."""
+  return addr - PARAM_BASE if addr >= PARAM_BASE else addr
+
+
+def _refuse_map_bytes(k, addr, off, n):
+  """Refuses (NotImplementedError: a limit of the checker, which ``check_ptx`` reports
+  as a refusal) an access to any byte of a tensor-map parameter."""
+  for start, tmap in k.tensor_maps.items():
+    if start < off + n and off < start + TENSOR_MAP_BYTES:
+      raise NotImplementedError(
+          f"a {n}-byte load at {addr:#x} (parameter bytes {off}..{off + n - 1}) reads the "
+          "bytes of a tensor map parameter: the checker does not model the descriptor's "
+          f"encoding (bytes {start}..{start + TENSOR_MAP_BYTES - 1} hold {tmap!r})")
+
+
+def tensor_map(k, th, addr):
+  """The ``tensor_map.TensorMap`` whose parameter starts at ``addr`` (a generic address
+  in the parameter window, or a parameter-space offset), for the TMA instructions'
+  tensor-map operand; anything else is the kernel's fault (``KernelFault``, naming the
+  address).  A map in global memory is not modelled (NotImplementedError)."""
+  if addr >> GLOBAL_SHIFT:
+    raise NotImplementedError(f"a tensor map in global memory ({addr:#x}): the checker "
+                              "takes tensor maps as kernel parameters only")
+  if addr < PARAM_BASE and addr >> 24 or LOCAL_BASE <= addr < LOCAL_BASE + len(th.local):
+    raise KernelFault(f"CTA {th.cta} thread {th.tid}: tensor-map address {addr:#x} is not "
+                      "in the parameter space")
+  tmap = k.tensor_maps.get(param_offset(addr))
+  if tmap is None:
+    starts = sorted(k.tensor_maps)
+    raise KernelFault(f"CTA {th.cta} thread {th.tid}: no tensor map parameter starts at "
+                      f"{addr:#x} (parameter offset {param_offset(addr)}; the maps start "
+                      f"at offsets {starts or 'nowhere: the kernel has none'})")
+  return tmap
 
 
 def plain_shared(k, th, addr, n, cluster):

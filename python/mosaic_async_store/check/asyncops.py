@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mosaic_async_store.check import access, sync
+from mosaic_async_store.check import access, findings, sync
 from mosaic_async_store.check.memory import SCOPES, TX_LIMIT, ProtocolError
 from mosaic_async_store.check.shadow_runs import record_disjoint, runs
 
@@ -242,11 +242,13 @@ def _land_one(k, op):
       access._check(k, op.vc, None, w.cta, w.off, n, write=True, atomic=w.red is not None,
                     who=op, stamp=(slot, clock, op.insn),
                     tag=w.red and (op.th.cta, SCOPES["cluster"], w.off, n))
-  except ProtocolError as e:   # the issuing thread's instruction is where
+  except ProtocolError as e:   # (a finding that stops the run) the issue is where
     line, text = k.program.lines[op.insn], k.program.texts[op.insn]
     raise ProtocolError(e.rule, f"{e.detail} (issued at PTX line {line}: `{text}`)",
                         cta=op.th.cta, thread=op.th.tid, ptx_line=line,
                         instruction=text, **e.data()) from e
+  if k.unplaced:   # (a race or early read: reported; the data lands all the same)
+    findings.place_landing(k, op)
   for w in op.writes:   # red.async is a read-modify-write (it continues a release state)
     access._write(k, k.smem[w.cta], w.off, w.size, w.values, w.red, weak=not w.red)
   op.completion.complete(k, op)

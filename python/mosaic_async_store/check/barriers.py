@@ -53,8 +53,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from mosaic_async_store.check import cluster_barrier, pairings, program, run, sync
-from mosaic_async_store.check.memory import SCOPES, KernelFault, ProtocolError
+from mosaic_async_store.check import cluster_barrier, pairings, program, sync
+from mosaic_async_store.check.waits import Wait, resume
+from mosaic_async_store.check.memory import KernelFault, ProtocolError
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.outcomes import BLOCK
 
@@ -155,7 +156,7 @@ def _named(k, waits, bar_id, count, pc, aligned, red=None):
     rec.aligned |= aligned
     th.vc[th.slot] += 1   # what it releases to the threads that wait
     k.epoch += 1
-    th.wait = ("bar", wkey)
+    th.wait = NamedWait(wkey)
     if len(rec.lanes) >= rec.live:
       _warp_arrives(k, wkey, th)
     return None if th.wait is None else BLOCK
@@ -215,7 +216,7 @@ def _wake(k, th, current):
   if th is current:
     th.wait = None
   else:
-    run._resume(k, th)
+    resume(k, th)
 
 
 def _warp_arrives(k, wkey, current, rec=None):
@@ -246,7 +247,7 @@ def _warp_arrives(k, wkey, current, rec=None):
   bar.votes += len(rec.lanes)
   for th, waits, put in rec.lanes.values():
     if waits:
-      th.wait = ("bar", key)
+      th.wait = NamedWait(key)
       bar.waiters.append((th, put))
     else:
       _wake(k, th, current)
@@ -306,6 +307,21 @@ def _barriers_after_exit(k, th):
   cluster_barrier.lanes_exit(k, th)
 
 
+class NamedWait(Wait):
+  """A lane at a named CTA barrier: ``key`` is (CTA, id, warp) while it waits for its
+  warp-mates to arrive, (CTA, id) once its warp arrived (``.sync``), (CTA, id, warp,
+  "held") while ``pairings`` holds its warp's arrival back.  The arrival that
+  completes the barrier resumes it (``_named_complete``): never ready by itself."""
+
+  __slots__ = ("key",)
+
+  def __init__(self, key):
+    self.key = key
+
+  def describe(self, k, th) -> tuple[int, str]:
+    return th.pc, _named_state(k, self.key)
+
+
 def _named_state(k, key) -> str:
   """A waiting thread's barrier, for a hang report: ``key`` (CTA, id) after its
   warp arrived, (CTA, id, warp) while it waits for its warp-mates."""
@@ -323,13 +339,6 @@ def _named_state(k, key) -> str:
     return state
   return (f"the other non-exited lanes of warp {key[2]} ({len(rec.lanes)} of "
           f"{rec.live} arrived) to arrive on {state}")
-
-
-def _cluster_woken(k, th):
-  _, nth, sem = th.wait
-  if sem != "relaxed":
-    for gen in k.cluster_gens[:nth]:
-      gen.acquire_into(th, SCOPES["cluster"])
 
 
 # The opcodes this family runs (``opcodes.Opcode``: the handler, statements it runs,

@@ -23,7 +23,8 @@ arrives), ``cluster_reached`` ([n]: threads, exited ones too, with >= n arrives)
 
 from __future__ import annotations
 
-from mosaic_async_store.check import barriers, run, sync
+from mosaic_async_store.check import barriers, sync
+from mosaic_async_store.check.waits import Wait, resume
 from mosaic_async_store.check.memory import SCOPES, ProtocolError, Releases, sem_scope
 from mosaic_async_store.check.outcomes import BLOCK
 
@@ -50,9 +51,52 @@ def arrive(k, mods, pc, aligned):
       k.cluster_reached.append(0)
     k.cluster_reached[nth] += 1
     k.epoch += 1
-    if k.cluster_waiting and run._cluster_may_complete(k, nth):
+    if k.cluster_waiting and _may_complete(k, nth):
       k.dirty = True
   return arrive_lane
+
+
+def _may_complete(k, nth) -> bool:
+  """False when some non-exited thread has not made its nth cluster arrive yet
+  (``cluster_reached`` also counts exited threads: True may be wrong, False not)."""
+  return nth < len(k.cluster_reached) and k.cluster_reached[nth] >= k.alive_total
+
+
+class ClusterWait(Wait):
+  """``barrier.cluster.wait`` after the lane's arrive number ``nth``: it completes when
+  every non-exited thread of the cluster made its nth arrive (PTX ISA: the wait is for
+  the cluster's non-exited threads), acquiring (unless ``sem`` is "relaxed") what
+  those generations released.  Grouped: the readiness is one count per resolve."""
+
+  __slots__ = ("nth", "sem")
+  grouped = True
+
+  def __init__(self, nth, sem):
+    self.nth, self.sem = nth, sem
+
+  def on_block(self, k, th) -> None:
+    k.cluster_waiting += 1
+    if _may_complete(k, self.nth):
+      k.dirty = True
+
+  def on_resume(self, k, th) -> None:
+    k.cluster_waiting -= 1
+
+  @classmethod
+  def resolve_group(cls, k, threads) -> bool:
+    min_arrived = min(t.cluster_arrived for t in k.threads if t.state != "done")
+    woke = False
+    for th in threads:
+      if min_arrived >= th.wait.nth:
+        if th.wait.sem != "relaxed":
+          for gen in k.cluster_gens[:th.wait.nth]:
+            gen.acquire_into(th, SCOPES["cluster"])
+        resume(k, th)
+        woke = True
+    return woke
+
+  def describe(self, k, th) -> tuple[int, str]:
+    return th.pc, "barrier.cluster (the cluster's other threads)"
 
 
 def _cluster_completed(k, nth) -> bool:
@@ -68,11 +112,11 @@ def _cluster_completed(k, nth) -> bool:
 
 def wait(k, mods, pc, aligned):
   """``barrier.cluster.wait{.acquire}{.aligned}``: the lane blocks until the
-  generation of its last arrive completes (``run._resolve``)."""
+  generation of its last arrive completes (``ClusterWait``)."""
   sem, _ = sem_scope(mods, "acquire")
   def wait_lane(th):
     _cluster_lane(k, th, "wait", th.cluster_arrived, pc, aligned)
-    th.wait = ("cluster", th.cluster_arrived, sem)
+    th.wait = ClusterWait(th.cluster_arrived, sem)
     return BLOCK
   return wait_lane
 

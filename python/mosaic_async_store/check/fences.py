@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from mosaic_async_store.check.memory import SCOPES, Releases, sem_scope
+from mosaic_async_store.check.memory import SCOPES, sem_scope
 from mosaic_async_store.check.opcodes import Opcode, check_qualifiers
+from mosaic_async_store.check.slots import MBARRIER_INIT
 
 __all__ = ["OPCODES"]
 
@@ -79,7 +80,7 @@ def _fence(k, base, mods):
     release = None if sem == "acquire" else (
         "own-cta" if restrict == "sync_restrict::shared::cta" else "all")
   def fence(th):
-    init_slots = slice(k.barrier_slot0 + 1, None, 2)   # (known once launched)
+    init_slots = k.slots.indices(MBARRIER_INIT)
     if acquire:
       for rec, wscope, data_slot, phase in th.pending_obs:
         # the observed phase's asynchronous data (in this CTA; None: a relaxed

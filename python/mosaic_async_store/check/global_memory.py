@@ -36,7 +36,7 @@ it): the bytes a buffer holds when the launch starts are the initial contents
 (slot 0, clock 0: the ISA's hypothetical initial write W0, "Initialization"), so
 reads of inputs never race, and accesses of different clusters of a grid, which
 ``report.check_ptx`` runs as launches one after another, are never compared.
-The exit rule (``run._thread_exits``) is about shared memory only and
+The exit rule (``exit_rule.thread_exits``) is about shared memory only and
 never looks here.
 """
 
@@ -171,7 +171,8 @@ class GlobalShadow:
     """Checks thread ``th``'s access to ``n`` bytes of ``buf`` at ``off`` by
     instruction ``insn`` (its index; ``tag``: a strong access's, see
     ``memory.Shadow.conflict``) and records it; returns None, or the conflict
-    (``Shadow.conflict``'s tuple; then nothing is recorded: the launch ends).  A
+    (``Shadow.conflict``'s tuple: the caller reports it; the access is recorded all
+    the same, as the run goes on).  A
     write to bytes read with ld.global.nc raises ``nc-written``."""
     if write and self.nc:
       self._nc_written(th, buf, off, n)
@@ -194,27 +195,26 @@ class GlobalShadow:
     if rec is None or rec[5] != o or rec[6] != n or (n > 1 and cells[o:end].count(rec) != n):
       return self._mixed(cells, o, n, vc, slot, write, atomic, insn, tag)
     bad = _conflict(rec, vc, write, tag)
-    if bad is None:
-      _record(rec, slot, vc.item(slot), insn, write, atomic, tag)
-    return bad
+    _record(rec, slot, vc.item(slot), insn, write, atomic, tag)   # (after a race too: the
+    return bad                                                     # run goes on)
 
   @staticmethod
   def _mixed(cells, o, n, vc, slot, write, atomic, insn, tag):
     """``access`` to bytes whose records are not one run of exactly these bytes:
     each record is checked, then each run of bytes sharing one gets a copy of its
     own that records the access (a weak write: one new record for them all)."""
-    end, seen = o + n, set()
+    end, seen, bad = o + n, set(), None
     for b in range(o, end):
       rec = cells[b]
       if rec is not None and id(rec) not in seen:
         seen.add(id(rec))
         bad = _conflict(rec, vc, write, tag)
         if bad is not None:
-          return bad
+          break
     clk, b = vc.item(slot), o
     if write and not atomic:
       cells[o:end] = [[slot, clk, insn, None, None, o, n]] * n
-      return None
+      return bad
     while b < end:
       old, run = cells[b], b + 1
       while run < end and cells[run] is old:
@@ -224,4 +224,4 @@ class GlobalShadow:
       _record(rec, slot, clk, insn, write, atomic, tag)
       cells[b:run] = [rec] * (run - b)
       b = run
-    return None
+    return bad

@@ -65,7 +65,16 @@ class PtxKernel:
     self.program = Program(text, self.machine)
 
   def launch(self, buffers, **kwargs):
-    """Runs one cluster; see ``run.launch`` for the arguments and the result."""
+    """Runs one cluster (``run.launch``'s arguments) and returns its outputs; raises the
+    first finding, if any (``run`` gives them all: ``machine.findings``)."""
+    out = self.run(buffers, **kwargs)
+    if self.machine.findings:
+      raise self.machine.findings[0]
+    return out
+
+  def run(self, buffers, **kwargs):
+    """Runs one cluster; see ``run.launch`` for the arguments and the result (None where
+    a finding stopped the run); its findings, as data, are ``findings``."""
     return run.launch(self.machine, buffers, **kwargs)
 
   # What tests, tools and reports read of a kernel and of its last run.
@@ -76,6 +85,8 @@ class PtxKernel:
   params = property(lambda self: self.program.params)
   executed = property(lambda self: self.machine.executed,
                       doc="thread-instructions run by the last launch")
+  findings = property(lambda self: tuple(self.machine.findings),
+                      doc="the last launch's findings (memory.ProtocolError), in order")
   calls = property(lambda self: self.machine.calls,
                    doc="(CTA, thread, opcode) of each call the last launch made")
   timeouts = property(lambda self: self.machine.timeouts,

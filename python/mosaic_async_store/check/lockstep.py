@@ -14,12 +14,13 @@ lane's i + 1), not an assumption the verdicts rest on.
 
 from __future__ import annotations
 
-from mosaic_async_store.check import run
+from mosaic_async_store.check import exit_rule, findings, waits
 from mosaic_async_store.check.budget import BudgetExceeded
 from mosaic_async_store.check.memory import CheckerError, ProtocolError
 from mosaic_async_store.check.outcomes import BLOCK, EXIT, FALLBACK, YIELD
 
 __all__ = ["piece", "run_piece"]
+LOOP_YIELD = 64   # a piece yields after this many backward jumps in a row
 
 
 def piece(k, th):
@@ -43,7 +44,7 @@ def run_piece(k, lanes):
   program counter runs first and the others wait in ``pending`` until it reaches
   theirs, where they merge again (so an if / else reconverges after it, and a loop
   exit waits for the lanes still in the loop).  A piece yields after
-  ``run.LOOP_YIELD`` backward jumps in a row (a loop may be a spin on a weak load,
+  ``LOOP_YIELD`` backward jumps in a row (a loop may be a spin on a weak load,
   which only another thread can end: see ``run``'s doc)."""
   code, vcode = k.program.code, k.program.vcode
   pc, jumps, n, th = lanes[0].pc, 0, 0, lanes[0]
@@ -54,6 +55,8 @@ def run_piece(k, lanes):
       k.step += 1
       vf, th = vcode[pc], lanes[0]   # (th: the lane an error names; lane by lane, each)
       r = vf(lanes) if vf is not None else FALLBACK
+      if k.unplaced:   # (findings the run goes on after: placed at this instruction)
+        findings.place(k, pc, th)
       if r is None:
         nxt = pc + 1
       elif type(r) is int:
@@ -71,9 +74,11 @@ def run_piece(k, lanes):
               if r is BLOCK or r is EXIT:   # (at once: the next lane may release it)
                 th.pc, th.state = pc, "block" if r is BLOCK else "done"
                 if r is EXIT:
-                  run._thread_exits(k, th)
+                  exit_rule.thread_exits(k, th)
                 else:
-                  run._blocks(k, th)
+                  waits.block(k, th)
+            if k.unplaced:   # (findings the run goes on after: placed at this lane)
+              findings.place(k, pc, th)
         else:   # a warp form's lanes that yield
           moved = r
         if moved is None:
@@ -97,7 +102,7 @@ def run_piece(k, lanes):
           lanes = _rejoin(k, lanes, nxt, queued)   # warp-mates it resumed
       if lanes and nxt <= pc:   # a backward jump (a loop that never ends: the budget)
         jumps += 1
-        if jumps == run.LOOP_YIELD:   # a loop iteration's start: poll-like
+        if jumps == LOOP_YIELD:   # a loop iteration's start: poll-like
           for th in lanes:
             th.pc, th.polled, th.poll_pc = nxt, True, pc   # (pc: the branch)
           yielded += lanes
@@ -129,7 +134,7 @@ def run_piece(k, lanes):
     text, line = k.program.texts[pc], k.program.lines[pc]
     raise NotImplementedError(f"CTA {th.cta} thread {th.tid} at `{text}` (PTX line {line}): "
                               f"{e}") from e
-  except (CheckerError, BudgetExceeded, MemoryError):
+  except (CheckerError, BudgetExceeded, MemoryError, findings.FindingLimit):
     raise
   except Exception as e:  # the checker's own failure: never a finding about the kernel
     text, line = k.program.texts[pc], k.program.lines[pc]

@@ -15,13 +15,15 @@ scheduler in ``run``.  Its state, by what it models (each attribute is set by
   * memories: ``smem`` (each CTA's shared memory), ``shadow`` (its per-byte history,
     ``memory.Shadow``), ``smem_cta`` (buffer id -> CTA), ``gbufs`` / ``gshadow``
     (the global buffers and their history, ``global_memory``), ``param_buf`` (the
-    kernel parameters), ``flags`` (each strongly written location's release state,
+    kernel parameters), ``tensor_maps`` (offset of each tensor-map parameter's 128
+    bytes in ``param_buf`` -> its ``tensor_map.TensorMap``), ``flags`` (each strongly
+    written location's release state,
     ``strong``), ``sc_fences`` (the clocks of the ``fence.sc`` operations so far, in
     Fence-SC order: ``fences``), ``remote_arrivals`` (other CTAs' mbarrier operations on
     a CTA's mbarriers, ``sync._note_remote``: the exit rule), ``flag_reads`` (per
     CTA, the strong writes into its shared memory that its threads read from: (offset,
     writer slot) -> clock; the exit rule counts each one, alone, as completed);
-  * barriers: ``mbar`` (key (CTA, offset) -> ``sync.Mbarrier``), ``barriers_made``,
+  * barriers: ``mbar`` (key (CTA, offset) -> ``sync.Mbarrier``),
     ``named`` / ``warp_arrivals`` (named CTA barriers and the warps arriving on them,
     ``barriers``), ``cluster_gens`` / ``cluster_lanes`` / ``cluster_reached`` /
     ``cluster_waiting`` (the cluster barrier's generations and arrivals),
@@ -30,27 +32,30 @@ scheduler in ``run``.  Its state, by what it models (each attribute is set by
   * asynchronous operations: ``inflight`` (``asyncops.AsyncOp`` and ``StoreGroup``
     issued, not landed);
   * clocks: ``clocks`` (every thread's vector clock, ``Thread.vc``, as a row of one
-    matrix: row ``slot - 1``), ``barrier_slot0`` (the first vector-clock slot of the
-    mbarriers: slot 0 is the initial memory, slots 1.. the threads, then two per
-    mbarrier);
+    matrix: row ``slot - 1``), ``slots`` (``slots.SlotTable``: who owns each vector-clock slot: the
+    initial memory, the threads, the mbarriers' data and initialisations, what a family
+    allocates);
   * the scheduler (``run``): ``sched`` (``schedule.Schedule``: every choice a schedule
     makes), ``runnable`` / ``blocked`` / ``parked`` (threads by state),
     ``group_waiting`` (lanes waiting at warp collectives per warp), ``dirty`` (a
     synchronisation may complete), ``epoch`` (bumped by every change another thread
     can see: polling), ``step`` (counts the instructions a piece ran: the lanes of
     one step issue one ``StoreGroup``), ``timeouts``, ``grid_clusters``;
-  * what a run reports: ``executed`` (thread-instructions), ``calls`` (the kernel's
-    vprintf calls), ``store_trace`` (``launch(trace_stores=True)``).
+  * what a run reports: ``findings`` (``memory.ProtocolError`` s, each a broken rule
+    as data, placed at its instruction; ``findings.py``), ``finding_keys`` (what
+    makes two findings one), ``unplaced`` (findings reported by the instruction that
+    is running, not yet placed), ``executed`` (thread-instructions), ``calls`` (the
+    kernel's vprintf calls), ``store_trace`` (``launch(trace_stores=True)``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from mosaic_async_store.check.addresses import GLOBAL_SHIFT
 from mosaic_async_store.check.global_memory import GlobalShadow
 from mosaic_async_store.check.memory import CLOCK, Releases, Shadow
 from mosaic_async_store.check.schedule import Schedule
+from mosaic_async_store.check.slots import SlotTable
 
 __all__ = ["Machine", "Memref", "ParamMismatch", "Thread"]
 
@@ -89,8 +94,7 @@ class Thread:
   products of its float ``mul``s without a rounding modifier (contraction.py);
   ``stale_read``: per strong location (buffer id, offset, size), the newest write it
   has already had a stale read after (strong.py: a retry reads the newest)).  ``wait`` says what
-  a blocked thread waits for: ("mbar", key, parity, predicate, sem, scope),
-  ("warp", ``warp.Meeting``), ("bar", key), ("cluster", nth, sem) or ("poll", pc)."""
+  a blocked thread waits for: a ``waits.Wait``)."""
 
   __slots__ = ("regs", "pc", "cta", "tid", "state", "wait", "cluster_arrived", "local",
                "slot", "vc", "unscoped", "unscoped_pair", "seen", "fence_rel", "pending_obs",
@@ -132,18 +136,20 @@ class Machine:
     self.threads, self.block, self.alive, self.alive_total, self.exited = [], 0, [], 0, []
     self.smem, self.shadow, self.smem_cta = [], [], {}
     self.gbufs, self.gshadow, self.param_buf = [], None, b""
+    self.tensor_maps = {}   # set by pack_params (at reset)
     self.flags, self.remote_arrivals, self.flag_reads = {}, [], []
     self.sc_fences = None
-    self.mbar, self.barriers_made, self.named, self.warp_arrivals = {}, 0, {}, {}
+    self.mbar, self.named, self.warp_arrivals = {}, {}, {}
     self.cluster_gens, self.cluster_lanes, self.cluster_reached = [], {}, []
     self.cluster_waiting = 0
     self.pair_plan, self.pair_seen, self.pair_users, self.held = None, [], {}, {}
     self.inflight, self.step = [], 0
-    self.barrier_slot0, self.clocks = 0, None
+    self.slots, self.clocks = None, None
     self.sched, self.runnable, self.blocked, self.parked = None, [], {}, []
     self.group_waiting, self.dirty, self.epoch, self.timeouts = {}, False, 0, 0
     self.grid_clusters = 1
     self.executed, self.calls, self.store_trace = 0, [], None
+    self.findings, self.finding_keys, self.unplaced = [], set(), []
 
   def drop_state(self):
     """Lets go of a run's threads, memories and shadows (a run stopped for its memory
@@ -165,14 +171,14 @@ class Machine:
     self.flags, self.remote_arrivals = {}, [{} for _ in range(cluster)]
     self.sc_fences = Releases()   # the fence.sc operations so far (Fence-SC order)
     self.flag_reads = [{} for _ in range(cluster)]
-    self.mbar, self.barriers_made, self.named, self.warp_arrivals = {}, 0, {}, {}
+    self.mbar, self.named, self.warp_arrivals = {}, {}, {}
     self.cluster_gens, self.cluster_lanes = [], {}
     self.cluster_reached = [cluster * block]   # [n]: threads with >= n cluster arrives
     self.cluster_waiting = 0                   # threads blocked in barrier.cluster.wait
     self.pair_seen, self.pair_users, self.held = [], {}, {}   # (pair_plan: the launch's)
     self.inflight, self.step = [], 0
-    self.barrier_slot0 = 1 + cluster * block   # slot 0: initial memory; then the threads
-    nslots = self.barrier_slot0 + 2 * barrier_slots   # per barrier: its data, its init
+    nslots = 1 + cluster * block + 2 * barrier_slots   # the initial memory, the threads,
+                                                      # then two per barrier (slots.py)
     self.block, self.exited = block, [False] * cluster
     # every thread's clock is a row of one matrix (row i: slot i + 1), so a warp form
     # reads the clocks of all its lanes at once
@@ -181,12 +187,14 @@ class Machine:
                            self.program.local_bytes, c * block + t + 1,
                            self.clocks[c * block + t])
                     for c in range(cluster) for t in range(block)]
+    self.slots = SlotTable(self.threads, nslots)
     self.alive, self.alive_total = [block] * cluster, cluster * block   # not exited
     self.sched, self.runnable, self.blocked, self.parked = Schedule(schedule), \
         list(self.threads), {}, []
     self.group_waiting, self.dirty, self.epoch, self.timeouts = {}, True, 0, 0
     self.grid_clusters = grid // cluster
     self.executed, self.calls = 0, []
+    self.findings, self.finding_keys, self.unplaced = [], set(), []
 
   @staticmethod
   def _first_row(lanes):
@@ -223,28 +231,12 @@ class Machine:
     return (rows + 1).tolist(), self.clocks[rows, rows + 1].tolist()
 
   def pack_params(self, args):
-    """Global buffer i (the i-th argument) goes to (i + 1) << 40; the kernel's
-    8-byte parameters get its address (a NumPy array) or its descriptor (Memref);
-    then a fresh shadow (global_memory: the bytes now are the initial contents)."""
-    params = self.program.params
-    self.gbufs, words, shapes, names = [], [], [], []
-    for i, a in enumerate(args):
-      arr = np.ascontiguousarray(a.array if isinstance(a, Memref) else a)
-      addr = (i + 1) << GLOBAL_SHIFT
-      self.gbufs.append(bytearray(arr.tobytes()))
-      names.append(f"argument {i}" + (f", parameter {params[len(words)]}"
-                                      if len(words) < len(params) else ""))
-      if isinstance(a, Memref):   # allocated, aligned, offset, sizes, strides (elements)
-        strides = [int(np.prod(arr.shape[d + 1:])) for d in range(arr.ndim)]
-        words += [addr, addr, 0, *arr.shape, *strides]
-        shapes.append(f"Memref{arr.shape}: {3 + 2 * arr.ndim}")
-      else:
-        words.append(addr)
-        shapes.append("array: 1")
-    if len(words) != len(params):
-      raise ParamMismatch(
-          f"the kernel takes {len(params)} parameters, the arguments make {len(words)} "
-          f"({', '.join(shapes) or 'none'}); expected: one per NumPy array (its address) "
-          "and 3 + 2 * ndim per Memref (a memref descriptor)")
-    self.param_buf = b"".join(w.to_bytes(8, "little") for w in words)
-    self.gshadow = GlobalShadow(self.gbufs, names)
+    """The launch arguments (arrays, ``Memref``s, ``tensor_map.TensorMap``s) packed into
+    the kernel's parameters (``params.pack``: layout, aliasing, ``ParamMismatch``);
+    each distinct array is one global buffer at (j + 1) << 40; then a fresh shadow
+    (global_memory: the bytes now are the initial contents)."""
+    from mosaic_async_store.check import params   # (params imports this module)
+    packed = params.pack(self.program, args)
+    self.gbufs, self.param_buf, self.tensor_maps = packed.gbufs, packed.param_buf, \
+        packed.tensor_maps
+    self.gshadow = GlobalShadow(self.gbufs, packed.names)

@@ -37,22 +37,26 @@ RUNS = 8   # the runs a launch adds, at most: one per ambiguous completion
 
 
 def explore(k, run_once):
-  """Runs the kernel (``run_once()``, a fresh run of the machine ``k``); where a
-  named barrier's completion was ambiguous, runs it again with the completing warp
-  held back (module doc), each a run whose finding is raised; returns the first
-  run's output, after running it again where others ran (the machine's state after
-  the launch is the natural run's)."""
+  """Runs the kernel (``run_once()``, a fresh run of the machine ``k``: its outputs or
+  None, its findings in ``k.findings``); where a named barrier's completion was
+  ambiguous and the run found nothing, runs it again with the completing warp held
+  back (module doc), each a run of its own; the first whose findings are not empty
+  stops the exploration, and its findings and state are the launch's.  Else returns
+  the first run's output, after running it again where others ran (the machine's
+  state after the launch is the natural run's)."""
   k.pair_plan = None
   out = run_once()
   users = k.pair_users
   plans = [i for i, (key, outside) in enumerate(k.pair_seen)
            if outside & users.get(key, frozenset())][:RUNS]
-  if not plans:
+  if not plans or k.findings:
     return out
   try:
     for i in plans:
       k.pair_plan = i
       run_once()
+      if k.findings:
+        return None
   finally:
     k.pair_plan = None
   return run_once()
@@ -77,7 +81,7 @@ def holds(k, key, bar, rec, w) -> bool:
     return False
   k.held.setdefault(key, []).append((w, rec))
   for th, _, _ in rec.lanes.values():
-    th.wait = ("bar", (*key, w, "held"))
+    th.wait = barriers.NamedWait((*key, w, "held"))
   return True
 
 

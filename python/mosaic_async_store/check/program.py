@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from mosaic_async_store.check import lineinfo, opcodes
+from mosaic_async_store.check import lineinfo, opcodes, params
 from mosaic_async_store.check.addresses import LOCAL_BASE, SHARED_BASE
 from mosaic_async_store.check.opcodes import decode
 from mosaic_async_store.check.ops import UNDEFINED, immediate, split_operands
@@ -114,7 +114,8 @@ class Program:
   lanes of a piece, run once for all of them, which returns what ``outcomes`` says;
   a handler gives one as the ``lanes`` attribute of its function), ``texts`` /
   ``lines`` / ``sources`` (its statement, PTX line, user source line or None),
-  ``params`` (the kernel's parameter names),
+  ``params`` (the kernel's parameter names), ``param_specs`` (each one's type, size
+  and offset in the parameter space: ``params.Param``),
   ``symbols`` (name -> (state space, offset)), ``labels``, ``local_bytes``.
   Compiling binds every instruction to ``machine``, which a launch then resets."""
 
@@ -123,8 +124,9 @@ class Program:
     self.files = lineinfo.file_table(text)   # .loc's file ids (lineinfo.py)
     text = re.sub(r"//[^\n]*", "", text)
     m = re.search(r"\.entry\s+\w+\s*\((.*?)\)", text, re.S)
-    self.params = re.findall(r"(\w+)\s*(?:,|$)", m.group(1).strip())
-    self.symbols = {p: ("param", 8 * i) for i, p in enumerate(self.params)}
+    self.param_specs = params.parse(m.group(1))   # each one's type, size, offset
+    self.params = [p.name for p in self.param_specs]
+    self.symbols = {p.name: ("param", p.offset) for p in self.param_specs}
     for name in re.findall(r"\.global\s[^;]*?(\w+)\[\d+\]", text[:m.start()]):
       self.symbols[name] = ("global", 0)   # printf formats: never read (address unmapped)
     self.code, self.vcode, self.texts, self.labels, self.local_bytes = [], [], [], {}, 0

@@ -21,6 +21,8 @@ import numpy as np
 from mosaic_async_store.check.budget import DEFAULT, Budget, BudgetExceeded
 from mosaic_async_store.check.interp import Memref, PtxKernel
 from mosaic_async_store.check.memory import Access, ProtocolError, shown_source
+from mosaic_async_store.check.params import array_of, buffer_slots
+from mosaic_async_store.check.tensor_map import TensorMap
 from mosaic_async_store.errors import refuse, refuse_type
 
 __all__ = ["Finding", "Report", "Unfinished", "check_ptx", "MAX_BLOCK", "MAX_CLUSTER",
@@ -150,12 +152,14 @@ def _check_args(ptx, args, smem_bytes, block, cluster, grid, schedules):
                       "the PTX text of a kernel (with a .entry)",
                       "pass compiled.ptx (mosaic_async_store.toolchain.compile_module)")
   if not isinstance(args, (list, tuple)):
-    raise refuse_type("args", args, "a list of NumPy arrays or Memref(array), in the "
-                      "kernel's parameter order", "pass [x, out] (or [Memref(x), ...])")
+    raise refuse_type("args", args, "a list of NumPy arrays, Memref(array) or TensorMap, "
+                      "in the kernel's parameter order", "pass [x, out] (or [Memref(x), "
+                      "...])")
   for i, a in enumerate(args):
-    if not isinstance(a, (np.ndarray, Memref)):
-      raise refuse_type(f"args[{i}]", a, "a NumPy array (one pointer parameter) or "
-                        "Memref(array) (a memref descriptor)", "wrap it: np.asarray(...)")
+    if not isinstance(a, (np.ndarray, Memref, TensorMap)):
+      raise refuse_type(f"args[{i}]", a, "a NumPy array (one pointer parameter), "
+                        "Memref(array) (a memref descriptor) or a TensorMap (128 bytes of "
+                        "a tensor-map parameter)", "wrap it: np.asarray(...)")
   if not (isinstance(smem_bytes, (int, np.integer)) and not isinstance(smem_bytes, bool)
           and 0 <= smem_bytes <= MAX_SMEM_BYTES):
     raise refuse("smem_bytes", smem_bytes, f"an int in 0..{MAX_SMEM_BYTES} (the kernel's "
@@ -182,7 +186,10 @@ def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1,
   Args:
     ptx: the kernel's PTX text.
     args: the kernel's arguments in its parameter order: a NumPy array for a pointer
-      parameter, ``Memref(array)`` for a memref descriptor (3 + 2 * ndim parameters).
+      parameter, ``Memref(array)`` for a memref descriptor (3 + 2 * ndim parameters),
+      a ``TensorMap`` for 128 bytes of a tensor-map parameter (``params``: layout;
+      the same array object in several arguments is one global buffer; a map's
+      output is its array's final contents).
     smem_bytes: dynamic shared memory per CTA.
     block, cluster: threads per CTA and CTAs per cluster, as (x, 1, 1).
     grid: CTAs in the grid, (x, 1, 1), a whole number of clusters; None: one cluster.
@@ -222,33 +229,56 @@ def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1,
     outputs = None
     for seed in range(int(schedules)):
       try:
-        out = kernel.launch(current, cluster=cx, smem_bytes=int(smem_bytes), block=bx,
-                            schedule=seed, first_cta=first, grid_ctas=gx, budget=budget)
+        out = kernel.run(current, cluster=cx, smem_bytes=int(smem_bytes), block=bx,
+                         schedule=seed, first_cta=first, grid_ctas=gx, budget=budget)
       except BudgetExceeded as e:
         unfinished.append(Unfinished(seed, e.reason, e.executed, e.detail, first))
-        continue
-      except ProtocolError as e:
-        findings.append(Finding(e.rule, e.detail, e.cta, e.thread, e.ptx_line, seed,
-                                e.source or kernel.source_at(e.ptx_line),
-                                e.along_causes("other_source"), e.along_causes("access"),
-                                e.along_causes("other"), e.along_causes("missing")))
         continue
       except NotImplementedError as e:   # the checker's limit, not the kernel's fault
         raise refuse("ptx", " ".join(str(e).split()), "instructions and run-time cases "
                      "docs/checker.md lists as run exactly", "check that kernel another "
                      "way, or report the case") from None
-      if outputs is None:
-        outputs = [_like(o, a) for o, a in zip(out, args)]
+      if kernel.findings:
+        findings.extend(_finding(kernel, e, seed) for e in kernel.findings)
+        continue
+      if outputs is None:   # one array per buffer: arguments that alias still do
+        outputs = _per_argument(out, args)
     if outputs is None:
       complete = False
     else:
-      current = [Memref(o) if isinstance(a, Memref) else o for o, a in zip(outputs, args)]
-  result = [np.asarray(a.array if isinstance(a, Memref) else a) for a in current]
+      current = [_rewrapped(a, o) for o, a in zip(outputs, args)]
+  result = [np.asarray(array_of(a)) for a in current]
   return Report(tuple(findings), result if complete else None, tuple(range(int(schedules))),
                 tuple(unfinished))
 
 
+def _finding(kernel, e: ProtocolError, seed: int) -> Finding:
+  """The report's ``Finding`` of the machine's finding ``e`` in schedule ``seed``."""
+  return Finding(e.rule, e.detail, e.cta, e.thread, e.ptx_line, seed,
+                 e.source or kernel.source_at(e.ptx_line), e.along_causes("other_source"),
+                 e.along_causes("access"), e.along_causes("other"),
+                 e.along_causes("missing"))
+
+
 def _like(raw: np.ndarray, arg) -> np.ndarray:
   """The bytes ``raw`` as an array of ``arg``'s dtype and shape."""
-  like = np.asarray(arg.array if isinstance(arg, Memref) else arg)
+  like = np.asarray(array_of(arg))
   return np.frombuffer(raw.tobytes(), like.dtype).reshape(like.shape).copy()
+
+
+def _per_argument(out, args) -> list[np.ndarray]:
+  """A launch's buffers' bytes ``out`` (one per distinct array, ``params.buffer_slots``)
+  as one array per argument, the same object where the arguments' arrays were."""
+  arrays = {}
+  for j, a in zip(buffer_slots(args), args):
+    arrays.setdefault(j, _like(out[j], a))
+  return [arrays[j] for j in buffer_slots(args)]
+
+
+def _rewrapped(arg, array):
+  """``arg`` (an array, a ``Memref``, a ``TensorMap``) over ``array`` instead."""
+  if isinstance(arg, Memref):
+    return Memref(array)
+  if isinstance(arg, TensorMap):
+    return dataclasses.replace(arg, array=array)
+  return array

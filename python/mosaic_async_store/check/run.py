@@ -13,7 +13,7 @@ and ``warp`` for warp collectives).  Lockstep is an interleaving a warp may run 
 not rest on it: races are judged by happens-before, per lane.
 
 Polling.  A thread that spins on a strong load (``strong``) or ``nanosleep`` yields
-after each poll, and a warp's piece after ``LOOP_YIELD`` backward jumps in a row (a
+after each poll, and a warp's piece after ``lockstep.LOOP_YIELD`` backward jumps in a row (a
 spin on a weak load).  When it yields again in the same state (program counter and
 registers) and nothing another thread could see has changed since (``k.epoch``,
 bumped by every write, mbarrier change, barrier arrival and exit), it would only
@@ -35,14 +35,13 @@ import gc
 
 import numpy as np
 
-from mosaic_async_store.check import asyncops, barriers, lockstep, pairings, sync, warp
+from mosaic_async_store.check import asyncops, findings, lockstep, pairings, waits
 from mosaic_async_store.check import budget as budget_mod
 from mosaic_async_store.check.machine import ParamMismatch
 from mosaic_async_store.check.memory import CheckerError, ProtocolError
 
 __all__ = ["launch"]
 
-LOOP_YIELD = 64   # a thread yields after this many backward jumps in a row
 POLL_STATES = 64  # the states a poller remembers per epoch (a repeat parks it)
 
 
@@ -55,8 +54,9 @@ def launch(k, buffers, *, cluster, smem_bytes, block=128, max_timeouts=64, sched
   """Runs one cluster of ``cluster`` CTAs of ``block`` threads under the seeded
   ``schedule`` (see schedule.Schedule).  ``buffers`` (NumPy arrays or
   ``Memref``s, in parameter order: see Machine.pack_params) are copied in; returns
-  their contents afterwards, in argument order, as uint8 arrays.  Raises
-  ProtocolError on a violated rule.  With ``trace_stores``, ``k.store_trace``
+  their contents afterwards, in argument order, as uint8 arrays, or None where a
+  finding stopped the run.  Every broken rule is in ``k.findings`` (``findings.py``:
+  a race lets the run go on, a fault or a hang ends it).  With ``trace_stores``, ``k.store_trace``
   maps (cta, tid) to that thread's store instructions into SMEM, in program
   order, each as (destination CTA, byte offset, bytes) (``access._trace``
   says which stores count).  ``smem_init``, if given, holds each CTA's first SMEM
@@ -73,15 +73,14 @@ def launch(k, buffers, *, cluster, smem_bytes, block=128, max_timeouts=64, sched
   gc.disable()
   try:
     # (runs again where warps may pair otherwise on a named barrier: pairings.py)
-    return pairings.explore(k, lambda: _launch(
+    return pairings.explore(k, lambda: _run_once(
         k, buffers, cluster, smem_bytes, block, max_timeouts, schedule, barrier_slots,
         trace_stores, smem_init, first_cta, grid_ctas, budget))
   except MemoryError:
     k.drop_state()   # (the run's state is what filled memory: let it go first)
     raise budget_mod.BudgetExceeded("memory", "the process ran out of memory",
                                     k.executed) from None
-  except (ProtocolError, NotImplementedError, budget_mod.BudgetExceeded, CheckerError,
-          ParamMismatch):
+  except (NotImplementedError, budget_mod.BudgetExceeded, CheckerError, ParamMismatch):
     raise
   except Exception as e:   # the scheduler's own failure: never a finding
     raise CheckerError(f"internal error of the checker's scheduler: {type(e).__name__}: "
@@ -89,6 +88,20 @@ def launch(k, buffers, *, cluster, smem_bytes, block=128, max_timeouts=64, sched
   finally:
     if enabled:
       gc.enable()
+
+
+def _run_once(k, *args):
+  """One run (``_launch``'s arguments): its outputs, or None where a finding or the
+  findings' limit stopped it; its findings are in ``k.findings`` either way."""
+  out = None
+  try:
+    out = _launch(k, *args)
+  except ProtocolError as e:
+    findings.stop(k, e)
+  except findings.FindingLimit:
+    pass
+  findings.flush(k)
+  return None if k.findings else out
 
 
 def _launch(k, buffers, cluster, smem_bytes, block, max_timeouts, schedule,
@@ -142,100 +155,20 @@ def _launch(k, buffers, cluster, smem_bytes, block, max_timeouts, schedule,
     if not k.alive_total:
       return [np.frombuffer(bytes(b), np.uint8) for b in k.gbufs]
     blocked = [k.blocked[s] for s in sorted(k.blocked)]
-    pollers = [th for th in blocked if th.wait[0] == "mbar"]
+    pollers = [th for th in blocked if th.wait.can_time_out]
     if not pollers or k.timeouts >= max_timeouts:
       raise ProtocolError("hang", f"deadlock after {k.timeouts} timed-out polls; "
                           f"waiting: {_describe_waits(k, blocked)}"
                           + _grid_note(k, blocked))
     k.timeouts += 1   # nothing can change any more: these polls time out
     for th in pollers:
-      th.poll_what = (th.pc, th.wait)   # what it polls, if it then parks (a hang report)
-      th.regs[th.wait[3]] = 0
-      _resume(k, th)
-
-
-def _thread_exits(k, th):
-  """When the last thread of a CTA exits, the CTA exits: every operation that other
-  CTAs issued into its shared memory or mbarriers must have completed before, which
-  the checker takes as: each is ordered before the exit by happens-before (a morally
-  strong release/acquire reaching one of its threads: a relaxed flag, a relaxed arrive
-  or a pair whose scopes do not include each other orders nothing), or is an mbarrier
-  operation (arrive, expect_tx, complete_tx) or asynchronous store counted in a phase
-  one of its threads observed complete; and none is in flight.  Any later access to it
-  is refused (``_mem``)."""
-  c = th.cta
-  k.alive[c] -= 1
-  k.alive_total -= 1
-  k.epoch += 1
-  if k.cluster_waiting or k.group_waiting.get((c, th.tid // 32)):
-    k.dirty = True   # barriers and warp collectives wait for non-exited threads only
-  barriers._barriers_after_exit(k, th)   # warps wait for their non-exited lanes
-  if k.alive[c]:
-    return
-  k.exited[c] = True
-  def _exit_error(c, th, who):
-    raise ProtocolError("exit", f"CTA {c} exits (its last thread: {th.tid}) with no thread "
-                        f"of it knowing that {who} completed (no morally strong "
-                        "release/acquire orders it before the exit, nor an observed phase "
-                        "that counts it)")
-  mine = [t for t in k.threads if t.cta == c]
-  known = np.maximum.reduce([t.vc for t in mine])   # happens-before, nothing else
-  # th.seen: the phases its waits observed complete (any .sem), per barrier slot; its
-  # thread slots (writes a relaxed read saw) order nothing else, so only those count.
-  phases = np.maximum.reduce([t.seen for t in mine])
-  b0 = k.barrier_slot0
-  known[b0:] = np.maximum(known[b0:], phases[b0:])   # landed stores of observed phases
-  for op in k.inflight:
-    if c in op.ctas:
-      raise ProtocolError("exit", f"CTA {c} exits while {op.text} is in flight")
-  # Thread slots of other CTAs; and the data slots of this CTA's mbarriers, whose
-  # landed asynchronous stores count as known once a thread observed their phase.
-  def owner(slot):
-    if 1 <= slot < b0:
-      return k.threads[slot - 1].cta
-    return -1 if slot >= b0 else None
-  late = k.shadow[c].remote_accesses(owner, c)
-  for slot, clk in sorted(late.items()):
-    if known[slot] >= clk or (slot < b0 and not _unknown_access(k, c, slot, known[slot])):
-      continue
-    if slot >= b0:
-      bar = next(b for b in k.mbar.values() if b.slot == slot)
-      who = f"the asynchronous stores of phase {clk - 1} of {bar.describe()}"
-    else:
-      who = (f"the access of CTA {k.threads[slot - 1].cta} thread {k.threads[slot - 1].tid}"
-             " to its shared memory")
-    _exit_error(c, th, who)
-  # Other CTAs' mbarrier operations on its barriers (sync._note_remote): the latest of
-  # each thread on each barrier, with the phase it fell in (an earlier one has an
-  # earlier clock and phase: known when the latest is).
-  for (slot, bslot), (clk, phase, pc) in sorted(k.remote_arrivals[c].items()):
-    if known[slot] < clk and phases[bslot] <= phase:
-      other = k.threads[slot - 1]
-      _exit_error(c, th, f"`{k.program.texts[pc]}` (PTX line {k.program.lines[pc]}) of CTA "
-                  f"{other.cta} thread {other.tid} on its mbarrier (phase {phase})")
-
-
-def _unknown_access(k, c, slot, floor) -> bool:
-  """Whether thread ``slot`` made an access to CTA ``c``'s shared memory later than
-  clock ``floor`` (what happens-before tells CTA c) that nothing else says completed:
-  a plain write or a read needs happens-before; a strong write that a thread of CTA c
-  read from completed, it alone (observation: ``Machine.flag_reads``)."""
-  sh, reads = k.shadow[c], k.flag_reads[c]
-  if any(s == slot and w > floor for s, w in zip(sh.w_slot, sh.w_clk)):
-    return True
-  readers = {id(a): a for a in sh.readers if a}
-  if any(a.get(slot, (0,))[0] > floor for a in readers.values()):
-    return True
-  for accesses in {id(a): a for a in sh.atomics if a}.values():
-    clk, _, tag = accesses.get(slot, (0, None, None))
-    if clk > floor and (tag is None or reads.get((tag[2], slot), -1) < clk):
-      return True
-  return False
+      th.wait.time_out(k, th)
+      waits.resume(k, th)
 
 
 def _grid_note(k, blocked) -> str:
   """Why a polling loop in a grid of several clusters may wait in vain, or ""."""
-  if k.grid_clusters < 2 or not any(th.wait[0] == "poll" for th in blocked):
+  if k.grid_clusters < 2 or not any(type(th.wait) is waits.PollWait for th in blocked):
     return ""
   return (f". The grid has {k.grid_clusters} clusters, which the checker runs one "
           "after another: a poll that only another cluster's write ends hangs here, as "
@@ -244,21 +177,11 @@ def _grid_note(k, blocked) -> str:
 
 
 def _describe_waits(k, blocked):
-  """Every waiting thread, grouped by CTA, PTX line and what it waits for (an
-  mbarrier's CTA, offset, phase, pending arrivals and tx-count)."""
-  what = {"warp": "its warp's other lanes",
-          "cluster": "barrier.cluster (the cluster's other threads)",
-          "poll": "a value that no other thread or asynchronous operation will change "
-                  "(it polls in a loop)"}
+  """Every waiting thread, grouped by CTA, PTX line and what it waits for
+  (``Wait.describe``: an mbarrier's CTA, offset, phase, pending arrivals and tx-count)."""
   groups = {}
   for th in blocked:
-    kind, pc, w = th.wait[0], th.pc, th.wait
-    if kind == "poll":
-      pc = w[1]
-      if th.poll_what is not None and th.poll_what[1][1] in k.mbar:   # a timed-out
-        (pc, w), kind = th.poll_what, "mbar"                             # wait's loop
-    wait = (f"parity {w[2]} of {k.mbar[w[1]].describe()}" if kind == "mbar"
-            else barriers._named_state(k, w[1]) if kind == "bar" else what[kind])
+    pc, wait = th.wait.describe(k, th)
     groups.setdefault((th.cta, pc, wait), []).append(th.tid)
   parts = []
   for (cta, pc, wait), tids in sorted(groups.items()):
@@ -269,47 +192,6 @@ def _describe_waits(k, blocked):
                  f"waiting for {wait}")
   return "; ".join(parts)
 
-
-def _blocks(k, th):
-  """``th`` now waits (``th.wait``); marks the run dirty if that may complete."""
-  k.blocked[th.slot] = th
-  kind = th.wait[0]
-  if kind == "warp":   # (warp.py) dirty once every live member lane may wait
-    key = (th.cta, th.tid // 32)
-    n = k.group_waiting[key] = k.group_waiting.get(key, 0) + 1
-    # (the member lanes, less every exited thread of the CTA: at most the live ones, so
-    # the exact count is needed only from there)
-    mask = th.wait[1].mask
-    if n >= (mask & warp.warp_lanes(k, th.tid // 32)).bit_count() - k.block + k.alive[th.cta] \
-       and n >= len(warp.live_lanes(k, th.cta, th.tid // 32, mask)):
-      k.dirty = True
-  elif kind == "cluster":
-    k.cluster_waiting += 1
-    if _cluster_may_complete(k, th.wait[1]):
-      k.dirty = True
-  # "mbar": it blocked on a phase that had not completed; _advance marks the run
-  # dirty when one does.  "bar": the arrival that completes the named barrier
-  # resumes it (barriers.py).
-
-
-def _cluster_may_complete(k, nth):
-  """False when some non-exited thread has not made its nth cluster arrive yet
-  (``cluster_reached`` also counts exited threads: True may be wrong, False not)."""
-  return nth < len(k.cluster_reached) and k.cluster_reached[nth] >= k.alive_total
-
-
-def _resume(k, th):
-  kind = th.wait[0]
-  if kind == "warp":
-    k.group_waiting[(th.cta, th.tid // 32)] -= 1
-  elif kind == "cluster":
-    k.cluster_waiting -= 1
-  del k.blocked[th.slot]
-  # a parked poller already stands after its poll (it yielded)
-  th.pc, th.state, th.wait = th.pc + (kind != "poll"), "run", None
-  if kind == "poll":
-    th.poll_what = None
-  k.runnable.append(th)
 
 
 def _polled(k, th):
@@ -327,8 +209,8 @@ def _polled(k, th):
     if len(th.poll_seen) < POLL_STATES:   # (a loop that counts its tries never repeats a
       th.poll_seen.add(state)             # state: it runs to its end, in bounded memory)
     return
-  th.state, th.wait = "block", ("poll", th.poll_pc)
-  k.blocked[th.slot] = th
+  th.state, th.wait = "block", waits.PollWait(th.poll_pc)
+  waits.block(k, th)
   k.parked.append(th)
 
 
@@ -361,31 +243,24 @@ def _unpark(k):
   still = []
   for th in k.parked:
     if th.poll_epoch != k.epoch:
-      _resume(k, th)
+      waits.resume(k, th)
     else:
       still.append(th)
   k.parked = still
 
 
 def _resolve(k):
-  """Releases every thread whose synchronisation can complete now."""
-  woke, lanes, k.dirty = False, [], False
-  blocked = [k.blocked[s] for s in sorted(k.blocked)]   # in thread order
-  if k.cluster_waiting:
-    # barrier.cluster.wait waits for the cluster's non-exited threads (PTX ISA)
-    min_arrived = min(th.cluster_arrived for th in k.threads if th.state != "done")
-  for th in blocked:
-    kind = th.wait[0]
-    if (kind == "mbar" and k.mbar[th.wait[1]].phase & 1 != th.wait[2]) or \
-       (kind == "cluster" and min_arrived >= th.wait[1]):
-      if kind == "mbar":
-        _, key, _, pred, sem, scope = th.wait
-        sync._observe(k, th, k.mbar[key], sem, scope)
-        th.regs[pred] = 1
-      else:
-        barriers._cluster_woken(k, th)
-      _resume(k, th)
+  """Releases every thread whose wait can complete now (``waits.Wait``: each kind's
+  ``ready`` / ``complete``, or its class's ``resolve_group``)."""
+  woke, groups, k.dirty = False, {}, False
+  for th in [k.blocked[s] for s in sorted(k.blocked)]:   # in thread order
+    wait = th.wait
+    if wait.grouped:
+      groups.setdefault(type(wait), []).append(th)
+    elif wait.ready(k, th):
+      wait.complete(k, th)
+      waits.resume(k, th)
       woke = True
-    elif kind == "warp":
-      lanes.append(th)
-  return warp.meet(k, lanes) or woke if lanes else woke
+  for kind, threads in groups.items():
+    woke = kind.resolve_group(k, threads) or woke
+  return woke

@@ -21,6 +21,8 @@ from mosaic_async_store.check.memory import (CLOCK, TX_LIMIT, ProtocolError, Rel
                                              sem_scope, shown_source)
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.outcomes import BLOCK, YIELD
+from mosaic_async_store.check.slots import MBARRIER_DATA, MBARRIER_INIT
+from mosaic_async_store.check.waits import Wait
 
 
 __all__ = ["Mbarrier", "OPCODES"]
@@ -80,14 +82,14 @@ def _mbarrier(k, mods, ops, src, space):
                             ", which is initialised and not invalidated")
       # Two clock slots per barrier: its asynchronous data, and its initialisation
       # (so that fence.mbarrier_init can release the inits alone).
-      slot = k.barrier_slot0 + 2 * k.barriers_made
-      if slot + 1 >= len(th.vc):
-        raise NotImplementedError("more mbarriers than the checker has clock slots")
-      k.barriers_made += 1
-      th.vc[slot + 1] = 1
+      slot = k.slots.allocate(MBARRIER_DATA)
+      init_slot = k.slots.allocate(MBARRIER_INIT)
+      th.vc[init_slot] = 1
       k.epoch += 1
       _object_write(k, th, key, pc)   # (the bytes' earlier accesses come before it)
-      k.mbar[key] = Mbarrier(key, slot, n, (slot + 1, 1), k.program)
+      bar = k.mbar[key] = Mbarrier(key, slot, n, (init_slot, 1), k.program)
+      k.slots.own(slot, bar)
+      k.slots.own(init_slot, bar)
       k.shadow[key[0]].mbar_bytes[key[1]:key[1] + 8] = b"\x01" * 8
     return init
   if form == "inval":
@@ -199,11 +201,38 @@ def _wait(k, mods, ops, src, space):
         th.polled = True   # (a poll: the run parks it if nothing changes)
         return YIELD
       return None
-    th.wait = ("mbar", bar.key, par, pred, sem, scope)
+    th.wait = MbarrierWait(bar.key, par, pred, sem, scope)
     return BLOCK
   wait.lanes = warp_mbarrier.wait(k, space, addr, parity, pred, sem, scope, blocking, pc,
                                   by_state)
   return wait
+
+
+class MbarrierWait(Wait):
+  """A blocking ``mbarrier.try_wait`` on the phase of parity ``parity`` of the mbarrier
+  ``key``: it completes when that phase has (observing it with ``sem`` / ``scope`` and
+  setting the predicate ``pred``), or times out (``pred`` false) when nothing else can
+  change (PTX ISA: try_wait returns when the phase completes or a time limit expires)."""
+
+  __slots__ = ("key", "parity", "pred", "sem", "scope")
+  can_time_out = True
+
+  def __init__(self, key, parity, pred, sem, scope):
+    self.key, self.parity, self.pred, self.sem, self.scope = key, parity, pred, sem, scope
+
+  def ready(self, k, th) -> bool:
+    return k.mbar[self.key].phase & 1 != self.parity
+
+  def complete(self, k, th) -> None:
+    _observe(k, th, k.mbar[self.key], self.sem, self.scope)
+    th.regs[self.pred] = 1
+
+  def time_out(self, k, th) -> None:
+    th.poll_what = (th.pc, self)   # what it polls, if it then parks (a hang report)
+    th.regs[self.pred] = 0
+
+  def describe(self, k, th) -> tuple[int, str]:
+    return th.pc, f"parity {self.parity} of {k.mbar[self.key].describe()}"
 
 
 def _barrier(k, th_or_none, vc, space_or_key, addr=None, *, pc=None, form=None):
@@ -262,7 +291,7 @@ def _object_write(k, th, key, pc):
 
 def _note_remote(k, th, bar, pc):
   """An mbarrier operation (arrive, expect_tx, complete_tx) by ``th`` on another CTA's
-  barrier: it must complete before that CTA exits (run._thread_exits).  Kept per
+  barrier: it must complete before that CTA exits (exit_rule.thread_exits).  Kept per
   (thread slot, barrier slot): the latest one's clock, the phase it counts in, its
   instruction (a later one has a later clock and phase)."""
   if bar.key[0] != th.cta:

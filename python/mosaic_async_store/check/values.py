@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import operator
 
-from mosaic_async_store.check import contraction, program
+from mosaic_async_store.check import addresses, contraction, program
 from mosaic_async_store.check.floats import FLOAT_TYPE, float_cvt, float_op
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.ops import (ALU, TYPE, UNDEFINED, bfe, bfi, bits_of, prmt,
@@ -115,7 +115,9 @@ def _refuse(ins, why=""):
 
 def _mov(k, ins):
   """mov (also packing ``{lo, ..., hi}`` into one register and unpacking), cvta
-  (generic and specific addresses coincide in the checker's address map)."""
+  (generic and specific addresses coincide in the checker's address map, but for
+  the parameters: ``cvta.param`` adds ``addresses.PARAM_BASE``, ``cvta.to.param``
+  takes it off)."""
   extras = _extras(ins)
   if (ins.base == "mov" and extras) or (ins.base == "cvta" and not set(extras) <= _CVTA_SPACES):
     _refuse(ins)
@@ -131,7 +133,18 @@ def _mov(k, ins):
     w, g = bits // len(d[1]), ins.src[1]
     puts = [program.setter(o, w) for o in d[1]]
     return lambda th: [p(th, g(th) >> (w * i)) for i, p in enumerate(puts)] and None
+  if ins.base == "cvta" and "param" in extras:   # the parameters' own generic window
+    if bits != 64:
+      _refuse(ins, "a 32-bit generic address of a parameter: the checker's parameter "
+              "window, addresses.PARAM_BASE, lies above 4 GiB")
+    return _fused(program.setter(d, bits), d, bits, _param_to_generic if "to" not in extras
+                  else addresses.param_offset, [s], ins.src[1:])
   return _fused(program.setter(d, bits), d, bits, _identity, [s], ins.src[1:])
+
+
+def _param_to_generic(v):
+  """``cvta.param``: a parameter's offset as a generic address (``addresses``)."""
+  return addresses.PARAM_BASE + v
 
 
 def _arith(k, ins):
@@ -235,7 +248,7 @@ OPCODES = {
                          "mov.pred %p1, !%p2"),
                   ("mov.sat.u32 %r1, %r2",)),
     "cvta": Opcode(_mov, ("cvta.shared.u64 %rd1, %rd2", "cvta.to.global.u64 %rd1, %rd2"),
-                   ("cvta.const.u64 %rd1, %rd2",)),
+                   ("cvta.const.u64 %rd1, %rd2", "cvta.param.u32 %r1, %r2")),
     "add": Opcode(_arith, ("add.s32 %r1, %r2, %r3", "add.u64 %rd1, %rd2, 8",
                            "add.f32 %f1, %f2, %f3", "add.rn.ftz.f32 %f1, %f2, %f3",
                            "add.rz.f32 %f1, %f2, %f3", "add.rn.f16x2 %r1, %r2, %r3",

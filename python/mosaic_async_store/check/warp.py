@@ -26,7 +26,7 @@ how it is run:
     warp whose lanes wait at two different ones, or whose lanes exited while others
     wait at one, is reported as ``aligned-divergence``.
 
-A lane that reaches a collective blocks with ``("warp", Meeting)``; ``run``
+A lane that reaches a collective blocks with its ``Meeting`` (a ``waits.Wait``); ``run``
 calls ``meet`` with the waiting lanes when a meeting may complete.
 """
 
@@ -37,10 +37,11 @@ import operator
 
 import numpy as np
 
-from mosaic_async_store.check import program, run
+from mosaic_async_store.check import program, waits
 from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.outcomes import BLOCK
+from mosaic_async_store.check.waits import Wait
 
 __all__ = ["Undefined", "Meeting", "meet", "warp_lanes", "live_lanes", "sync_collective",
            "aligned_collective", "shfl", "vote", "elect", "redux", "match", "warp_sync", "OPCODES"]
@@ -87,17 +88,39 @@ class Undefined:
     return f"Undefined({self.origin!r})"
 
 
-class Meeting:
-  """What one lane brings to a collective: ``sig`` (lanes meet when theirs are
+class Meeting(Wait):
+  """What one lane brings to a collective, and its wait (``waits.Wait``, grouped: the
+  lanes of a meeting complete together): ``sig`` (lanes meet when theirs are
   equal), ``mask`` (the member lanes), ``value`` (its contribution), ``pc``,
   ``resolve(lanes, values) -> results`` (one per lane, in lane order) and
   ``finish(th, result)`` (writes the lane's destinations)."""
 
   __slots__ = ("sig", "mask", "value", "pc", "resolve", "finish", "aligned")
+  grouped = True
 
   def __init__(self, sig, mask, value, pc, resolve, finish, aligned=False):
     self.sig, self.mask, self.value, self.pc = sig, mask, value, pc
     self.resolve, self.finish, self.aligned = resolve, finish, aligned
+
+  def on_block(self, k, th) -> None:
+    """Marks the run dirty once every live member lane may wait (the member lanes,
+    less every exited thread of the CTA: at most the live ones, so the exact count is
+    needed only from there)."""
+    key = (th.cta, th.tid // 32)
+    n = k.group_waiting[key] = k.group_waiting.get(key, 0) + 1
+    if n >= (self.mask & warp_lanes(k, th.tid // 32)).bit_count() - k.block + k.alive[th.cta] \
+       and n >= len(live_lanes(k, th.cta, th.tid // 32, self.mask)):
+      k.dirty = True
+
+  def on_resume(self, k, th) -> None:
+    k.group_waiting[(th.cta, th.tid // 32)] -= 1
+
+  @classmethod
+  def resolve_group(cls, k, threads) -> bool:
+    return meet(k, threads)
+
+  def describe(self, k, th) -> tuple[int, str]:
+    return th.pc, "its warp's other lanes"
 
 
 def warp_lanes(k, warp):
@@ -122,7 +145,7 @@ def sync_collective(k, opcode, mask_getter, contribution, resolve, finish):
     if not mask >> (th.tid % 32) & 1:
       raise ProtocolError("collective-mask", f"lane {th.tid % 32} executes {opcode} with "
                           f"membermask {mask:#010x}, which does not name it")
-    th.wait = ("warp", Meeting((opcode, mask), mask, contribution(th), pc, resolve, finish))
+    th.wait = Meeting((opcode, mask), mask, contribution(th), pc, resolve, finish)
     return BLOCK
   return block
 
@@ -133,9 +156,9 @@ def aligned_collective(k, resolve):
   pc = len(k.program.code)
 
   def block(th):
-    th.wait = ("warp", Meeting(("aligned", pc), FULL, None, pc,
-                               lambda lanes, values: resolve(lanes) or [None] * len(lanes),
-                               None, aligned=True))
+    th.wait = Meeting(("aligned", pc), FULL, None, pc,
+                      lambda lanes, values: resolve(lanes) or [None] * len(lanes),
+                      None, aligned=True)
     return BLOCK
   return block
 
@@ -151,9 +174,9 @@ def meet(k, waiting) -> bool:
     _check_aligned(k, cta, w, lanes)
     groups = {}
     for th in lanes:
-      groups.setdefault(th.wait[1].sig, []).append(th)
+      groups.setdefault(th.wait.sig, []).append(th)
     for group in groups.values():
-      first = group[0].wait[1]
+      first = group[0].wait
       if len(group) != len(live_lanes(k, cta, w, first.mask)):
         continue
       if first.aligned and len(group) != 32:
@@ -162,19 +185,19 @@ def meet(k, waiting) -> bool:
                             f"(PTX line {line}) with {len(group)} lanes: an .aligned "
                             "instruction needs all 32", cta=cta, thread=group[0].tid,
                             ptx_line=line, instruction=text)
-      results = first.resolve(group, [th.wait[1].value for th in group])
+      results = first.resolve(group, [th.wait.value for th in group])
       for th, result in zip(group, results):
-        finish = th.wait[1].finish
+        finish = th.wait.finish
         if finish is not None:
           finish(th, result)
-        run._resume(k, th)
+        waits.resume(k, th)
       woke = True
   return woke
 
 
 def _check_aligned(k, cta, w, lanes):
   """Lanes of one warp waiting at two different .aligned collectives diverged."""
-  pcs = sorted({th.wait[1].pc for th in lanes if th.wait[1].aligned})
+  pcs = sorted({th.wait.pc for th in lanes if th.wait.aligned})
   if len(pcs) > 1:
     texts, lines = k.program.texts, k.program.lines
     a, b = pcs[:2]
@@ -212,7 +235,7 @@ def shfl(k, ins):
       got = by_lane.get(j) if ok else own
       if got is None:   # the source lane is outside membermask, or exited
         got = Undefined(f"CTA {th.cta} lane {lane}'s shfl.sync at PTX line {line} reads "
-                        f"lane {j}, which is not in membermask {th.wait[1].mask:#010x} "
+                        f"lane {j}, which is not in membermask {th.wait.mask:#010x} "
                         "or has exited")
       out.append((got, ok))
     return out

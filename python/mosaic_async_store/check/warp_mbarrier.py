@@ -123,7 +123,7 @@ def wait(k, space, addr, parity, pred, sem, scope, blocking, pc, by_state):
         observers.append(th)
       elif th.tried_wait != instance or not blocking:
         tries.append((th, instance, done or not blocking))
-      else:   # (it blocks: run._blocks, lane by lane)
+      else:   # (it blocks: waits.block, lane by lane)
         return FALLBACK
     slots, clocks = k.lane_stamps(lanes)   # (sync._barrier's users)
     bar.users.update(zip(slots, zip(clocks, repeat(pc))))

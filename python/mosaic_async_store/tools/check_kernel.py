@@ -6,10 +6,11 @@ grid by the checker.
     report.ok, report.findings, report.outputs   # outputs: the kernel's results
 
 How the arrays reach the PTX: Mosaic outlines the body of the module's ``gpu.launch``
-into the kernel, whose parameters are the memrefs that body uses, in the order of
-their first use there; each is a memref descriptor (``Memref``).  In the module each
-is a cast tagged ``mosaic_gpu.from_kernel_arg_idx = i`` (i: the kernel's inputs, then
-its outputs).  Outputs start as 0xA5 bytes, so that bytes the kernel never writes show.
+into the kernel, whose parameters are the values that body uses from outside it, in
+the order of their first use there: memrefs, each a memref descriptor (``Memref``; in
+the module a cast tagged ``mosaic_gpu.from_kernel_arg_idx = i``, i: the kernel's
+inputs, then its outputs), and the block of TMA descriptors the host code encodes
+(``TensorMap``s, rebuilt from that code by ``host_tma``).  Outputs start as 0xA5 bytes, so that bytes the kernel never writes show.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 
 from mosaic_async_store.check.interp import Memref
 from mosaic_async_store.check.report import Report, check_ptx
+from mosaic_async_store.check.tensor_map import TensorMap
 from mosaic_async_store.errors import refuse
 
 __all__ = ["check", "launch_shape", "kernel_parameters", "load_target", "report_json"]
@@ -58,13 +60,20 @@ def launch_shape(mlir: str) -> dict[str, tuple[int, ...] | int]:
           "smem_bytes": _constant(mlir, m["smem"]) if m["smem"] else 0}
 
 
-def kernel_parameters(mlir: str) -> list[int]:
-  """The kernel's argument index (inputs, then outputs) of each PTX memref parameter,
-  in the PTX's order: the order of first use in the launch body."""
-  body = mlir[mlir.index("gpu.launch"):]
-  uses = [(m.start(), int(i)) for v, i in _CAST.findall(mlir)
-          if (m := re.search(re.escape(v) + r"\b", body))]
-  return [i for _, i in sorted(uses)]
+def kernel_parameters(mlir: str, buffers=None) -> list:
+  """The kernel's arguments in the PTX's parameter order (the order of first use in
+  the launch body, ``host_tma.launch_parameters``): for a memref parameter its
+  argument index (inputs, then outputs), an int; for a block of TMA descriptors its
+  ``TensorMap``s over ``buffers`` (the kernel's arrays, inputs then outputs: each map
+  is the same object as the buffer it reads), consecutive.  Without ``buffers``, a
+  kernel with TMA descriptors is refused (its maps need the arrays)."""
+  from mosaic_async_store.tools import host_tma
+  if buffers is None:
+    if "mosaic_gpu_init_tma" in mlir:
+      raise refuse("buffers", None, "the kernel's arrays (inputs, then outputs) for a "
+                   "kernel with TMA descriptors", "pass kernel_parameters(mlir, buffers)")
+    buffers = [None] * (1 + max((int(i) for _, i in _CAST.findall(mlir)), default=-1))
+  return host_tma.launch_parameters(mlir, buffers)
 
 
 def _package_folders() -> tuple[str, ...]:
@@ -131,21 +140,24 @@ def check(fn, *args, schedules: int = 3, budget=None, sm_count: int | None = Non
   with compat.answer_device_queries(target):
     specs, outs = kernel_specs(fn, args)
     mlir, ptx = _lower(fn, specs)
-  _refuse_unmodelled(ptx)   # the first opcode the checker cannot run, before the launch
+  # the parameters (TMA descriptors rebuilt from the host code), then the first opcode
+  # the checker cannot run, both before the launch
+  buffers = [np.array(a) for a in args] + [_poisoned(o) for o in outs]
+  params = [p if isinstance(p, TensorMap) else Memref(buffers[p])
+            for p in kernel_parameters(mlir, buffers)]
+  _refuse_unmodelled(ptx)
   shape = launch_shape(mlir)
   if shape["grid"][1:] != (1, 1) or shape["cluster"][1:] != (1, 1) or shape["block"][1:] != (1, 1):
     raise refuse("fn", f"grid {shape['grid']}, block {shape['block']}, cluster "
                  f"{shape['cluster']}", "one-dimensional grids, blocks and clusters (x only)",
                  "flatten them into x")
-  buffers = [np.array(a) for a in args] + [_poisoned(o) for o in outs]
-  order = kernel_parameters(mlir)
-  report = check_ptx(ptx, [Memref(buffers[i]) for i in order],
-                     smem_bytes=shape["smem_bytes"], block=shape["block"],
+  report = check_ptx(ptx, params, smem_bytes=shape["smem_bytes"], block=shape["block"],
                      cluster=shape["cluster"], grid=shape["grid"], schedules=schedules,
                      budget=budget)
   if report.outputs is None:
     return report
-  final = dict(zip(order, report.outputs))
+  final = {next(i for i, b in enumerate(buffers) if b is p.array): out
+           for p, out in zip(params, report.outputs)}   # (each buffer by its object)
   results = [final.get(len(args) + j, buffers[len(args) + j]) for j in range(len(outs))]
   return dataclasses.replace(report, outputs=results)
 

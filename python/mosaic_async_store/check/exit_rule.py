@@ -1,0 +1,98 @@
+"""The exit rule of the PTX checker: what must have completed when a CTA exits.
+
+CUDA Programming Guide, distributed shared memory: every operation that another CTA
+makes on a CTA's shared memory or mbarriers must happen before that CTA exits.
+``thread_exits`` runs when a thread exits (``lockstep``); at the CTA's last thread it
+checks every such operation against what the CTA's threads know.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mosaic_async_store.check import barriers, findings
+from mosaic_async_store.check.memory import ProtocolError
+from mosaic_async_store.check.slots import INITIAL, MBARRIER_DATA, THREAD
+
+__all__ = ["thread_exits"]
+
+
+def thread_exits(k, th):
+  """When the last thread of a CTA exits, the CTA exits: every operation that other
+  CTAs issued into its shared memory or mbarriers must have completed before, which
+  the checker takes as: each is ordered before the exit by happens-before (a morally
+  strong release/acquire reaching one of its threads: a relaxed flag, a relaxed arrive
+  or a pair whose scopes do not include each other orders nothing), or is an mbarrier
+  operation (arrive, expect_tx, complete_tx) or asynchronous store counted in a phase
+  one of its threads observed complete; and none is in flight.  Any later access to it
+  is refused (``_mem``)."""
+  c = th.cta
+  k.alive[c] -= 1
+  k.alive_total -= 1
+  k.epoch += 1
+  if k.cluster_waiting or k.group_waiting.get((c, th.tid // 32)):
+    k.dirty = True   # barriers and warp collectives wait for non-exited threads only
+  barriers._barriers_after_exit(k, th)   # warps wait for their non-exited lanes
+  if k.alive[c]:
+    return
+  k.exited[c] = True
+  def _exit_error(c, th, who):   # (reported: the CTA exits all the same)
+    findings.report(k, ProtocolError(
+        "exit", f"CTA {c} exits (its last thread: {th.tid}) with no thread of it knowing "
+        f"that {who} completed (no morally strong release/acquire orders it before the "
+        "exit, nor an observed phase that counts it)"))
+  mine = [t for t in k.threads if t.cta == c]
+  known = np.maximum.reduce([t.vc for t in mine])   # happens-before, nothing else
+  # th.seen: the phases its waits observed complete (any .sem), per barrier slot; its
+  # thread slots (writes a relaxed read saw) order nothing else, so only those count.
+  phases = np.maximum.reduce([t.seen for t in mine])
+  data = k.slots.indices(MBARRIER_DATA)
+  known[data] = np.maximum(known[data], phases[data])   # landed stores of observed phases
+  for op in k.inflight:   # (raised: the operation would write into memory that is gone)
+    if c in op.ctas:
+      raise ProtocolError("exit", f"CTA {c} exits while {op.text} is in flight")
+  # Thread slots of other CTAs; and the slots of asynchronous data (an mbarrier's:
+  # landed stores count as known once a thread observed their phase).
+  def owner(slot):
+    kind = k.slots.kind(slot)
+    return k.slots.cta_of(slot) if kind == THREAD else None if kind == INITIAL else -1
+  late = k.shadow[c].remote_accesses(owner, c)
+  for slot, clk in sorted(late.items()):
+    thread = k.slots.kind(slot) == THREAD
+    if known[slot] >= clk or (thread and not _unknown_access(k, c, slot, known[slot])):
+      continue
+    if thread:
+      other = k.slots.owner(slot).obj
+      who = f"the access of CTA {other.cta} thread {other.tid} to its shared memory"
+    elif k.slots.kind(slot) == MBARRIER_DATA:
+      bar = k.slots.owner(slot).obj
+      who = f"the asynchronous stores of phase {clk - 1} of {bar.describe()}"
+    else:
+      who = f"the asynchronous operations of {k.slots.owner(slot).kind} {clk}"
+    _exit_error(c, th, who)
+  # Other CTAs' mbarrier operations on its barriers (sync._note_remote): the latest of
+  # each thread on each barrier, with the phase it fell in (an earlier one has an
+  # earlier clock and phase: known when the latest is).
+  for (slot, bslot), (clk, phase, pc) in sorted(k.remote_arrivals[c].items()):
+    if known[slot] < clk and phases[bslot] <= phase:
+      other = k.threads[slot - 1]
+      _exit_error(c, th, f"`{k.program.texts[pc]}` (PTX line {k.program.lines[pc]}) of CTA "
+                  f"{other.cta} thread {other.tid} on its mbarrier (phase {phase})")
+
+
+def _unknown_access(k, c, slot, floor) -> bool:
+  """Whether thread ``slot`` made an access to CTA ``c``'s shared memory later than
+  clock ``floor`` (what happens-before tells CTA c) that nothing else says completed:
+  a plain write or a read needs happens-before; a strong write that a thread of CTA c
+  read from completed, it alone (observation: ``Machine.flag_reads``)."""
+  sh, reads = k.shadow[c], k.flag_reads[c]
+  if any(s == slot and w > floor for s, w in zip(sh.w_slot, sh.w_clk)):
+    return True
+  readers = {id(a): a for a in sh.readers if a}
+  if any(a.get(slot, (0,))[0] > floor for a in readers.values()):
+    return True
+  for accesses in {id(a): a for a in sh.atomics if a}.values():
+    clk, _, tag = accesses.get(slot, (0, None, None))
+    if clk > floor and (tag is None or reads.get((tag[2], slot), -1) < clk):
+      return True
+  return False
