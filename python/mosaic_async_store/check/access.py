@@ -19,7 +19,7 @@ from mosaic_async_store.check.memory import (SCOPES, Access, ProtocolError, show
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.ops import reduce_op
 from mosaic_async_store.check.outcomes import YIELD
-from mosaic_async_store.check.slots import MBARRIER_DATA
+from mosaic_async_store.check.slots import MBARRIER_DATA, THREAD
 
 __all__ = ["OPCODES"]
 
@@ -37,8 +37,9 @@ def _unordered_read(sh, vc, off, n, tag):
 
 
 def _name(who) -> str:
-  """An access's author for a message: a Thread, or an AsyncOp."""
-  return who.text if isinstance(who, asyncops.AsyncOp) else f"CTA {who.cta} thread {who.tid}"
+  """An access's author for a message: a Thread, or an asynchronous operation (an
+  ``asyncops.AsyncOp``, a ``tma.BulkOp``: anything with a completion)."""
+  return who.text if hasattr(who, "completion") else f"CTA {who.cta} thread {who.tid}"
 
 
 # st / red / st.async / red.async / ldmatrix / stmatrix, with their checks.
@@ -202,7 +203,8 @@ def _check(k, vc, th, cta, off, n, *, write, atomic, who, stamp, tag=None):
     memory = f"CTA {cta} SMEM bytes {off}..{off + n - 1}"
     what = f"{_name(who)} {'writes' if write else 'reads'} {memory}"
     kind = _kind(write, tag) if th is not None else (
-        "asynchronous reduction" if atomic else "asynchronous store")
+        "asynchronous reduction" if atomic else "asynchronous store" if write else
+        "asynchronous read")
     mine = _access_of(k, who, kind, memory, stamp[2])
     if bad[0] == "in flight":
       findings.report(k, ProtocolError("early-read", f"{what} while an asynchronous store "
@@ -231,7 +233,7 @@ def _kind(write, tag):
 def _access_of(k, who, kind, memory, insn):
   """``memory.Access`` of an access by ``who`` (a Thread, or an AsyncOp: its issuer)
   by instruction ``insn``."""
-  issuer = who.th if isinstance(who, asyncops.AsyncOp) else who
+  issuer = who.th if hasattr(who, "completion") else who
   known = insn is not None and insn >= 0
   return Access(_name(who), issuer.cta, issuer.tid, kind, memory,
                 k.program.lines[insn] if known else None,
@@ -264,7 +266,17 @@ def _conflict(k, what, how, slot, clk, insn, other_tag, th, tag, *, reads=None, 
         "which it has not observed", other_source=other_source, access=mine, other=other,
         missing=missing))
     return
-  by = k.threads[slot - 1]
+  owner = k.slots.owner(slot)
+  if owner.kind != THREAD:   # a family's asynchronous accesses (tma.BulkGroups)
+    who, missing = owner.obj.describe_access(slot, clk)
+    other = Access(who, None, None, "asynchronous " + ("write" if how == "written by" else
+                   "read"), None, line, text, other_source)
+    findings.report(k, ProtocolError(
+        "race", f"{what}, {how} {who} (one issued at {_insn_where(k, insn)}), with no "
+        f"happens-before between them; missing: {missing}", other_source=other_source,
+        access=mine, other=other, missing=missing))
+    return
+  by = owner.obj
   kind = "write-after-read: " if how == "read by" else ""   # (only writes meet reads)
   missing = _missing(by, slot, clk, th, tag, other_tag)
   other = Access(f"CTA {by.cta} thread {by.tid}", by.cta, by.tid,

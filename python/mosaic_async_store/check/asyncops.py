@@ -39,7 +39,7 @@ from mosaic_async_store.check.memory import SCOPES, TX_LIMIT, ProtocolError
 from mosaic_async_store.check.shadow_runs import record_disjoint, runs
 
 __all__ = ["AsyncOp", "StoreGroup", "Write", "Read", "MbarrierTx", "issue", "issue_store",
-           "land", "land_many"]
+           "land", "land_many", "dequeue", "at_issue"]
 
 _BATCH = 8   # the fewest stores of a group landed at once (fewer: one by one is cheaper)
 
@@ -213,7 +213,7 @@ def issue(k, th, op):
   th.vc[th.slot] += 1
 
 
-def _dequeue(k, op):
+def dequeue(k, op):
   """Removes ``op`` from ``k.inflight`` in O(1) (the last one takes its place)."""
   last = k.inflight.pop()
   if last is not op:
@@ -227,7 +227,11 @@ def land(k, op):
   if type(op) is StoreGroup:
     _land_group_part(k, op)
     return
-  _dequeue(k, op)
+  own = getattr(op, "land", None)   # an operation of a family that lands itself (tma.py)
+  if own is not None:
+    own(k)
+    return
+  dequeue(k, op)
   _land_one(k, op)
 
 
@@ -243,15 +247,21 @@ def _land_one(k, op):
                     who=op, stamp=(slot, clock, op.insn),
                     tag=w.red and (op.th.cta, SCOPES["cluster"], w.off, n))
   except ProtocolError as e:   # (a finding that stops the run) the issue is where
-    line, text = k.program.lines[op.insn], k.program.texts[op.insn]
-    raise ProtocolError(e.rule, f"{e.detail} (issued at PTX line {line}: `{text}`)",
-                        cta=op.th.cta, thread=op.th.tid, ptx_line=line,
-                        instruction=text, **e.data()) from e
+    raise at_issue(k, op, e) from e
   if k.unplaced:   # (a race or early read: reported; the data lands all the same)
     findings.place_landing(k, op)
   for w in op.writes:   # red.async is a read-modify-write (it continues a release state)
     access._write(k, k.smem[w.cta], w.off, w.size, w.values, w.red, weak=not w.red)
   op.completion.complete(k, op)
+
+
+def at_issue(k, op, e) -> ProtocolError:
+  """A finding ``e`` raised while ``op`` landed, placed at its issue (thread and
+  instruction)."""
+  line, text = k.program.lines[op.insn], k.program.texts[op.insn]
+  return ProtocolError(e.rule, f"{e.detail} (issued at PTX line {line}: `{text}`)",
+                       cta=op.th.cta, thread=op.th.tid, ptx_line=line, instruction=text,
+                       **e.data())
 
 
 def land_many(k, ops):
@@ -277,7 +287,7 @@ def _land_group_part(k, group):
       _land_one(k, group.lane_op(i))
   group.drop(count)
   if not group.lanes:
-    _dequeue(k, group)
+    dequeue(k, group)
 
 
 def _lanes_to_completion(k, group) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mosaic_async_store.check import proxy
 from mosaic_async_store.check.memory import SCOPES, sem_scope
 from mosaic_async_store.check.opcodes import Opcode, check_qualifiers
 from mosaic_async_store.check.slots import MBARRIER_INIT
@@ -56,11 +57,11 @@ def _fence(k, base, mods):
   ordered only by such a fence is not reported).
   ``fence.mbarrier_init.release.cluster`` releases the thread's earlier
   ``mbarrier.init``s and nothing else.  ``fence.proxy.async{.space}`` orders the
-  generic and the asynchronous proxy, which the shadow does not tell apart yet (no
-  operation the checker runs reads through the asynchronous proxy): it runs as a
-  no-op; every other proxy fence is refused (``_fence_op``)."""
+  generic and the asynchronous proxy (``proxy.fence``: what a bulk copy may read);
+  every other proxy fence is refused (``_fence_op``)."""
   if mods and mods[0].startswith("proxy"):
-    return lambda th: None
+    space = mods[2] if len(mods) > 2 else None
+    return lambda th: proxy.fence(k, th, space)
   restrict = next((m for m in mods if m.startswith("sync_restrict")), None)
   if mods and mods[0] == "mbarrier_init":
     if mods[1:] != ["release", "cluster"]:

@@ -150,6 +150,7 @@ class Machine:
     self.grid_clusters = 1
     self.executed, self.calls, self.store_trace = 0, [], None
     self.findings, self.finding_keys, self.unplaced = [], set(), []
+    self.bulk, self.proxy_fences = {}, {}
 
   def drop_state(self):
     """Lets go of a run's threads, memories and shadows (a run stopped for its memory
@@ -195,6 +196,8 @@ class Machine:
     self.grid_clusters = grid // cluster
     self.executed, self.calls = 0, []
     self.findings, self.finding_keys, self.unplaced = [], set(), []
+    self.bulk = {}           # thread slot -> its bulk groups (tma.BulkGroups)
+    self.proxy_fences = {}   # thread slot -> its fence.proxy.async clocks (proxy.py)
 
   @staticmethod
   def _first_row(lanes):

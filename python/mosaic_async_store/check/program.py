@@ -207,11 +207,18 @@ class Program:
 
   def operand(self, tok, scopes):
     """-> (reg, name) | (imm, v) | (sym, name) | (vec, [ops]) | (addr, op, off) |
-    (pair, op, op) | (npred, name) (``!%p``: the predicate's negation) | (sink,)"""
+    (pair, op, op) | (npred, name) (``!%p``: the predicate's negation) | (sink,) |
+    (tensor, op, [ops]) (a tensor copy's ``[tensorMap, {c0, ...}]``)"""
     if tok == "_":
       return ("sink",)
     if tok.startswith("{"):
       return ("vec", [self.operand(t, scopes) for t in split_operands(tok[1:-1])])
+    if tok.startswith("[") and "{" in tok:   # a tensor copy's [tensorMap, {c0, ...}]
+      parts = split_operands(tok[1:-1])
+      if len(parts) != 2 or not parts[1].startswith("{") or not parts[1].rstrip().endswith("}"):
+        raise NotImplementedError(f"operand {tok!r}: not [tensorMap, {{c0, ...}}]")
+      return ("tensor", self.operand(parts[0], scopes),
+              [self.operand(c, scopes) for c in split_operands(parts[1].strip()[1:-1])])
     if tok.startswith("["):
       m = re.fullmatch(r"\[\s*([^+\]]+?)\s*(?:\+\s*(-?\w+))?\s*\]", tok)
       return ("addr", self.operand(m.group(1), scopes), immediate(m.group(2) or "0"))

@@ -1,0 +1,486 @@
+"""Family: the bulk and tensor copies (TMA) and their groups, run by the machine.
+
+The grammar is ``tma_forms.decode_bulk``'s, the geometry of a tensor copy
+``tma_geometry``'s, the size and alignment rules ``bulk_rules``'; this module resolves
+the operands (addresses, the tensor map parameter, the mbarrier), makes the copy an
+asynchronous operation (``BulkOp``) and runs the bulk groups.  It runs:
+
+  * loads into shared memory, completing on an mbarrier (``complete_tx``):
+    ``cp.async.bulk.tensor.Nd.shared::{cta,cluster}.global{.tile}.mbarrier::...``
+    (out-of-bounds elements written as zeros, the swizzle applied) and
+    ``cp.async.bulk.shared::{cta,cluster}.global.mbarrier::...``, each with
+    ``.multicast::cluster`` (the same offsets in every CTA of ``ctaMask``, each CTA's
+    own mbarrier counting the bytes); ``cp.async.bulk.shared::cluster.shared::cta``;
+  * stores from shared memory into a bulk group: ``cp.async.bulk.tensor.Nd.global.
+    shared::cta{.tile}.bulk_group`` (out-of-bounds elements dropped) and
+    ``cp.async.bulk.global.shared::cta.bulk_group``;
+  * ``cp.async.bulk.commit_group`` and ``cp.async.bulk.wait_group{.read} N``;
+  * ``prefetch{.param}.tensormap``, ``cp.async.bulk.prefetch*`` (hints: their address
+    is checked, nothing else happens).
+
+A copy reads its source when it lands (the schedule picks when), so a write to the
+source before then is seen, as on hardware; a store lands in two steps, its reads of
+shared memory, then its writes to global memory (``wait_group.read`` waits for the
+first only).  Reductions (``cp.reduce.async.bulk*``) and the ``.L2::cache_hint`` forms
+are refused by name.
+
+Clock slots (``slots.SlotTable``): a thread that issues into bulk groups owns two, the
+reads and the writes of its groups (``BULK_READS`` / ``BULK_WRITES``); a group's
+accesses are known by the group's number there, and ``wait_group`` sets the waiting
+thread's clock to the groups it waited for.
+"""
+
+from __future__ import annotations
+
+from mosaic_async_store.check import (access, addresses, asyncops, bulk_rules, findings,
+                                      proxy, sync, tma_forms, tma_geometry, waits)
+from mosaic_async_store.check.memory import KernelFault, ProtocolError
+from mosaic_async_store.check.opcodes import Opcode
+from mosaic_async_store.check.outcomes import BLOCK, YIELD
+
+__all__ = ["OPCODES", "BulkOp", "BulkGroups", "BulkWait", "BULK_READS", "BULK_WRITES"]
+
+BULK_READS, BULK_WRITES = "bulk group reads", "bulk group writes"
+
+
+class Span:
+  """``nbytes`` bytes at ``off`` of CTA ``cta``'s shared memory that a copy writes
+  (``BulkOp.writes``, marked in flight at issue) or reads (``BulkOp.reads``)."""
+
+  __slots__ = ("cta", "off", "nbytes", "red")
+
+  def __init__(self, cta, off, nbytes):
+    self.cta, self.off, self.nbytes, self.red = cta, off, nbytes, None
+
+
+class BulkGroups:
+  """A thread's bulk groups: ``committed`` (how many it committed), ``pending``
+  (group number -> [copies whose reads are pending, copies pending at all]) and its
+  two clock slots (``reads_slot``, ``writes_slot``; made at its first copy)."""
+
+  __slots__ = ("th", "committed", "pending", "reads_slot", "writes_slot")
+
+  def __init__(self, th):
+    self.th, self.committed, self.pending = th, 0, {}
+    self.reads_slot = self.writes_slot = None
+
+  def describe_access(self, slot, clk):
+    """(who, what is missing) for a race with an access of group ``clk``."""
+    which = "reads" if slot == self.reads_slot else "writes"
+    return (f"the bulk copies of group {clk} of CTA {self.th.cta} thread {self.th.tid} "
+            f"({which})", "a cp.async.bulk.wait_group" + (".read" if which == "reads" else "")
+            + " by that thread that covers the group, ordered before this access")
+
+  def done(self, limit, read_only) -> bool:
+    """Whether every group up to ``limit`` has completed (its reads, with ``read_only``)."""
+    return all(counts[0 if read_only else 1] == 0
+               for g, counts in self.pending.items() if g <= limit)
+
+
+class BulkGroupDone:
+  """The completion of a copy in a bulk group (``asyncops``' completion interface):
+  no checks at issue; completing counts it off its group."""
+
+  __slots__ = ("groups", "gid")
+  mbarrier = None
+
+  def __init__(self, groups, gid):
+    self.groups, self.gid = groups, gid
+
+  @property
+  def cta(self):
+    return self.groups.th.cta
+
+  def issue(self, k, op):
+    pass
+
+  def complete(self, k, op):
+    self.groups.pending[self.gid][1] -= 1
+    k.dirty = True
+
+
+class _Who:
+  """An asynchronous access as ``global_memory.GlobalShadow.access`` takes it: the
+  clock it is checked with (``vc``) and the slot it is known by."""
+
+  __slots__ = ("slot", "vc", "cta", "tid")
+
+  def __init__(self, op, slot, clk):
+    self.slot, self.vc, self.cta, self.tid = slot, op.vc.copy(), op.th.cta, op.th.tid
+    self.vc[slot] = max(int(self.vc[slot]), clk)
+
+
+class BulkOp:
+  """One copy in flight (the interface of ``asyncops.AsyncOp``, landing itself):
+  ``moves``, (destination offset, source offset or None for an out-of-bounds element's
+  fill, bytes); ``src`` / ``dst``: ("smem", CTA) or ("global", buffer)."""
+
+  __slots__ = ("th", "vc", "insn", "opcode", "writes", "reads", "proxy", "completion",
+               "idx", "moves", "src", "dst", "fenced", "data")
+
+  def __init__(self, th, insn, opcode, src, dst, moves, completion):
+    self.th, self.insn, self.opcode, self.vc = th, insn, opcode, th.vc.copy()
+    self.src, self.dst, self.moves, self.completion = src, dst, moves, completion
+    self.proxy, self.idx, self.data = "async", None, None
+    self.writes = [Span(dst[1], d, n) for d, _, n in moves] if dst[0] == "smem" else []
+    self.reads = [Span(src[1], s, n) for _, s, n in moves] if src[0] == "smem" else []
+    self.fenced = None
+
+  @property
+  def ctas(self) -> set:
+    """The CTAs whose shared memory or mbarriers it still touches (the exit rule)."""
+    left = {s.cta for s in self.writes}
+    if self.data is None:
+      left |= {s.cta for s in self.reads}
+    return left | ({self.completion.cta} if self.completion.mbarrier else set())
+
+  @property
+  def text(self) -> str:
+    where = (f"CTA {self.dst[1]}" if self.dst[0] == "smem" else "global memory")
+    return f"CTA {self.th.cta} thread {self.th.tid}: {self.opcode} into {where}"
+
+  def land(self, k):
+    """Lands (``asyncops.land``): the reads, then the writes and the completion; a
+    bulk-group copy stops after its reads (the writes land later)."""
+    try:
+      if self.data is None:
+        self.data = _read(k, self)
+        if type(self.completion) is BulkGroupDone:
+          self.completion.groups.pending[self.completion.gid][0] -= 1
+          k.dirty, k.epoch = True, k.epoch + 1
+          return
+      asyncops.dequeue(k, self)
+      _write(k, self)
+    except ProtocolError as e:
+      raise asyncops.at_issue(k, self, e) from e
+    finally:
+      if k.unplaced:
+        findings.place_landing(k, self)
+    self.completion.complete(k, self)
+
+
+def _stamp(k, op, reads):
+  """(slot, clock) the copy's accesses are known by: its mbarrier's phase, or its
+  group's number in the issuer's reads or writes slot."""
+  c = op.completion
+  if type(c) is BulkGroupDone:
+    return (c.groups.reads_slot if reads else c.groups.writes_slot), c.gid
+  return c.stamp(k, op)
+
+
+def _read(k, op) -> list:
+  """The source bytes of each move, checked (in shared memory: through the
+  asynchronous proxy) and recorded as read by the copy."""
+  slot, clk = _stamp(k, op, True)
+  kind, where = op.src
+  out = []
+  if kind == "smem":
+    sh, buf = k.shadow[where], k.smem[where]
+    for _, s, n in op.moves:
+      proxy.check_source(k, op, sh, where, s, n)
+      access._check(k, op.vc, None, where, s, n, write=False, atomic=False, who=op,
+                    stamp=(slot, clk, op.insn))
+      out.append(bytes(buf[s:s + n]))
+    return out
+  who = _Who(op, slot, clk)
+  for _, s, n in op.moves:
+    if s is None:
+      out.append(None)
+      continue
+    bad = k.gshadow.access(who, where, s, n, False, False, op.insn, None)
+    if bad is not None:
+      _global_race(k, op, where, s, n, False, bad)
+    out.append(bytes(where[s:s + n]))
+  return out
+
+
+def _write(k, op):
+  """Each move's bytes written at its destination (an out-of-bounds element of a load
+  as zeros; of a store, dropped), checked against the bytes' history."""
+  slot, clk = _stamp(k, op, False)
+  kind, where = op.dst
+  if kind == "smem":
+    sh, buf = k.shadow[where], k.smem[where]
+    for w in op.writes:
+      sh.mark_inflight(w.off, w.nbytes, -1, atomic=False)
+    for (d, _, n), data in zip(op.moves, op.data):
+      access._check(k, op.vc, None, where, d, n, write=True, atomic=False, who=op,
+                    stamp=(slot, clk, op.insn))
+      access._write(k, buf, d, n, [int.from_bytes(data or bytes(n), "little")], None,
+                    weak=True)
+    return
+  who = _Who(op, slot, clk)
+  for (d, s, n), data in zip(op.moves, op.data):
+    if s is None:
+      continue
+    bad = k.gshadow.access(who, where, d, n, True, False, op.insn, None)
+    if bad is not None:
+      _global_race(k, op, where, d, n, True, bad)
+    access._write(k, where, d, n, [int.from_bytes(data, "little")], None, weak=True)
+
+
+def _global_race(k, op, buf, off, n, write, bad):
+  memory = k.gshadow.describe(buf, off, n)
+  mine = access._access_of(k, op, "asynchronous " + ("write" if write else "read"), memory,
+                           op.insn)
+  access._conflict(k, f"{op.text} {'writes' if write else 'reads'} {memory}", *bad, op.th,
+                   None, mine=mine)
+
+
+# -- operands -------------------------------------------------------------------------
+
+
+def _rule(k, name, message):
+  """A broken size or alignment rule (``bulk_rules.RULES``): the copy is undefined, so
+  the run stops with it."""
+  if message is not None:
+    raise ProtocolError(name, message)
+
+
+def _smem(k, th, addr, space, n):
+  """(CTA, offset) of ``n`` bytes of shared memory at ``addr`` in ``space``."""
+  buf, off = addresses.mem(k, th, space, addr, 1)
+  if off + n > len(buf):
+    raise KernelFault(f"CTA {th.cta} thread {th.tid}: {n} bytes of shared memory at "
+                      f"{addr:#x} run past the end of CTA {k.smem_cta[id(buf)]}'s "
+                      f"{len(buf)} bytes")
+  return k.smem_cta[id(buf)], off
+
+
+def _global(k, th, addr, n):
+  """(buffer, offset) of ``n`` bytes of global memory at ``addr``."""
+  buf, off = addresses.mem(k, th, "global", addr, 1)
+  if off + n > len(buf):
+    raise KernelFault(f"CTA {th.cta} thread {th.tid}: {n} bytes of global memory at "
+                      f"{addr:#x} run past the end of "
+                      f"{k.gshadow.describe(buf, off, 1).split(' bytes')[0]}")
+  return buf, off
+
+
+def _signed32(v):
+  v &= 0xFFFFFFFF
+  return v - (1 << 32) if v >> 31 else v
+
+
+def _tensor(k, th, form, getter, smem_off):
+  """(map, global buffer, tensor base offset, layout runs) of a tensor operand."""
+  map_op, coord_ops = form.operand("tensorMap"), form.operand("tensorCoords")
+  addr = getter(map_op)(th)
+  _rule(k, "tensor-map-align", bulk_rules.tensor_map_aligned(addr))
+  tmap = addresses.tensor_map(k, th, addr)
+  _rule(k, "tensor-dims", bulk_rules.dims_match(form.dims, len(tmap.dims)))
+  moff = addresses.param_offset(addr)
+  base_addr = int.from_bytes(k.param_buf[moff + 8:moff + 16], "little")
+  buf, base = addresses.mem(k, th, "global", base_addr, 1)
+  coords = [_signed32(getter(c)(th)) for c in coord_ops]
+  runs = tma_geometry.runs(tma_geometry.box_layout(tmap, coords, smem_off))
+  return tmap, buf, base, runs
+
+
+def _moves_of(runs, base, smem_off, load):
+  """Moves (destination, source, bytes) of a tensor copy's runs."""
+  out = []
+  for s, g, n, oob in zip(runs.smem_off.tolist(), runs.global_off.tolist(),
+                          runs.nbytes.tolist(), runs.oob.tolist()):
+    if load:
+      out.append((smem_off + s, None if oob else base + g, n))
+    elif not oob:
+      out.append((base + g, smem_off + s, n))
+  return out
+
+
+def _groups(k, th):
+  groups = k.bulk.get(th.slot)
+  if groups is None:
+    groups = k.bulk[th.slot] = BulkGroups(th)
+  if groups.reads_slot is None:
+    groups.reads_slot = k.slots.allocate(BULK_READS, groups)
+    groups.writes_slot = k.slots.allocate(BULK_WRITES, groups)
+  return groups
+
+
+def _issue(k, th, op):
+  op.fenced = proxy.fenced(k, op.vc) if op.reads else None
+  asyncops.issue(k, th, op)
+
+
+# -- the handlers ---------------------------------------------------------------------
+
+
+def _copy(k, ins, form):
+  """A load (tensor or not, multicast or not), a shared-to-cluster copy or a store."""
+  if form.cache_hint or form.red_op:
+    raise NotImplementedError(f"opcode {ins.opcode} (" + (
+        "a reduction: cp.reduce.async.bulk is not run yet" if form.red_op else
+        ".L2::cache_hint: the checker does not run cache-policy operands yet") + ")")
+  insn, getter = len(k.program.code), k.program.getter
+  tensor = form.dims is not None
+  into_smem = form.dst.startswith("shared")
+  dst_get = None if tensor and not into_smem else getter(form.operand("dstMem"))
+  src_get = None if tensor and into_smem else getter(form.operand("srcMem"))
+  size_get = None if tensor else getter(form.operand("size"))
+  mbar_get = getter(form.operand("mbar")) if form.completion == tma_forms.MBAR else None
+  mask_get = getter(form.operand("ctaMask")) if form.multicast else None
+  name = ins.opcode
+
+  def copy(th):
+    if tensor:
+      smem_addr = (dst_get if into_smem else src_get)(th)
+      _rule(k, "tensor-smem-align", bulk_rules.tensor_smem_aligned(smem_addr))
+      cta, smem_off = _smem(k, th, smem_addr, form.dst if into_smem else form.src, 1)
+      tmap, buf, base, runs = _tensor(k, th, form, getter, smem_off)
+      n = tma_geometry.box_bytes(tmap)
+      _smem(k, th, smem_addr, form.dst if into_smem else form.src, n)
+      moves = _moves_of(runs, base, smem_off, into_smem)
+      if into_smem and tmap.oob_fill != "zero" and any(m[1] is None for m in moves):
+        tma_geometry.oob_fill_element(tmap)   # (refuses the NaN fill by name)
+    else:
+      n = size_get(th) & 0xFFFFFFFF
+      _rule(k, "bulk-size", bulk_rules.size_multiple_of_16(n))
+      d, s = dst_get(th), src_get(th)
+      _rule(k, "bulk-align", bulk_rules.bulk_aligned(d, "dstMem"))
+      _rule(k, "bulk-align", bulk_rules.bulk_aligned(s, "srcMem"))
+      if form.src == "global":
+        buf, g = _global(k, th, s, n)
+        cta, smem_off = _smem(k, th, d, form.dst, n)
+        moves = [(smem_off, g, n)]
+      elif form.dst == "global":
+        buf, g = _global(k, th, d, n)
+        cta, smem_off = _smem(k, th, s, form.src, n)
+        moves = [(g, smem_off, n)]
+      else:   # shared::cta -> shared::cluster
+        src_cta, src_off = _smem(k, th, s, form.src, n)
+        _rule(k, "bulk-shared-cta", bulk_rules.shared_cta_is_own(src_cta, th.cta, "srcMem"))
+        cta, smem_off = _smem(k, th, d, form.dst, n)
+        moves = [(smem_off, src_off, n)]
+    if not into_smem:
+      _rule(k, "bulk-shared-cta", bulk_rules.shared_cta_is_own(cta, th.cta, "srcMem"))
+      groups = _groups(k, th)
+      gid = groups.committed + 1
+      counts = groups.pending.setdefault(gid, [0, 0])
+      counts[0] += 1
+      counts[1] += 1
+      _issue(k, th, BulkOp(th, insn, name, ("smem", cta), ("global", buf), moves,
+                           BulkGroupDone(groups, gid)))
+      return YIELD if k.sched.pauses(k.step) else None
+    mbar_cta, mbar_off = sync._bar_key(k, th, "shared::cluster", mbar_get(th))
+    if form.multicast:
+      mask = mask_get(th) & 0xFFFF
+      _rule(k, "multicast-mask", bulk_rules.multicast_mask(mask, len(k.smem)))
+      targets = [r for r in range(len(k.smem)) if mask >> r & 1]
+    else:
+      _rule(k, "bulk-mbar-dst", bulk_rules.mbar_with_dst(cta, mbar_cta))
+      targets = [cta]
+    for r in targets:
+      src = ("global", buf) if form.src == "global" else ("smem", th.cta)
+      _issue(k, th, BulkOp(th, insn, name, src, ("smem", r), moves,
+                           asyncops.MbarrierTx((r, mbar_off), n)))
+      if r != th.cta and th.remote_since is None:
+        th.remote_since = int(th.vc[th.slot])
+    return YIELD if k.sched.pauses(k.step) else None
+  return copy
+
+
+class BulkWait(waits.Wait):
+  """``cp.async.bulk.wait_group{.read} N`` blocked: it completes when every group of
+  the thread but the ``N`` most recent has completed (``read_only``: its reads)."""
+
+  __slots__ = ("limit", "read_only")
+
+  def __init__(self, limit, read_only):
+    self.limit, self.read_only = limit, read_only
+
+  def ready(self, k, th) -> bool:
+    return k.bulk[th.slot].done(self.limit, self.read_only)
+
+  def complete(self, k, th) -> None:
+    _waited(k.bulk[th.slot], th, self.limit, self.read_only)
+
+  def describe(self, k, th) -> tuple[int, str]:
+    return th.pc, (f"bulk groups 1..{self.limit} of CTA {th.cta} thread {th.tid} to "
+                   f"complete{' their reads' if self.read_only else ''}")
+
+
+def _waited(groups, th, limit, read_only):
+  """The waiting thread now knows the accesses of groups up to ``limit``."""
+  if groups.reads_slot is None or limit < 1:
+    return
+  th.vc[groups.reads_slot] = max(int(th.vc[groups.reads_slot]), limit)
+  if not read_only:
+    th.vc[groups.writes_slot] = max(int(th.vc[groups.writes_slot]), limit)
+
+
+def _commit(k, ins, form):
+  def commit(th):
+    groups = k.bulk.get(th.slot)
+    if groups is None:
+      groups = k.bulk[th.slot] = BulkGroups(th)
+    groups.committed += 1
+  return commit
+
+
+def _wait(k, ins, form):
+  keep = form.operand("N")[1]
+
+  def wait(th):
+    groups = k.bulk.get(th.slot)
+    if groups is None:
+      return None
+    limit = groups.committed - keep
+    if groups.done(limit, form.read):
+      _waited(groups, th, limit, form.read)
+      return None
+    th.wait = BulkWait(limit, form.read)
+    return BLOCK
+  return wait
+
+
+def _prefetch(k, ins, form):
+  """A hint: the tensor map's (or the data's) address is checked, nothing else."""
+  if form.kind != "prefetch_tensormap":
+    raise NotImplementedError(f"opcode {ins.opcode} (the checker runs the prefetch of a "
+                              "tensor map only)")
+  get = k.program.getter(form.operand("a"))
+
+  def prefetch(th):
+    addresses.tensor_map(k, th, get(th))
+  return prefetch
+
+
+_HANDLERS = {"tensor_load": _copy, "tensor_store": _copy, "copy_g2s": _copy,
+             "copy_s2g": _copy, "copy_s2s": _copy, "commit": _commit, "wait": _wait,
+             "prefetch_tensormap": _prefetch}
+
+
+def _bulk(k, ins):
+  form = tma_forms.decode_bulk(ins)
+  handler = _HANDLERS.get(form.kind)
+  if handler is None:
+    raise NotImplementedError(f"opcode {ins.opcode} ({form.kind.replace('_', ' ')}: not "
+                              "run by the checker yet)")
+  return handler(k, ins, form)
+
+
+# The opcodes this family runs (``opcodes.Opcode``: the handler, statements it runs,
+# statements it refuses; test/emu/test_opcode_table.py compiles every one).
+OPCODES = {
+    "cp": Opcode(_bulk, (
+        "cp.async.bulk.tensor.2d.shared::cta.global.mbarrier::complete_tx::bytes "
+        "[%r1], [%rd1, {%r2, %r3}], [%r4]",
+        "cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        ".multicast::cluster [%r5], [%rd1, {%r6}], [%r2], %h1",
+        "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd1, {%r31, %r30} ], [%r29]",
+        "cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes [%r1], [%rd1], %r2, "
+        "[%r3]",
+        "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes "
+        "[%r1], [%r2], %r3, [%r4]",
+        "cp.async.bulk.global.shared::cta.bulk_group [%rd13], [%rd14], %r28",
+        "cp.async.bulk.commit_group", "cp.async.bulk.wait_group 0",
+        "cp.async.bulk.wait_group.read 1"), (
+        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.noftz.f16 [%rd1], [%r1], %r2",
+        "cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%rd1], [%r1], 64, %rd2",
+        "cp.async.bulk.prefetch.L2.global [%rd1], %r1",
+        "cp.async.ca.shared.global [%r1], [%rd1], 16")),
+    "prefetch": Opcode(_bulk, ("prefetch.tensormap [%rd1]", "prefetch.param.tensormap [%rd1]"),
+                       ("prefetch.global.L2 [%rd1]",)),
+}
