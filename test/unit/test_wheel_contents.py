@@ -40,14 +40,17 @@ PRODUCT = {
                                  "ptx_stats",
                                  "pallas_capture", "check_kernel", "user_kernel", "cli",
                                  "cli_config", "cli_kernel", "cli_terms",
-                                 "device_target"),
+                                 "device_target", "host_tma"),
     "mosaic_async_store/check": ("__init__", "interp", "opcodes", "values", "run", "sync",
                                  "barriers", "access", "strong", "memory", "global_memory",
                                  "ops", "floats", "lineinfo", "report", "warp", "machine",
                                  "program", "outcomes", "addresses", "memops", "asyncops",
                                  "control", "contraction", "fences", "warp_memory",
                                  "lockstep", "shadow_runs", "schedule", "warp_mbarrier",
-                                 "budget", "cluster_barrier", "pairings", "mbarrier_forms"),
+                                 "budget", "cluster_barrier", "pairings", "mbarrier_forms",
+                                 "waits", "findings", "exit_rule", "slots", "params",
+                                 "tensor_map", "tma_forms", "tma_geometry", "bulk_rules",
+                                 "tma", "proxy"),
 }
 # The test and benchmark code (test/harness: kernels, runners, reports, lit helpers;
 # bench/: the benchmark scripts) under their present names, and former ones.

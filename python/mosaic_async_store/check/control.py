@@ -6,6 +6,7 @@ and ``bra`` (resolved by the parser, ``program``; listed here for the table).
 
 from __future__ import annotations
 
+from mosaic_async_store.check import warp
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.outcomes import EXIT, YIELD
 
@@ -39,6 +40,24 @@ def _tcgen05(k, ins):
   return lambda th: None
 
 
+def _setmaxnreg(k, ins):
+  """``setmaxnreg.{inc,dec}.sync.aligned.u32 N`` (PTX ISA, setmaxnreg): a hint to the
+  register allocator with no memory effect; "imm-reg-count" is "in the range 24 to 256
+  (both inclusive)" and "a multiple of 8".  ``.aligned``: every lane of the warp
+  executes it together (``warp.aligned_collective``; a lane elsewhere is
+  ``aligned-divergence``).  That all four warps of the warpgroup execute it is not
+  checked."""
+  if ins.mods not in (["inc", "sync", "aligned", "u32"], ["dec", "sync", "aligned", "u32"]) \
+     or len(ins.ops) != 1 or ins.ops[0][0] != "imm":
+    raise NotImplementedError(f"opcode {ins.opcode} (setmaxnreg.{{inc,dec}}.sync.aligned.u32 "
+                              "with an immediate count)")
+  count = ins.ops[0][1]
+  if not 24 <= count <= 256 or count % 8:
+    raise NotImplementedError(f"opcode {ins.opcode} {count} (not PTX: the register count "
+                              "is a multiple of 8 from 24 to 256)")
+  return warp.aligned_collective(k, lambda lanes: None)
+
+
 def _nanosleep(k, ins):
   """A hint: let the other threads run (a poll loop's pause: see run.py)."""
   if ins.mods != ["u32"] or len(ins.ops) != 1:
@@ -52,6 +71,9 @@ def _nanosleep(k, ins):
 # The opcodes this family runs (``opcodes.Opcode``: the handler, statements it runs,
 # statements it refuses; test/emu/test_opcode_table.py compiles every one).
 OPCODES = {
+    "setmaxnreg": Opcode(_setmaxnreg, ("setmaxnreg.dec.sync.aligned.u32 40",
+                                       "setmaxnreg.inc.sync.aligned.u32 232"),
+                         ("setmaxnreg.inc.sync.aligned.u32 20", "setmaxnreg.dec.u32 40")),
     "nanosleep": Opcode(_nanosleep, ("nanosleep.u32 20",), ("nanosleep.u64 %rd1",)),
     "tcgen05": Opcode(_tcgen05, ("tcgen05.fence::before_thread_sync",
                                  "tcgen05.fence::after_thread_sync"),

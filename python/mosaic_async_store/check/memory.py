@@ -39,6 +39,7 @@ import os
 
 import numpy as np
 
+from mosaic_async_store.check import bulk_rules
 from mosaic_async_store.check.shadow_runs import runs
 
 __all__ = ["CLOCK", "Access", "AccessSet", "ProtocolError", "KernelFault", "CheckerError",
@@ -113,7 +114,14 @@ RULES = {
             "another CTA into a CTA's shared memory or mbarriers (access, arrive, "
             "expect_tx, complete_tx) must happen before the target CTA exits (a relaxed "
             "flag or arrive orders nothing)",
+    "proxy-fence": "PTX ISA, memory consistency model, proxies: accesses to one location "
+                   "through different proxies need a proxy fence between them; "
+                   "fence.proxy.async is the bidirectional fence between the generic and "
+                   "the asynchronous proxy (a thread's st.shared, then a bulk or tensor "
+                   "copy that reads those bytes: check/proxy.py)",
 }
+# The bulk and tensor copies' size and alignment rules (each with its source).
+RULES.update({name: source for name, (_, source) in bulk_rules.RULES.items()})
 
 SCOPES = {"cta": 0, "cluster": 1, "gpu": 2, "sys": 3}
 # The type of a vector clock's entries: 32 bits (a thread's clock counts its own events,

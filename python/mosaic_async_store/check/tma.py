@@ -33,10 +33,11 @@ thread's clock to the groups it waited for.
 from __future__ import annotations
 
 from mosaic_async_store.check import (access, addresses, asyncops, bulk_rules, findings,
-                                      proxy, sync, tma_forms, tma_geometry, waits)
+                                      proxy, sync, tma_forms, tma_geometry)
 from mosaic_async_store.check.memory import KernelFault, ProtocolError
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.outcomes import BLOCK, YIELD
+from mosaic_async_store.check.waits import Wait
 
 __all__ = ["OPCODES", "BulkOp", "BulkGroups", "BulkWait", "BULK_READS", "BULK_WRITES"]
 
@@ -381,7 +382,7 @@ def _copy(k, ins, form):
   return copy
 
 
-class BulkWait(waits.Wait):
+class BulkWait(Wait):
   """``cp.async.bulk.wait_group{.read} N`` blocked: it completes when every group of
   the thread but the ``N`` most recent has completed (``read_only``: its reads)."""
 
@@ -436,11 +437,13 @@ def _wait(k, ins, form):
 
 
 def _prefetch(k, ins, form):
-  """A hint: the tensor map's (or the data's) address is checked, nothing else."""
-  if form.kind != "prefetch_tensormap":
-    raise NotImplementedError(f"opcode {ins.opcode} (the checker runs the prefetch of a "
-                              "tensor map only)")
-  get = k.program.getter(form.operand("a"))
+  """A hint (``prefetch.tensormap``, ``cp.async.bulk.prefetch.tensor``): the tensor map's
+  address is checked, nothing else happens."""
+  if form.cache_hint:
+    raise NotImplementedError(f"opcode {ins.opcode} (.L2::cache_hint: the checker does not "
+                              "run cache-policy operands yet)")
+  get = k.program.getter(form.operand("a" if form.kind == "prefetch_tensormap" else
+                                      "tensorMap"))
 
   def prefetch(th):
     addresses.tensor_map(k, th, get(th))
@@ -449,7 +452,7 @@ def _prefetch(k, ins, form):
 
 _HANDLERS = {"tensor_load": _copy, "tensor_store": _copy, "copy_g2s": _copy,
              "copy_s2g": _copy, "copy_s2s": _copy, "commit": _commit, "wait": _wait,
-             "prefetch_tensormap": _prefetch}
+             "prefetch_tensormap": _prefetch, "tensor_prefetch": _prefetch}
 
 
 def _bulk(k, ins):
@@ -475,6 +478,7 @@ OPCODES = {
         "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes "
         "[%r1], [%r2], %r3, [%r4]",
         "cp.async.bulk.global.shared::cta.bulk_group [%rd13], [%rd14], %r28",
+        "cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%rd1, {%r1, %r2}]",
         "cp.async.bulk.commit_group", "cp.async.bulk.wait_group 0",
         "cp.async.bulk.wait_group.read 1"), (
         "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.noftz.f16 [%rd1], [%r1], %r2",
