@@ -167,25 +167,29 @@ class GlobalShadow:
       cells = pages[k] = [None] * PAGE
     return cells
 
-  def access(self, th, buf, off, n, write, atomic, insn, tag):
+  def access(self, th, buf, off, n, write, atomic, insn, tag, clk=None):
     """Checks thread ``th``'s access to ``n`` bytes of ``buf`` at ``off`` by
     instruction ``insn`` (its index; ``tag``: a strong access's, see
     ``memory.Shadow.conflict``) and records it; returns None, or the conflict
     (``Shadow.conflict``'s tuple: the caller reports it; the access is recorded all
     the same, as the run goes on).  A
-    write to bytes read with ld.global.nc raises ``nc-written``."""
+    write to bytes read with ld.global.nc raises ``nc-written``.  ``clk``: the clock the
+    access is recorded with in ``th.slot``, where it is not ``th.vc``'s own (an
+    asynchronous copy's: ``tma.py``)."""
     if write and self.nc:
       self._nc_written(th, buf, off, n)
     o = off & _PAGE_MASK
     end = o + n
     if end > PAGE:   # (naturally aligned accesses of at most a page never cross one)
       first = PAGE - o
-      return (self.access(th, buf, off, first, write, atomic, insn, tag)
-              or self.access(th, buf, off + first, n - first, write, atomic, insn, tag))
+      return (self.access(th, buf, off, first, write, atomic, insn, tag, clk)
+              or self.access(th, buf, off + first, n - first, write, atomic, insn, tag, clk))
     cells = self._cells(buf, off >> PAGE_SHIFT)
     rec, slot, vc = cells[o], th.slot, th.vc
+    if clk is None:
+      clk = vc.item(slot)
     if rec is None and (n == 1 or cells[o:end].count(None) == n):   # untouched bytes:
-      clk = vc.item(slot)                                           # nothing to check
+                                                                    # nothing to check
       rec = ([0, 0, -1, None, (slot, clk, insn, tag), o, n] if not write else
              [0, 0, -1, (slot, clk, insn, tag), None, o, n] if atomic else
              [slot, clk, insn, None, None, o, n])
@@ -193,13 +197,13 @@ class GlobalShadow:
       return None
     # (count compares lists, but no other record has this run: equal means the same)
     if rec is None or rec[5] != o or rec[6] != n or (n > 1 and cells[o:end].count(rec) != n):
-      return self._mixed(cells, o, n, vc, slot, write, atomic, insn, tag)
+      return self._mixed(cells, o, n, vc, slot, write, atomic, insn, tag, clk)
     bad = _conflict(rec, vc, write, tag)
-    _record(rec, slot, vc.item(slot), insn, write, atomic, tag)   # (after a race too: the
+    _record(rec, slot, clk, insn, write, atomic, tag)   # (after a race too: the
     return bad                                                     # run goes on)
 
   @staticmethod
-  def _mixed(cells, o, n, vc, slot, write, atomic, insn, tag):
+  def _mixed(cells, o, n, vc, slot, write, atomic, insn, tag, clk):
     """``access`` to bytes whose records are not one run of exactly these bytes:
     each record is checked, then each run of bytes sharing one gets a copy of its
     own that records the access (a weak write: one new record for them all)."""
@@ -211,7 +215,7 @@ class GlobalShadow:
         bad = _conflict(rec, vc, write, tag)
         if bad is not None:
           break
-    clk, b = vc.item(slot), o
+    b = o
     if write and not atomic:
       cells[o:end] = [[slot, clk, insn, None, None, o, n]] * n
       return bad

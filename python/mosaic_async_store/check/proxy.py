@@ -18,7 +18,10 @@ happens before it (the fence is cumulative, as the model's release patterns are)
 ``commit_smem`` (every thread fences, then the barrier).  Data that the asynchronous
 proxy itself wrote (a TMA load that landed, observed through its mbarrier) needs no
 fence to be read by another copy.  Global memory written by threads and read by a
-copy is not checked yet (docs/checker.md lists it).
+copy is not checked yet (docs/checker.md lists it).  A copy that *writes* shared memory
+(a TMA load) over bytes a thread last wrote needs the same fence (two writes through
+different proxies); over bytes threads only read, the mbarrier handshake that frees a
+pipeline slot orders it (no fence: CUTLASS's and Mosaic's pipelines have none there).
 
 State: ``Machine.proxy_fences``, per fencing thread's slot, the (clock, vector clock)
 of each of its ``fence.proxy.async`` operations that covers shared memory, in order.
@@ -64,10 +67,11 @@ def fenced(k, vc):
   return best
 
 
-def check_source(k, op, sh, cta, off, n):
+def check_source(k, op, sh, cta, off, n, verb="reads"):
   """Reports ``proxy-fence`` where a byte in [off, off + n) of CTA ``cta``'s shared
-  memory (shadow ``sh``), which ``op`` reads through the asynchronous proxy, was last
-  written by a thread with no proxy fence between (``op.fenced``)."""
+  memory (shadow ``sh``), which ``op`` reads (``verb``: or "writes") through the
+  asynchronous proxy, was last written by a thread with no proxy fence between
+  (``op.fenced``)."""
   for b in range(off, off + n):
     slot, clk = sh.w_slot[b], sh.w_clk[b]
     if slot and k.slots.kind(slot) == THREAD and (
@@ -75,7 +79,7 @@ def check_source(k, op, sh, cta, off, n):
       by = k.slots.owner(slot).obj
       line = k.program.lines[sh.w_insn[b]] if sh.w_insn[b] >= 0 else "?"
       findings.report(k, ProtocolError(
-          "proxy-fence", f"{op.text} reads CTA {cta} SMEM byte {b} through the "
+          "proxy-fence", f"{op.text} {verb} CTA {cta} SMEM byte {b} through the "
           f"asynchronous proxy, written by CTA {by.cta} thread {by.tid} through the "
           f"generic proxy (PTX line {line}) with no fence.proxy.async between the write "
           "and the copy's issue (the writer fences, then a barrier orders the fence "

@@ -102,13 +102,13 @@ class BulkGroupDone:
 
 class _Who:
   """An asynchronous access as ``global_memory.GlobalShadow.access`` takes it: the
-  clock it is checked with (``vc``) and the slot it is known by."""
+  clock it is checked with (``vc``: its issuer's at issue, so that two copies of one
+  thread that no wait orders conflict) and the slot it is known by."""
 
   __slots__ = ("slot", "vc", "cta", "tid")
 
-  def __init__(self, op, slot, clk):
-    self.slot, self.vc, self.cta, self.tid = slot, op.vc.copy(), op.th.cta, op.th.tid
-    self.vc[slot] = max(int(self.vc[slot]), clk)
+  def __init__(self, op, slot):
+    self.slot, self.vc, self.cta, self.tid = slot, op.vc, op.th.cta, op.th.tid
 
 
 class BulkOp:
@@ -183,12 +183,12 @@ def _read(k, op) -> list:
                     stamp=(slot, clk, op.insn))
       out.append(bytes(buf[s:s + n]))
     return out
-  who = _Who(op, slot, clk)
+  who = _Who(op, slot)
   for _, s, n in op.moves:
     if s is None:
       out.append(None)
       continue
-    bad = k.gshadow.access(who, where, s, n, False, False, op.insn, None)
+    bad = k.gshadow.access(who, where, s, n, False, False, op.insn, None, clk)
     if bad is not None:
       _global_race(k, op, where, s, n, False, bad)
     out.append(bytes(where[s:s + n]))
@@ -205,16 +205,17 @@ def _write(k, op):
     for w in op.writes:
       sh.mark_inflight(w.off, w.nbytes, -1, atomic=False)
     for (d, _, n), data in zip(op.moves, op.data):
+      proxy.check_source(k, op, sh, where, d, n, "writes")
       access._check(k, op.vc, None, where, d, n, write=True, atomic=False, who=op,
                     stamp=(slot, clk, op.insn))
       access._write(k, buf, d, n, [int.from_bytes(data or bytes(n), "little")], None,
                     weak=True)
     return
-  who = _Who(op, slot, clk)
+  who = _Who(op, slot)
   for (d, s, n), data in zip(op.moves, op.data):
     if s is None:
       continue
-    bad = k.gshadow.access(who, where, d, n, True, False, op.insn, None)
+    bad = k.gshadow.access(who, where, d, n, True, False, op.insn, None, clk)
     if bad is not None:
       _global_race(k, op, where, d, n, True, bad)
     access._write(k, where, d, n, [int.from_bytes(data, "little")], None, weak=True)
@@ -301,7 +302,7 @@ def _groups(k, th):
 
 
 def _issue(k, th, op):
-  op.fenced = proxy.fenced(k, op.vc) if op.reads else None
+  op.fenced = proxy.fenced(k, op.vc) if op.reads or op.writes else None
   asyncops.issue(k, th, op)
 
 
