@@ -25,7 +25,7 @@ any time after issue; when no thread can run, one lands).  It declares
 
 ``issue`` checks, marks the destination bytes in flight (a thread that touches
 them before the completion is observed is reported) and queues the operation;
-``land`` checks each write against the bytes' history (``access._check``), writes
+``land`` checks each write against the bytes' history (``access_core.check_shared``), writes
 it, then signals the completion.  A finding raised while landing names the
 issuing thread and instruction.
 """
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mosaic_async_store.check import access, findings, sync
+from mosaic_async_store.check import access_core, findings, sync
 from mosaic_async_store.check.memory import SCOPES, TX_LIMIT, ProtocolError
 from mosaic_async_store.check.shadow_runs import record_disjoint, runs
 
@@ -243,7 +243,7 @@ def _land_one(k, op):
     slot, clock = op.completion.stamp(k, op)
     for w in op.writes:
       n = w.nbytes
-      access._check(k, op.vc, None, w.cta, w.off, n, write=True, atomic=w.red is not None,
+      access_core.check_shared(k, op.vc, None, w.cta, w.off, n, write=True, atomic=w.red is not None,
                     who=op, stamp=(slot, clock, op.insn),
                     tag=w.red and (op.th.cta, SCOPES["cluster"], w.off, n))
   except ProtocolError as e:   # (a finding that stops the run) the issue is where
@@ -251,7 +251,7 @@ def _land_one(k, op):
   if k.unplaced:   # (a race or early read: reported; the data lands all the same)
     findings.place_landing(k, op)
   for w in op.writes:   # red.async is a read-modify-write (it continues a release state)
-    access._write(k, k.smem[w.cta], w.off, w.size, w.values, w.red, weak=not w.red)
+    access_core.write_values(k, k.smem[w.cta], w.off, w.size, w.values, w.red, weak=not w.red)
   op.completion.complete(k, op)
 
 

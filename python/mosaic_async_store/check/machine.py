@@ -52,26 +52,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from mosaic_async_store.check import params
 from mosaic_async_store.check.global_memory import GlobalShadow
 from mosaic_async_store.check.memory import CLOCK, Releases, Shadow
 from mosaic_async_store.check.schedule import Schedule
-from mosaic_async_store.check.slots import SlotTable
+from mosaic_async_store.check.params import Memref, ParamMismatch   # (the launch's
+from mosaic_async_store.check.slots import SlotTable                   #  arguments)
 
 __all__ = ["Machine", "Memref", "ParamMismatch", "Thread"]
-
-
-class ParamMismatch(ValueError):
-  """The launch's arguments do not make the kernel's parameters (``pack_params``): the
-  caller's error, raised as is (never an internal error of the checker)."""
-
-
-class Memref:
-  """A launch argument passed as a memref descriptor, as Mosaic kernels take their
-  buffers: allocated pointer, aligned pointer, offset 0, sizes, row-major strides in
-  elements (3 + 2 * ndim 8-byte parameters).  A bare NumPy array is one pointer."""
-
-  def __init__(self, array):
-    self.array = np.asarray(array)
 
 
 class Thread:
@@ -238,7 +226,6 @@ class Machine:
     the kernel's parameters (``params.pack``: layout, aliasing, ``ParamMismatch``);
     each distinct array is one global buffer at (j + 1) << 40; then a fresh shadow
     (global_memory: the bytes now are the initial contents)."""
-    from mosaic_async_store.check import params   # (params imports this module)
     packed = params.pack(self.program, args)
     self.gbufs, self.param_buf, self.tensor_maps = packed.gbufs, packed.param_buf, \
         packed.tensor_maps

@@ -8,7 +8,7 @@ and atomic stores, race checks), ``asyncops`` (``st.async`` / ``red.async``),
 
 from __future__ import annotations
 
-from mosaic_async_store.check import access, addresses, program, strong, warp_memory
+from mosaic_async_store.check import access, access_core, addresses, program, strong, warp_memory
 from mosaic_async_store.check.memory import SCOPES, KernelFault, ProtocolError
 from mosaic_async_store.check.opcodes import Opcode, check_qualifiers
 from mosaic_async_store.check.ops import RED, RED_FORMS
@@ -107,9 +107,9 @@ def _ld(k, ins):
       if glob:   # (_global_access, inline)
         bad = k.gshadow.access(th, buf, off, n, False, False, insn, None)
         if bad is not None:
-          access._global_race(k, th, buf, off, n, False, bad, None, insn)
+          access_core.global_race(k, th, buf, off, n, False, bad, None, insn)
       elif smem:
-        access._access(k, th, buf, off, n, write=False, insn=insn)
+        access_core.thread_access(k, th, buf, off, n, write=False, insn=insn)
       th.regs[reg] = int.from_bytes(buf[off:off + n], "little") & mask
     if glob:
       load1.lanes = warp_memory.global_load(k, addr, n, reg, mask, insn)
@@ -118,7 +118,7 @@ def _ld(k, ins):
     return load1
   def load(th):
     buf, off = mem(th, addr(th))
-    access._access(k, th, buf, off, n, write=False, insn=insn)
+    access_core.thread_access(k, th, buf, off, n, write=False, insn=insn)
     for i, p in enumerate(puts):
       p(th, int.from_bytes(buf[off + i * size:off + (i + 1) * size], "little"))
   return load
@@ -172,7 +172,7 @@ def _ld_nc(k, ins):
                           f"{k.program.texts[at]}`, PTX line {k.program.lines[at]}): data "
                           "read through the non-coherent cache must be read-only for the "
                           "whole kernel")
-    access._global_access(k, th, buf, off, n, write=False, insn=insn)
+    access_core.global_access(k, th, buf, off, n, write=False, insn=insn)
     for i, put in enumerate(puts):
       put(th, int.from_bytes(buf[off + i * size:off + (i + 1) * size], "little"))
   return load

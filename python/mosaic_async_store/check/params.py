@@ -37,10 +37,24 @@ import re
 import numpy as np
 
 from mosaic_async_store.check.addresses import GLOBAL_SHIFT
-from mosaic_async_store.check.machine import Memref, ParamMismatch
 from mosaic_async_store.check.tensor_map import TENSOR_MAP_BYTES, TensorMap
 
-__all__ = ["Param", "Packed", "parse", "pack", "buffer_slots", "array_of"]
+__all__ = ["Param", "Packed", "parse", "pack", "buffer_slots", "array_of", "Memref",
+           "ParamMismatch"]
+
+
+class ParamMismatch(ValueError):
+  """The launch's arguments do not make the kernel's parameters (``pack_params``): the
+  caller's error, raised as is (never an internal error of the checker)."""
+
+
+class Memref:
+  """A launch argument passed as a memref descriptor, as Mosaic kernels take their
+  buffers: allocated pointer, aligned pointer, offset 0, sizes, row-major strides in
+  elements (3 + 2 * ndim 8-byte parameters).  A bare NumPy array is one pointer."""
+
+  def __init__(self, array):
+    self.array = np.asarray(array)
 
 # Element sizes of the parameter types (the PTX ISA's fundamental types).
 _TYPE_BYTES = {**{f"{k}8": 1 for k in "bus"}, **{f"{k}16": 2 for k in "busf"},

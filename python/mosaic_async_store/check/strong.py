@@ -42,7 +42,7 @@ refused by name.
 
 from __future__ import annotations
 
-from mosaic_async_store.check import access, addresses, program, sync
+from mosaic_async_store.check import access_core, addresses, program, sync
 from mosaic_async_store.check.memory import SCOPES, SEMS, Releases
 from mosaic_async_store.check.opcodes import Opcode, check_qualifiers
 from mosaic_async_store.check.ops import RED, RED_FORMS, reduce_op
@@ -50,7 +50,7 @@ from mosaic_async_store.check.outcomes import YIELD
 
 __all__ = ["MEMORY_SEMS", "strong_semantics", "OPCODES"]
 
-_MAX_STRONG = 8   # bytes: the widest strong access the checker runs (b64)
+
 MEMORY_SEMS = (*SEMS, "weak", "volatile", "mmio")
 # .sem each opcode accepts, and its default (None: weak, no scope)
 _ALLOWED = {"ld": ({"weak", "relaxed", "acquire", "volatile"}, None),
@@ -104,7 +104,7 @@ def _strong_ld(k, ins, sem, scope):
   insn = len(k.program.code)
   def load(th):
     buf, off = addresses.mem(k, th, space, addr(th), size)
-    access._access(k, th, buf, off, size, write=False, insn=insn, tag=(th.cta, scope, off, size))
+    access_core.thread_access(k, th, buf, off, size, write=False, insn=insn, tag=(th.cta, scope, off, size))
     put(th, _read(k, th, buf, off, size, sem, scope))
     th.polled = True
     return YIELD
@@ -132,7 +132,7 @@ def _atom(k, ins):
   insn = len(k.program.code)
   def atom(th):
     buf, off = addresses.mem(k, th, space, addr(th), size)
-    access._access(k, th, buf, off, size, write=True, atomic=True, insn=insn,
+    access_core.thread_access(k, th, buf, off, size, write=True, atomic=True, insn=insn,
                  tag=(th.cta, scope, off, size))
     before = bytes(buf[off:off + size])   # the latest value: a read-modify-write is never stale
     old, new = int.from_bytes(before, "little"), b(th) & mask
@@ -238,7 +238,7 @@ def _publish(k, th, buf, off, size, sem, scope, *, rmw, before):
   writers = dict(prev.writers) if rmw else {}
   clk = int(th.vc[th.slot])
   writers[th.slot] = clk
-  _forget_flags(k, buf, off, size)
+  access_core.forget_flags(k, buf, off, size)
   if sem in ("release", "acq_rel"):   # what a later strong write of th continues
     mine = Releases()
     mine.add(th.cta, scope, th.vc)
@@ -251,17 +251,6 @@ def _publish(k, th, buf, off, size, sem, scope, *, rmw, before):
   loc.count += 1
   del loc.writes[:-_KEEP]
   k.flags[key] = loc
-
-
-def _forget_flags(k, buf, off, n):
-  """A write over [off, off + n) of ``buf``: the release states it overlaps end
-  (``k.flags``: (buffer id, offset) -> ``_Location``; a strong
-  access is at most 8 bytes, so only locations from ``off - 7`` on can overlap)."""
-  flags, i = k.flags, id(buf)
-  for o in range(off - _MAX_STRONG + 1, off + n):
-    state = flags.get((i, o))
-    if state is not None and o + state.size > off:
-      del flags[(i, o)]
 
 
 # The opcodes this family runs (``opcodes.Opcode``: the handler, statements it runs,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mosaic_async_store.check import (access, addresses, lineinfo, mbarrier_forms, program,
+from mosaic_async_store.check import (access_core, addresses, lineinfo, mbarrier_forms, program,
                                       warp, warp_mbarrier)
 from mosaic_async_store.check.memory import (CLOCK, TX_LIMIT, ProtocolError, Releases,
                                              sem_scope, shown_source)
@@ -273,11 +273,11 @@ def _inval_ordered(k, th, bar, pc):
       raise ProtocolError(
           "race", f"CTA {th.cta} thread {th.tid} invalidates {bar.describe()} with no "
           f"happens-before from CTA {by.cta} thread {by.tid}'s operation on it at "
-          f"{access._insn_where(k, -1 if other_pc is None else other_pc)}, which may still "
+          f"{access_core.insn_where(k, -1 if other_pc is None else other_pc)}, which may still "
           f"be running; missing: {missing}",
           other_source=None if other_pc is None else k.program.sources[other_pc],
-          access=access._access_of(k, th, "mbarrier.inval", memory, pc),
-          other=access._access_of(k, by, "mbarrier operation", memory, other_pc),
+          access=access_core.access_of(k, th, "mbarrier.inval", memory, pc),
+          other=access_core.access_of(k, by, "mbarrier operation", memory, other_pc),
           missing=missing)
 
 
@@ -286,7 +286,7 @@ def _object_write(k, th, key, pc):
   a write in the shadow (plain accesses to them before the init, or after the inval,
   must be ordered with it)."""
   buf = k.smem[key[0]]
-  access._access(k, th, buf, key[1], 8, write=True, insn=pc)
+  access_core.thread_access(k, th, buf, key[1], 8, write=True, insn=pc)
 
 
 def _note_remote(k, th, bar, pc):

@@ -32,7 +32,7 @@ thread's clock to the groups it waited for.
 
 from __future__ import annotations
 
-from mosaic_async_store.check import (access, addresses, asyncops, bulk_rules, findings,
+from mosaic_async_store.check import (access_core, addresses, asyncops, bulk_rules, findings,
                                       proxy, sync, tma_forms, tma_geometry)
 from mosaic_async_store.check.memory import KernelFault, ProtocolError
 from mosaic_async_store.check.opcodes import Opcode
@@ -100,17 +100,6 @@ class BulkGroupDone:
     k.dirty = True
 
 
-class _Who:
-  """An asynchronous access as ``global_memory.GlobalShadow.access`` takes it: the
-  clock it is checked with (``vc``: its issuer's at issue, so that two copies of one
-  thread that no wait orders conflict) and the slot it is known by."""
-
-  __slots__ = ("slot", "vc", "cta", "tid")
-
-  def __init__(self, op, slot):
-    self.slot, self.vc, self.cta, self.tid = slot, op.vc, op.th.cta, op.th.tid
-
-
 class BulkOp:
   """One copy in flight (the interface of ``asyncops.AsyncOp``, landing itself):
   ``moves``, (destination offset, source offset or None for an out-of-bounds element's
@@ -170,63 +159,39 @@ def _stamp(k, op, reads):
 
 
 def _read(k, op) -> list:
-  """The source bytes of each move, checked (in shared memory: through the
-  asynchronous proxy) and recorded as read by the copy."""
-  slot, clk = _stamp(k, op, True)
+  """The source bytes of each move (None for an out-of-bounds element of a load),
+  checked and recorded as read by the copy (in shared memory: through the asynchronous
+  proxy)."""
+  stamp = (*_stamp(k, op, True), op.insn)
   kind, where = op.src
+  mem = k.smem[where] if kind == "smem" else where
   out = []
-  if kind == "smem":
-    sh, buf = k.shadow[where], k.smem[where]
-    for _, s, n in op.moves:
-      proxy.check_source(k, op, sh, where, s, n)
-      access._check(k, op.vc, None, where, s, n, write=False, atomic=False, who=op,
-                    stamp=(slot, clk, op.insn))
-      out.append(bytes(buf[s:s + n]))
-    return out
-  who = _Who(op, slot)
   for _, s, n in op.moves:
     if s is None:
       out.append(None)
       continue
-    bad = k.gshadow.access(who, where, s, n, False, False, op.insn, None, clk)
-    if bad is not None:
-      _global_race(k, op, where, s, n, False, bad)
-    out.append(bytes(where[s:s + n]))
+    access_core.check_and_record(k, op, op.vc, where, s, n, write=False, stamp=stamp,
+                                 proxy_kind="async")
+    out.append(bytes(mem[s:s + n]))
   return out
 
 
 def _write(k, op):
   """Each move's bytes written at its destination (an out-of-bounds element of a load
   as zeros; of a store, dropped), checked against the bytes' history."""
-  slot, clk = _stamp(k, op, False)
+  stamp = (*_stamp(k, op, False), op.insn)
   kind, where = op.dst
   if kind == "smem":
-    sh, buf = k.shadow[where], k.smem[where]
     for w in op.writes:
-      sh.mark_inflight(w.off, w.nbytes, -1, atomic=False)
-    for (d, _, n), data in zip(op.moves, op.data):
-      proxy.check_source(k, op, sh, where, d, n, "writes")
-      access._check(k, op.vc, None, where, d, n, write=True, atomic=False, who=op,
-                    stamp=(slot, clk, op.insn))
-      access._write(k, buf, d, n, [int.from_bytes(data or bytes(n), "little")], None,
-                    weak=True)
-    return
-  who = _Who(op, slot)
+      k.shadow[where].mark_inflight(w.off, w.nbytes, -1, atomic=False)
+  mem = k.smem[where] if kind == "smem" else where
   for (d, s, n), data in zip(op.moves, op.data):
-    if s is None:
+    if data is None and kind != "smem":
       continue
-    bad = k.gshadow.access(who, where, d, n, True, False, op.insn, None, clk)
-    if bad is not None:
-      _global_race(k, op, where, d, n, True, bad)
-    access._write(k, where, d, n, [int.from_bytes(data, "little")], None, weak=True)
-
-
-def _global_race(k, op, buf, off, n, write, bad):
-  memory = k.gshadow.describe(buf, off, n)
-  mine = access._access_of(k, op, "asynchronous " + ("write" if write else "read"), memory,
-                           op.insn)
-  access._conflict(k, f"{op.text} {'writes' if write else 'reads'} {memory}", *bad, op.th,
-                   None, mine=mine)
+    access_core.check_and_record(k, op, op.vc, where, d, n, write=True, stamp=stamp,
+                                 proxy_kind="async")
+    access_core.write_values(k, mem, d, n, [int.from_bytes(data or bytes(n), "little")],
+                             None, weak=True)
 
 
 # -- operands -------------------------------------------------------------------------

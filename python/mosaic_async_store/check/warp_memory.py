@@ -14,8 +14,8 @@ returns ``outcomes.FALLBACK``, having done nothing, when one is not the plain ca
 cluster or generic address, misaligned, out of bounds, bytes of an initialised
 mbarrier, a traced store): the per-thread function then runs lane by lane and
 reports it in its own words.  A conflict found at lane j is raised by the
-per-thread path's own function for lane j (``access._check``,
-``access._global_race``), after lanes 0..j-1 completed, exactly as lane by lane;
+per-thread path's own function for lane j (``access_core.check_shared``,
+``access_core.global_race``), after lanes 0..j-1 completed, exactly as lane by lane;
 the error's ``access`` names lane j, which ``lockstep.run_piece`` reports.
 """
 
@@ -25,7 +25,7 @@ from itertools import repeat
 
 import numpy as np
 
-from mosaic_async_store.check import access, asyncops, strong
+from mosaic_async_store.check import access_core, asyncops
 from mosaic_async_store.check.addresses import plain_global_lanes, plain_shared_lanes
 from mosaic_async_store.check.global_memory import PAGE
 from mosaic_async_store.check.outcomes import FALLBACK, YIELD
@@ -79,7 +79,7 @@ def _load_lanes(reg, n, mask):
 
 def _store_lanes(k, vals, size):
   """Weak stores of ``vals`` (getters, ``size`` bytes each) by lanes at disjoint
-  offsets (multiples of ``size``) at once: what ``access._write`` does lane by lane
+  offsets (multiples of ``size``) at once: what ``access_core.write_values`` does lane by lane
   (``k.flags`` is empty: the warp forms go lane by lane otherwise); None where NumPy
   has no integer of ``size`` bytes."""
   if size not in _DTYPES:
@@ -133,7 +133,7 @@ def _shared_access(k, addr, n, write, insn, act, lanes_act):
       vc, slot = th.vc, th.slot
       stamp = (slot, vc.item(slot), insn)
       if conflict(vc, off, n, write=write, atomic=False) is not None:
-        access._check(k, vc, th, cta, off, n, write=write, atomic=False, who=th, stamp=stamp)
+        access_core.check_shared(k, vc, th, cta, off, n, write=write, atomic=False, who=th, stamp=stamp)
       record(off, n, write=write, atomic=False, stamp=stamp)
       act(th, buf, off)
     return None
@@ -150,10 +150,10 @@ def shared_load(k, addr, n, reg, mask, insn):
 def shared_store(k, addr, vals, size, insn, traced):
   """A weak ``st.shared{::cta}`` of ``vals`` (getters, ``size`` bytes each) at
   ``addr``; ``traced``: whether ``launch(trace_stores=True)`` records it (then the
-  lanes go one by one, through ``access._trace``)."""
+  lanes go one by one, through ``access_core.trace``)."""
   mask = (1 << (8 * size)) - 1
   def store(th, buf, off):
-    access._write(k, buf, off, size, [g(th) & mask for g in vals], None, weak=True)
+    access_core.write_values(k, buf, off, size, [g(th) & mask for g in vals], None, weak=True)
   form = _shared_access(k, addr, size * len(vals), True, insn, store,
                         _store_lanes(k, vals, size))
   if not traced:
@@ -225,7 +225,7 @@ def _global_access(k, addr, n, write, insn, act, lanes_act):
     for th, off in zip(lanes, offs):
       bad = check(th, buf, off, n, write, False, insn, None)
       if bad is not None:
-        access._global_race(k, th, buf, off, n, write, bad, None, insn)
+        access_core.global_race(k, th, buf, off, n, write, bad, None, insn)
       act(th, buf, off)
     return None
   return lanes_form
@@ -245,7 +245,7 @@ def global_store(k, addr, value, n, insn):
     data = value(th) & mask
     k.epoch += 1
     if k.flags:
-      strong._forget_flags(k, buf, off, n)
+      access_core.forget_flags(k, buf, off, n)
     buf[off:off + n] = data.to_bytes(n, "little")
   return _global_access(k, addr, n, True, insn, store, _store_lanes(k, (value,), n))
 
