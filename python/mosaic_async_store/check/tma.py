@@ -15,14 +15,17 @@ asynchronous operation (``BulkOp``) and runs the bulk groups.  It runs:
     shared::cta{.tile}.bulk_group`` (out-of-bounds elements dropped) and
     ``cp.async.bulk.global.shared::cta.bulk_group``;
   * ``cp.async.bulk.commit_group`` and ``cp.async.bulk.wait_group{.read} N``;
+  * ``cp.reduce.async.bulk{.tensor}`` into global memory (a bulk group) or a peer's
+    shared memory (an mbarrier);
   * ``prefetch{.param}.tensormap``, ``cp.async.bulk.prefetch*`` (hints: their address
     is checked, nothing else happens).
 
 A copy reads its source when it lands (the schedule picks when), so a write to the
 source before then is seen, as on hardware; a store lands in two steps, its reads of
 shared memory, then its writes to global memory (``wait_group.read`` waits for the
-first only).  Reductions (``cp.reduce.async.bulk*``) and the ``.L2::cache_hint`` forms
-are refused by name.
+first only).  Reductions (``cp.reduce.async.bulk{.tensor}``) reduce element by element
+as ``red`` does (the integer operations, the ``.noftz`` f16 / bf16 ``.add``; f32 / f64
+``.add`` refused by name); a ``.L2::cache_hint`` operand is a hint (read, no effect).
 
 Clock slots (``slots.SlotTable``): a thread that issues into bulk groups owns two, the
 reads and the writes of its groups (``BULK_READS`` / ``BULK_WRITES``); a group's
@@ -36,6 +39,7 @@ from mosaic_async_store.check import (access_core, addresses, asyncops, bulk_rul
                                       proxy, sync, tma_forms, tma_geometry)
 from mosaic_async_store.check.memory import KernelFault, ProtocolError
 from mosaic_async_store.check.opcodes import Opcode
+from mosaic_async_store.check.ops import RED_FORMS, bits_of
 from mosaic_async_store.check.outcomes import BLOCK, YIELD
 from mosaic_async_store.check.waits import Wait
 
@@ -50,8 +54,8 @@ class Span:
 
   __slots__ = ("cta", "off", "nbytes", "red")
 
-  def __init__(self, cta, off, nbytes):
-    self.cta, self.off, self.nbytes, self.red = cta, off, nbytes, None
+  def __init__(self, cta, off, nbytes, red=None):
+    self.cta, self.off, self.nbytes, self.red = cta, off, nbytes, red
 
 
 class BulkGroups:
@@ -106,13 +110,13 @@ class BulkOp:
   fill, bytes); ``src`` / ``dst``: ("smem", CTA) or ("global", buffer)."""
 
   __slots__ = ("th", "vc", "insn", "opcode", "writes", "reads", "proxy", "completion",
-               "idx", "moves", "src", "dst", "fenced", "data")
+               "idx", "moves", "src", "dst", "fenced", "data", "red")
 
-  def __init__(self, th, insn, opcode, src, dst, moves, completion):
+  def __init__(self, th, insn, opcode, src, dst, moves, completion, red=None):
     self.th, self.insn, self.opcode, self.vc = th, insn, opcode, th.vc.copy()
     self.src, self.dst, self.moves, self.completion = src, dst, moves, completion
-    self.proxy, self.idx, self.data = "async", None, None
-    self.writes = [Span(dst[1], d, n) for d, _, n in moves] if dst[0] == "smem" else []
+    self.proxy, self.idx, self.data, self.red = "async", None, None, red
+    self.writes = [Span(dst[1], d, n, red) for d, _, n in moves] if dst[0] == "smem" else []
     self.reads = [Span(src[1], s, n) for _, s, n in moves] if src[0] == "smem" else []
     self.fenced = None
 
@@ -181,17 +185,23 @@ def _write(k, op):
   as zeros; of a store, dropped), checked against the bytes' history."""
   stamp = (*_stamp(k, op, False), op.insn)
   kind, where = op.dst
+  red = op.red
   if kind == "smem":
     for w in op.writes:
-      k.shadow[where].mark_inflight(w.off, w.nbytes, -1, atomic=False)
+      k.shadow[where].mark_inflight(w.off, w.nbytes, -1, atomic=red is not None)
   mem = k.smem[where] if kind == "smem" else where
   for (d, s, n), data in zip(op.moves, op.data):
     if data is None and kind != "smem":
       continue
     access_core.check_and_record(k, op, op.vc, where, d, n, write=True, stamp=stamp,
-                                 proxy_kind="async")
-    access_core.write_values(k, mem, d, n, [int.from_bytes(data or bytes(n), "little")],
-                             None, weak=True)
+                                 proxy_kind="async", atomic=red is not None)
+    if red is None:
+      access_core.write_values(k, mem, d, n, [int.from_bytes(data or bytes(n), "little")],
+                               None, weak=True)
+    else:   # element by element, each a read-modify-write (PTX ISA, cp.reduce.async.bulk)
+      size = bits_of(red[1]) // 8
+      access_core.write_values(k, mem, d, size, [int.from_bytes(data[i:i + size], "little")
+                                                 for i in range(0, n, size)], red, weak=False)
 
 
 # -- operands -------------------------------------------------------------------------
@@ -274,12 +284,28 @@ def _issue(k, th, op):
 # -- the handlers ---------------------------------------------------------------------
 
 
+# A tensor map's element type -> the PTX type of a tensor reduction (and/or/xor: .b).
+_MAP_TYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64",
+              "int32": "s32", "uint32": "u32", "int64": "s64", "uint64": "u64"}
+
+
+def _reduction(opcode, red_op, t):
+  """(operation, type) of a bulk reduction the checker runs exactly, else refused by
+  name: ``ops.RED_FORMS`` (the reductions ``red`` runs), but not the f32 / f64
+  additions, whose subnormal handling the ISA's text for the bulk forms does not give."""
+  if red_op in ("and", "or", "xor") and t[0] in "su":
+    t = "b" + t[1:]
+  if (red_op, t) not in RED_FORMS or t in ("f32", "f64"):
+    raise NotImplementedError(f"{opcode} (.{red_op}.{t}: the bulk reductions the checker "
+                              "runs are the integer ones and the .noftz f16 / bf16 .add)")
+  return red_op, t
+
+
 def _copy(k, ins, form):
-  """A load (tensor or not, multicast or not), a shared-to-cluster copy or a store."""
-  if form.cache_hint or form.red_op:
-    raise NotImplementedError(f"opcode {ins.opcode} (" + (
-        "a reduction: cp.reduce.async.bulk is not run yet" if form.red_op else
-        ".L2::cache_hint: the checker does not run cache-policy operands yet") + ")")
+  """A load (tensor or not, multicast or not), a shared-to-cluster copy, a store or a
+  reduction.  The ``.L2::cache_hint`` operand is a hint: read, no effect."""
+  red = None if form.red_op is None or form.red_type is None else \
+      _reduction(ins.opcode, form.red_op, form.red_type)
   insn, getter = len(k.program.code), k.program.getter
   tensor = form.dims is not None
   into_smem = form.dst.startswith("shared")
@@ -291,6 +317,7 @@ def _copy(k, ins, form):
   name = ins.opcode
 
   def copy(th):
+    reduction = red
     if tensor:
       smem_addr = (dst_get if into_smem else src_get)(th)
       _rule(k, "tensor-smem-align", bulk_rules.tensor_smem_aligned(smem_addr))
@@ -299,6 +326,8 @@ def _copy(k, ins, form):
       n = tma_geometry.box_bytes(tmap)
       _smem(k, th, smem_addr, form.dst if into_smem else form.src, n)
       moves = _moves_of(runs, base, smem_off, into_smem)
+      if form.red_op is not None:   # a tensor reduction: its type is the map's
+        reduction = _reduction(ins.opcode, form.red_op, _MAP_TYPES.get(tmap.dtype, "none"))
       if into_smem and tmap.oob_fill != "zero" and any(m[1] is None for m in moves):
         tma_geometry.oob_fill_element(tmap)   # (refuses the NaN fill by name)
     else:
@@ -328,7 +357,7 @@ def _copy(k, ins, form):
       counts[0] += 1
       counts[1] += 1
       _issue(k, th, BulkOp(th, insn, name, ("smem", cta), ("global", buf), moves,
-                           BulkGroupDone(groups, gid)))
+                           BulkGroupDone(groups, gid), reduction))
       return YIELD if k.sched.pauses(k.step) else None
     mbar_cta, mbar_off = sync._bar_key(k, th, "shared::cluster", mbar_get(th))
     if form.multicast:
@@ -341,7 +370,7 @@ def _copy(k, ins, form):
     for r in targets:
       src = ("global", buf) if form.src == "global" else ("smem", th.cta)
       _issue(k, th, BulkOp(th, insn, name, src, ("smem", r), moves,
-                           asyncops.MbarrierTx((r, mbar_off), n)))
+                           asyncops.MbarrierTx((r, mbar_off), n), reduction))
       if r != th.cta and th.remote_since is None:
         th.remote_since = int(th.vc[th.slot])
     return YIELD if k.sched.pauses(k.step) else None
@@ -403,11 +432,16 @@ def _wait(k, ins, form):
 
 
 def _prefetch(k, ins, form):
-  """A hint (``prefetch.tensormap``, ``cp.async.bulk.prefetch.tensor``): the tensor map's
-  address is checked, nothing else happens."""
-  if form.cache_hint:
-    raise NotImplementedError(f"opcode {ins.opcode} (.L2::cache_hint: the checker does not "
-                              "run cache-policy operands yet)")
+  """A hint (``prefetch.tensormap``, ``cp.async.bulk.prefetch{.tensor}``): the tensor
+  map's (or the data's) address is checked, nothing else happens."""
+  if form.kind == "bulk_prefetch":
+    src, size = k.program.getter(form.operand("srcMem")), k.program.getter(form.operand("size"))
+
+    def bulk_prefetch(th):
+      n = size(th) & 0xFFFFFFFF
+      _rule(k, "bulk-size", bulk_rules.size_multiple_of_16(n))
+      _global(k, th, src(th), n)
+    return bulk_prefetch
   get = k.program.getter(form.operand("a" if form.kind == "prefetch_tensormap" else
                                       "tensorMap"))
 
@@ -417,8 +451,10 @@ def _prefetch(k, ins, form):
 
 
 _HANDLERS = {"tensor_load": _copy, "tensor_store": _copy, "copy_g2s": _copy,
-             "copy_s2g": _copy, "copy_s2s": _copy, "commit": _commit, "wait": _wait,
-             "prefetch_tensormap": _prefetch, "tensor_prefetch": _prefetch}
+             "copy_s2g": _copy, "copy_s2s": _copy, "tensor_reduce": _copy,
+             "reduce_s2g": _copy, "reduce_s2s": _copy, "commit": _commit, "wait": _wait,
+             "prefetch_tensormap": _prefetch, "tensor_prefetch": _prefetch,
+             "bulk_prefetch": _prefetch}
 
 
 def _bulk(k, ins):
@@ -439,17 +475,25 @@ OPCODES = {
         "cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes"
         ".multicast::cluster [%r5], [%rd1, {%r6}], [%r2], %h1",
         "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd1, {%r31, %r30} ], [%r29]",
+        "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group "
+        "[%rd1, {%r2, %r3}], [%r1]",
         "cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes [%r1], [%rd1], %r2, "
         "[%r3]",
         "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes "
         "[%r1], [%r2], %r3, [%r4]",
         "cp.async.bulk.global.shared::cta.bulk_group [%rd13], [%rd14], %r28",
+        "cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%rd1], [%r1], 64, %rd2",
+        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.noftz.f16 [%rd1], [%r1], %r2",
+        "cp.reduce.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes.add.u32 "
+        "[%r1], [%r2], %r3, [%r4]",
         "cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%rd1, {%r1, %r2}]",
+        "cp.async.bulk.prefetch.L2.global [%rd1], %r1",
         "cp.async.bulk.commit_group", "cp.async.bulk.wait_group 0",
         "cp.async.bulk.wait_group.read 1"), (
-        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.noftz.f16 [%rd1], [%r1], %r2",
-        "cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%rd1], [%r1], 64, %rd2",
-        "cp.async.bulk.prefetch.L2.global [%rd1], %r1",
+        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%rd1], [%r1], %r2",
+        "cp.reduce.async.bulk.global.shared::cta.bulk_group.min.f16 [%rd1], [%r1], %r2",
+        "cp.async.bulk.tensor.4d.shared::cta.global.im2col.mbarrier::complete_tx::bytes "
+        "[%r1], [%rd1, {%r2, %r3, %r4, %r5}], [%r6], {%h1, %h2}",
         "cp.async.ca.shared.global [%r1], [%rd1], 16")),
     "prefetch": Opcode(_bulk, ("prefetch.tensormap [%rd1]", "prefetch.param.tensormap [%rd1]"),
                        ("prefetch.global.L2 [%rd1]",)),

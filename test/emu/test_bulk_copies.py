@@ -1,0 +1,149 @@
+"""Bulk copies and reductions (``cp.async.bulk``, ``cp.reduce.async.bulk``) in hand-written
+PTX: each form runs with the values it must leave, and each rule it can break is
+reported in every CI schedule next to a correct neighbour (check/tma.py, proxy.py,
+bulk_rules.py)."""
+
+import numpy as np
+import pytest
+
+from mosaic_async_store.check import check_ptx
+
+from test_interp_features import kernel
+
+SCHEDULES = 3   # seeds 0, 1, 2: what CI runs
+
+
+def _rules_in_every_schedule(report):
+  by = {s: {f.rule for f in report.findings if f.schedule == s} for s in range(SCHEDULES)}
+  return set.intersection(*by.values()) if all(by.values()) else set()
+
+
+# 32 threads each store one element of a 128-byte SMEM tile, (optionally) fence the
+# generic proxy against the asynchronous one, meet at bar.sync, then thread 0 reduces
+# the tile into global memory and waits for its bulk group.
+_REDUCE = """
+  ld.param.u64 %rd1, [k_param_0];
+  mov.b64 %rd2, __dynamic_shmem__0;
+  cvt.u32.u64 %r3, %rd2;
+  {store}
+  {fence}
+  bar.sync 0;
+  setp.eq.u32 %p1, %r1, 0;
+  @%p1 cp.reduce.async.bulk.global.shared::cta.bulk_group.{op} [%rd1], [%r3], {size};
+  cp.async.bulk.commit_group;
+  cp.async.bulk.wait_group 0;
+"""
+_U32 = """shl.b32 %r4, %r1, 2;
+  add.s32 %r5, %r3, %r4;
+  add.s32 %r6, %r1, 1;
+  st.shared.u32 [%r5], %r6;"""
+_F16 = """shl.b32 %r4, %r1, 1;
+  add.s32 %r5, %r3, %r4;
+  mov.b16 %h1, {bits};
+  st.shared.b16 [%r5], %h1;"""
+
+
+@pytest.mark.parametrize("fenced", [True, False])
+def test_a_bulk_add_reduction_into_global_memory(fenced):
+  ptx = kernel(_REDUCE.format(store=_U32, op="add.u32", size=128,
+                              fence="fence.proxy.async.shared::cta;" if fenced else ""))
+  report = check_ptx(ptx, [np.full(32, 100, np.uint32)], smem_bytes=256, block=(32, 1, 1),
+                     schedules=SCHEDULES)
+  if fenced:
+    assert report.ok, str(report)
+    assert report.outputs[0].view(np.uint32).tolist() == [101 + t for t in range(32)]
+  else:   # st.shared, then the copy reads through the asynchronous proxy: no fence
+    assert "proxy-fence" in _rules_in_every_schedule(report), str(report)
+
+
+@pytest.mark.parametrize("bits, start, want", [
+    ("0x3E00", 0x4000, 0x4300),    # 1.5 + 2.0 = 3.5
+    ("0x0001", 0x0001, 0x0002),    # the smallest subnormal twice: .noftz keeps it
+    ("0x3C00", 0x1001, 0x3C01)])   # 1.0 + just over half an ulp: rounds up, once
+def test_a_bulk_f16_add_rounds_once_and_keeps_subnormals(bits, start, want):
+  ptx = kernel(_REDUCE.format(store=_F16.format(bits=bits), op="add.noftz.f16", size=64,
+                              fence="fence.proxy.async.shared::cta;"),
+               regs=".reg .b16 %h<4>;")
+  out = np.full(64, start, np.uint16)   # 32 elements reduced, 32 untouched
+  report = check_ptx(ptx, [out], smem_bytes=256, block=(32, 1, 1), schedules=SCHEDULES)
+  assert report.ok, str(report)
+  got = report.outputs[0].view(np.uint16)
+  assert got[:32].tolist() == [want] * 32 and got[32:].tolist() == [start] * 32
+
+
+def test_a_bulk_f32_add_is_refused_by_name():
+  ptx = kernel(_REDUCE.format(store=_U32, op="add.f32", size=128, fence=""))
+  from mosaic_async_store.errors import AsyncStoreError
+  with pytest.raises(AsyncStoreError, match=r"add\.f32"):
+    check_ptx(ptx, [np.zeros(32, np.float32)], smem_bytes=256, block=(32, 1, 1))
+
+
+# A bulk load into SMEM completing on an mbarrier, each thread then copying its word out.
+_LOAD = """
+  ld.param.u64 %rd1, [k_param_0];
+  ld.param.u64 %rd7, [k_param_1];
+  mov.b64 %rd2, __dynamic_shmem__0;
+  cvt.u32.u64 %r3, %rd2;
+  add.s32 %r10, %r3, 128;
+  setp.eq.u32 %p1, %r1, 0;
+  @%p1 mbarrier.init.shared::cta.b64 [%r10], 1;
+  bar.sync 0;
+  @%p1 mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r10], 128;
+  @%p1 cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes [%r3], [%rd1], {size}, [%r10];
+  {early}
+LOOP:
+  mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r10], 0;
+  @!%p2 bra LOOP;
+  shl.b32 %r4, %r1, 2;
+  add.s32 %r5, %r3, %r4;
+  ld.shared.u32 %r6, [%r5];
+  mul.wide.u32 %rd3, %r1, 4;
+  add.s64 %rd4, %rd7, %rd3;
+  st.global.u32 [%rd4], %r6;
+"""
+
+
+@pytest.mark.parametrize("case", ["ok", "read_before_wait", "size_not_16"])
+def test_a_bulk_load_completes_on_its_mbarrier(case):
+  early = "ld.shared.u32 %r20, [%r3];" if case == "read_before_wait" else ""
+  size = 120 if case == "size_not_16" else 128
+  ptx = kernel(_LOAD.format(size=size, early=early), nparams=2)
+  x = np.arange(32, dtype=np.uint32) * 7
+  report = check_ptx(ptx, [x, np.zeros(32, np.uint32)], smem_bytes=256, block=(32, 1, 1),
+                     schedules=SCHEDULES)
+  if case == "ok":
+    assert report.ok, str(report)
+    assert report.outputs[1].view(np.uint32).tolist() == x.tolist()
+  else:
+    rule = {"read_before_wait": "early-read", "size_not_16": "bulk-size"}[case]
+    assert rule in _rules_in_every_schedule(report), str(report)
+
+
+# A bulk store of SMEM whose source is overwritten: after wait_group.read (correct) or
+# before it (a write-after-read race with the copy's asynchronous read).
+_STORE = """
+  ld.param.u64 %rd1, [k_param_0];
+  mov.b64 %rd2, __dynamic_shmem__0;
+  cvt.u32.u64 %r3, %rd2;
+  mov.u32 %r6, 5;
+  st.shared.u32 [%r3], %r6;
+  fence.proxy.async.shared::cta;
+  cp.async.bulk.global.shared::cta.bulk_group [%rd1], [%r3], 16;
+  cp.async.bulk.commit_group;
+  {before}
+  mov.u32 %r7, 9;
+  st.shared.u32 [%r3], %r7;
+  cp.async.bulk.wait_group 0;
+"""
+
+
+@pytest.mark.parametrize("wait_read", [True, False])
+def test_a_bulk_stores_source_is_free_after_wait_group_read(wait_read):
+  ptx = kernel(_STORE.format(before="cp.async.bulk.wait_group.read 0;" if wait_read else ""))
+  report = check_ptx(ptx, [np.zeros(4, np.uint32)], smem_bytes=64, block=(1, 1, 1),
+                     schedules=SCHEDULES)
+  if wait_read:
+    assert report.ok, str(report)
+    assert report.outputs[0].view(np.uint32)[0] == 5
+  else:
+    assert "race" in _rules_in_every_schedule(report), str(report)
