@@ -11,17 +11,20 @@ any time after issue; when no thread can run, one lands).  It declares
     copy's source), each a ``Read``;
   * ``proxy``: the proxy its accesses are made in ("async" for every operation
     here: ``st.async``, ``red.async``, bulk copies; the generic proxy is the
-    threads').  The shadow does not tell proxies apart yet: the declaration is
-    what the asynchronous-proxy rules (``fence.proxy.async``) will read;
+    threads').  The bulk copies' shared-memory accesses are checked against the
+    threads' unfenced writes (``proxy.py``, through ``access_core``);
   * ``completion``: how the machine learns that it completed, an object with
     ``issue(k, op)`` (checks at issue), ``stamp(k, op)`` (the clock slot and
     value its writes are known by: whoever acquires that clock sees the data) and
     ``complete(k, op)`` (the signal, after the data landed), ``cta``, the CTA
     whose memory it signals in (the exit rule waits for it), and ``mbarrier``, the
     key of the mbarrier it signals on, or None (``mbarrier.inval`` waits for it).
-    ``MbarrierTx`` (``.mbarrier::complete_tx::bytes``) is the one mechanism today; a
-    bulk-group completion (``cp.async.bulk.commit_group`` / ``wait_group``) or a
-    WGMMA group is another class with the same interface.
+    ``MbarrierTx`` (``.mbarrier::complete_tx::bytes``) is one; ``tma.BulkGroupDone``
+    (``cp.async.bulk.commit_group`` / ``wait_group``) another; a WGMMA group would be a
+    third class with the same interface.
+
+An operation class with its own ``land(k)`` (``tma.BulkOp``: a copy whose data is read
+when it lands, not captured at issue) lands itself: ``land`` calls it.
 
 ``issue`` checks, marks the destination bytes in flight (a thread that touches
 them before the completion is observed is reported) and queues the operation;
