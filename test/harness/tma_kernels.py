@@ -46,7 +46,7 @@ def _inputs(*shapes, dtype=np.float16):
   return tuple(rng.uniform(-1, 1, s).astype(dtype) for s in shapes)
 
 
-def _round_trip(semantics):
+def _round_trip(semantics, interpret=None):
   def body(x_ref, o_ref, smem, bar):
     plgpu.copy_gmem_to_smem(x_ref, smem, bar)
     plgpu.barrier_wait(bar)
@@ -58,13 +58,14 @@ def _round_trip(semantics):
   params = plgpu.CompilerParams(lowering_semantics=semantics)
   kernel = plgpu.kernel(body, out_type=jax.ShapeDtypeStruct(_TILE, jnp.float16),
                         scratch_types=[plgpu.SMEM(_TILE, jnp.float16), plgpu.Barrier()],
-                        compiler_params=params)
+                        compiler_params=params, interpret=interpret)
   return jax.jit(kernel), _inputs(_TILE)
 
 
-def tma_round_trip_lane():
-  """A 64x128 f16 tile: TMA load, +1 in registers, TMA store (Lane semantics)."""
-  return _round_trip(plgpu.LoweringSemantics.Lane)
+def tma_round_trip_lane(interpret=None):
+  """A 64x128 f16 tile: TMA load, +1 in registers, TMA store (Lane semantics);
+  ``interpret``: plgpu.kernel's (jax's interpret mode, for the benchmarks)."""
+  return _round_trip(plgpu.LoweringSemantics.Lane, interpret)
 
 
 def tma_round_trip_warpgroup():
@@ -102,9 +103,9 @@ def wgmma_matmul():
   return jax.jit(matmul), _inputs((m, k), (k, n))
 
 
-def pipelined_add():
+def pipelined_add(interpret=None):
   """``plgpu.emit_pipeline``: x + y over a 256x128 f32 array in 64x128 blocks, two
-  blocks in flight."""
+  blocks in flight (``interpret``: as tma_round_trip_lane's)."""
   shape, block = (256, 128), (64, 128)
 
   def body(x_gmem, y_gmem, o_gmem):
@@ -115,7 +116,8 @@ def pipelined_add():
     plgpu.emit_pipeline(step, grid=(shape[0] // block[0],), in_specs=[spec, spec],
                         out_specs=[spec], max_concurrent_steps=2)(x_gmem, y_gmem, o_gmem)
 
-  kernel = plgpu.kernel(body, out_type=jax.ShapeDtypeStruct(shape, jnp.float32))
+  kernel = plgpu.kernel(body, out_type=jax.ShapeDtypeStruct(shape, jnp.float32),
+                        interpret=interpret)
   return jax.jit(kernel), _inputs(shape, shape, dtype=np.float32)
 
 
@@ -200,10 +202,11 @@ def flash_attention():
   return fn, _inputs(shape, shape, shape)
 
 
-def warp_specialized_copy():
+def warp_specialized_copy(interpret=None):
   """Upstream's test_pipelined_copy (WarpSpecializedPipelineTest): a 512x512 f16 copy
   through ``emit_pipeline_warp_specialized`` (a memory warpgroup with 40 registers, one
-  compute warpgroup), with an index-invariant second output."""
+  compute warpgroup), with an index-invariant second output (``interpret``: as
+  tma_round_trip_lane's)."""
   from jax._src.pallas.mosaic_gpu import pipeline as mgpu_pipeline
   m = n = 512
   blk_m = blk_n = 32
@@ -226,7 +229,7 @@ def warp_specialized_copy():
       body, out_type=(jax.ShapeDtypeStruct((m, n), jnp.float16),
                       jax.ShapeDtypeStruct((2 * blk_m, blk_n), jnp.float16)),
       compiler_params=plgpu.CompilerParams(approx_math=True),
-      num_threads=2, thread_name="wg")
+      num_threads=2, thread_name="wg", interpret=interpret)
   return jax.jit(kernel), _inputs((m, n))
 
 
