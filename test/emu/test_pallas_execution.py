@@ -9,20 +9,16 @@ with the inputs of ``pallas_run.make_inputs``.  The bytes left in ``out`` must
 equal ``pallas_run.expected`` exactly; every memory-ordering rule is checked.
 The kernel's launch is exactly that cluster (``grid=(1,)``, ``cluster=(2,)``).
 
-Kernel parameters.  Pallas passes its kernel the GMEM refs ``x``, ``init``
-(arguments) and ``out`` (the output) as memref descriptors: allocated and
+Kernel parameters.  Pallas passes its kernel the GMEM refs it reads through
+registers, ``x`` and ``init`` (arguments), as memref descriptors: allocated and
 aligned pointer, offset, sizes, strides, i.e. 3 + 2 * rank 8-byte ``.param``s
-in the PTX (9 for these rank-3 buffers).  Mosaic outlines the ``gpu.launch``
-body, and the outlined kernel takes the memrefs it captures in order of first
-use in that body.  In the module each one is an ``unrealized_conversion_cast``
-to a memref tagged ``mosaic_gpu.from_kernel_arg_idx = i`` (0: x, 1: init,
-2: out); ``_kernel_args`` orders them by their first use after ``gpu.launch``.
-Reductions read ``init`` first (init, x, out: 27 params); plain stores never
-read ``init``, which then is no parameter at all (x, out: 18 params).  The PTX
-confirms the structure: its ``.param`` count is 9 per descriptor (the
-interpreter refuses any other count, saying what it expected), and it reads
-only the aligned pointers (param 9k + 1) with ``ld.param``.  A wrong order
-faults on bounds or mismatches (``test_wrong_parameter_order_is_caught``).
+in the PTX (9 for these rank-3 buffers); ``out`` is written by a TMA store, so its
+host code builds a TMA descriptor, a 128-byte parameter (4-bit data: a memref,
+copied out through registers).  The outlined kernel takes them in order of first
+use in the ``gpu.launch`` body; ``check_kernel.kernel_parameters`` reads that order
+and rebuilds the descriptors from the host code, as ``check`` does.  Plain stores
+never read ``init``, which then is no parameter at all.  A wrong order faults on
+bounds or mismatches (``test_wrong_parameter_order_is_caught``).
 
 SMEM: the ``dynamic_shared_memory_size`` of the ``gpu.launch`` (the buffer
 plus the 8-byte barrier), read from the module rather than assumed.
@@ -45,20 +41,13 @@ from mosaic_async_store.tools.pallas_capture import (lower_pallas_to_mosaic_modu
                                                lower_warpgroup_dialect)
 
 from mosaic_async_store.check.interp import Memref, PtxKernel
+from mosaic_async_store.check.params import array_of, buffer_slots
+from mosaic_async_store.check.tensor_map import TensorMap
+from mosaic_async_store.tools.check_kernel import kernel_parameters
 from mosaic_async_store.check.memory import SCHEDULES, ProtocolError
 
 CASES = pallas_run.PALLAS_CASES + pallas_run.TENSOR_CORE_CASES
 CLUSTER_WAIT = "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64"
-
-
-def _kernel_args(mlir: str) -> list[int]:
-  """Indices (0: x, 1: init, 2: out) of the kernel's memref parameters, in order."""
-  casts = re.findall(r"(%\w+) = builtin\.unrealized_conversion_cast %\w+ : [^\n]* to "
-                     r"memref<[^\n]*mosaic_gpu\.from_kernel_arg_idx = (\d+)", mlir)
-  body = mlir[mlir.index("gpu.launch"):]
-  uses = [(m.start(), int(i)) for v, i in casts
-          if (m := re.search(re.escape(v) + r"\b", body))]
-  return [i for _, i in sorted(uses)]
 
 
 def _launch(mlir: str) -> tuple[int, int]:
@@ -71,11 +60,11 @@ def _launch(mlir: str) -> tuple[int, int]:
 
 @functools.lru_cache(maxsize=None)
 def _lowered(case):
-  """(ptx, kernel_args, smem_bytes) of ``case``'s kernel (built as run_case builds it)."""
+  """(ptx, mlir, smem_bytes) of ``case``'s kernel (built as run_case builds it)."""
   module, mlir = _module(case)
   ctas, smem_bytes = _launch(mlir)
   assert ctas == 2, f"the kernel launches {ctas} CTAs, the interpreter runs one 2-CTA cluster"
-  return toolchain.compile_module(module, case.arch).ptx, tuple(_kernel_args(mlir)), smem_bytes
+  return toolchain.compile_module(module, case.arch).ptx, mlir, smem_bytes
 
 
 def _module(case):
@@ -97,27 +86,41 @@ def _module(case):
   return module, str(module)
 
 
-def run_case(case, ptx, args, smem_bytes, schedule=0):
+def launch_args(mlir, buffers, swap=False):
+  """The kernel's arguments over ``buffers`` (x, init, out) in its parameter order
+  (``check_kernel.kernel_parameters``: memrefs, and the TMA descriptors its host code
+  builds); ``swap``: its first two memrefs exchanged (a wrong order)."""
+  args = [p if isinstance(p, TensorMap) else Memref(buffers[p])
+          for p in kernel_parameters(mlir, buffers)]
+  if swap:
+    i, j = [n for n, a in enumerate(args) if isinstance(a, Memref)][:2]
+    args[i], args[j] = args[j], args[i]
+  return args
+
+
+def run_case(case, ptx, mlir, smem_bytes, schedule=0, swap=False):
   """Runs ``ptx`` as ``case``'s kernel; returns (out bytes, want bytes, interpreter)."""
   x, init = pallas_run.make_inputs(case)
   want = pallas_run.device_bytes(pallas_run.expected(case, x, init))
   out0 = np.full(want.shape, 0xA5, np.uint8)  # bytes the kernel never writes show as 0xA5
   buffers = [pallas_run.device_bytes(x), pallas_run.device_bytes(init), out0]
+  args = launch_args(mlir, buffers, swap)
   kernel = PtxKernel(ptx)
-  got = kernel.launch([Memref(buffers[i]) for i in args], cluster=2, smem_bytes=smem_bytes,
-                      schedule=schedule)
-  return got[args.index(2)].reshape(-1).view(np.uint8), want.reshape(-1), kernel
+  got = kernel.launch(args, cluster=2, smem_bytes=smem_bytes, schedule=schedule)
+  out = next(i for i, a in enumerate(args) if array_of(a) is out0)
+  return got[buffer_slots(args)[out]].reshape(-1).view(np.uint8), want.reshape(-1), kernel
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: f"schedule{s}")
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.describe())
 def test_pallas_kernel_stores_exact_bytes(case, schedule):
-  ptx, args, smem_bytes = _lowered(case)
-  params = re.findall(r"\.param \.u64 (?:\.ptr \.align \d+ )?\w+_param_(\d+)", ptx)
-  assert len(params) == 9 * len(args) and sorted(args) == ([0, 1, 2] if case.atomic else [0, 2])
-  loaded = {int(k) for k in re.findall(r"ld\.param\.b64\s+%rd\d+, \[\w+_param_(\d+)\]", ptx)}
-  assert loaded == {9 * k + 1 for k in range(len(args))}   # the aligned pointers only
-  out, want, kernel = run_case(case, ptx, args, smem_bytes, schedule)
+  ptx, mlir, smem_bytes = _lowered(case)
+  tma = pallas_run.tma_out(case)   # out by a TMA store
+  assert ("cp.async.bulk." in ptx) == tma and ("wait_group" in ptx) == tma
+  tensor = "cp.async.bulk.tensor" in ptx   # (else a plain bulk copy: out is a memref)
+  memrefs = re.findall(r"\.param \.u64 (?:\.ptr \.align \d+ )?\w+_param_(\d+)", ptx)
+  assert len(memrefs) == 9 * (1 + bool(case.atomic) + (not tensor))   # x (, init) (, out)
+  out, want, kernel = run_case(case, ptx, mlir, smem_bytes, schedule)
   bad = np.flatnonzero(out != want)
   assert bad.size == 0, (f"{bad.size} bytes differ, first at {bad[:8].tolist()}: "
                          f"got {out[bad[:8]].tolist()} want {want[bad[:8]].tolist()}")
@@ -146,8 +149,8 @@ LAYOUT_SCHEDULES = SCHEDULES if len(SCHEDULES) > 3 else SCHEDULES[1:2]
 @pytest.mark.parametrize("schedule", LAYOUT_SCHEDULES, ids=lambda s: f"schedule{s}")
 @pytest.mark.parametrize("case", pallas_run.LAYOUT_CASES, ids=lambda c: c.describe())
 def test_every_layout_lane_stores_stores_under_warpgroup_too(case, schedule):
-  ptx, args, smem_bytes = _lowered(case)
-  out, want, kernel = run_case(case, ptx, args, smem_bytes, schedule)
+  ptx, mlir, smem_bytes = _lowered(case)
+  out, want, kernel = run_case(case, ptx, mlir, smem_bytes, schedule)
   bad = np.flatnonzero(out != want)
   assert bad.size == 0, f"{bad.size} bytes differ, first at {bad[:8].tolist()}"
   assert kernel.timeouts == 0 and not kernel.calls
@@ -161,9 +164,9 @@ def _case(**kw):
 
 
 def test_wrong_parameter_order_is_caught():
-  case = _case(semantics="lane", dtype="bfloat16", api="mas", swizzle=128)
-  ptx, args, smem_bytes = _lowered(case)
-  out, want, _ = run_case(case, ptx, args[::-1], smem_bytes)
+  case = _case(semantics="lane", dtype="int32", atomic="min", api="mas")
+  ptx, mlir, smem_bytes = _lowered(case)
+  out, want, _ = run_case(case, ptx, mlir, smem_bytes, swap=True)   # x and init swapped
   assert np.count_nonzero(out != want) > 0
 
 
@@ -174,11 +177,11 @@ def test_reduction_without_cluster_sync_is_caught(semantics, schedule):
   reductions race with the CTA's own init stores (or with its reads of them): in
   every schedule, since every reader of a byte is remembered."""
   case = _case(semantics=semantics, dtype="int32", atomic="min", api="mas")
-  ptx, args, smem_bytes = _lowered(case)
+  ptx, mlir, smem_bytes = _lowered(case)
   sync = "barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;"
   assert ptx.count(sync) == 1
   with pytest.raises(ProtocolError) as err:
-    run_case(case, ptx.replace(sync, ""), args, smem_bytes, schedule)
+    run_case(case, ptx.replace(sync, ""), mlir, smem_bytes, schedule)
   assert err.value.rule in ("race", "early-read"), err.value
 
 
@@ -188,11 +191,11 @@ def test_float_add_with_cta_scope_wait_is_caught(schedule):
   arrive; upstream's wait (.acquire.cta) does not synchronize with it, which is
   why the store is refused without install()."""
   case = _case(dtype="float32", atomic="add")
-  ptx, args, smem_bytes = _lowered(case)
+  ptx, mlir, smem_bytes = _lowered(case)
   assert ptx.count(CLUSTER_WAIT) == 1
   cta_wait = ptx.replace(CLUSTER_WAIT, "mbarrier.try_wait.parity.shared::cta.b64")
   with pytest.raises(ProtocolError) as err:
-    run_case(case, cta_wait, args, smem_bytes, schedule)
+    run_case(case, cta_wait, mlir, smem_bytes, schedule)
   assert err.value.rule == "race"
 
 
@@ -206,12 +209,12 @@ def test_per_thread_arrivals_on_a_tensor_core_barrier_are_caught(semantics, sche
   case = next(c for c in pallas_run.TENSOR_CORE_CASES
               if c.semantics == semantics and c.api == "mas" and not c.atomic)
   monkeypatch.setattr(rules, "_arrival", lambda aval: "thread")
-  ptx, args, smem_bytes = _lowered.__wrapped__(case)
+  ptx, mlir, smem_bytes = _lowered.__wrapped__(case)
   assert "tcgen05.fence::before_thread_sync" not in ptx
   # The first arrival completes the phase (or the next ones overrun it): data is read
   # before it lands, or arrivals spill into the next phase; either is reported.
   with pytest.raises(ProtocolError):
-    run_case(case, ptx, args, smem_bytes, schedule)
+    run_case(case, ptx, mlir, smem_bytes, schedule)
 
 
 def test_tensor_core_stores_arrive_once_per_warpgroup():
@@ -252,10 +255,10 @@ def _arrive_barrier(ptx: str) -> int:
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: f"schedule{s}")
 @pytest.mark.parametrize("case", pallas_run.CLUSTER_BARRIER_CASES, ids=lambda c: c.describe())
 def test_a_cluster_barrier_publishes_the_fill_under_install(case, schedule):
-  ptx, args, smem_bytes = _lowered(case)
+  ptx, mlir, smem_bytes = _lowered(case)
   assert ptx.count(pallas_barriers.CLUSTER_ARRIVE) == 1 and CLUSTER_WAIT in ptx
   assert re.match(r"bar\.sync\s+%r\d+, 128;", ptx[_arrive_barrier(ptx):])  # the warpgroup's
-  out, want, kernel = run_case(case, ptx, args, smem_bytes, schedule)
+  out, want, kernel = run_case(case, ptx, mlir, smem_bytes, schedule)
   bad = np.flatnonzero(out != want)
   assert bad.size == 0, f"{bad.size} bytes differ, first at {bad[:8].tolist()}"
   assert kernel.timeouts == 0 and not kernel.calls
@@ -265,11 +268,11 @@ def test_a_cluster_barrier_publishes_the_fill_under_install(case, schedule):
 @pytest.mark.parametrize("case", CLUSTER_BARRIER_UNINSTALLED, ids=lambda c: c.describe())
 def test_without_install_the_cluster_barrier_leaves_the_fill_racing(case, schedule):
   """The same kernel built without install(): the peer's red.async races the fill."""
-  ptx, args, smem_bytes = _lowered(case)
+  ptx, mlir, smem_bytes = _lowered(case)
   assert pallas_barriers.CLUSTER_ARRIVE not in ptx
   assert "mbarrier.arrive.shared::cluster.b64" in ptx   # upstream's arrive, .release.cta
   with pytest.raises(ProtocolError) as err:
-    run_case(case, ptx, args, smem_bytes, schedule)
+    run_case(case, ptx, mlir, smem_bytes, schedule)
   assert err.value.rule in ("race", "early-read"), err.value
 
 
@@ -282,15 +285,16 @@ def test_each_half_of_the_cluster_arrive_is_needed(case, broken, schedule):
   the arrive's warpgroup barrier is the only thing that orders the other threads' fill
   before the elected arrive; and a .cta-scoped arrive does not synchronize with the
   peer's .acquire.cluster wait.  Either one taken out of the PTX is reported."""
-  ptx, args, smem_bytes = _lowered(case)
+  ptx, mlir, smem_bytes = _lowered(case)
   if broken == "no warpgroup barrier":
     at = _arrive_barrier(ptx)
-    assert ptx.count("bar.sync") == 2   # the barrier initialisation's, and the arrive's
+    before = ptx[:ptx.index(pallas_barriers.CLUSTER_ARRIVE)]
+    assert before.count("bar.sync") == 2   # the barrier initialisation's, and the arrive's
     ptx = ptx[:at] + "// " + ptx[at:]
   else:
     ptx = ptx.replace(pallas_barriers.CLUSTER_ARRIVE, "mbarrier.arrive.shared::cluster.b64")
   with pytest.raises(ProtocolError) as err:
-    run_case(case, ptx, args, smem_bytes, schedule)
+    run_case(case, ptx, mlir, smem_bytes, schedule)
   assert err.value.rule in ("race", "early-read"), err.value
 
 

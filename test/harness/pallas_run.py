@@ -3,8 +3,10 @@
 Each check is a Pallas MGPU kernel of one 2-CTA cluster.  CTA ``c`` loads its
 own slice of ``x`` from GMEM and stores it, with ``async_store_smem``, into CTA
 ``1 - c``'s SMEM.  It then waits on its own barrier for what its peer sent and
-copies its SMEM back to GMEM through registers (no TMA: the kernels also run in
-the PTX interpreter, test/emu/test_pallas_execution.py).  For a reduction, each
+copies its SMEM back to GMEM with a TMA store (``commit_smem``,
+``copy_smem_to_gmem``, ``wait_smem_to_gmem``), as users' kernels do; 4-bit and 64-bit
+data go back through registers (``tma_out``).  The kernels also run in the PTX checker
+(test/emu/test_pallas_execution.py).  For a reduction, each
 CTA first fills its SMEM from ``init`` through registers, then every thread of
 the cluster fences and synchronises (``_cluster_sync``), so the peer reduces
 into known values.  The host compares every element with NumPy (random data,
@@ -32,7 +34,7 @@ import numpy as np
 from mosaic_async_store import compat
 from mosaic_async_store.plan.dtypes import as_dtype
 
-__all__ = ["PallasCase", "PALLAS_CASES", "TENSOR_CORE_CASES", "CLUSTER_BARRIER_CASES",
+__all__ = ["PallasCase", "tma_out", "PALLAS_CASES", "TENSOR_CORE_CASES", "CLUSTER_BARRIER_CASES",
            "LAYOUT_CASES", "WIDENED_LAYOUTS", "layout_case",
            "roundtrip_kernel", "make_inputs", "expected", "device_bytes", "traced", "run_case"]
 
@@ -205,6 +207,12 @@ def _cluster_sync():
   sync()
 
 
+def tma_out(case: PallasCase) -> bool:
+  """Whether the kernel copies its SMEM out with a TMA store: 8- to 32-bit data (Mosaic
+  encodes no TMA descriptor for 4-bit or f64 elements)."""
+  return 8 <= as_dtype(case.dtype).bits <= 32
+
+
 def roundtrip_kernel(case: PallasCase):
   """``(kernel, out ShapeDtypeStruct)``: kernel(x, init) -> every CTA's SMEM afterwards.
 
@@ -249,8 +257,13 @@ def roundtrip_kernel(case: PallasCase):
       jax.lax.cond(cta == 0, lambda: plgpu.barrier_wait(bar.at[k]), lambda: None)
     else:
       plgpu.barrier_wait(bar.at[k])  # what the peer sent has landed (and is visible)
-    compat.pallas_store(o_ref.at[cta], compat.pallas_load(smem, optimized=False,
-                                                           **smem_layout))
+    if tma_out(case):   # TMA out, as users' kernels copy SMEM to GMEM
+      plgpu.commit_smem()   # (the init fill was generic-proxy: fence before the copy)
+      plgpu.copy_smem_to_gmem(smem, o_ref.at[cta])
+      plgpu.wait_smem_to_gmem(0)
+    else:   # 4-bit and 64-bit data: through registers (Mosaic's TMA takes neither)
+      compat.pallas_store(o_ref.at[cta], compat.pallas_load(smem, optimized=False,
+                                                             **smem_layout))
 
   out = jax.ShapeDtypeStruct((2, *alloc), dt.numpy)
   kernel = plgpu.kernel(

@@ -93,12 +93,14 @@ def _size_of(ty):
   return _SCALAR_BYTES.get(ty, 0)
 
 
-def _memref_type(text):
-  """(shape, element bytes, strides or None) of the first ``memref<...>`` in ``text``."""
+def _memref_type(text, passed=False):
+  """(shape, element bytes, strides or None) of the first ``memref<...>`` in ``text``;
+  ``passed``: a kernel argument's memref, which may hold sub-byte elements (element
+  bytes 0) as long as no descriptor addresses its elements (``_element``)."""
   m = re.search(r"memref<([^,>]*)(?:,\s*strided<\[([^\]]*)\][^>]*>)?", text)
   *shape, elem = m[1].split("x")
   size = _size_of(elem)
-  if not size:
+  if not size and not passed:
     raise _fail(f"a memref of {elem}", "memrefs of byte-sized element types")
   strides = None if m[2] is None else tuple(int(s) for s in m[2].split(","))
   return tuple(int(d) for d in shape), size, strides
@@ -256,6 +258,9 @@ def _memref_store(ev, rest):
 
 
 def _element(ref, index):
+  if not ref.elem:   # (a sub-byte kernel argument: ``_memref_type(passed=True)``)
+    raise _fail("an element address in a memref of sub-byte elements",
+                "memrefs of byte-sized element types")
   return ref.aligned + (ref.offset + sum(i * s for i, s in zip(index, ref.strides))) * ref.elem
 
 
@@ -288,7 +293,7 @@ def _cast(ev, rest):
   target = rest.split(" to ", 1)[1] if " to " in rest else ""
   value = ev.env.get(operand)
   if target.startswith("memref<") and isinstance(value, dict):   # a descriptor struct
-    shape, elem, _ = _memref_type(target)
+    shape, elem, _ = _memref_type(target, passed=True)
     arg = re.search(r"mosaic_gpu\.from_kernel_arg_idx = (\d+)", rest)
     rank = len(shape)
     return _Memref(value[(1,)], value[(2,)], tuple(value[(3, i)] for i in range(rank)),
