@@ -72,10 +72,14 @@ def check_source(k, op, sh, cta, off, n, verb="reads"):
   memory (shadow ``sh``), which ``op`` reads (``verb``: or "writes") through the
   asynchronous proxy, was last written by a thread with no proxy fence between
   (``op.fenced``)."""
-  for b in range(off, off + n):
+  end, fenced = off + n, op.fenced
+  writes = set(zip(sh.w_slot[off:end], sh.w_clk[off:end]))   # (few: a copy's writers)
+  if all(not slot or k.slots.kind(slot) != THREAD or
+         (fenced is not None and fenced[slot] >= clk) for slot, clk in writes):
+    return
+  for b in range(off, end):   # the first unfenced byte, for the message
     slot, clk = sh.w_slot[b], sh.w_clk[b]
-    if slot and k.slots.kind(slot) == THREAD and (
-        op.fenced is None or op.fenced[slot] < clk):
+    if slot and k.slots.kind(slot) == THREAD and (fenced is None or fenced[slot] < clk):
       by = k.slots.owner(slot).obj
       line = k.program.lines[sh.w_insn[b]] if sh.w_insn[b] >= 0 else "?"
       findings.report(k, ProtocolError(

@@ -100,7 +100,10 @@ class BulkGroupDone:
     pass
 
   def complete(self, k, op):
-    self.groups.pending[self.gid][1] -= 1
+    counts = self.groups.pending[self.gid]
+    counts[1] -= 1
+    if counts == [0, 0]:   # the group completed: waits need not look at it again
+      del self.groups.pending[self.gid]
     k.dirty = True
 
 
