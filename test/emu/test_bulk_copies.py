@@ -163,3 +163,26 @@ def test_a_cta_that_exits_before_waiting_for_its_bulk_store_is_reported():
   report = check_ptx(ptx, [np.zeros(4, np.uint32)], smem_bytes=64, block=(1, 1, 1),
                      schedules=SCHEDULES)
   assert "exit" in _rules_in_every_schedule(report), str(report)
+
+
+@pytest.mark.parametrize("fence", ["fence.proxy.async.global;", "fence.proxy.async;", "",
+                                   "fence.proxy.async.shared::cta;"])
+def test_a_bulk_load_of_global_memory_threads_wrote_needs_a_global_proxy_fence(fence):
+  """Each thread writes its word of the source with st.global, (fences,) then the CTA
+  meets at bar.sync and thread 0 loads the source by a bulk copy: only a fence over
+  global memory (.global or all spaces) orders the generic writes before the copy's
+  asynchronous read."""
+  write = f"""mul.lo.u32 %r21, %r1, 3;
+  mul.wide.u32 %rd8, %r1, 4;
+  add.s64 %rd9, %rd1, %rd8;
+  st.global.u32 [%rd9], %r21;
+  {fence}"""
+  ptx = kernel(_LOAD.format(size=128, early="").replace(
+      "  @%p1 mbarrier.init", f"  {write}\n  @%p1 mbarrier.init"), nparams=2)
+  report = check_ptx(ptx, [np.zeros(32, np.uint32), np.zeros(32, np.uint32)],
+                     smem_bytes=256, block=(32, 1, 1), schedules=SCHEDULES)
+  if fence in ("fence.proxy.async.global;", "fence.proxy.async;"):
+    assert report.ok, str(report)
+    assert report.outputs[1].view(np.uint32).tolist() == [3 * t for t in range(32)]
+  else:
+    assert "proxy-fence" in _rules_in_every_schedule(report), str(report)

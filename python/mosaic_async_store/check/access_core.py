@@ -41,8 +41,8 @@ def check_and_record(k, who, vc, where, off, n, *, write, stamp, proxy_kind="gen
                      atomic=False, tag=None):
   """Checks the access of ``n`` bytes at ``off`` of ``where`` (a CTA's index: its
   shared memory; else a global buffer) by ``who`` with clock ``vc`` and records it with
-  ``stamp`` (module doc); an "async" access to shared memory is also checked against
-  the threads' unfenced writes (``proxy.check_source``)."""
+  ``stamp`` (module doc); an "async" access is also checked against the threads'
+  unfenced writes (``proxy.check_source``, ``proxy.check_global_source``)."""
   if type(where) is int:
     if proxy_kind == "async":
       proxy.check_source(k, who, k.shadow[where], where, off, n,
@@ -50,6 +50,8 @@ def check_and_record(k, who, vc, where, off, n, *, write, stamp, proxy_kind="gen
     check_shared(k, vc, None if hasattr(who, "completion") else who, where, off, n,
                  write=write, atomic=atomic, who=who, stamp=stamp, tag=tag)
     return
+  if proxy_kind == "async":
+    proxy.check_global_source(k, who, where, off, n, "writes" if write else "reads")
   bad = k.gshadow.access(_Stamped(who, vc, stamp[0]), where, off, n, write, atomic,
                          stamp[2], tag, stamp[1])
   if bad is not None:

@@ -146,6 +146,23 @@ class GlobalShadow:
                           f"reads with ld.global.nc (PTX line {line}): data read through "
                           "the non-coherent cache must be read-only for the whole kernel")
 
+  def last_writes(self, buf, off: int, n: int) -> set:
+    """(slot, clock, instruction) of the last weak write of each byte in [off, off + n)
+    that an access of this launch made (bytes never written hold the launch's
+    contents: none); ``proxy.check_global_source`` asks who wrote them."""
+    found, b, end = set(), off, off + n
+    pages = self.pages[id(buf)]
+    while b < end:
+      page, o = b >> PAGE_SHIFT, b & _PAGE_MASK
+      stop = min(end - b, PAGE - o)
+      cells = pages[page]
+      if cells is not None:
+        for rec in {id(r): r for r in cells[o:o + stop] if r is not None}.values():
+          if rec[1]:   # (clock 0: the initial contents)
+            found.add((rec[0], rec[1], rec[2]))
+      b += stop
+    return found
+
   def describe(self, buf, off: int, n: int) -> str:
     """The bytes of an access, for a message."""
     i = self.index[id(buf)]

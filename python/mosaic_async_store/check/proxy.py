@@ -18,13 +18,14 @@ happens before it (the fence is cumulative, as the model's release patterns are)
 ``commit_smem`` (every thread fences, then the barrier).  Data that the asynchronous
 proxy itself wrote (a TMA load that landed, observed through its mbarrier) needs no
 fence to be read by another copy.  Global memory written by threads and read by a
-copy is not checked yet (docs/checker.md lists it).  A copy that *writes* shared memory
+copy needs the same with a fence over global memory (``fence.proxy.async.global`` or
+all spaces: ``check_global_source``).  A copy that *writes* shared memory
 (a TMA load) over bytes a thread last wrote needs the same fence (two writes through
 different proxies); over bytes threads only read, the mbarrier handshake that frees a
 pipeline slot orders it (no fence: CUTLASS's and Mosaic's pipelines have none there).
 
-State: ``Machine.proxy_fences``, per fencing thread's slot, the (clock, vector clock)
-of each of its ``fence.proxy.async`` operations that covers shared memory, in order.
+State: ``Machine.proxy_fences``, per (memory, fencing thread's slot), the (clock, vector
+clock) of each of its ``fence.proxy.async`` operations over that memory, in order.
 """
 
 from __future__ import annotations
@@ -37,34 +38,56 @@ from mosaic_async_store.check import findings
 from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.slots import THREAD
 
-__all__ = ["fence", "fenced", "check_source", "SHARED_SPACES"]
+__all__ = ["fence", "fenced", "check_source", "check_global_source", "SPACES"]
 
-# The .space of fence.proxy.async that orders shared-memory accesses (none: all spaces).
-SHARED_SPACES = (None, "shared::cta", "shared::cluster")
+# What each .space of fence.proxy.async orders (none: all spaces).
+SPACES = {None: ("shared", "global"), "shared::cta": ("shared",),
+          "shared::cluster": ("shared",), "global": ("global",)}
 
 
 def fence(k, th, space):
-  """``th`` executes ``fence.proxy.async{.space}``: a fence over shared memory is kept
-  with the thread's clock; the thread's clock moves on (its later writes are not
-  before the fence)."""
-  if space in SHARED_SPACES:
-    clks, vcs = k.proxy_fences.setdefault(th.slot, ([], []))
+  """``th`` executes ``fence.proxy.async{.space}``: the fence is kept with the thread's
+  clock under each memory it orders ("shared", "global"); the thread's clock moves on
+  (its later writes are not before the fence)."""
+  for memory in SPACES[space]:
+    clks, vcs = k.proxy_fences.setdefault((memory, th.slot), ([], []))
     clks.append(int(th.vc[th.slot]))
     vcs.append(th.vc.copy())
   th.vc[th.slot] += 1
 
 
-def fenced(k, vc):
-  """The writes that a copy issued with clock ``vc`` may read through the
-  asynchronous proxy: the element-wise maximum of the clocks of the shared-memory
-  proxy fences that happen before it (each thread's latest such fence: its clocks
-  grow), or None when there is none."""
+def fenced(k, vc, memory="shared"):
+  """The writes to ``memory`` ("shared" or "global") that a copy issued with clock
+  ``vc`` may access through the asynchronous proxy: the element-wise maximum of the
+  clocks of the proxy fences over that memory that happen before it (each thread's
+  latest such fence: its clocks grow), or None when there is none."""
   best = None
-  for slot, (clks, vcs) in k.proxy_fences.items():
+  for (kind, slot), (clks, vcs) in k.proxy_fences.items():
+    if kind != memory:
+      continue
     i = bisect.bisect_right(clks, int(vc[slot])) - 1
     if i >= 0:
       best = vcs[i].copy() if best is None else np.maximum(best, vcs[i], out=best)
   return best
+
+
+def _unfenced(k, writes, fenced_vc):
+  """The first (slot, clock) of ``writes`` that is a thread's write no fence covers."""
+  return next(((slot, clk) for slot, clk in writes if slot and
+               k.slots.kind(slot) == THREAD and (fenced_vc is None or fenced_vc[slot] < clk)),
+              None)
+
+
+def _report(k, op, verb, memory, by_slot, insn, fence_form):
+  by = k.slots.owner(by_slot).obj
+  known = insn is not None and insn >= 0
+  findings.report(k, ProtocolError(
+      "proxy-fence", f"{op.text} {verb} {memory} through the asynchronous proxy, "
+      f"written by CTA {by.cta} thread {by.tid} through the generic proxy (PTX line "
+      f"{k.program.lines[insn] if known else '?'}) with no {fence_form} between the write "
+      "and the copy's issue (the writer fences, then a barrier orders the fence before "
+      "the issue: Mosaic's commit_smem)",
+      other_source=k.program.sources[insn] if known else None))
 
 
 def check_source(k, op, sh, cta, off, n, verb="reads"):
@@ -72,21 +95,24 @@ def check_source(k, op, sh, cta, off, n, verb="reads"):
   memory (shadow ``sh``), which ``op`` reads (``verb``: or "writes") through the
   asynchronous proxy, was last written by a thread with no proxy fence between
   (``op.fenced``)."""
-  end, fenced = off + n, op.fenced
+  end, fenced_vc = off + n, op.fenced
   writes = set(zip(sh.w_slot[off:end], sh.w_clk[off:end]))   # (few: a copy's writers)
-  if all(not slot or k.slots.kind(slot) != THREAD or
-         (fenced is not None and fenced[slot] >= clk) for slot, clk in writes):
+  if _unfenced(k, writes, fenced_vc) is None:
     return
   for b in range(off, end):   # the first unfenced byte, for the message
-    slot, clk = sh.w_slot[b], sh.w_clk[b]
-    if slot and k.slots.kind(slot) == THREAD and (fenced is None or fenced[slot] < clk):
-      by = k.slots.owner(slot).obj
-      line = k.program.lines[sh.w_insn[b]] if sh.w_insn[b] >= 0 else "?"
-      findings.report(k, ProtocolError(
-          "proxy-fence", f"{op.text} {verb} CTA {cta} SMEM byte {b} through the "
-          f"asynchronous proxy, written by CTA {by.cta} thread {by.tid} through the "
-          f"generic proxy (PTX line {line}) with no fence.proxy.async between the write "
-          "and the copy's issue (the writer fences, then a barrier orders the fence "
-          "before the issue: Mosaic's commit_smem)",
-          other_source=k.program.sources[sh.w_insn[b]] if sh.w_insn[b] >= 0 else None))
+    hit = _unfenced(k, [(sh.w_slot[b], sh.w_clk[b])], fenced_vc)
+    if hit is not None:
+      _report(k, op, verb, f"CTA {cta} SMEM byte {b}", hit[0], sh.w_insn[b],
+              "fence.proxy.async (.shared::cta, .shared::cluster or all spaces)")
       return
+
+
+def check_global_source(k, op, buf, off, n, verb="reads"):
+  """As ``check_source``, for global memory (``op.fenced_global``: the fences over
+  global memory, ``fence.proxy.async.global`` or all spaces)."""
+  writes = k.gshadow.last_writes(buf, off, n)
+  hit = _unfenced(k, [(slot, clk) for slot, clk, _ in writes], op.fenced_global)
+  if hit is not None:
+    insn = next(i for slot, clk, i in writes if (slot, clk) == hit)
+    _report(k, op, verb, k.gshadow.describe(buf, off, n), hit[0], insn,
+            "fence.proxy.async (.global or all spaces)")

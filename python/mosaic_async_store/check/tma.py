@@ -113,7 +113,7 @@ class BulkOp:
   fill, bytes); ``src`` / ``dst``: ("smem", CTA) or ("global", buffer)."""
 
   __slots__ = ("th", "vc", "insn", "opcode", "writes", "reads", "proxy", "completion",
-               "idx", "moves", "src", "dst", "fenced", "data", "red")
+               "idx", "moves", "src", "dst", "fenced", "fenced_global", "data", "red")
 
   def __init__(self, th, insn, opcode, src, dst, moves, completion, red=None):
     self.th, self.insn, self.opcode, self.vc = th, insn, opcode, th.vc.copy()
@@ -121,7 +121,7 @@ class BulkOp:
     self.proxy, self.idx, self.data, self.red = "async", None, None, red
     self.writes = [Span(dst[1], d, n, red) for d, _, n in moves] if dst[0] == "smem" else []
     self.reads = [Span(src[1], s, n) for _, s, n in moves] if src[0] == "smem" else []
-    self.fenced = None
+    self.fenced = self.fenced_global = None   # (proxy.fenced, at issue)
 
   @property
   def ctas(self) -> set:
@@ -281,6 +281,8 @@ def _groups(k, th):
 
 def _issue(k, th, op):
   op.fenced = proxy.fenced(k, op.vc) if op.reads or op.writes else None
+  op.fenced_global = proxy.fenced(k, op.vc, "global") if "global" in (op.src[0], op.dst[0]) \
+      else None
   asyncops.issue(k, th, op)
 
 
