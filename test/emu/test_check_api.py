@@ -61,7 +61,7 @@ def test_a_broken_kernel_has_a_finding_per_schedule_with_where():
     (dict(args=[np.zeros(4)]), "args"),                       # count
     (dict(args=[1, 2, 3, 4]), "args[0]"),                     # kind
     (dict(block=(64, 2, 1)), "block"),
-    (dict(cluster=(2, 2, 1)), "cluster"),
+    (dict(cluster=(4, 4, 2)), "cluster"),       # 32 CTAs: more than a cluster holds
     (dict(grid=(3, 1, 1)), "grid"),             # not whole clusters of 2
     (dict(schedules=0), "schedules"),
     (dict(smem_bytes=-1), "smem_bytes"),

@@ -102,17 +102,26 @@ class Thread:
     self.products, self.spin_epoch, self.stale_read = {}, -1, {}
 
 
-def _special_registers(c, t, cluster, block, first_cta, grid):
-  """The preset registers of thread ``t`` of the cluster's CTA ``c`` (x only: the
-  launch is one-dimensional; y and z are 0 / 1)."""
-  special = {f"%{r}.{ax}": n for ax in "yz" for r, n in (
-      ("tid", 0), ("ntid", 1), ("ctaid", 0), ("nctaid", 1), ("cluster_ctaid", 0),
-      ("cluster_nctaid", 1), ("clusterid", 0), ("nclusterid", 1))}
-  special.update({"%tid.x": t, "%ntid.x": block, "%ctaid.x": first_cta + c,
-                  "%nctaid.x": grid, "%clusterid.x": first_cta // cluster,
-                  "%nclusterid.x": grid // cluster, "%cluster_ctaid.x": c,
-                  "%cluster_nctaid.x": cluster, "%cluster_ctarank": c,
-                  "%cluster_nctarank": cluster, "%laneid": t % 32, "%warpid": t // 32})
+def _dims(value, default_yz=1) -> tuple[int, int, int]:
+  """An int x, or (x, y, z), as (x, y, z)."""
+  return tuple(value) if isinstance(value, tuple) else (int(value), default_yz, default_yz)
+
+
+def _special_registers(c, t, cluster, block, first, grid):
+  """The preset registers of thread ``t`` of the cluster's CTA ``c`` (its rank: x
+  fastest, PTX ISA %cluster_ctarank) in a cluster of shape ``cluster`` whose first CTA
+  is at ``first`` of a grid of ``grid`` CTAs, each (x, y, z); blocks are x only."""
+  cx, cy, _ = cluster
+  at = (c % cx, c // cx % cy, c // (cx * cy))   # the CTA's place in its cluster
+  special = {f"%{r}.{ax}": n for ax in "yz" for r, n in (("tid", 0), ("ntid", 1))}
+  for i, ax in enumerate("xyz"):
+    special.update({f"%ctaid.{ax}": first[i] + at[i], f"%nctaid.{ax}": grid[i],
+                    f"%clusterid.{ax}": first[i] // cluster[i],
+                    f"%nclusterid.{ax}": grid[i] // cluster[i],
+                    f"%cluster_ctaid.{ax}": at[i], f"%cluster_nctaid.{ax}": cluster[i]})
+  special.update({"%tid.x": t, "%ntid.x": block, "%cluster_ctarank": c,
+                  "%cluster_nctarank": cluster[0] * cluster[1] * cluster[2],
+                  "%laneid": t % 32, "%warpid": t // 32})
   return special
 
 
@@ -150,7 +159,10 @@ class Machine:
             trace_stores, smem_init, first_cta, grid_ctas):
     """A fresh state for ``run.launch`` (its arguments)."""
     self.pack_params(buffers)
-    grid = grid_ctas or cluster
+    shape = _dims(cluster)   # (x, y, z) of the cluster; ``cluster``: its CTAs
+    cluster = shape[0] * shape[1] * shape[2]
+    grid = shape if grid_ctas is None else _dims(grid_ctas)
+    first = _dims(first_cta, 0)
     self.store_trace = {} if trace_stores else None
     self.smem = [bytearray(b"\xcd" * smem_bytes) for _ in range(cluster)]  # uninitialised
     for buf, first in zip(self.smem, smem_init or ()):
@@ -172,7 +184,7 @@ class Machine:
     # every thread's clock is a row of one matrix (row i: slot i + 1), so a warp form
     # reads the clocks of all its lanes at once
     self.clocks = np.zeros((cluster * block, nslots), CLOCK)
-    self.threads = [Thread(c, t, _special_registers(c, t, cluster, block, first_cta, grid),
+    self.threads = [Thread(c, t, _special_registers(c, t, shape, block, first, grid),
                            self.program.local_bytes, c * block + t + 1,
                            self.clocks[c * block + t])
                     for c in range(cluster) for t in range(block)]
@@ -181,7 +193,7 @@ class Machine:
     self.sched, self.runnable, self.blocked, self.parked = Schedule(schedule), \
         list(self.threads), {}, []
     self.group_waiting, self.dirty, self.epoch, self.timeouts = {}, True, 0, 0
-    self.grid_clusters = grid // cluster
+    self.grid_clusters = grid[0] * grid[1] * grid[2] // cluster
     self.executed, self.calls = 0, []
     self.findings, self.finding_keys, self.unplaced = [], set(), []
     self.bulk = {}           # thread slot -> its bulk groups (tma.BulkGroups)

@@ -130,19 +130,22 @@ class Report:
     return "\n".join([head, *(f"  {f}" for f in (*self.findings, *self.unfinished))])
 
 
-def _dim3(param: str, value, limit: int) -> tuple[int, int, int]:
-  """``value`` as (x, 1, 1): the checker runs one dimension of threads and CTAs."""
+def _dim3(param: str, value, limit: int, x_only=False) -> tuple[int, int, int]:
+  """``value`` as (x, y, z), each at least 1 and their product at most ``limit``;
+  ``x_only``: (x, 1, 1) (the checker's blocks are one-dimensional)."""
   if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
     value = (int(value), 1, 1)
   if not (isinstance(value, tuple) and len(value) == 3 and
           all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value)):
-    raise refuse_type(param, value, "a tuple of 3 ints (x, 1, 1)", f"pass {param}=(128, 1, 1)"
+    raise refuse_type(param, value, "a tuple of 3 ints (x, y, z)", f"pass {param}=(128, 1, 1)"
                       if param == "block" else f"pass {param}=(2, 1, 1)")
   x, y, z = (int(v) for v in value)
-  if (y, z) != (1, 1) or not 1 <= x <= limit:
-    raise refuse(param, value, f"(x, 1, 1) with 1 <= x <= {limit} (the checker runs the x "
-                 "dimension only)", f"flatten the {param} into x, e.g. {param}=({x * y * z}, "
-                 "1, 1)")
+  if x_only and (y, z) != (1, 1):
+    raise refuse(param, value, f"(x, 1, 1) (the checker runs one-dimensional {param}s)",
+                 f"flatten the {param} into x, e.g. {param}=({x * y * z}, 1, 1)")
+  if min(x, y, z) < 1 or x * y * z > limit:
+    raise refuse(param, value, f"(x, y, z), each >= 1, with x * y * z <= {limit}",
+                 f"pass a smaller {param}")
   return x, y, z
 
 
@@ -164,17 +167,17 @@ def _check_args(ptx, args, smem_bytes, block, cluster, grid, schedules):
           and 0 <= smem_bytes <= MAX_SMEM_BYTES):
     raise refuse("smem_bytes", smem_bytes, f"an int in 0..{MAX_SMEM_BYTES} (the kernel's "
                  "dynamic shared memory per CTA)", "pass the launch's dynamic SMEM size")
-  bx = _dim3("block", block, MAX_BLOCK)[0]
-  cx = _dim3("cluster", cluster, MAX_CLUSTER)[0]
-  gx = cx if grid is None else _dim3("grid", grid, 1 << 16)[0]
-  if gx % cx:
-    raise refuse("grid", grid, f"a whole number of clusters of {cx} CTAs (None: one)",
-                 f"pass grid=({cx * max(1, gx // cx)}, 1, 1)")
+  bx = _dim3("block", block, MAX_BLOCK, x_only=True)[0]
+  cs = _dim3("cluster", cluster, MAX_CLUSTER)
+  gs = cs if grid is None else _dim3("grid", grid, 1 << 24)
+  if any(g % c for g, c in zip(gs, cs)):
+    raise refuse("grid", grid, f"a whole number of clusters of {cs} CTAs in each "
+                 "dimension (None: one)", f"pass grid={tuple(c * max(1, g // c) for g, c in zip(gs, cs))}")
   if not (isinstance(schedules, (int, np.integer)) and not isinstance(schedules, bool)
           and schedules >= 1):
     raise refuse("schedules", schedules, "an int >= 1 (seeds 0 .. schedules - 1)",
                  "pass schedules=3 (what the project's CI runs)")
-  return bx, cx, gx
+  return bx, cs, gs
 
 
 def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1, 1, 1),
@@ -191,8 +194,10 @@ def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1,
       the same array object in several arguments is one global buffer; a map's
       output is its array's final contents).
     smem_bytes: dynamic shared memory per CTA.
-    block, cluster: threads per CTA and CTAs per cluster, as (x, 1, 1).
-    grid: CTAs in the grid, (x, 1, 1), a whole number of clusters; None: one cluster.
+    block: threads per CTA, (x, 1, 1).
+    cluster: CTAs per cluster, (x, y, z) (at most 16 in all; rank x fastest).
+    grid: CTAs in the grid, (x, y, z), a whole number of clusters in each dimension;
+      None: one cluster.
       The clusters run one after another, each under every schedule, the first
       completed schedule's memory carried into the next (races between clusters are
       not looked for).
@@ -208,7 +213,7 @@ def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1,
       result) is refused the same way when a schedule reaches it: a limit of the
       checker is never a finding.
   """
-  bx, cx, gx = _check_args(ptx, args, smem_bytes, block, cluster, grid, schedules)
+  bx, cs, gs = _check_args(ptx, args, smem_bytes, block, cluster, grid, schedules)
   try:
     kernel = PtxKernel(ptx)
   except NotImplementedError as e:
@@ -225,14 +230,15 @@ def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1,
     raise refuse_type("budget", budget, "a mosaic_async_store.check.Budget, or None",
                       "pass budget=Budget(max_steps=..., max_memory_mb=...)")
   findings, unfinished, current, complete = [], [], list(args), True
-  for first in range(0, gx, cx):   # cluster by cluster; its writes carry into the next
+  for first in _clusters(cs, gs):   # cluster by cluster; its writes carry into the next
     outputs = None
+    base = first[0] + gs[0] * (first[1] + gs[1] * first[2])   # its first CTA's index
     for seed in range(int(schedules)):
       try:
-        out = kernel.run(current, cluster=cx, smem_bytes=int(smem_bytes), block=bx,
-                         schedule=seed, first_cta=first, grid_ctas=gx, budget=budget)
+        out = kernel.run(current, cluster=cs, smem_bytes=int(smem_bytes), block=bx,
+                         schedule=seed, first_cta=first, grid_ctas=gs, budget=budget)
       except BudgetExceeded as e:
-        unfinished.append(Unfinished(seed, e.reason, e.executed, e.detail, first))
+        unfinished.append(Unfinished(seed, e.reason, e.executed, e.detail, base))
         continue
       except NotImplementedError as e:   # the checker's limit, not the kernel's fault
         raise refuse("ptx", " ".join(str(e).split()), "instructions and run-time cases "
@@ -250,6 +256,12 @@ def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1,
   result = [np.asarray(array_of(a)) for a in current]
   return Report(tuple(findings), result if complete else None, tuple(range(int(schedules))),
                 tuple(unfinished))
+
+
+def _clusters(cs, gs):
+  """The first CTA (x, y, z) of each cluster of shape ``cs`` in a grid ``gs``, x fastest."""
+  return [(x, y, z) for z in range(0, gs[2], cs[2]) for y in range(0, gs[1], cs[1])
+          for x in range(0, gs[0], cs[0])]
 
 
 def _finding(kernel, e: ProtocolError, seed: int) -> Finding:

@@ -61,8 +61,9 @@ def launch(k, buffers, *, cluster, smem_bytes, block=128, max_timeouts=64, sched
   order, each as (destination CTA, byte offset, bytes) (``access._trace``
   says which stores count).  ``smem_init``, if given, holds each CTA's first SMEM
   bytes at launch (as if written before the kernel; the rest is uninitialised).
-  ``first_cta`` / ``grid_ctas``: this cluster's first CTA in a grid of that many
-  (``%ctaid.x``, ``%nctaid.x``, ``%clusterid.x``; default: the grid is this cluster).
+  ``cluster``: its CTAs, or its shape (x, y, z); ``first_cta`` / ``grid_ctas``: this
+  cluster's first CTA in a grid of that many, each an int (x) or (x, y, z) (the
+  ``%ctaid``, ``%nctaid``, ``%clusterid`` registers; default: the grid is this cluster).
   ``budget`` (``budget.Budget``): past it the run stops with ``BudgetExceeded`` (also
   where memory runs out), neither a finding nor a crash.  An unexpected exception of
   the checker itself is raised as ``CheckerError``."""
