@@ -273,14 +273,18 @@ def _with_operands(opcode, kind, roles, ops, optional, **fields):
   return BulkForm(opcode, kind, roles=tuple(flat_roles), ops=tuple(flat_ops), **fields)
 
 
+def _tensor_dims(opcode, mods):
+  """(whether it is a .tensor form, its rank or None, the qualifiers after them)."""
+  if mods[:1] != ["tensor"]:
+    return False, None, mods
+  if len(mods) < 2 or mods[1] not in _DIMS:
+    raise NotInIsa(f"opcode {opcode} (.tensor needs .1d ... .5d next)")
+  return True, _DIMS[mods[1]], mods[2:]
+
+
 def _copy(opcode, mods, ops, reduce):
   """cp{.reduce}.async.bulk{.tensor.dim}.dst.src...: the copies and reductions."""
-  tensor = mods[:1] == ["tensor"]
-  dims = None
-  if tensor:
-    if len(mods) < 2 or mods[1] not in _DIMS:
-      raise NotInIsa(f"opcode {opcode} (.tensor needs .1d ... .5d next)")
-    dims, mods = _DIMS[mods[1]], mods[2:]
+  tensor, dims, mods = _tensor_dims(opcode, mods)
   if len(mods) < 2:
     raise NotInIsa(f"opcode {opcode} (no .dst.src state spaces)")
   dst, src, rest = mods[0], mods[1], mods[2:]
@@ -328,12 +332,7 @@ def _copy(opcode, mods, ops, reduce):
 
 def _prefetch_bulk(opcode, mods, ops):
   """cp.async.bulk.prefetch{.tensor.dim}.L2.global...: L2 prefetches (no effect)."""
-  tensor = mods[:1] == ["tensor"]
-  dims = None
-  if tensor:
-    if len(mods) < 2 or mods[1] not in _DIMS:
-      raise NotInIsa(f"opcode {opcode} (.tensor needs .1d ... .5d next)")
-    dims, mods = _DIMS[mods[1]], mods[2:]
+  tensor, dims, mods = _tensor_dims(opcode, mods)
   if mods[:2] != ["L2", "global"]:
     raise NotInIsa(f"opcode {opcode} (a bulk prefetch is .L2.global)")
   groups = {**_HINT, **({"mode": _LOAD_MODES_IN} if tensor else {})}
