@@ -18,7 +18,9 @@ NumPy the same way.  Writes nothing unless ``--json PATH`` is given.
   python bench/checker_speed.py [--reps 5] [--best] [--schedules 0 1 2] [--json out.json]
   python bench/checker_speed.py --by-opcode [--clusters 2] [--schedules 0] [--iters 8]
 
-docs/benchmarks.md ("Checker speed") has the method, the machine and the numbers.
+docs/benchmarks.md ("Checker speed") has the method, the machine and the numbers.  Real
+Pallas TMA kernels (``emit_pipeline``, the warp-specialised pipelined copy) next to jax's
+interpret mode: bench/checker_real_kernels.py.
 """
 
 from __future__ import annotations
