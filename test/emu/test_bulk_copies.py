@@ -186,3 +186,17 @@ def test_a_bulk_load_of_global_memory_threads_wrote_needs_a_global_proxy_fence(f
     assert report.outputs[1].view(np.uint32).tolist() == [3 * t for t in range(32)]
   else:
     assert "proxy-fence" in _rules_in_every_schedule(report), str(report)
+
+
+def test_a_bulk_group_not_waited_for_keeps_its_read_whatever_the_landing_order():
+  """Two stores of one SMEM word in groups 1 and 2, wait_group.read 1 (group 1 only),
+  then the word is overwritten: a race with group 2's read in every schedule, also
+  where group 2's copy lands first (schedule 1: newest first)."""
+  body = _STORE.format(before="").replace(
+      "  cp.async.bulk.commit_group;\n", "  cp.async.bulk.commit_group;\n"
+      "  cp.async.bulk.global.shared::cta.bulk_group [%rd5], [%r3], 16;\n"
+      "  cp.async.bulk.commit_group;\n  cp.async.bulk.wait_group.read 1;\n", 1)
+  ptx = kernel("  ld.param.u64 %rd5, [k_param_1];\n" + body, nparams=2)
+  report = check_ptx(ptx, [np.zeros(4, np.uint32), np.zeros(4, np.uint32)], smem_bytes=64,
+                     block=(1, 1, 1), schedules=SCHEDULES)
+  assert "race" in _rules_in_every_schedule(report), str(report)

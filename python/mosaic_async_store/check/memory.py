@@ -124,6 +124,7 @@ RULES = {
 RULES.update({name: source for name, (_, source) in bulk_rules.RULES.items()})
 
 SCOPES = {"cta": 0, "cluster": 1, "gpu": 2, "sys": 3}
+_NO_ENTRY = (-1,)   # (clock, ...) of a slot a byte's access set does not hold
 # The type of a vector clock's entries: 32 bits (a thread's clock counts its own events,
 # far below 2**31 in any run the checker can finish), so that copying clocks (every
 # asynchronous store keeps its issuer's) moves half the bytes of int64.
@@ -387,8 +388,9 @@ class Shadow:
       self.atomics[off:off + n] = [None] * n
       self.readers[off:off + n] = [None] * n
       return
-    # A slot's clocks only grow (a thread's own clock; a barrier's phase at landing),
-    # so the latest access of each slot replaces its earlier one.  The n bytes share
+    # A slot keeps its latest access: a thread's clock only grows, a barrier's phase at
+    # landing too; a bulk group's number does not (two groups' copies land in any
+    # order), so an entry is replaced only by one at least as late.  The n bytes share
     # one set; a set that bytes outside the access may hold too (``AccessSet``) is left
     # to them, and these bytes get a successor (shared as the earlier one was).
     sets, entry = self.atomics if write else self.readers, (clk, insn, tag)
@@ -407,11 +409,14 @@ class Shadow:
     for accesses, mine in held.values():
       counted = type(accesses) is AccessSet
       if counted and accesses.owners == mine:   # only these bytes hold it: in place
-        accesses[slot] = entry
+        if accesses.get(slot, _NO_ENTRY)[0] <= clk:
+          accesses[slot] = entry
         made[id(accesses)] = accesses
         continue
       successor = made[id(accesses)] = AccessSet(accesses)   # (others may hold it)
-      successor[slot], successor.owners = entry, mine
+      if successor.get(slot, _NO_ENTRY)[0] <= clk:
+        successor[slot] = entry
+      successor.owners = mine
       if counted:
         accesses.owners -= mine
     nones = n - sum(mine for _, mine in held.values())
