@@ -18,7 +18,7 @@ __all__ = ["OPCODES"]
 # st / red / st.async / red.async / ldmatrix / stmatrix, with their checks.
 
 
-def _store_fn(k, space, addr, vals, size, red, strong_form=None):
+def store_fn(k, space, addr, vals, size, red, strong_form=None):
   """st / red, written at once and checked for races; ``strong_form``: (sem, scope
   rank) of a strong one (every red; st.relaxed / .release, strong.py), None for a
   weak st."""
@@ -65,7 +65,7 @@ def _store_fn(k, space, addr, vals, size, red, strong_form=None):
 
 
 
-def _async_fn(k, addr, vals, size, red, mbar):
+def async_store_fn(k, addr, vals, size, red, mbar):
   """st.async / red.async: checked at issue, queued, landed by the schedule."""
   mask, text = (1 << (8 * size)) - 1, "red.async" if red else "st.async"
   insn = len(k.program.code)   # this instruction's index (it is being compiled)
@@ -75,7 +75,7 @@ def _async_fn(k, addr, vals, size, red, mbar):
   completions = {}   # mbarrier key -> its MbarrierTx (which holds no state of its own)
   def issue(th):
     buf, off = mem(th, addr(th))
-    bar_buf, bar_off = bar_mem(th, mbar(th))   # as _bar_key
+    bar_buf, bar_off = bar_mem(th, mbar(th))   # as sync.mbarrier_key
     cta, key = k.smem_cta[id(buf)], (k.smem_cta[id(bar_buf)], bar_off)
     if k.store_trace is not None:
       access_core.trace(k, th, buf, off, n)

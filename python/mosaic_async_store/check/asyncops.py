@@ -92,16 +92,16 @@ class MbarrierTx:
 
   def issue(self, k, op):
     """The barrier must exist and its initialisation be visible to the issuer."""
-    sync._barrier(k, op.th, op.th.vc, self.key, pc=op.insn)
+    sync.mbarrier_of(k, op.th, op.th.vc, self.key, pc=op.insn)
 
   def stamp(self, k, op):
-    bar = sync._barrier(k, None, op.vc, self.key)
+    bar = sync.mbarrier_of(k, None, op.vc, self.key)
     return bar.slot, bar.phase + 1
 
   def complete(self, k, op):
-    bar = sync._barrier(k, None, op.vc, self.key)
-    sync._add_tx(k, bar, -self.nbytes)
-    sync._advance(k, bar)
+    bar = sync.mbarrier_of(k, None, op.vc, self.key)
+    sync.add_tx(k, bar, -self.nbytes)
+    sync.advance_phase(k, bar)
 
 
 class AsyncOp:
@@ -188,7 +188,7 @@ def issue_store(k, th, insn, opcode, cta, off, size, values, key):
   and effects, with the store joining the ``StoreGroup`` its warp-mates' stores by
   this instruction in this step started (else a new one)."""
   n = size * len(values)
-  sync._barrier(k, th, th.vc, key, pc=insn)   # (MbarrierTx.issue)
+  sync.mbarrier_of(k, th, th.vc, key, pc=insn)   # (MbarrierTx.issue)
   inflight = k.inflight
   group = inflight[-1] if inflight else None
   if type(group) is not StoreGroup or group.step != k.step or group.insn != insn or \
@@ -331,5 +331,5 @@ def _land_together(k, group, count) -> bool:
     i += hi - lo
   k.epoch += 2 * count   # (each store's write and complete-tx, as land)
   bar.tx -= n * count
-  sync._advance(k, bar)
+  sync.advance_phase(k, bar)
   return True

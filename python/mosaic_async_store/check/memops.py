@@ -189,9 +189,9 @@ def _st(k, ins):
   if ins.space == "param":
     return lambda th: None
   if ins.space != "const" and "async" not in mods:
-    return access._store_fn(k, ins.space, src[0], ins.vals, size, None, strong_semantics(ins))
+    return access.store_fn(k, ins.space, src[0], ins.vals, size, None, strong_semantics(ins))
   if mods[0] == "async" and "mbarrier::complete_tx::bytes" in mods:
-    return access._async_fn(k, src[0], ins.vals, size, None, src[2])
+    return access.async_store_fn(k, src[0], ins.vals, size, None, src[2])
   raise NotImplementedError(f"opcode {ins.opcode}")
 
 
@@ -209,8 +209,8 @@ def _red(k, ins):
      or ("async" in mods and (op, t) not in _RED_ASYNC_FORMS):
     raise NotImplementedError(f"opcode {ins.opcode}")
   if "async" in mods:
-    return access._async_fn(k, ins.src[0], ins.vals, size, (op, t), ins.src[2])
-  return access._store_fn(k, ins.space, ins.src[0], ins.vals, size, (op, t), strong_semantics(ins))
+    return access.async_store_fn(k, ins.src[0], ins.vals, size, (op, t), ins.src[2])
+  return access.store_fn(k, ins.space, ins.src[0], ins.vals, size, (op, t), strong_semantics(ins))
 
 
 # The opcodes this family runs (``opcodes.Opcode``: the handler, statements it runs,

@@ -58,7 +58,7 @@ def launch(k, buffers, *, cluster, smem_bytes, block=128, max_timeouts=64, sched
   finding stopped the run.  Every broken rule is in ``k.findings`` (``findings.py``:
   a race lets the run go on, a fault or a hang ends it).  With ``trace_stores``, ``k.store_trace``
   maps (cta, tid) to that thread's store instructions into SMEM, in program
-  order, each as (destination CTA, byte offset, bytes) (``access._trace``
+  order, each as (destination CTA, byte offset, bytes) (``access_core.trace``
   says which stores count).  ``smem_init``, if given, holds each CTA's first SMEM
   bytes at launch (as if written before the kernel; the rest is uninitialised).
   ``cluster``: its CTAs, or its shape (x, y, z); ``first_cta`` / ``grid_ctas``: this

@@ -74,7 +74,7 @@ def _mbarrier(k, mods, ops, src, space):
   form, pc = mbarrier_forms.form(mods, ops, space), len(k.program.code)
   if form == "init":
     def init(th, addr=src[0], count=src[1]):
-      key, n = _bar_key(k, th, space, addr(th), form), count(th)
+      key, n = mbarrier_key(k, th, space, addr(th), form), count(th)
       if not 1 <= n <= TX_LIMIT:
         raise ProtocolError("count-range", f"mbarrier.init with count {n}")
       if key in k.mbar:
@@ -94,8 +94,8 @@ def _mbarrier(k, mods, ops, src, space):
     return init
   if form == "inval":
     def inval(th, addr=src[0]):
-      key = _bar_key(k, th, space, addr(th), form)
-      bar = _barrier(k, th, th.vc, key, pc=pc)
+      key = mbarrier_key(k, th, space, addr(th), form)
+      bar = mbarrier_of(k, th, th.vc, key, pc=pc)
       _inval_ordered(k, th, bar, pc)
       del k.mbar[key]
       k.epoch += 1
@@ -108,18 +108,18 @@ def _mbarrier(k, mods, ops, src, space):
     return mbarrier_forms.pending_count(ops, src)
   if form == "expect_tx":
     def expect(th, addr=src[0], tx=src[1]):
-      bar = _barrier(k, th, th.vc, space, addr(th), pc=pc, form=form)
+      bar = mbarrier_of(k, th, th.vc, space, addr(th), pc=pc, form=form)
       _note_remote(k, th, bar, pc)
-      _add_tx(k, bar, tx(th))
+      add_tx(k, bar, tx(th))
     return expect
   if form == "complete_tx":
     # tx-count decremented as an asynchronous transfer's completion does (no data,
     # no ordering: the ISA's only .sem for it is .relaxed)
     def complete(th, addr=src[0], tx=src[1]):
-      bar = _barrier(k, th, th.vc, space, addr(th), pc=pc, form=form)
+      bar = mbarrier_of(k, th, th.vc, space, addr(th), pc=pc, form=form)
       _note_remote(k, th, bar, pc)
-      _add_tx(k, bar, -tx(th))
-      _advance(k, bar)
+      add_tx(k, bar, -tx(th))
+      advance_phase(k, bar)
     return complete
   return _wait(k, mods, ops, src, space)
 
@@ -138,7 +138,7 @@ def _arrive(k, mods, ops, src, space):
   count = src[2] if not expect and len(ops) == 3 else one
   sem, scope, pc = *sem_scope(mods, "release"), len(k.program.code)
   def arrive(th):  # the expect-tx operation first, then the arrive-on operation
-    bar = _barrier(k, th, th.vc, space, addr(th), pc=pc, form=mods[0])
+    bar = mbarrier_of(k, th, th.vc, space, addr(th), pc=pc, form=mods[0])
     n = count(th)
     if drop:
       bar.count -= n
@@ -149,7 +149,7 @@ def _arrive(k, mods, ops, src, space):
     _note_remote(k, th, bar, pc)   # (before the release moves th's clock on)
     bar.arrivals[th.slot] = int(th.vc[th.slot])
     _release(k, th, sem, scope, bar.releases)
-    _add_tx(k, bar, tx(th))
+    add_tx(k, bar, tx(th))
     before = bar.pending
     bar.pending -= n
     if bar.pending < 0:
@@ -159,7 +159,7 @@ def _arrive(k, mods, ops, src, space):
       raise ProtocolError("arrive-nocomplete", f"CTA {th.cta} thread {th.tid}'s "
                           f"arrive.noComplete completes the phase of {bar.describe()}")
     put(th, mbarrier_forms.encode_state(bar.phase, before if no_complete else None))
-    _advance(k, bar)
+    advance_phase(k, bar)
     return YIELD if k.sched.pauses(k.step) else None
   # (arrive_drop, which changes the expected count, goes lane by lane)
   arrive.lanes = None if drop else warp_mbarrier.arrive(
@@ -185,7 +185,7 @@ def _wait(k, mods, ops, src, space):
   sem, scope = sem_scope(mods, "acquire")
   blocking, pc, by_state = mods[0] == "try_wait", len(k.program.code), "parity" not in mods
   def wait(th):
-    bar, raw = _barrier(k, th, th.vc, space, addr(th), pc=pc, form=mods[0]), parity(th)
+    bar, raw = mbarrier_of(k, th, th.vc, space, addr(th), pc=pc, form=mods[0]), parity(th)
     par = raw & 1
     if mbarrier_forms.overrun_suspect(th, bar, raw, by_state):
       mbarrier_forms.check_overrun(th, bar, raw, by_state)
@@ -235,12 +235,12 @@ class MbarrierWait(Wait):
     return th.pc, f"parity {self.parity} of {k.mbar[self.key].describe()}"
 
 
-def _barrier(k, th_or_none, vc, space_or_key, addr=None, *, pc=None, form=None):
-  """The Mbarrier at ``addr`` (for mbarrier.``form``: ``_bar_key``); its initialisation
+def mbarrier_of(k, th_or_none, vc, space_or_key, addr=None, *, pc=None, form=None):
+  """The Mbarrier at ``addr`` (for mbarrier.``form``: ``mbarrier_key``); its initialisation
   must be visible to ``vc``.  A thread's operation (``th_or_none``, by instruction
   ``pc``) is recorded in ``Mbarrier.users`` (``_inval_ordered``)."""
   key = (space_or_key if addr is None else
-         _bar_key(k, th_or_none, space_or_key, addr, form))
+         mbarrier_key(k, th_or_none, space_or_key, addr, form))
   bar = k.mbar.get(key)
   if bar is None:
     raise ProtocolError("barrier-uninit", f"no mbarrier.init at CTA {key[0]} offset "
@@ -298,14 +298,14 @@ def _note_remote(k, th, bar, pc):
     k.remote_arrivals[bar.key[0]][(th.slot, bar.slot)] = (int(th.vc[th.slot]), bar.phase, pc)
 
 
-def _add_tx(k, bar, delta):
+def add_tx(k, bar, delta):
   k.epoch += 1
   bar.tx += delta
   if abs(bar.tx) > TX_LIMIT:
     raise ProtocolError("tx-range", f"tx-count {bar.tx} on {bar.describe()}")
 
 
-def _advance(k, bar):
+def advance_phase(k, bar):
   """A phase completes when no arrival is pending and the tx-count is zero."""
   if bar.pending == 0 and bar.tx == 0:
     prev = bar.records[-1] if bar.records else Releases()
@@ -367,7 +367,7 @@ def _warp_sync(k, mask):
   return warp.warp_sync(k, mask)
 
 
-def _bar_key(k, th, space, addr, form=None):
+def mbarrier_key(k, th, space, addr, form=None):
   """(CTA, offset) of the mbarrier at ``addr`` in ``space`` for mbarrier.``form``: the
   plain case at once (``addresses.plain_shared``), any other through ``addresses.mem``
   (its checks and messages).  Only a .shared::cluster form may name another CTA's

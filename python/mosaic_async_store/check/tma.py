@@ -364,7 +364,7 @@ def _copy(k, ins, form):
       _issue(k, th, BulkOp(th, insn, name, ("smem", cta), ("global", buf), moves,
                            BulkGroupDone(groups, gid), reduction))
       return YIELD if k.sched.pauses(k.step) else None
-    mbar_cta, mbar_off = sync._bar_key(k, th, "shared::cluster", mbar_get(th))
+    mbar_cta, mbar_off = sync.mbarrier_key(k, th, "shared::cluster", mbar_get(th))
     if form.multicast:
       mask = mask_get(th) & 0xFFFF
       _rule(k, "multicast-mask", bulk_rules.multicast_mask(mask, len(k.smem)))

@@ -8,7 +8,7 @@ finding or completes the phase before the last: then every lane's expect-tx and
 arrive-on operation is applied at once (the same arrival records, users, released
 clocks, tx-count and pending count, the same phase written to each lane's state
 register), and the phase, if the last lane completes it, completes once after them
-(``sync._advance``), as it would after the last lane.  Otherwise it returns
+(``sync.advance_phase``), as it would after the last lane.  Otherwise it returns
 ``outcomes.FALLBACK`` having changed nothing, and the lanes go one by one, reporting
 in their own words: a barrier that is not the plain case (another CTA's the lanes
 have not reached yet, an uninitialised one, an initialisation not visible to a
@@ -77,7 +77,7 @@ def arrive(k, space, addr, tx, count, sem, scope, no_complete, put, pc):
        (no_complete and pending == tx_after[-1] == 0):
       return FALLBACK   # (pending reaches 0, if at all, with the last lane: counts >= 1)
     rows, (slots, clocks) = k.lane_rows(lanes), k.lane_stamps(lanes)
-    # sync._barrier's users, the arrivals (and the exit rule's remote ones), the release
+    # sync.mbarrier_of's users, the arrivals (and the exit rule's remote ones), the release
     bar.users.update(zip(slots, zip(clocks, repeat(pc))))
     if bar.key[0] != lanes[0].cta:
       k.remote_arrivals[bar.key[0]].update(   # (sync._note_remote, lane by lane)
@@ -86,12 +86,12 @@ def arrive(k, space, addr, tx, count, sem, scope, no_complete, put, pc):
     # every lane's clock joined: as one release after another
     bar.releases.add(lanes[0].cta, scope, vcs.max(axis=0))
     k.clocks[rows, rows + 1] += 1
-    k.epoch += len(lanes)   # (sync._add_tx, once per lane)
+    k.epoch += len(lanes)   # (sync.add_tx, once per lane)
     befores = accumulate(counts, sub, initial=bar.pending)   # each lane's pending before
     bar.tx, bar.pending = tx_after[-1], pending
     for th, before in zip(lanes, befores):   # (the state it returns)
       put(th, mbarrier_forms.encode_state(bar.phase, before if no_complete else None))
-    sync._advance(k, bar)
+    sync.advance_phase(k, bar)
     return dict.fromkeys(lanes, YIELD) if k.sched.pauses(k.step) else None
   return lanes_form
 
@@ -125,7 +125,7 @@ def wait(k, space, addr, parity, pred, sem, scope, blocking, pc, by_state):
         tries.append((th, instance, done or not blocking))
       else:   # (it blocks: waits.block, lane by lane)
         return FALLBACK
-    slots, clocks = k.lane_stamps(lanes)   # (sync._barrier's users)
+    slots, clocks = k.lane_stamps(lanes)   # (sync.mbarrier_of's users)
     bar.users.update(zip(slots, zip(clocks, repeat(pc))))
     yielded = {}
     for th, instance, polls in tries:   # a failed try (a poll where it yields)

@@ -4,7 +4,7 @@ global memory, and the issue of ``st.async`` / ``red.async``, one call for all t
 lanes of a piece (``lockstep.run_piece``).
 
 A warp form does what the instruction's per-thread function does lane by lane in
-lane order (``memops._ld``, ``access._store_fn``, ``access._async_fn``): the same
+lane order (``memops._ld``, ``access.store_fn``, ``access.async_store_fn``): the same
 checks, the same records in the shadow, the same bytes written or loaded.  Lanes at
 distinct aligned offsets are checked and recorded at once where nothing needs a
 closer look (``shadow_runs.record_disjoint``; in global memory, first accesses),
@@ -289,7 +289,7 @@ def async_store(k, addr, vals, size, red, mbar, insn, text):
         op = asyncops.AsyncOp(th, insn, text, [write], completions[bar_off], vc=clocks[i])
         op.idx = len(inflight)
         inflight.append(op)
-    slots, own = k.lane_stamps(lanes)   # (sync._barrier's users: each lane's own clock)
+    slots, own = k.lane_stamps(lanes)   # (sync.mbarrier_of's users: each lane's own clock)
     if len(completions) == 1:
       barriers[cta, bar_offs[0]].users.update(zip(slots, zip(own, repeat(insn))))
     else:
