@@ -25,7 +25,7 @@ def thread_exits(k, th):
   or a pair whose scopes do not include each other orders nothing), or is an mbarrier
   operation (arrive, expect_tx, complete_tx) or asynchronous store counted in a phase
   one of its threads observed complete; and none is in flight.  Any later access to it
-  is refused (``_mem``)."""
+  is refused (``addresses.mem``: rule ``exit``)."""
   c = th.cta
   k.alive[c] -= 1
   k.alive_total -= 1

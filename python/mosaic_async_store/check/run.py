@@ -7,8 +7,9 @@ each blocks, exits or yields (``lockstep``: the unit of execution is a warp's pi
 of converged lanes; divergence splits it, and the pieces merge again where their
 program counters meet), lands the asynchronous operations the schedule says
 (``asyncops``) and releases the threads whose synchronisation can complete
-(``_resolve``, with ``sync`` for mbarrier waits, ``barriers`` for the cluster barrier
-and ``warp`` for warp collectives).  Lockstep is an interleaving a warp may run in
+(``_resolve``: each blocked thread's ``waits.Wait`` says whether it is ready; the
+kinds live with their families: mbarrier waits, named and cluster barriers, warp
+collectives, bulk groups).  Lockstep is an interleaving a warp may run in
 (every lane's instruction i before any lane's i + 1); what the checker reports does
 not rest on it: races are judged by happens-before, per lane.
 
@@ -17,7 +18,7 @@ after each poll, and a warp's piece after ``lockstep.LOOP_YIELD`` backward jumps
 spin on a weak load).  When it yields again in the same state (program counter and
 registers) and nothing another thread could see has changed since (``k.epoch``,
 bumped by every write, mbarrier change, barrier arrival and exit), it would only
-repeat itself: it is parked (``("poll", pc)``) until the epoch moves.  So a spin
+repeat itself: it is parked (``waits.PollWait``) until the epoch moves.  So a spin
 loop costs a few iterations per change, and one that nothing will ever end is
 reported as a hang instead of running forever.  A loop that counts its tries never
 repeats a state: when every runnable thread has polled twice since the last change
