@@ -241,7 +241,7 @@ def conflict(k, what, how, slot, clk, insn, other_tag, th, tag, *, reads=None, m
         missing=missing))
     return
   owner = k.slots.owner(slot)
-  if owner.kind != THREAD:   # a family's asynchronous accesses (tma.BulkGroups)
+  if owner.kind != THREAD:   # a family's asynchronous accesses (bulk_groups.BulkGroups)
     who, missing = owner.obj.describe_access(slot, clk)
     other = Access(who, None, None, "asynchronous " + ("write" if how == "written by" else
                    "read"), None, line, text, other_source)

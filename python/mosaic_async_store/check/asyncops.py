@@ -19,7 +19,7 @@ any time after issue; when no thread can run, one lands).  It declares
     ``complete(k, op)`` (the signal, after the data landed), ``cta``, the CTA
     whose memory it signals in (the exit rule waits for it), and ``mbarrier``, the
     key of the mbarrier it signals on, or None (``mbarrier.inval`` waits for it).
-    ``MbarrierTx`` (``.mbarrier::complete_tx::bytes``) is one; ``tma.BulkGroupDone``
+    ``MbarrierTx`` (``.mbarrier::complete_tx::bytes``) is one; ``bulk_groups.BulkGroupDone``
     (``cp.async.bulk.commit_group`` / ``wait_group``) another; a WGMMA group would be a
     third class with the same interface.
 

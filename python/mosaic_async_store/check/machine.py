@@ -196,7 +196,7 @@ class Machine:
     self.grid_clusters = grid[0] * grid[1] * grid[2] // cluster
     self.executed, self.calls = 0, []
     self.findings, self.finding_keys, self.unplaced = [], set(), []
-    self.bulk = {}           # thread slot -> its bulk groups (tma.BulkGroups)
+    self.bulk = {}           # thread slot -> its bulk groups (bulk_groups.BulkGroups)
     self.proxy_fences = {}   # thread slot -> its fence.proxy.async clocks (proxy.py)
 
   @staticmethod

@@ -27,25 +27,21 @@ first only).  Reductions (``cp.reduce.async.bulk{.tensor}``) reduce element by e
 as ``red`` does (the integer operations, the ``.noftz`` f16 / bf16 ``.add``; f32 / f64
 ``.add`` refused by name); a ``.L2::cache_hint`` operand is a hint (read, no effect).
 
-Clock slots (``slots.SlotTable``): a thread that issues into bulk groups owns two, the
-reads and the writes of its groups (``BULK_READS`` / ``BULK_WRITES``); a group's
-accesses are known by the group's number there, and ``wait_group`` sets the waiting
-thread's clock to the groups it waited for.
+The bulk groups (commit, wait, the clock slots a group's accesses are known by) are
+``bulk_groups``'.
 """
 
 from __future__ import annotations
 
-from mosaic_async_store.check import (access_core, addresses, asyncops, bulk_rules, findings,
-                                      proxy, sync, tma_forms, tma_geometry)
+from mosaic_async_store.check import (access_core, addresses, asyncops, bulk_groups,
+                                      bulk_rules, findings, proxy, sync, tma_forms,
+                                      tma_geometry)
 from mosaic_async_store.check.memory import KernelFault, ProtocolError
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.ops import RED_FORMS, bits_of
-from mosaic_async_store.check.outcomes import BLOCK, YIELD
-from mosaic_async_store.check.waits import Wait
+from mosaic_async_store.check.outcomes import YIELD
 
-__all__ = ["OPCODES", "BulkOp", "BulkGroups", "BulkWait", "BULK_READS", "BULK_WRITES"]
-
-BULK_READS, BULK_WRITES = "bulk group reads", "bulk group writes"
+__all__ = ["OPCODES", "BulkOp"]
 
 
 class Span:
@@ -56,55 +52,6 @@ class Span:
 
   def __init__(self, cta, off, nbytes, red=None):
     self.cta, self.off, self.nbytes, self.red = cta, off, nbytes, red
-
-
-class BulkGroups:
-  """A thread's bulk groups: ``committed`` (how many it committed), ``pending``
-  (group number -> [copies whose reads are pending, copies pending at all]) and its
-  two clock slots (``reads_slot``, ``writes_slot``; made at its first copy)."""
-
-  __slots__ = ("th", "committed", "pending", "reads_slot", "writes_slot")
-
-  def __init__(self, th):
-    self.th, self.committed, self.pending = th, 0, {}
-    self.reads_slot = self.writes_slot = None
-
-  def describe_access(self, slot, clk):
-    """(who, what is missing) for a race with an access of group ``clk``."""
-    which = "reads" if slot == self.reads_slot else "writes"
-    return (f"the bulk copies of group {clk} of CTA {self.th.cta} thread {self.th.tid} "
-            f"({which})", "a cp.async.bulk.wait_group" + (".read" if which == "reads" else "")
-            + " by that thread that covers the group, ordered before this access")
-
-  def done(self, limit, read_only) -> bool:
-    """Whether every group up to ``limit`` has completed (its reads, with ``read_only``)."""
-    return all(counts[0 if read_only else 1] == 0
-               for g, counts in self.pending.items() if g <= limit)
-
-
-class BulkGroupDone:
-  """The completion of a copy in a bulk group (``asyncops``' completion interface):
-  no checks at issue; completing counts it off its group."""
-
-  __slots__ = ("groups", "gid")
-  mbarrier = None
-
-  def __init__(self, groups, gid):
-    self.groups, self.gid = groups, gid
-
-  @property
-  def cta(self):
-    return self.groups.th.cta
-
-  def issue(self, k, op):
-    pass
-
-  def complete(self, k, op):
-    counts = self.groups.pending[self.gid]
-    counts[1] -= 1
-    if counts == [0, 0]:   # the group completed: waits need not look at it again
-      del self.groups.pending[self.gid]
-    k.dirty = True
 
 
 class BulkOp:
@@ -142,7 +89,7 @@ class BulkOp:
     try:
       if self.data is None:
         self.data = _read(k, self)
-        if type(self.completion) is BulkGroupDone:
+        if type(self.completion) is bulk_groups.BulkGroupDone:
           self.completion.groups.pending[self.completion.gid][0] -= 1
           k.dirty, k.epoch = True, k.epoch + 1
           return
@@ -160,7 +107,7 @@ def _stamp(k, op, reads):
   """(slot, clock) the copy's accesses are known by: its mbarrier's phase, or its
   group's number in the issuer's reads or writes slot."""
   c = op.completion
-  if type(c) is BulkGroupDone:
+  if type(c) is bulk_groups.BulkGroupDone:
     return (c.groups.reads_slot if reads else c.groups.writes_slot), c.gid
   return c.stamp(k, op)
 
@@ -269,16 +216,6 @@ def _moves_of(runs, base, smem_off, load):
   return out
 
 
-def _groups(k, th):
-  groups = k.bulk.get(th.slot)
-  if groups is None:
-    groups = k.bulk[th.slot] = BulkGroups(th)
-  if groups.reads_slot is None:
-    groups.reads_slot = k.slots.allocate(BULK_READS, groups)
-    groups.writes_slot = k.slots.allocate(BULK_WRITES, groups)
-  return groups
-
-
 def _issue(k, th, op):
   op.fenced = proxy.fenced(k, op.vc) if op.reads or op.writes else None
   op.fenced_global = proxy.fenced(k, op.vc, "global") if "global" in (op.src[0], op.dst[0]) \
@@ -356,13 +293,13 @@ def _copy(k, ins, form):
         moves = [(smem_off, src_off, n)]
     if not into_smem:
       _rule(k, "bulk-shared-cta", bulk_rules.shared_cta_is_own(cta, th.cta, "srcMem"))
-      groups = _groups(k, th)
+      groups = bulk_groups.groups_of(k, th)
       gid = groups.committed + 1
       counts = groups.pending.setdefault(gid, [0, 0])
       counts[0] += 1
       counts[1] += 1
       _issue(k, th, BulkOp(th, insn, name, ("smem", cta), ("global", buf), moves,
-                           BulkGroupDone(groups, gid), reduction))
+                           bulk_groups.BulkGroupDone(groups, gid), reduction))
       return YIELD if k.sched.pauses(k.step) else None
     mbar_cta, mbar_off = sync.mbarrier_key(k, th, "shared::cluster", mbar_get(th))
     if form.multicast:
@@ -380,60 +317,6 @@ def _copy(k, ins, form):
         th.remote_since = int(th.vc[th.slot])
     return YIELD if k.sched.pauses(k.step) else None
   return copy
-
-
-class BulkWait(Wait):
-  """``cp.async.bulk.wait_group{.read} N`` blocked: it completes when every group of
-  the thread but the ``N`` most recent has completed (``read_only``: its reads)."""
-
-  __slots__ = ("limit", "read_only")
-
-  def __init__(self, limit, read_only):
-    self.limit, self.read_only = limit, read_only
-
-  def ready(self, k, th) -> bool:
-    return k.bulk[th.slot].done(self.limit, self.read_only)
-
-  def complete(self, k, th) -> None:
-    _waited(k.bulk[th.slot], th, self.limit, self.read_only)
-
-  def describe(self, k, th) -> tuple[int, str]:
-    return th.pc, (f"bulk groups 1..{self.limit} of CTA {th.cta} thread {th.tid} to "
-                   f"complete{' their reads' if self.read_only else ''}")
-
-
-def _waited(groups, th, limit, read_only):
-  """The waiting thread now knows the accesses of groups up to ``limit``."""
-  if groups.reads_slot is None or limit < 1:
-    return
-  th.vc[groups.reads_slot] = max(int(th.vc[groups.reads_slot]), limit)
-  if not read_only:
-    th.vc[groups.writes_slot] = max(int(th.vc[groups.writes_slot]), limit)
-
-
-def _commit(k, ins, form):
-  def commit(th):
-    groups = k.bulk.get(th.slot)
-    if groups is None:
-      groups = k.bulk[th.slot] = BulkGroups(th)
-    groups.committed += 1
-  return commit
-
-
-def _wait(k, ins, form):
-  keep = form.operand("N")[1]
-
-  def wait(th):
-    groups = k.bulk.get(th.slot)
-    if groups is None:
-      return None
-    limit = groups.committed - keep
-    if groups.done(limit, form.read):
-      _waited(groups, th, limit, form.read)
-      return None
-    th.wait = BulkWait(limit, form.read)
-    return BLOCK
-  return wait
 
 
 def _prefetch(k, ins, form):
@@ -457,7 +340,8 @@ def _prefetch(k, ins, form):
 
 _HANDLERS = {"tensor_load": _copy, "tensor_store": _copy, "copy_g2s": _copy,
              "copy_s2g": _copy, "copy_s2s": _copy, "tensor_reduce": _copy,
-             "reduce_s2g": _copy, "reduce_s2s": _copy, "commit": _commit, "wait": _wait,
+             "reduce_s2g": _copy, "reduce_s2s": _copy, "commit": bulk_groups.commit_fn,
+             "wait": bulk_groups.wait_fn,
              "prefetch_tensormap": _prefetch, "tensor_prefetch": _prefetch,
              "bulk_prefetch": _prefetch}
 
