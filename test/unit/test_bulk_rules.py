@@ -5,7 +5,7 @@ and every rule of ``RULES`` has its function and its source sentence."""
 import pytest
 
 from mosaic_async_store.check import bulk_rules as R
-from mosaic_async_store.check.tma_geometry import TensorMap
+from mosaic_async_store.check.tma_geometry import MapFields
 
 # rule -> (arguments that break it, a word its message names, arguments that keep it)
 CASES = {
@@ -39,16 +39,16 @@ def test_multicast_mask_of_a_full_16_cta_cluster_keeps_the_rule():
   assert R.multicast_mask(0x8000, 8) is not None
 
 
-_GOOD_MAP = TensorMap((256, 64), (128, 2), (64, 64), 2, swizzle=128)
+_GOOD_MAP = MapFields((256, 64), (128, 2), (64, 64), 2, swizzle=128)
 
 
 @pytest.mark.parametrize("bad,word", [
-    (TensorMap((256, 64), (120, 2), (64, 64), 2), "multiple of 16"),
-    (TensorMap((256, 512), (1024, 2), (64, 512), 2), "at most 256"),
-    (TensorMap((256, 64), (128, 2), (64, 4), 2), "multiple of 16"),
-    (TensorMap((256, 64), (128, 2), (64, 64), 2, swizzle=64), "at most 64"),
-    (TensorMap((256, 64), (128, 2), (64, 64), 2, element_strides=(9, 1)), "at most 8"),
-    (TensorMap((0, 64), (128, 2), (64, 64), 2), "non-zero"),
+    (MapFields((256, 64), (120, 2), (64, 64), 2), "multiple of 16"),
+    (MapFields((256, 512), (1024, 2), (64, 512), 2), "at most 256"),
+    (MapFields((256, 64), (128, 2), (64, 4), 2), "multiple of 16"),
+    (MapFields((256, 64), (128, 2), (64, 64), 2, swizzle=64), "at most 64"),
+    (MapFields((256, 64), (128, 2), (64, 64), 2, element_strides=(9, 1)), "at most 8"),
+    (MapFields((0, 64), (128, 2), (64, 64), 2), "non-zero"),
 ])
 def test_tensor_map_rules(bad, word):
   messages = R.tensor_map_rules(bad)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mosaic_async_store.check.tma_geometry import (TensorMap, box_bytes, box_layout,
+from mosaic_async_store.check.tma_geometry import (MapFields, box_bytes, box_layout,
                                                    oob_fill_element, runs)
 from mosaic_async_store.plan.geometry import swizzle_bytes
 
@@ -63,7 +63,7 @@ def _copies(draw):
   strides = strides + ([eb] if draw(st.booleans()) else [])
   coords = tuple(draw(st.integers(-8, d + 4)) for d in reversed(dims))
   smem = 0x400 + 128 * draw(st.integers(0, 15))
-  return TensorMap(tuple(dims), tuple(strides), tuple(box), eb, estr, swizzle), coords, smem
+  return MapFields(tuple(dims), tuple(strides), tuple(box), eb, estr, swizzle), coords, smem
 
 
 @settings(max_examples=150, deadline=None)
@@ -108,7 +108,7 @@ def test_runs_cover_exactly_the_elements(copy):
 
 
 def test_swizzle_128_of_a_64x64_f16_box_is_upstreams():
-  tmap = TensorMap((256, 64), (128, 2), (64, 64), 2, swizzle=128)
+  tmap = MapFields((256, 64), (128, 2), (64, 64), 2, swizzle=128)
   lay = box_layout(tmap, (0, 0), 0x400 + 1024 * 3)   # Mosaic aligns to the 1024-byte repeat
   dense = np.arange(64 * 64) * 2
   transfers = dense // 16   # upstream: 16-byte transfers; group 128 bytes; 128 // 16 groups
@@ -121,7 +121,7 @@ def test_swizzle_128_of_a_64x64_f16_box_is_upstreams():
 
 
 def test_a_misaligned_repeat_starts_the_pattern_part_way():
-  tmap = TensorMap((8, 64), (128, 2), (8, 64), 2, swizzle=128)
+  tmap = MapFields((8, 64), (128, 2), (8, 64), 2, swizzle=128)
   lay = box_layout(tmap, (0, 0), 0x400 + 128)   # 128-aligned, one row into the repeat
   dense = np.arange(8 * 64) * 2
   assert (lay.smem_off == swizzle_bytes(dense + 128, 128) - 128).all()
@@ -129,7 +129,7 @@ def test_a_misaligned_repeat_starts_the_pattern_part_way():
 
 
 def test_out_of_bounds_and_runs_of_a_full_width_box():
-  tmap = TensorMap((10, 64), (128,), (16, 64), 2)
+  tmap = MapFields((10, 64), (128,), (16, 64), 2)
   lay = box_layout(tmap, (0, -2), 0x400)
   assert lay.oob.reshape(16, 64)[:2].all() and lay.oob.reshape(16, 64)[12:].all()
   assert not lay.oob.reshape(16, 64)[2:12].any()
@@ -140,14 +140,14 @@ def test_out_of_bounds_and_runs_of_a_full_width_box():
 
 def test_refusals():
   with pytest.raises(NotImplementedError, match="interleave"):
-    box_layout(TensorMap((8, 64), (128,), (8, 64), 2, interleave=1), (0, 0))
+    box_layout(MapFields((8, 64), (128,), (8, 64), 2, interleave=1), (0, 0))
   with pytest.raises(NotImplementedError, match="swizzle"):
-    box_layout(TensorMap((8, 32), (64,), (8, 32), 2, swizzle=128), (0, 0))
+    box_layout(MapFields((8, 32), (64,), (8, 32), 2, swizzle=128), (0, 0))
   with pytest.raises(NotImplementedError, match="NaN"):
-    oob_fill_element(TensorMap((8, 64), (128,), (8, 64), 2, oob_fill=1))
-  assert oob_fill_element(TensorMap((8, 64), (128,), (8, 64), 4)) == bytes(4)
-  assert oob_fill_element(TensorMap((8, 64), (128,), (8, 64), 2, oob_fill="zero")) == bytes(2)
+    oob_fill_element(MapFields((8, 64), (128,), (8, 64), 2, oob_fill=1))
+  assert oob_fill_element(MapFields((8, 64), (128,), (8, 64), 4)) == bytes(4)
+  assert oob_fill_element(MapFields((8, 64), (128,), (8, 64), 2, oob_fill="zero")) == bytes(2)
   with pytest.raises(NotImplementedError, match="NaN"):
-    oob_fill_element(TensorMap((8, 64), (128,), (8, 64), 2, oob_fill="nan"))
+    oob_fill_element(MapFields((8, 64), (128,), (8, 64), 2, oob_fill="nan"))
   with pytest.raises(ValueError, match="coordinates"):
-    box_layout(TensorMap((8, 64), (128,), (8, 64), 2), (0,))
+    box_layout(MapFields((8, 64), (128,), (8, 64), 2), (0,))

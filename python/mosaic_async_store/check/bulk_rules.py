@@ -1,7 +1,7 @@
 """The ISA's rules for bulk and tensor copies, as pure functions: each returns None when
 the operation keeps the rule, else a message saying how it breaks it.  The machine glue
 resolves the operands (addresses to CTAs and offsets, the tensor map's bytes to a
-``tma_geometry.TensorMap``) and files a message as a finding (the rule's name is the
+``tma_geometry.MapFields``) and files a message as a finding (the rule's name is the
 key of ``RULES``).
 
 Sources, and where they are not the ISA page.  The PTX ISA's own text of 9.7.9.25 was

@@ -1,7 +1,7 @@
 """The geometry of a tensor copy (``cp.async.bulk.tensor``, tile mode): where each
 element of the box lies in shared and in global memory, in one NumPy call per copy.
 
-A tensor map (``TensorMap`` here, or any object with these fields) is given in NumPy
+A tensor map (``MapFields`` here, or any object with these fields) is given in NumPy
 order, outermost dimension first: ``dims`` (elements), ``strides`` (bytes; the
 innermost, which must equal ``elem_bytes``, may be left out as the driver's
 ``globalStrides`` leave it out), ``box`` (elements), ``element_strides`` (the traversal
@@ -47,15 +47,18 @@ import math
 
 import numpy as np
 
-__all__ = ["TensorMap", "BoxLayout", "Runs", "box_layout", "box_shape", "box_bytes",
+__all__ = ["MapFields", "BoxLayout", "Runs", "box_layout", "box_shape", "box_bytes",
            "runs", "swizzle_address", "oob_fill_element", "SWIZZLES"]
 
 SWIZZLES = (0, 32, 64, 128)
 
 
 @dataclasses.dataclass(frozen=True)
-class TensorMap:
-  """A tiled tensor map's fields, NumPy order (outermost first); see the module doc."""
+class MapFields:
+  """A tiled tensor map's fields alone, NumPy order (outermost first; the module doc):
+  what the geometry reads of ``check.tensor_map.TensorMap``, which also holds the array
+  and refuses a map the driver would; this record takes any fields (the rules' tests
+  describe maps the driver refuses)."""
 
   dims: tuple
   strides: tuple
