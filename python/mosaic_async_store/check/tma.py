@@ -231,15 +231,18 @@ _MAP_TYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64":
               "int32": "s32", "uint32": "u32", "int64": "s64", "uint64": "u64"}
 
 
-def _reduction(opcode, red_op, t):
+def _reduction(opcode, red_op, t, tensor=False):
   """(operation, type) of a bulk reduction the checker runs exactly, else refused by
   name: ``ops.RED_FORMS`` (the reductions ``red`` runs), but not the f32 / f64
-  additions, whose subnormal handling the ISA's text for the bulk forms does not give."""
+  additions, whose subnormal handling the ISA's text for the bulk forms does not give,
+  nor a tensor reduction's float additions (the tensor form has no ``.noftz``: how it
+  treats subnormals is not given either)."""
   if red_op in ("and", "or", "xor") and t[0] in "su":
     t = "b" + t[1:]
-  if (red_op, t) not in RED_FORMS or t in ("f32", "f64"):
+  if (red_op, t) not in RED_FORMS or t in ("f32", "f64") or (tensor and t in ("f16", "bf16")):
     raise NotImplementedError(f"{opcode} (.{red_op}.{t}: the bulk reductions the checker "
-                              "runs are the integer ones and the .noftz f16 / bf16 .add)")
+                              "runs are the integer ones and, not in a tensor form, the "
+                              ".noftz f16 / bf16 .add)")
   return red_op, t
 
 
@@ -269,7 +272,8 @@ def _copy(k, ins, form):
       _smem(k, th, smem_addr, form.dst if into_smem else form.src, n)
       moves = _moves_of(runs, base, smem_off, into_smem)
       if form.red_op is not None:   # a tensor reduction: its type is the map's
-        reduction = _reduction(ins.opcode, form.red_op, _MAP_TYPES.get(tmap.dtype, "none"))
+        reduction = _reduction(ins.opcode, form.red_op, _MAP_TYPES.get(tmap.dtype, "none"),
+                               tensor=True)
       if into_smem and tmap.oob_fill != "zero" and any(m[1] is None for m in moves):
         tma_geometry.oob_fill_element(tmap)   # (refuses the NaN fill by name)
     else:
