@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 from jax.experimental import pallas as pl  # noqa: E402
 from jax.experimental.pallas import mosaic_gpu as plgpu  # noqa: E402
 
-__all__ = ["SMALL", "PRODUCTION", "ALL", "WGMMA", "SETMAXNREG"]
+__all__ = ["SMALL", "PRODUCTION", "ALL", "WGMMA", "SETMAXNREG", "EXPECTED"]
 
 _TILE = (64, 128)
 
@@ -284,3 +284,12 @@ WGMMA = ("wgmma_matmul", "hopper_matmul", "hopper_matmul_cluster", "flash_attent
 # The kernels whose warpgroups re-balance registers with setmaxnreg.
 SETMAXNREG = ("hopper_matmul", "hopper_matmul_cluster", "flash_attention",
               "warp_specialized_copy")
+# What each kernel without WGMMA leaves in its outputs, from its inputs (NumPy): the
+# checker's tests and bench/checker_real_kernels.py compare with these.
+EXPECTED = {
+    "tma_round_trip_lane": lambda x: [x + np.float16(1)],
+    "tma_round_trip_warpgroup": lambda x: [x + np.float16(1)],
+    "pipelined_add": lambda x, y: [x + y],
+    "multicast_copy": lambda x: [np.stack([x, x])],
+    "warp_specialized_copy": lambda x: [x, x[-64:, -32:]],   # the last step's block
+}
