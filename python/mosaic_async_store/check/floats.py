@@ -14,6 +14,9 @@ half is the first lane):
   flushes subnormal inputs and results to a zero of the same sign, PTX ISA
   "subnormal numbers");
 * ``neg``, ``abs`` (sign-bit operations; ``.ftz`` flushes first);
+* ``div`` (f32, with a rounding mode: the exact quotient rounded once) and
+  ``ex2.approx{.ftz}.f32`` (an approximation the ISA bounds: ``_ex2`` says which value
+  the checker gives);
 * ``min``, ``max`` (PTX ISA min/max: a NaN operand yields the other operand,
   two NaNs the canonical NaN; with ``.NaN`` any NaN operand yields the canonical
   NaN; ``.ftz`` as above);
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import re
 from fractions import Fraction
 
@@ -47,7 +51,7 @@ __all__ = ["FLOAT_OPS", "FLOAT_TYPE", "FORMATS", "Format", "float_op", "float_cv
 # A floating-point type qualifier: f16, f32, f64, bf16, f16x2, bf16x2, tf32, e4m3x2, ...
 FLOAT_TYPE = re.compile(r"^(b?f\d|tf\d|e\dm\d)")
 
-FLOAT_OPS = ("add", "sub", "mul", "fma", "neg", "abs", "min", "max")
+FLOAT_OPS = ("add", "sub", "mul", "fma", "neg", "abs", "min", "max", "div", "ex2")
 _ROUNDING = ("rn", "rz", "rm", "rp")
 
 
@@ -163,8 +167,48 @@ def _arith(base, xs, mode):
     return _add(xs[0], (1 - xs[1][0], xs[1][1]), mode)
   if base == "mul":
     return _mul(xs[0], xs[1])
+  if base == "div":
+    return _div(xs[0], xs[1])
   p = _mul(xs[0], xs[1])   # fma: the exact product, then one rounding of the sum
   return NAN if p == NAN else _add(p, xs[2], mode)
+
+
+def _div(x, y):
+  """The exact quotient (IEEE 754 division's special cases: 0/0 and inf/inf are NaN,
+  x/0 and inf/y are infinities, x/inf is a zero)."""
+  (sx, vx), (sy, vy) = x, y
+  if (vx is None and vy is None) or (vx == 0 and vy == 0):
+    return NAN
+  if vx is None or vy == 0:
+    return sx ^ sy, None
+  return sx ^ sy, Fraction(0) if vy is None else vx / vy
+
+
+def _ex2(fmt, ftz, opcode):
+  """``ex2.approx{.ftz}.f32``: the ISA gives an error bound, not a value ("ex2.approx.f32
+  implements a fast approximation to 2^a", its maximum relative error about 2^-22:
+  PTX ISA, ex2, recalled); the checker returns 2^a to within one f32 unit in the last
+  place (``math.exp2`` in float64, then rounded to nearest): a value the bound allows,
+  not necessarily a GPU's.  ``.ftz``: subnormal inputs and results are zeros."""
+  sign_bit = 1 << (fmt.bits - 1)
+
+  def run(a):
+    if ftz and _subnormal(fmt, a):
+      a &= sign_bit
+    x = decode(fmt, a)
+    if x == NAN:
+      raise NotImplementedError(f"{opcode} of a NaN (its result's bit pattern is not "
+                                "modelled)")
+    sign, mag = x
+    if mag is None:
+      return 0 if sign else ((1 << fmt.exp_bits) - 1) << fmt.man_bits
+    try:
+      r = math.exp2(float(-mag if sign else mag))
+    except OverflowError:
+      r = math.inf
+    out = encode(fmt, 0, None if math.isinf(r) else Fraction(r))
+    return 0 if ftz and _subnormal(fmt, out) else out
+  return run
 
 
 def _lane_op(base, fmt, mods, opcode):
@@ -229,16 +273,24 @@ def float_op(base: str, mods: list[str], opcode: str):
   lane_t, lanes = (t[:-2], 2) if t in ("f16x2", "bf16x2") else (t, 1)
   fmt = FORMATS.get(lane_t) if lane_t in ("f32", "f16", "bf16") else None
   allowed = {"ftz"} if lane_t in ("f32", "f16") else set()
-  if base in ("add", "sub", "mul", "fma"):
+  if base in ("div", "ex2") and (t != "f32" or (base == "ex2") != ("approx" in mods)):
+    fmt = None   # (div.rn.f32 exactly; ex2 only as .approx; no f16 / bf16 forms)
+  if base == "ex2" and fmt is not None:
+    if not set(mods[:-1]) <= {"approx", "ftz"}:
+      fmt = None
+    else:
+      return _ex2(fmt, "ftz" in mods, opcode)
+  if base in ("add", "sub", "mul", "fma", "div"):
     allowed |= set(_ROUNDING)
   if base in ("min", "max"):
     allowed |= {"NaN"}
   rounding = [m for m in mods[:-1] if m in _ROUNDING]
   if fmt is None or base not in FLOAT_OPS or not set(mods[:-1]) <= allowed or \
-     len(rounding) > 1 or (base == "fma" and not rounding):
+     len(rounding) > 1 or (base in ("fma", "div") and not rounding):
     raise NotImplementedError(
         f"opcode {opcode} (the checker runs f32/f16/bf16 and f16x2/bf16x2 add, sub, mul, "
-        "fma with a rounding mode, neg, abs, min, max{.NaN}, with .ftz on f32/f16)")
+        "fma with a rounding mode, neg, abs, min, max{.NaN}, with .ftz on f32/f16, and "
+        "f32 div with a rounding mode and ex2.approx{.ftz})")
   return _packed(_lane_op(base, fmt, mods[:-1], opcode), lanes, fmt.bits)
 
 

@@ -147,7 +147,7 @@ class Machine:
     self.grid_clusters = 1
     self.executed, self.calls, self.store_trace = 0, [], None
     self.findings, self.finding_keys, self.unplaced = [], set(), []
-    self.bulk, self.proxy_fences = {}, {}
+    self.bulk, self.proxy_fences, self.wgmma = {}, {}, {}
 
   def drop_state(self):
     """Lets go of a run's threads, memories and shadows (a run stopped for its memory
@@ -198,6 +198,7 @@ class Machine:
     self.findings, self.finding_keys, self.unplaced = [], set(), []
     self.bulk = {}           # thread slot -> its bulk groups (bulk_groups.BulkGroups)
     self.proxy_fences = {}   # thread slot -> its fence.proxy.async clocks (proxy.py)
+    self.wgmma = {}          # (CTA, warpgroup) -> its WGMMA state (wgmma.Warpgroup)
 
   @staticmethod
   def _first_row(lanes):

@@ -39,7 +39,7 @@ import os
 
 import numpy as np
 
-from mosaic_async_store.check import bulk_rules
+from mosaic_async_store.check import bulk_rules, wgmma_layout
 from mosaic_async_store.check.shadow_runs import runs
 
 __all__ = ["CLOCK", "Access", "AccessSet", "ProtocolError", "KernelFault", "CheckerError",
@@ -122,6 +122,7 @@ RULES = {
 }
 # The bulk and tensor copies' size and alignment rules (each with its source).
 RULES.update({name: source for name, (_, source) in bulk_rules.RULES.items()})
+RULES.update(wgmma_layout.RULES)   # WGMMA's register and fence rules (wgmma.py)
 
 SCOPES = {"cta": 0, "cluster": 1, "gpu": 2, "sys": 3}
 _NO_ENTRY = (-1,)   # (clock, ...) of a slot a byte's access set does not hold

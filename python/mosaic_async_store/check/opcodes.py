@@ -33,7 +33,7 @@ __all__ = ["Opcode", "Instr", "OPCODES", "FAMILIES", "EXAMPLE_REGISTERS", "REFUS
 
 # The family modules of mosaic_async_store.check, each with its OPCODES table.
 FAMILIES = ("values", "memops", "strong", "access", "sync", "fences", "barriers", "warp",
-            "control", "tma")
+            "control", "tma", "wgmma")
 
 # The registers the examples name (test/emu/test_opcode_table.py declares them).
 EXAMPLE_REGISTERS = (".reg .pred %p<8>;", ".reg .b16 %h<8>;", ".reg .b32 %r<32>;",
@@ -109,8 +109,8 @@ def check_qualifiers(ins: Instr, groups: dict, form: str = "") -> dict:
 
 # Opcodes refused by name although Mosaic GPU kernels may contain them (the table
 # walk checks that each is refused).
-REFUSED = ("activemask.b32 %r1", "popc.b32 %r1, %r2", "ex2.approx.f32 %f1, %f2",
-           "wgmma.fence.sync.aligned")
+REFUSED = ("activemask.b32 %r1", "popc.b32 %r1, %r2", "rcp.approx.f32 %f1, %f2",
+           "tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%r1], 32")
 
 
 _TABLE: dict[str, Opcode] = {}

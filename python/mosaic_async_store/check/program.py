@@ -62,6 +62,7 @@ def _guarded(fn, guard):
   pname, want = guard
   def guarded(th):
     return fn(th) if th.regs[pname] == want else None
+  guarded.guard = guard   # (a wrapper that looks at the registers first: wgmma.RegisterGuard)
   inner = getattr(fn, "lanes", None)
   if inner is not None:
     def guarded_lanes(lanes):
@@ -116,7 +117,9 @@ class Program:
   ``lines`` / ``sources`` (its statement, PTX line, user source line or None),
   ``params`` (the kernel's parameter names), ``param_specs`` (each one's type, size
   and offset in the parameter space: ``params.Param``),
-  ``symbols`` (name -> (state space, offset)), ``labels``, ``local_bytes``.
+  ``symbols`` (name -> (state space, offset)), ``labels``, ``local_bytes``,
+  ``finishers`` (what a family's handlers ask to run once the whole kernel is compiled:
+  ``wgmma.RegisterGuard``).
   Compiling binds every instruction to ``machine``, which a launch then resets."""
 
   def __init__(self, text: str, machine):
@@ -133,6 +136,7 @@ class Program:
     self.lines = []           # the PTX source line of each instruction (1-based)
     self.sources = []         # its "file:line" from the last .loc before it, or None
     self._loc = None
+    self.finishers = {}       # name -> f(program), run once every instruction is compiled
     start = text.index("{", m.end())
     self._first_line = text.count("\n", 0, start) + 1
     self._parse(text[start:])
@@ -178,6 +182,8 @@ class Program:
                     None)
       target = self.labels[label] if target is None else target
       self.code[k] = _branch(target, guard)
+    for finish in self.finishers.values():   # what a family does once all is compiled
+      finish(self)
     self.vcode = [getattr(fn, "lanes", None) for fn in self.code]
 
   def source_at(self, ptx_line):

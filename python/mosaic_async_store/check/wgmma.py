@@ -1,0 +1,497 @@
+"""Family: WGMMA, the warpgroup's asynchronous matrix multiply-accumulate
+(``wgmma.fence``, ``wgmma.mma_async``, ``wgmma.commit_group``, ``wgmma.wait_group``).
+
+What it runs (the forms and layouts: ``wgmma_layout``; the ISA's sentences as recalled
+there, ``wgmma_layout.RULES``):
+
+  * every ``wgmma`` instruction is ``.sync.aligned``: the lanes of a warp meet at it
+    (``warp.aligned_collective``; a lane elsewhere is ``aligned-divergence``).  The
+    four warps of a warpgroup issue independently; the n-th ``wgmma.mma_async`` of each
+    warp is the warpgroup's n-th operation (``Entry``), which must be the same
+    instruction, with the same descriptors and scale operands, in the same group
+    (``wgmma-aligned``);
+  * an operation executes once its fourth warp has issued it: A (from shared memory
+    through its descriptor, or from the four warps' registers) and B are read through
+    the asynchronous proxy with the clock of all 128 issuing threads (a thread's
+    unfenced generic write is ``proxy-fence``; an unordered access, ``race``), and
+    D = (scale-a A) (scale-b B) + (scale-d ? C : 0) is formed: products and their sum
+    exact in float64 (int64 for the integer types), rounded once to the accumulator's
+    type (``wgmma_layout.encode_accumulator``; the ISA gives no accumulation order, so a
+    GPU's last bit may differ);
+  * C is each lane's accumulator registers at its issue, or, where an earlier
+    operation of the same shape still has them in flight, that operation's result
+    (the ISA's default ordering of accumulator accesses across same-shape operations);
+  * ``wgmma.commit_group`` closes the warp's open group; ``wgmma.wait_group N`` blocks
+    (``WgmmaWait``) until every group but the N newest has executed, then writes their
+    results into the lanes' registers, which are in flight until then: any other
+    instruction that reads or writes an accumulator or A-fragment register in flight
+    is ``wgmma-registers`` (a register guard, ``RegisterGuard``, wraps the instructions
+    that name them), and one accessed since the warp's last ``wgmma.fence`` (or with no
+    fence yet) when a ``wgmma.mma_async`` takes it is ``wgmma-fence``;
+  * the operations' shared-memory reads are known by a clock slot of the warpgroup
+    (``WGMMA_READS``) at their group's number: a thread whose ``wait_group`` covers the
+    group knows them (a buffer freed for a TMA load before then is a race).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from mosaic_async_store.check import access_core, findings, proxy, warp, waits
+from mosaic_async_store.check import wgmma_layout as layout
+from mosaic_async_store.check.addresses import SHARED_BASE
+from mosaic_async_store.check.memory import KernelFault, ProtocolError
+from mosaic_async_store.check.opcodes import Opcode
+from mosaic_async_store.check.outcomes import BLOCK
+from mosaic_async_store.check.shadow_runs import runs
+from mosaic_async_store.check.waits import Wait
+
+__all__ = ["OPCODES", "Warpgroup", "Entry", "WgmmaWait", "RegisterGuard", "WGMMA_READS"]
+
+WGMMA_READS = "wgmma group reads"
+
+
+class _Warp:
+  """One warp's WGMMA state: ``issued`` (its wgmma.mma_async so far), ``committed``
+  (its groups), ``written`` (operations whose results reached its registers),
+  ``inflight`` (register -> (operation index, "d" or "a")), ``touched`` (registers
+  that WGMMA operations take, accessed since its last wgmma.fence; None: no fence yet)."""
+
+  __slots__ = ("issued", "committed", "written", "inflight", "touched")
+
+  def __init__(self):
+    self.issued = self.committed = self.written = 0
+    self.inflight, self.touched = {}, None
+
+
+class Entry:
+  """The warpgroup's n-th wgmma.mma_async: ``pc``, ``form`` (``wgmma_layout.MmaForm``),
+  ``group``, ``operands`` (the descriptors and scale operands), per warp ``inputs``
+  (accumulator registers, their sources, A-fragment values) and ``vcs`` (its lanes'
+  clocks joined), ``out`` (per warp: register -> lane values) once executed."""
+
+  __slots__ = ("pc", "form", "group", "operands", "inputs", "vcs", "out")
+
+  def __init__(self, pc, form, group, operands):
+    self.pc, self.form, self.group, self.operands = pc, form, group, operands
+    self.inputs, self.vcs, self.out = [None] * 4, [None] * 4, None
+
+
+class Warpgroup:
+  """The WGMMA state of warpgroup ``index`` of CTA ``cta``: its ``warps``, its operations
+  (``entries``), how many have executed (``done``) and its clock slot (``slot``)."""
+
+  __slots__ = ("cta", "index", "warps", "entries", "done", "slot")
+
+  def __init__(self, k, cta, index):
+    self.cta, self.index, self.warps = cta, index, [_Warp() for _ in range(4)]
+    self.entries, self.done, self.slot = [], 0, None
+
+  def describe_access(self, slot, clk):
+    """(who, what is missing) for a race with the reads of group ``clk``."""
+    return (f"the wgmma.mma_async operations of group {clk} of CTA {self.cta} warpgroup "
+            f"{self.index} (reads)", "a wgmma.wait_group by that warpgroup that covers the "
+            "group, ordered before this access")
+
+  def last_in(self, w, limit):
+    """The index of warp ``w``'s last operation in a group up to ``limit`` (-1: none)."""
+    last = -1
+    for j in range(self.warps[w].issued):
+      if self.entries[j].group <= limit:
+        last = j
+    return last
+
+
+def _state(k, th):
+  """(warpgroup, warp index in it) of ``th``."""
+  key = (th.cta, th.tid // 128)
+  wg = k.wgmma.get(key)
+  if wg is None:
+    if k.block % 128:
+      raise NotImplementedError(f"wgmma in a block of {k.block} threads (the checker runs "
+                                "blocks of whole warpgroups)")
+    wg = k.wgmma[key] = Warpgroup(k, *key)
+  return wg, th.tid // 32 % 4
+
+
+def _fail(rule, wg, w, text):
+  return ProtocolError(rule, f"CTA {wg.cta} warpgroup {wg.index} warp {w}: {text}")
+
+
+# -- wgmma.fence, commit_group --------------------------------------------------------
+
+
+def _fence(k, ins):
+  if ins.mods != ["fence", "sync", "aligned"] or ins.ops:
+    raise NotImplementedError(f"opcode {ins.opcode}")
+
+  def resolve(lanes):
+    wg, w = _state(k, lanes[0])
+    wg.warps[w].touched = set()
+  return warp.aligned_collective(k, resolve)
+
+
+def _commit(k, ins):
+  if ins.mods != ["commit_group", "sync", "aligned"] or ins.ops:
+    raise NotImplementedError(f"opcode {ins.opcode}")
+
+  def resolve(lanes):
+    wg, w = _state(k, lanes[0])
+    wg.warps[w].committed += 1
+  return warp.aligned_collective(k, resolve)
+
+
+# -- wgmma.mma_async ------------------------------------------------------------------
+
+
+def _names(op, count, what):
+  if op[0] != "vec" or len(op[1]) != count or any(o[0] != "reg" for o in op[1]):
+    raise NotImplementedError(f"({what}: a vector of {count} registers)")
+  return [o[1] for o in op[1]]
+
+
+def _mma(k, ins):
+  form = layout.parse_form(ins.mods, ins.ops)
+  pc = len(k.program.code)
+  d_names = _names(ins.ops[0], form.d_count, "the accumulator")
+  a_names = _names(ins.ops[1], 4, "A's fragment") if form.a_regs else []
+  first_imm = 3   # d, a-desc or A's fragment, b-desc, scale-d, immediates
+  desc_a = None if form.a_regs else ins.src[1]
+  desc_b = ins.src[2]
+  scale_d = ins.src[first_imm]
+  imms = ins.ops[first_imm + 1:]
+  if any(o[0] != "imm" for o in imms):
+    raise NotImplementedError("(imm-scale-a, imm-scale-b and the transposes: immediates)")
+  imms = [o[1] for o in imms]
+  scale_a, scale_b = (imms[0], imms[1]) if form.imms else (1, 1)
+  trans = imms[2:] if form.transposable else []
+  trans_a, trans_b = (0, *trans) if form.a_regs and trans else (tuple(trans) or (0, 0))
+  if {scale_a, scale_b} - {1, -1} or {trans_a, trans_b} - {0, 1}:
+    raise NotImplementedError("(imm-scale-a / imm-scale-b are 1 or -1, the transposes 0 or 1)")
+  guard = k.program.finishers.setdefault("wgmma", RegisterGuard(k))
+  guard.registers.update(d_names, a_names)
+
+  def resolve(lanes):
+    wg, w = _state(k, lanes[0])
+    ws = wg.warps[w]
+    vals = lambda getter: [getter(th) for th in lanes]
+    operands = (_uniform(vals(desc_a)) if desc_a else None, _uniform(vals(desc_b)),
+                _uniform([int(v) & 1 for v in vals(scale_d)]), scale_a, scale_b, trans_a,
+                trans_b)
+    if ws.touched is None:
+      findings.report(k, _fail("wgmma-fence", wg, w, "wgmma.mma_async with no wgmma.fence "
+                               "before it (the warpgroup's first one needs one)"))
+    j, group = ws.issued, ws.committed + 1
+    sources = []
+    for name in d_names:
+      held = ws.inflight.get(name)
+      if held is not None and held[1] == "d" and wg.entries[held[0]].form.shape == form.shape:
+        sources.append(held[0])   # a same-shape accumulator chain: ordered by default
+      else:
+        sources.append(None)
+    _check_registers(k, wg, w, ws, d_names, sources, a_names)
+    c = np.array([[th.regs.get(n, 0) & 0xFFFFFFFF for n in d_names] for th in lanes],
+                 np.uint32)
+    a = (np.array([[th.regs.get(n, 0) & 0xFFFFFFFF for n in a_names] for th in lanes],
+                  np.uint32) if a_names else None)
+    if j == len(wg.entries):
+      wg.entries.append(Entry(pc, form, group, operands))
+    entry = wg.entries[j]
+    if entry.pc != pc or entry.group != group or entry.operands != operands:
+      if entry.pc == pc and entry.group == group:
+        raise NotImplementedError("(wgmma.mma_async whose descriptors or scale-d differ "
+                                  "between the warps of the warpgroup: the checker runs "
+                                  "warpgroup-uniform ones)")
+      what = "instruction" if entry.pc != pc else "group"
+      raise _fail("wgmma-aligned", wg, w, f"its wgmma.mma_async number {j + 1} differs "
+                  f"from another warp's in its {what}: all threads of the warpgroup must "
+                  "execute the same one")
+    entry.inputs[w] = (d_names, sources, c, a)
+    entry.vcs[w] = k.lane_clocks(lanes).max(axis=0)
+    ws.issued += 1
+    for name in d_names:
+      ws.inflight[name] = (j, "d")
+    for name in a_names:
+      ws.inflight[name] = (j, "a")
+    for th in lanes:   # its later accesses are not before the operation's
+      th.vc[th.slot] += 1
+    if all(x is not None for x in entry.inputs):
+      _execute(k, wg, j)
+      k.dirty = True
+  return warp.aligned_collective(k, resolve)
+
+
+def _uniform(values):
+  """The one value every lane of a warp gives (descriptors, scale-d)."""
+  if len(set(values)) != 1:
+    raise NotImplementedError("(wgmma.mma_async whose descriptors or scale-d differ between "
+                              "the lanes of a warp: the checker runs warpgroup-uniform ones)")
+  return values[0]
+
+
+def _check_registers(k, wg, w, ws, d_names, sources, a_names):
+  """``wgmma-registers`` for a register in flight that is not a same-shape accumulator
+  chain; ``wgmma-fence`` for one accessed since the warp's last wgmma.fence."""
+  for name, src in zip(d_names + a_names, sources + [None] * len(a_names)):
+    if src is None and name in ws.inflight:
+      findings.report(k, _fail("wgmma-registers", wg, w, f"wgmma.mma_async takes {name}, "
+                               "which an earlier wgmma.mma_async (of another shape, or as "
+                               "A's fragment) still has in flight: a wgmma.wait_group "
+                               "covering it must come first"))
+      return
+    if src is None and ws.touched and name in ws.touched:
+      findings.report(k, _fail("wgmma-fence", wg, w, f"{name} was accessed since the warp's "
+                               "last wgmma.fence and a wgmma.mma_async takes it: a "
+                               "wgmma.fence must come between"))
+      return
+
+
+class _Op:
+  """An executing operation as ``access_core`` names it (an asynchronous operation)."""
+
+  __slots__ = ("th", "insn", "opcode", "text", "fenced", "fenced_global", "completion")
+
+  def __init__(self, th, insn, opcode, text, fenced):
+    self.th, self.insn, self.opcode, self.text = th, insn, opcode, text
+    self.fenced, self.fenced_global, self.completion = fenced, None, None
+
+
+def _execute(k, wg, j):
+  """The warpgroup's operation ``j`` executes: its reads of shared memory, then D."""
+  entry, form = wg.entries[j], wg.entries[j].form
+  if wg.slot is None:
+    wg.slot = k.slots.allocate(WGMMA_READS, wg)
+  vc = np.maximum.reduce(entry.vcs)
+  first = k.threads[wg.cta * k.block + wg.index * 128]
+  op = _Op(first, entry.pc, k.program.texts[entry.pc].split(" ")[0],
+           f"CTA {wg.cta} warpgroup {wg.index}: {k.program.texts[entry.pc].split(' ')[0]}",
+           proxy.fenced(k, vc))
+  desc_a, desc_b, scale_d, scale_a, scale_b, trans_a, trans_b = entry.operands
+  stamp = (wg.slot, entry.group, entry.pc)
+  if form.a_regs:
+    a = _a_from_registers(entry, form)
+  else:
+    a = _read(k, wg, op, vc, stamp, desc_a, 64, form, form.atype, trans_a)
+  b = _read(k, wg, op, vc, stamp, desc_b, form.n, form, form.btype, trans_b)
+  d = (a * scale_a) @ (b * scale_b).T
+  if scale_d:
+    d = d + _accumulator_in(wg, entry, form)
+  entry.out = [_accumulator_out(d[16 * w:16 * w + 16], entry.inputs[w][0], form)
+               for w in range(4)]
+  wg.done = j + 1
+
+
+def _read(k, wg, op, vc, stamp, desc, rows, form, atype, mn_major):
+  """A ``rows`` x K operand read through descriptor ``desc``: checked and recorded as
+  read by the operation (the asynchronous proxy), as exact values."""
+  size = form.elem_bytes
+  addrs = layout.operand_addresses(layout.decode_descriptor(desc), rows, form.k, size,
+                                   bool(mn_major)) - SHARED_BASE
+  smem = k.smem[wg.cta]
+  if addrs.min() < 0 or addrs.max() + size > len(smem):
+    raise KernelFault(f"CTA {wg.cta} warpgroup {wg.index}: wgmma.mma_async's descriptor "
+                      f"{desc:#x} reads outside the CTA's {len(smem)} bytes of shared memory")
+  at = sorted(set((addrs[..., None] + np.arange(size)).ravel().tolist()))
+  for lo, count in runs(at, 1):
+    access_core.check_and_record(k, op, vc, wg.cta, lo, count, write=False, stamp=stamp,
+                                 proxy_kind="async")
+  raw = np.frombuffer(smem, np.uint8)[addrs[..., None] + np.arange(size)]
+  return layout.elements(raw, atype)
+
+
+def _a_from_registers(entry, form):
+  """A (64 x K) from the four warps' fragment registers."""
+  size, per = form.elem_bytes, 4 // form.elem_bytes
+  rows, cols = layout.a_register_map(form.k, size)
+  a = np.zeros((64, form.k), np.float64 if form.atype not in ("s8", "u8") else np.int64)
+  for w in range(4):
+    regs = entry.inputs[w][3]   # uint32 [32, 4]
+    raw = regs.astype("<u4").view(np.uint8).reshape(32, 4, per, size)
+    a[rows + 16 * w, cols] = layout.elements(raw, form.atype)
+  return a
+
+
+def _accumulator_in(wg, entry, form):
+  """C (64 x N): each warp's registers at its issue, or the chained operation's result."""
+  c = np.zeros((64, form.n), np.int64 if form.dtype == "s32" else np.float64)
+  rows, cols = layout.accumulator_map(form.n, form.dtype)
+  for w in range(4):
+    names, sources, values, _ = entry.inputs[w]
+    values = values.copy()
+    for i, (name, src) in enumerate(zip(names, sources)):
+      if src is not None:
+        values[:, i] = wg.entries[src].out[w][name]
+    c[rows + 16 * w, cols] = _decode(values, form.dtype)
+  return c
+
+
+def _decode(bits, dtype):
+  """Register bits (uint32 [32, registers]) as accumulator values [32, registers, per]."""
+  if dtype == "f32":
+    return bits.view(np.float32)[..., None].astype(np.float64)
+  if dtype == "s32":
+    return bits.view(np.int32)[..., None].astype(np.int64)
+  halves = np.stack([bits & 0xFFFF, bits >> 16], axis=-1).astype(np.uint16)
+  return halves.view(np.float16).astype(np.float64)
+
+
+def _accumulator_out(d, names, form):
+  """A warp's 16 rows of D as its lanes' register values: register -> uint32 [32]."""
+  rows, cols = layout.accumulator_map(form.n, form.dtype)
+  bits = layout.encode_accumulator(d[rows, cols], form.dtype, form.satfinite)
+  return {name: bits[:, i] for i, name in enumerate(names)}
+
+
+# -- wgmma.wait_group -----------------------------------------------------------------
+
+
+class WgmmaWait(Wait):
+  """``wgmma.wait_group N`` blocked: the warp's lanes meet (``.aligned``) and go on
+  once every group up to ``limit`` has executed."""
+
+  __slots__ = ("limit", "pc")
+  grouped = True
+
+  def __init__(self, limit, pc):
+    self.limit, self.pc = limit, pc
+
+  def on_block(self, k, th) -> None:
+    k.dirty = True
+
+  @classmethod
+  def resolve_group(cls, k, threads) -> bool:
+    warps, woke = {}, False
+    for th in threads:
+      warps.setdefault((th.cta, th.tid // 32), []).append(th)
+    for (cta, w), lanes in warps.items():
+      if len(lanes) != len(warp.live_lanes(k, cta, w, warp.FULL)):
+        continue
+      first = lanes[0].wait
+      if len(lanes) != 32 or any(th.wait.pc != first.pc for th in lanes):
+        text, line = k.program.texts[first.pc], k.program.lines[first.pc]
+        raise ProtocolError("aligned-divergence", f"CTA {cta} warp {w} meets at `{text}` "
+                            f"(PTX line {line}) with {len(lanes)} lanes: an .aligned "
+                            "instruction needs all 32", cta=cta, thread=lanes[0].tid,
+                            ptx_line=line, instruction=text)
+      wg, wi = _state(k, lanes[0])
+      last = wg.last_in(wi, first.limit)
+      if last >= wg.done:
+        continue
+      _write_back(wg, wi, last, lanes, first.limit)
+      for th in lanes:
+        waits.resume(k, th)
+      woke = True
+    return woke
+
+  def describe(self, k, th) -> tuple[int, str]:
+    wg, w = _state(k, th)
+    missing = [i for i, x in enumerate(wg.entries[wg.done].inputs) if x is None] \
+        if wg.done < len(wg.entries) else []
+    return th.pc, (f"wgmma groups up to {self.limit} of CTA {th.cta} warpgroup {wg.index} "
+                   f"(warps {missing} of the warpgroup have not issued its wgmma.mma_async "
+                   f"number {wg.done + 1})")
+
+
+def _write_back(wg, w, last, lanes, limit):
+  """The results of warp ``w``'s operations up to ``last`` reach its lanes' registers;
+  those registers are no longer in flight; the lanes know the groups' reads."""
+  ws = wg.warps[w]
+  for j in range(ws.written, last + 1):
+    for name, vals in wg.entries[j].out[w].items():
+      for th, v in zip(lanes, vals.tolist()):
+        th.regs[name] = v
+  ws.written = max(ws.written, last + 1)
+  ws.inflight = {n: held for n, held in ws.inflight.items() if held[0] > last}
+  if wg.slot is not None:
+    for th in lanes:
+      th.vc[wg.slot] = max(int(th.vc[wg.slot]), limit)
+
+
+def _wait(k, ins):
+  if ins.mods != ["wait_group", "sync", "aligned"] or len(ins.ops) != 1 or \
+     ins.ops[0][0] != "imm":
+    raise NotImplementedError(f"opcode {ins.opcode} (wgmma.wait_group.sync.aligned N)")
+  keep, pc = ins.ops[0][1], len(k.program.code)
+
+  def wait(th):
+    wg, w = _state(k, th)
+    th.wait = WgmmaWait(wg.warps[w].committed - keep, pc)
+    return BLOCK
+  return wait
+
+
+# -- the register guard ---------------------------------------------------------------
+
+
+class RegisterGuard:
+  """Run once the kernel is compiled (``Program.finishers``): wraps every instruction
+  other than ``wgmma`` that names a register some ``wgmma.mma_async`` takes
+  (``registers``), so that each execution checks it against the warp's registers in
+  flight (``wgmma-registers``) and records it as accessed since the last wgmma.fence."""
+
+  def __init__(self, k):
+    self.k, self.registers = k, set()
+
+  def __call__(self, program):
+    for i, text in enumerate(program.texts):
+      named = self.registers.intersection(re.findall(r"%\w+", text))
+      if named and not text.startswith("wgmma.") and program.code[i] is not None:
+        program.code[i] = self._wrap(program.code[i], frozenset(named), i)
+
+  def _wrap(self, fn, named, pc):
+    k, guard = self.k, getattr(fn, "guard", None)
+
+    def touch(th):
+      if guard is not None and th.regs.get(guard[0]) != guard[1]:
+        return
+      wg = k.wgmma.get((th.cta, th.tid // 128))
+      if wg is None:
+        return
+      ws = wg.warps[th.tid // 32 % 4]
+      if ws.touched is not None:
+        ws.touched |= named
+      hit = named.intersection(ws.inflight)
+      if hit:
+        findings.report(k, _fail("wgmma-registers", wg, th.tid // 32 % 4,
+                                 f"{min(hit)} is accessed while a wgmma.mma_async still has "
+                                 "it in flight (no wgmma.wait_group covering that operation "
+                                 "came before)"))
+
+    def guarded(th):
+      touch(th)
+      return fn(th)
+    inner = getattr(fn, "lanes", None)
+    if inner is not None:
+      def guarded_lanes(lanes):
+        for th in lanes:
+          touch(th)
+        return inner(lanes)
+      guarded.lanes = guarded_lanes
+    return guarded
+
+
+OPCODES = {
+    "wgmma": Opcode(
+        lambda k, ins: {"fence": _fence, "commit_group": _commit, "wait_group": _wait,
+                        "mma_async": _mma}.get(ins.mods[0] if ins.mods else "",
+                                               _refuse)(k, ins),
+        ("wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned",
+         "wgmma.wait_group.sync.aligned 1",
+         "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%r1, %r2, %r3, %r4}, %rd1, "
+         "%rd2, %p1, 1, 1, 0, 1",
+         "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%r1, %r2, %r3, %r4}, "
+         "{%r5, %r6, %r7, %r8}, %rd2, %p1, 1, -1, 1",
+         "wgmma.mma_async.sync.aligned.m64n8k32.s32.s8.u8 {%r1, %r2, %r3, %r4}, %rd1, %rd2, "
+         "%p1"),
+        ("wgmma.mma_async.sp.sync.aligned.m64n8k32.f32.f16.f16 {%r1, %r2, %r3, %r4}, %rd1, "
+         "%rd2, %r5, 0, %p1, 1, 1, 0, 1",
+         "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.bf16 {%r1, %r2, %r3, %r4}, %rd1, "
+         "%rd2, %p1, 1, 1, 0, 1",
+         "wgmma.wait_group.sync.aligned %r1", "wgmma.fence.aligned")),
+}
+
+
+def _refuse(k, ins):
+  raise NotImplementedError(f"opcode {ins.opcode}")
