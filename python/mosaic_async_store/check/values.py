@@ -196,12 +196,17 @@ def _setp(k, ins):
      boolop not in (None, "and", "or", "xor") or len(ins.ops) != (4 if boolop else 3) or \
      ins.ops[0][0] not in ("reg", "pair"):
     _refuse(ins)
-  a, b, bits, method = ins.src[1], ins.src[2], ins.bits, _CMP[cmp]
+  bits, method = ins.bits, _CMP[cmp]
+  ops, srcs = list(ins.ops[1:3]), list(ins.src[1:3])
+  for i, op in enumerate(ops):   # an unsigned comparison's immediate is its bits (-2: 2^n - 2)
+    if op[0] == "imm" and not ins.signed and op[1] != op[1] & ((1 << bits) - 1):
+      ops[i] = ("imm", op[1] & ((1 << bits) - 1))
+      srcs[i] = program.Program.getter(None, ops[i])
+  a, b = srcs
   if ins.ops[0][0] == "reg" and boolop is None:
     put = program.setter(ins.ops[0], 1)
     if not ins.signed:   # the same comparison of two ints, inlined
-      return _fused(put, ins.ops[0], 1, getattr(operator, method.strip("_")), ins.ops[1:],
-                    ins.src[1:])
+      return _fused(put, ins.ops[0], 1, getattr(operator, method.strip("_")), ops, srcs)
     return lambda th: put(th, getattr(sign_extend(a(th), bits), method)(
         sign_extend(b(th), bits)))
   dests = ins.ops[0][1:] if ins.ops[0][0] == "pair" else (ins.ops[0],)
