@@ -117,6 +117,23 @@ def _float_lane_ref(base, fmt, mods, lanes):
     if vals[0] == vals[1] == 0 and lanes[0] != lanes[1]:
       return None
     return lanes[0] if (vals[0] <= vals[1]) == (base == "min") else lanes[1]
+  if base == "ex2":   # (the ISA bounds the error; the checker gives 2^x to within an ulp:
+    if vals[0] is None:   # NumPy's exp2 in float64, rounded once to f32, is that value)
+      return None
+    with np.errstate(over="ignore", under="ignore"):
+      out = int(np.float32(np.exp2(np.float64(vals[0]))).view(np.uint32))
+    return 0 if "ftz" in mods and out & (sign - 1) < 1 << man else out
+  if base == "div":
+    if None in vals or (vals[0] == 0 and vals[1] == 0) or \
+       all(v in (float("inf"), float("-inf")) for v in vals):
+      return None
+    negative = (lanes[0] ^ lanes[1]) & sign
+    if vals[1] == 0 or vals[0] in (float("inf"), float("-inf")):
+      return negative | ((1 << _FMT[fmt][0]) - 1) << man
+    if vals[0] == 0 or vals[1] in (float("inf"), float("-inf")):
+      return negative
+    out = _round(fmt, fractions.Fraction(vals[0]) / fractions.Fraction(vals[1]), mode)
+    return out & sign if "ftz" in mods and out & (sign - 1) < 1 << man else out
   if None in vals or any(v in (float("inf"), float("-inf")) for v in vals):
     f = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
          "fma": lambda a, b, c: a * b + c}[base]

@@ -1029,12 +1029,7 @@ KERNELS: tuple[UpstreamTma, ...] = tuple(_entry(*row) for row in (
      "TMA_STORE COMMIT WAIT WAIT_READ PROXY_FENCE"),
     ("different_delay_release", "WarpSpecializedPipelineTest",
      "test_different_delay_release", different_delay_release,
-     "TMA_LOAD TMA_STORE COMMIT WAIT WAIT_READ EXPECT_TX PROXY_FENCE",
-     dict(finding=("early-read", "race", "exit", "arrival-overflow"),
-          why="specs with different delay_release share one barrier per slot, so a phase "
-          "counts the arrivals and loads of different steps: a warp's arrival for the next "
-          "use overruns the phase, a load overwrites a slot whose data is still read, and "
-          "the last phases are never waited for")),
+     "TMA_LOAD TMA_STORE COMMIT WAIT WAIT_READ EXPECT_TX PROXY_FENCE", {}),
     ("pipeline_oob_mode", "PipelineTest", "test_pipeline_oob_mode",
      pipeline_oob_mode,
      "BULK_LOAD BULK_STORE COMMIT WAIT WAIT_READ EXPECT_TX PROXY_FENCE",

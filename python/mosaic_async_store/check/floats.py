@@ -45,7 +45,11 @@ import math
 import re
 from fractions import Fraction
 
+import ml_dtypes
+import numpy as np
+
 __all__ = ["FLOAT_OPS", "FLOAT_TYPE", "FORMATS", "Format", "float_op", "float_cvt",
+           "float_cvt_lanes", "bits_type_of",
            "reduce_add"]
 
 # A floating-point type qualifier: f16, f32, f64, bf16, f16x2, bf16x2, tf32, e4m3x2, ...
@@ -314,6 +318,20 @@ def _reduce_fn(t, ftz):
                   f"red.add.{t} ({'global' if ftz else 'shared'} memory)")
 
 
+# Conversions between f32 and f16 / bf16 rounded to nearest even, which NumPy (f16) and
+# ml_dtypes (bf16) compute exactly so (subnormals and overflow to infinity included):
+# (source, destination) -> (NumPy source type, destination type, source bits type).
+_NUMPY_RN = {(FORMATS["f32"], FORMATS["f16"]): (np.float32, np.float16, np.uint32),
+             (FORMATS["f32"], FORMATS["bf16"]): (np.float32, ml_dtypes.bfloat16, np.uint32),
+             (FORMATS["f16"], FORMATS["f32"]): (np.float16, np.float32, np.uint16),
+             (FORMATS["bf16"], FORMATS["f32"]): (ml_dtypes.bfloat16, np.float32, np.uint16)}
+
+
+def bits_type_of(fmt: Format):
+  """The unsigned NumPy type of ``fmt``'s bit patterns."""
+  return {16: np.uint16, 32: np.uint32}[fmt.bits]
+
+
 def float_cvt(mods: list[str], opcode: str, nsrc: int):
   """(function of the source bit patterns, destination bits) of a ``cvt`` between
   float types (module docstring), or NotImplementedError naming it."""
@@ -338,7 +356,55 @@ def float_cvt(mods: list[str], opcode: str, nsrc: int):
   raise NotImplementedError(f"opcode {opcode}")
 
 
+def float_cvt_lanes(mods: list[str], nsrc: int):
+  """The warp form of the ``cvt`` that ``float_cvt`` runs through NumPy (rounded to
+  nearest, between f32 and f16 / bf16, packed or not): a function of one uint64 array
+  of source bit patterns per operand (one element per lane) -> the destination bit
+  patterns (a list), or None where a lane holds a NaN (then lane by lane: refused);
+  None where the conversion is not one of these."""
+  types = [m for m in mods if FLOAT_TYPE.match(m)]
+  if len(types) != 2 or [m for m in mods if m not in types] != ["rn"] * (types[1] == "f32"):
+    return None
+  dst, src = types
+  lane = {"f16x2": "f16", "bf16x2": "bf16"}.get(dst, dst)
+  fast = _NUMPY_RN.get((FORMATS.get(src), FORMATS.get(lane)))
+  if fast is None or nsrc != (2 if lane != dst else 1):
+    return None
+  src_type, dst_type, bits_type = fast
+  out_bits = bits_type_of(FORMATS[lane])
+
+  def convert(bits):
+    x = (bits & ((1 << FORMATS[src].bits) - 1)).astype(bits_type).view(src_type)
+    if np.isnan(x.astype(np.float32)).any():
+      return None
+    with np.errstate(over="ignore"):
+      return x.astype(dst_type).view(out_bits).astype(np.uint64)
+
+  def run(*columns):
+    parts = [convert(c) for c in columns]
+    if any(p is None for p in parts):
+      return None
+    if len(parts) == 1:
+      return parts[0].tolist()
+    return ((parts[0] << np.uint64(16)) | parts[1]).tolist()   # (d = {a, b}: a high)
+  return run
+
+
 def _convert(src: Format, dst: Format, mode: str, satfinite: bool, opcode: str):
+  fast = _NUMPY_RN.get((src, dst)) if mode == "rn" and not satfinite else None
+  if fast is not None:   # the same rounding (test_float_ops checks), at NumPy's speed
+    src_type, dst_type, bits_type = fast
+    nan_exp = ((1 << src.exp_bits) - 1) << src.man_bits
+
+    def cvt_numpy(a):
+      a &= (1 << src.bits) - 1
+      if a & nan_exp == nan_exp and a & ((1 << src.man_bits) - 1):
+        raise NotImplementedError(f"{opcode} of a NaN (the result's bit pattern is not "
+                                  "modelled)")
+      with np.errstate(over="ignore"):   # (rounding to nearest: an overflow is infinity)
+        return int(bits_type(a).view(src_type).astype(dst_type).view(bits_type_of(dst)))
+    return cvt_numpy
+
   def cvt(a):
     x = decode(src, a & ((1 << src.bits) - 1))
     if x == NAN:

@@ -119,14 +119,21 @@ def _read(k, op) -> list:
   stamp = (*_stamp(k, op, True), op.insn)
   kind, where = op.src
   mem = k.smem[where] if kind == "smem" else where
-  out = []
-  for _, s, n in op.moves:
-    if s is None:
-      out.append(None)
-      continue
-    access_core.check_and_record(k, op, op.vc, where, s, n, write=False, stamp=stamp,
+  for lo, n in _merged((s, n) for _, s, n in op.moves if s is not None):
+    access_core.check_and_record(k, op, op.vc, where, lo, n, write=False, stamp=stamp,
                                  proxy_kind="async")
-    out.append(bytes(mem[s:s + n]))
+  return [None if s is None else bytes(mem[s:s + n]) for _, s, n in op.moves]
+
+
+def _merged(spans):
+  """(offset, bytes) spans as the fewest runs covering the same bytes: checking a copy's
+  bytes run by run is the same as move by move (a move's bytes are checked alike)."""
+  out = []
+  for lo, n in sorted(spans):
+    if out and lo <= out[-1][0] + out[-1][1]:
+      out[-1][1] = max(out[-1][1], lo + n - out[-1][0])
+    else:
+      out.append([lo, n])
   return out
 
 
@@ -140,11 +147,12 @@ def _write(k, op):
     for w in op.writes:
       k.shadow[where].mark_inflight(w.off, w.nbytes, -1, atomic=red is not None)
   mem = k.smem[where] if kind == "smem" else where
-  for (d, s, n), data in zip(op.moves, op.data):
-    if data is None and kind != "smem":
-      continue
-    access_core.check_and_record(k, op, op.vc, where, d, n, write=True, stamp=stamp,
+  landing = [(move, data) for move, data in zip(op.moves, op.data)
+             if data is not None or kind == "smem"]
+  for lo, n in _merged((d, n) for (d, _, n), _ in landing):
+    access_core.check_and_record(k, op, op.vc, where, lo, n, write=True, stamp=stamp,
                                  proxy_kind="async", atomic=red is not None)
+  for (d, s, n), data in landing:
     if red is None:
       access_core.write_values(k, mem, d, n, [int.from_bytes(data or bytes(n), "little")],
                                None, weak=True)

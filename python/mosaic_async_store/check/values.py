@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import operator
 
+import numpy as np
+
 from mosaic_async_store.check import addresses, contraction, program
-from mosaic_async_store.check.floats import FLOAT_TYPE, float_cvt, float_op
+from mosaic_async_store.check.floats import FLOAT_TYPE, float_cvt, float_cvt_lanes, float_op
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.ops import (ALU, TYPE, UNDEFINED, bfe, bfi, bits_of, prmt,
                                           sign_extend)
@@ -229,7 +231,22 @@ def _cvt(k, ins):
   if any(FLOAT_TYPE.match(m) for m in ins.mods):
     fn, dbits = float_cvt(ins.mods, ins.opcode, len(ins.ops) - 1)   # or refused
     put, args = program.setter(ins.ops[0], dbits), ins.src[1:]
-    return lambda th: put(th, fn(*(a(th) for a in args)))
+    def cvt(th):
+      put(th, fn(*(a(th) for a in args)))
+    vec = float_cvt_lanes(ins.mods, len(ins.ops) - 1)
+    if vec is None or ins.ops[0][0] != "reg" or any(o[0] != "reg" for o in ins.ops[1:]):
+      return cvt
+    d, names = ins.ops[0][1], [o[1] for o in ins.ops[1:]]
+    def cvt_lanes(lanes):   # the lanes' sources as NumPy columns, converted at once
+      out = vec(*(np.fromiter((th.regs.get(n, UNDEFINED) for th in lanes), np.uint64,
+                              len(lanes)) for n in names))
+      if out is None:   # (a NaN: lane by lane, which refuses it by name)
+        for th in lanes:
+          cvt(th)
+        return
+      for th, v in zip(lanes, out):
+        th.regs[d] = v
+    return _with_lanes(cvt, cvt_lanes)
   types = ins.types
   if len(types) != 2 or len(ins.mods) != 2 or "f" in types[0][0] + types[1][0]:
     _refuse(ins)

@@ -35,6 +35,7 @@ there, ``wgmma_layout.RULES``):
 
 from __future__ import annotations
 
+import operator
 import re
 
 import numpy as np
@@ -44,8 +45,9 @@ from mosaic_async_store.check import wgmma_layout as layout
 from mosaic_async_store.check.addresses import SHARED_BASE
 from mosaic_async_store.check.memory import KernelFault, ProtocolError
 from mosaic_async_store.check.opcodes import Opcode
+from mosaic_async_store.check.ops import UNDEFINED
 from mosaic_async_store.check.outcomes import BLOCK
-from mosaic_async_store.check.shadow_runs import runs
+from mosaic_async_store.check.shadow_runs import record_disjoint, runs
 from mosaic_async_store.check.waits import Wait
 
 __all__ = ["OPCODES", "Warpgroup", "Entry", "WgmmaWait", "RegisterGuard", "WGMMA_READS"]
@@ -170,6 +172,7 @@ def _mma(k, ins):
   trans_a, trans_b = (0, *trans) if form.a_regs and trans else (tuple(trans) or (0, 0))
   if {scale_a, scale_b} - {1, -1} or {trans_a, trans_b} - {0, 1}:
     raise NotImplementedError("(imm-scale-a / imm-scale-b are 1 or -1, the transposes 0 or 1)")
+  d_get, a_get = operator.itemgetter(*d_names), operator.itemgetter(*a_names or ["-"])
   guard = k.program.finishers.setdefault("wgmma", RegisterGuard(k))
   guard.registers.update(d_names, a_names)
 
@@ -192,10 +195,8 @@ def _mma(k, ins):
       else:
         sources.append(None)
     _check_registers(k, wg, w, ws, d_names, sources, a_names)
-    c = np.array([[th.regs.get(n, 0) & 0xFFFFFFFF for n in d_names] for th in lanes],
-                 np.uint32)
-    a = (np.array([[th.regs.get(n, 0) & 0xFFFFFFFF for n in a_names] for th in lanes],
-                  np.uint32) if a_names else None)
+    c = _registers(lanes, d_names, d_get)
+    a = _registers(lanes, a_names, a_get) if a_names else None
     if j == len(wg.entries):
       wg.entries.append(Entry(pc, form, group, operands))
     entry = wg.entries[j]
@@ -221,6 +222,17 @@ def _mma(k, ins):
       _execute(k, wg, j)
       k.dirty = True
   return warp.aligned_collective(k, resolve)
+
+
+def _registers(lanes, names, get):
+  """The 32-bit values of registers ``names`` in each of ``lanes``: uint32 [lanes,
+  names] (a register never written reads as ``ops.UNDEFINED``'s low bits)."""
+  try:
+    rows = [get(th.regs) for th in lanes]
+  except KeyError:
+    rows = [[th.regs.get(n, UNDEFINED) for n in names] for th in lanes]
+  return (np.array(rows, np.uint64).reshape(len(lanes), len(names)) & 0xFFFFFFFF
+          ).astype(np.uint32)
 
 
 def _uniform(values):
@@ -293,10 +305,20 @@ def _read(k, wg, op, vc, stamp, desc, rows, form, atype, mn_major):
   if addrs.min() < 0 or addrs.max() + size > len(smem):
     raise KernelFault(f"CTA {wg.cta} warpgroup {wg.index}: wgmma.mma_async's descriptor "
                       f"{desc:#x} reads outside the CTA's {len(smem)} bytes of shared memory")
-  at = sorted(set((addrs[..., None] + np.arange(size)).ravel().tolist()))
-  for lo, count in runs(at, 1):
-    access_core.check_and_record(k, op, vc, wg.cta, lo, count, write=False, stamp=stamp,
-                                 proxy_kind="async")
+  # Whole 16-byte chunks (a core matrix row; the swizzle moves chunks): each operand's
+  # elements fill the chunks they touch, so the chunks are exactly the bytes read.
+  chunks = np.unique(addrs // 16).tolist()
+  at = [16 * c for c in chunks]
+  spans, sh = runs(at, 16), k.shadow[wg.cta]
+  for lo, count in spans:
+    proxy.check_source(k, op, sh, wg.cta, lo, 16 * count)
+  unread = all(sh.readers[lo:lo + 16 * n].count(None) == 16 * n for lo, n in spans)
+  if not unread or not record_disjoint(sh, at, 16, write=False, matrix=vc[None, :],
+                         rows=np.zeros(len(at), np.intp), slots=stamp[0], clocks=stamp[1],
+                         insn=stamp[2], spans=spans):   # (at once, or run by run:)
+    for lo, count in spans:
+      access_core.check_shared(k, vc, None, wg.cta, lo, 16 * count, write=False,
+                               atomic=False, who=op, stamp=stamp)
   raw = np.frombuffer(smem, np.uint8)[addrs[..., None] + np.arange(size)]
   return layout.elements(raw, atype)
 
@@ -464,9 +486,12 @@ class RegisterGuard:
       return fn(th)
     inner = getattr(fn, "lanes", None)
     if inner is not None:
-      def guarded_lanes(lanes):
-        for th in lanes:
-          touch(th)
+      def guarded_lanes(lanes):   # (one warp: one state; the guard is each lane's)
+        if guard is None:
+          touch(lanes[0])
+        else:
+          for th in lanes:
+            touch(th)
         return inner(lanes)
       guarded.lanes = guarded_lanes
     return guarded
