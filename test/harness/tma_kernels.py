@@ -233,6 +233,30 @@ def warp_specialized_copy(interpret=None):
   return jax.jit(kernel), _inputs((m, n))
 
 
+class _FourSms:
+  """What upstream's mixed-type matmul asks of the default device: its SM count."""
+
+  @staticmethod
+  def get_default_device():
+    return type("Device", (), {"core_count": 4})()
+
+
+def mixed_type_matmul():
+  """Upstream's mixed-type matmul (pallas/ops/gpu/hopper_mixed_type_matmul_mgpu.py): int8
+  A converted to bf16 in registers (WGMMA's A from registers), bf16 B by TMA, bf16 out;
+  256x128x256 on 4 SMs."""
+  from jax.experimental.pallas.ops.gpu import hopper_mixed_type_matmul_mgpu as mm
+  m, k, n = 256, 128, 256
+  config = mm.TuningConfig(tile_m=128, tile_n=128, tile_k=64, max_concurrent_steps=2)
+  fn = _Deferred(jax.jit(lambda a, b: mm.mixed_matmul_kernel(a, b, out_dtype=jnp.bfloat16,
+                                                             config=config)),
+                 lambda: _patched(mm, "backend", _FourSms))
+  rng = np.random.default_rng(0)
+  a = rng.integers(-128, 128, (m, k)).astype(np.int8)
+  b = rng.uniform(-1, 1, (k, n)).astype(jnp.bfloat16)
+  return fn, (a, b)
+
+
 def realistic_matmul():
   """Upstream's test_realistic_matmul (PipelineSm90ATest) on a 2x2 grid: a
   ``pl.pallas_call`` whose body runs ``emit_pipeline`` over K with WGMMA and
@@ -276,11 +300,12 @@ def realistic_matmul():
 SMALL = {f.__name__: f for f in (tma_round_trip_lane, tma_round_trip_warpgroup,
                                  wgmma_matmul, pipelined_add, multicast_copy)}
 PRODUCTION = {f.__name__: f for f in (hopper_matmul, hopper_matmul_cluster, flash_attention,
-                                      warp_specialized_copy, realistic_matmul)}
+                                      warp_specialized_copy, realistic_matmul,
+                                      mixed_type_matmul)}
 ALL = {**SMALL, **PRODUCTION}
 # The kernels that multiply with WGMMA (sm_90a only: Blackwell has tcgen05 instead).
 WGMMA = ("wgmma_matmul", "hopper_matmul", "hopper_matmul_cluster", "flash_attention",
-         "realistic_matmul")
+         "realistic_matmul", "mixed_type_matmul")
 # The kernels whose warpgroups re-balance registers with setmaxnreg.
 SETMAXNREG = ("hopper_matmul", "hopper_matmul_cluster", "flash_attention",
               "warp_specialized_copy")
