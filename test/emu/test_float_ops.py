@@ -101,7 +101,7 @@ def test_ftz_flushes_subnormal_inputs_and_results():
 
 
 @pytest.mark.parametrize("op", ["mul.f64", "add.sat.f32", "setp.lt.f32", "cvt.rn.f32.s32",
-                                "ex2.approx.f32", "fma.f32", "min.xorsign.abs.f32",
+                                "ex2.f32", "div.full.f32", "fma.f32", "min.xorsign.abs.f32",
                                 "add.ftz.bf16", "max.relu.f32", "add.rn.rz.f32",
                                 "cvt.rn.e4m3x2.f32", "cvt.rn.relu.f16x2.f32"])
 def test_what_is_not_exact_is_refused_by_name_at_parse(op):

@@ -103,6 +103,39 @@ def wgmma_matmul():
   return jax.jit(matmul), _inputs((m, k), (k, n))
 
 
+def wgmma_after_generic_write(overwrite_before_wait=False):
+  """``pl.pallas_call``: A arrives by TMA, the threads write A + 1 into a second SMEM
+  buffer (generic stores), ``commit_smem`` (the proxy fence), then WGMMA reads that
+  buffer: (A + 1) @ B, 128x128x64 f16.  ``overwrite_before_wait``: the threads zero the
+  buffer after issuing the WGMMA and before waiting for it (a bug: a race with its
+  reads)."""
+  m = n = 128
+  k = 64
+  transforms = _transforms(jnp.float16)
+
+  def body(a_smem, b_smem, o_smem, acc, a2_smem):
+    a2_smem[...] = a_smem[...] + jnp.float16(1)
+    plgpu.commit_smem()
+    plgpu.wgmma(acc, a2_smem, b_smem)
+    if overwrite_before_wait:
+      a2_smem[...] = jnp.zeros_like(a2_smem)
+    plgpu.wgmma_wait(0)
+    o_smem[...] = acc[...].astype(jnp.float16)
+
+  def matmul(a, b):   # built while traced (module docstring)
+    return pl.pallas_call(
+        body,
+        in_specs=[plgpu.BlockSpec((m, k), lambda: (0, 0), transforms=transforms),
+                  plgpu.BlockSpec((k, n), lambda: (0, 0), transforms=transforms)],
+        out_specs=plgpu.BlockSpec((m, n), lambda: (0, 0), transforms=transforms),
+        out_shape=jax.ShapeDtypeStruct((m, n), jnp.float16),
+        scratch_shapes=[plgpu.ACC((m, n), jnp.float32),
+                        plgpu.SMEM((m, k), jnp.float16, transforms=transforms)],
+        compiler_params=plgpu.CompilerParams())(a, b)
+
+  return jax.jit(matmul), _inputs((m, k), (k, n))
+
+
 def pipelined_add(interpret=None):
   """``plgpu.emit_pipeline``: x + y over a 256x128 f32 array in 64x128 blocks, two
   blocks in flight (``interpret``: as tma_round_trip_lane's)."""
@@ -298,13 +331,14 @@ def realistic_matmul():
 
 
 SMALL = {f.__name__: f for f in (tma_round_trip_lane, tma_round_trip_warpgroup,
-                                 wgmma_matmul, pipelined_add, multicast_copy)}
+                                 wgmma_matmul, wgmma_after_generic_write, pipelined_add,
+                                 multicast_copy)}
 PRODUCTION = {f.__name__: f for f in (hopper_matmul, hopper_matmul_cluster, flash_attention,
                                       warp_specialized_copy, realistic_matmul,
                                       mixed_type_matmul)}
 ALL = {**SMALL, **PRODUCTION}
 # The kernels that multiply with WGMMA (sm_90a only: Blackwell has tcgen05 instead).
-WGMMA = ("wgmma_matmul", "hopper_matmul", "hopper_matmul_cluster", "flash_attention",
+WGMMA = ("wgmma_matmul", "wgmma_after_generic_write", "hopper_matmul", "hopper_matmul_cluster", "flash_attention",
          "realistic_matmul", "mixed_type_matmul")
 # The kernels whose warpgroups re-balance registers with setmaxnreg.
 SETMAXNREG = ("hopper_matmul", "hopper_matmul_cluster", "flash_attention",

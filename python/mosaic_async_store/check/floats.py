@@ -48,6 +48,8 @@ from fractions import Fraction
 import ml_dtypes
 import numpy as np
 
+from mosaic_async_store.check import floats_f32
+
 __all__ = ["FLOAT_OPS", "FLOAT_TYPE", "FORMATS", "Format", "float_op", "float_cvt",
            "float_cvt_lanes", "bits_type_of",
            "reduce_add"]
@@ -243,6 +245,8 @@ def _lane_op(base, fmt, mods, opcode):
       vx = (-inf if x[0] else inf) if vx is None else vx
       vy = (-inf if y[0] else inf) if vy is None else vy
       return a if (vx <= vy) == (base == "min") else b
+    if fmt == FORMATS["f32"]:
+      return floats_f32.fast_minmax(base, flush, minmax)
     return minmax
 
   def run(*args):
@@ -258,6 +262,8 @@ def _lane_op(base, fmt, mods, opcode):
       raise NotImplementedError(f"{opcode}: a subnormal result rounded up to the smallest "
                                 "normal (whether .ftz flushes it is not specified)")
     return out
+  if fmt == FORMATS["f32"] and mode == "rn" and base in ("add", "sub", "mul", "fma", "div"):
+    return floats_f32.fast_arith(base, ftz, flush, run)   # (the same bits, faster)
   return run
 
 
