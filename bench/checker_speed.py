@@ -17,6 +17,7 @@ NumPy the same way.  Writes nothing unless ``--json PATH`` is given.
 
   python bench/checker_speed.py [--reps 5] [--best] [--schedules 0 1 2] [--json out.json]
   python bench/checker_speed.py --by-opcode [--clusters 2] [--schedules 0] [--iters 8]
+  python bench/checker_speed.py --hopper-matmul [--reps 3] [--json out.json]
 
 docs/benchmarks.md ("Checker speed") has the method, the machine and the numbers.  Real
 Pallas TMA kernels (``emit_pipeline``, the warp-specialised pipelined copy) next to jax's
@@ -34,7 +35,8 @@ import time
 
 import numpy as np
 
-__all__ = ["demo_kernel", "run_once", "pipeline_kernel", "run_pipeline", "by_opcode", "main"]
+__all__ = ["demo_kernel", "run_once", "pipeline_kernel", "run_pipeline", "by_opcode",
+           "hopper_matmul", "main"]
 
 # The pipeline: 384 threads; ring of 2 slots x 128 words at SMEM 0, full[2] at 1024
 # (count 128: the producers), empty[2] at 1040 (count 256: the consumers).
@@ -247,6 +249,21 @@ def _row(kernel, cluster, schedule, runs, pick=statistics.median):
           "thread_instructions": instructions, "per_second": instructions / seconds}
 
 
+def hopper_matmul(reps: int, json_path=None) -> int:
+  """``--hopper-matmul``: one row, printed (and written to ``json_path``)."""
+  import checker_real_kernels as real   # (bench/: beside this file)
+  row = {"kernel": "hopper_matmul", **real.time_check("hopper_matmul", reps),
+         **real.time_interpret("hopper_matmul", reps)}
+  print(json.dumps(row))
+  if json_path:
+    import jax
+    meta = {"python": sys.version.split()[0], "jax": jax.__version__,
+            "machine": platform.machine(), "reps": reps}
+    with open(json_path, "w") as f:
+      json.dump({"meta": meta, "rows": [row]}, f, indent=1)
+  return 0
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--reps", type=int, default=5, help="runs per schedule (default 5)")
@@ -262,6 +279,11 @@ def main(argv=None) -> int:
   parser.add_argument("--by-opcode", action="store_true",
                       help="instead: where one run of the demo kernel (the first of "
                            "--clusters) and of the pipeline spends its time, per opcode")
+  parser.add_argument("--hopper-matmul", action="store_true",
+                      help="instead: upstream's Hopper matmul (WGMMA, warp-specialised; "
+                           "256x128x256 f16 on 4 SMs) through check with 1 and 3 "
+                           "schedules (best of --reps) and through jax's interpret mode "
+                           "(bench/checker_real_kernels.py's measurement)")
   parser.add_argument("--json", help="also write the numbers to this file")
   args = parser.parse_args(argv)
   if args.reps < 1:
@@ -271,6 +293,8 @@ def main(argv=None) -> int:
   if args.by_opcode:
     by_opcode(args.clusters[0], args.schedules, args.iters)
     return 0
+  if args.hopper_matmul:
+    return hopper_matmul(args.reps, args.json)
   rows, pick = [], min if args.best else statistics.median
   for cluster in args.clusters:
     cfg, ptx, inputs = demo_kernel(cluster)

@@ -6,12 +6,14 @@ inputs.  Two families:
 
 * ``SMALL``: a 64x128 f16 TMA round trip (``copy_gmem_to_smem`` + ``barrier_wait``, then
   ``commit_smem`` + ``copy_smem_to_gmem``) under Lane and Warpgroup semantics, a
-  ``pl.pallas_call`` WGMMA matmul whose blocks arrive by TMA, an ``emit_pipeline`` kernel,
-  and a 2-CTA multicast copy (``collective_axes`` over the cluster).
+  ``pl.pallas_call`` WGMMA matmul whose blocks arrive by TMA, one whose A the threads
+  write first, an ``emit_pipeline`` kernel, and a 2-CTA multicast copy
+  (``collective_axes`` over the cluster).
 * ``PRODUCTION``: upstream's hardware-tested kernels on small grids, built as upstream's
   tests build them (jax's ``pallas/ops/gpu`` modules and tests/pallas/mosaic_gpu_test.py):
-  the Hopper matmul without and with a 2-CTA cluster, flash attention (warp-specialised,
-  ``setmaxnreg``), the warp-specialised pipelined copy and the realistic pipelined matmul.
+  the Hopper matmul without and with a 2-CTA cluster (and with K = 256), flash attention
+  (warp-specialised, ``setmaxnreg``), the warp-specialised pipelined copy, the realistic
+  pipelined matmul and the mixed-type (int8 x bf16) matmul.
   Where upstream asks the GPU (its SM count, the CUDA runtime version) the maker answers
   for it, so that the kernel lowers on a CPU.
 
@@ -36,7 +38,7 @@ import numpy as np  # noqa: E402
 from jax.experimental import pallas as pl  # noqa: E402
 from jax.experimental.pallas import mosaic_gpu as plgpu  # noqa: E402
 
-__all__ = ["SMALL", "PRODUCTION", "ALL", "WGMMA", "SETMAXNREG", "EXPECTED"]
+__all__ = ["SMALL", "PRODUCTION", "ALL", "WGMMA", "SETMAXNREG", "EXPECTED", "CLOSE_TO"]
 
 _TILE = (64, 128)
 
@@ -193,21 +195,39 @@ class _Deferred:
       return self._fn(*args)
 
 
-def _hopper_matmul(cluster: bool):
+@contextlib.contextmanager
+def _sms_and_interpret(hm, interpret):
+  """Four SMs; with ``interpret``, every ``plgpu.kernel`` built meanwhile runs in jax's
+  interpret mode with those parameters."""
+  with _patched(hm, "get_num_sms", lambda: 4), contextlib.ExitStack() as stack:
+    if interpret is not None:
+      stack.enter_context(_patched(plgpu, "kernel", functools.partial(plgpu.kernel,
+                                                                      interpret=interpret)))
+    yield
+
+
+def _hopper_matmul(cluster: bool, k: int = 128, interpret=None):
   from jax.experimental.pallas.ops.gpu import hopper_matmul_mgpu as hm
-  m, k, n = 256, 128, 256
+  m, n = 256, 256
   config = hm.TuningConfig(
       tile_m=128, tile_n=128, tile_k=64, max_concurrent_steps=2,
       cluster_dimension=hm.MatmulDimension.M if cluster else None)
   fn = _Deferred(jax.jit(lambda a, b: hm.matmul(a, b, None, config)),
-                 lambda: _patched(hm, "get_num_sms", lambda: 4))
+                 lambda: _sms_and_interpret(hm, interpret))
   return fn, _inputs((m, k), (k, n))
 
 
-def hopper_matmul():
+def hopper_matmul(interpret=None):
   """Upstream's Hopper matmul (pallas/ops/gpu/hopper_matmul_mgpu.py): Warpgroup
-  semantics, warp-specialised, TMA pipeline, WGMMA; 256x128x256 f16 on 4 SMs."""
-  return _hopper_matmul(cluster=False)
+  semantics, warp-specialised, TMA pipeline, WGMMA; 256x128x256 f16 on 4 SMs
+  (``interpret``: as tma_round_trip_lane's)."""
+  return _hopper_matmul(cluster=False, interpret=interpret)
+
+
+def hopper_matmul_k256():
+  """The Hopper matmul with K = 256: four steps through its two slots, so that each slot
+  is loaded again after its consumers released it."""
+  return _hopper_matmul(cluster=False, k=256)
 
 
 def hopper_matmul_cluster():
@@ -333,16 +353,17 @@ def realistic_matmul():
 SMALL = {f.__name__: f for f in (tma_round_trip_lane, tma_round_trip_warpgroup,
                                  wgmma_matmul, wgmma_after_generic_write, pipelined_add,
                                  multicast_copy)}
-PRODUCTION = {f.__name__: f for f in (hopper_matmul, hopper_matmul_cluster, flash_attention,
+PRODUCTION = {f.__name__: f for f in (hopper_matmul, hopper_matmul_k256, hopper_matmul_cluster,
+                                      flash_attention,
                                       warp_specialized_copy, realistic_matmul,
                                       mixed_type_matmul)}
 ALL = {**SMALL, **PRODUCTION}
 # The kernels that multiply with WGMMA (sm_90a only: Blackwell has tcgen05 instead).
-WGMMA = ("wgmma_matmul", "wgmma_after_generic_write", "hopper_matmul", "hopper_matmul_cluster", "flash_attention",
+WGMMA = ("wgmma_matmul", "wgmma_after_generic_write", "hopper_matmul", "hopper_matmul_k256", "hopper_matmul_cluster", "flash_attention",
          "realistic_matmul", "mixed_type_matmul")
 # The kernels whose warpgroups re-balance registers with setmaxnreg.
-SETMAXNREG = ("hopper_matmul", "hopper_matmul_cluster", "flash_attention",
-              "warp_specialized_copy")
+SETMAXNREG = ("hopper_matmul", "hopper_matmul_k256", "hopper_matmul_cluster",
+              "flash_attention", "warp_specialized_copy", "mixed_type_matmul")
 # What each kernel without WGMMA leaves in its outputs, from its inputs (NumPy): the
 # checker's tests and bench/checker_real_kernels.py compare with these.
 EXPECTED = {
@@ -351,4 +372,31 @@ EXPECTED = {
     "pipelined_add": lambda x, y: [x + y],
     "multicast_copy": lambda x: [np.stack([x, x])],
     "warp_specialized_copy": lambda x: [x, x[-64:, -32:]],   # the last step's block
+}
+
+
+def _matmul(a, b):
+  return a.astype(np.float64) @ b.astype(np.float64)
+
+
+def _attention(q, k, v):
+  q, k, v = (x.astype(np.float64) for x in (q, k, v))
+  s = np.einsum("bqhd,bkhd->bhqk", q, k)
+  p = np.exp(s - s.max(-1, keepdims=True))
+  return np.einsum("bhqk,bkhd->bqhd", p / p.sum(-1, keepdims=True), v)
+
+
+# What each WGMMA kernel computes, in float64 (NumPy), and how close its output must be:
+# (reference, rtol, atol).  A WGMMA's sum is rounded once by the checker
+# (check/wgmma.py), a GPU's may round otherwise, so the outputs are compared to the
+# rounding of their type (f16: 2^-11, bf16: 2^-8, relative), as upstream's tests do.
+CLOSE_TO = {
+    "wgmma_matmul": (lambda a, b: [_matmul(a, b)], 2e-3, 2e-3),
+    "wgmma_after_generic_write": (lambda a, b: [_matmul(a + np.float16(1), b)], 2e-3, 8e-3),
+    "hopper_matmul": (lambda a, b: [_matmul(a, b)], 2e-3, 4e-3),
+    "hopper_matmul_cluster": (lambda a, b: [_matmul(a, b)], 2e-3, 4e-3),
+    "hopper_matmul_k256": (lambda a, b: [_matmul(a, b)], 2e-3, 8e-3),
+    "realistic_matmul": (lambda a, b: [_matmul(a, b)], 2e-3, 8e-3),
+    "flash_attention": (lambda q, k, v: [_attention(q, k, v)], 2e-3, 2e-3),
+    "mixed_type_matmul": (lambda a, b: [_matmul(a, b)], 8e-3, 1e-1),
 }
