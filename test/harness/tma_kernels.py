@@ -359,8 +359,8 @@ PRODUCTION = {f.__name__: f for f in (hopper_matmul, hopper_matmul_k256, hopper_
                                       mixed_type_matmul)}
 ALL = {**SMALL, **PRODUCTION}
 # The kernels that multiply with WGMMA (sm_90a only: Blackwell has tcgen05 instead).
-WGMMA = ("wgmma_matmul", "wgmma_after_generic_write", "hopper_matmul", "hopper_matmul_k256", "hopper_matmul_cluster", "flash_attention",
-         "realistic_matmul", "mixed_type_matmul")
+WGMMA = ("wgmma_matmul", "wgmma_after_generic_write", "hopper_matmul", "hopper_matmul_k256",
+         "hopper_matmul_cluster", "flash_attention", "realistic_matmul", "mixed_type_matmul")
 # The kernels whose warpgroups re-balance registers with setmaxnreg.
 SETMAXNREG = ("hopper_matmul", "hopper_matmul_k256", "hopper_matmul_cluster",
               "flash_attention", "warp_specialized_copy", "mixed_type_matmul")
