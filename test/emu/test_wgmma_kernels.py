@@ -52,17 +52,17 @@ def _edited(name, pattern, replacement):
 
 @pytest.mark.parametrize("name, pattern, replacement, rule", [
     # no wgmma_wait: the accumulator is read while the operation has it in flight
-    ("wgmma_matmul", r"wgmma\.wait_group\.sync\.aligned \d+;", "", "wgmma-registers"),
+    ("wgmma_matmul", r"wgmma\.wait_group\.sync\.aligned\s+\d+;", "", "wgmma-registers"),
     # no wgmma.fence before the first wgmma.mma_async (after the accumulator's zeros)
     ("wgmma_matmul", r"wgmma\.fence\.sync\.aligned;", "", "wgmma-fence"),
     # the pipeline's wait_group 1 made 2: a step's TMA load overwrites the slot that the
     # previous step's WGMMA may still read
-    ("realistic_matmul", r"wgmma\.wait_group\.sync\.aligned 1;",
+    ("realistic_matmul", r"wgmma\.wait_group\.sync\.aligned\s+1;",
      "wgmma.wait_group.sync.aligned 2;", "race"),
     # the warp-specialised matmul's consumers release a slot (the arrive after the wait in
     # the loop) without waiting for the WGMMA that reads it: the next TMA load races
-    ("hopper_matmul_k256", r"wgmma\.wait_group\.sync\.aligned 0;(?=[^;]*;[^;]*mbarrier\.arrive\."
-     r"release)", "", "race"),
+    ("hopper_matmul_k256", r"wgmma\.wait_group\.sync\.aligned\s+0;"
+     r"(?=(?:[^;]*;){0,2}[^;]*mbarrier\.arrive\.release)", "", "race"),
     # commit_smem without its fence: the threads' stores, then WGMMA's async-proxy reads
     ("wgmma_after_generic_write", r"fence\.proxy\.async\.shared::cta;", "", "proxy-fence"),
 ])
@@ -73,7 +73,7 @@ def test_broken_ptx_variants_break_their_rule_in_every_schedule(name, pattern, r
 
 
 def test_an_operand_overwritten_before_the_wait_is_a_race():
-  """In Pallas: the threads zero the WGMMA's A buffer after issuing it, before
+  """In Pallas: the threads overwrite the WGMMA's A buffer after issuing it, before
   ``wgmma_wait`` (the buffer reused before the WGMMA that reads it completed)."""
   fn, args = tma_kernels.wgmma_after_generic_write(overwrite_before_wait=True)
   report = check(fn, *args, schedules=len(SCHEDULES))

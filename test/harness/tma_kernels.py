@@ -108,8 +108,8 @@ def wgmma_matmul():
 def wgmma_after_generic_write(overwrite_before_wait=False):
   """``pl.pallas_call``: A arrives by TMA, the threads write A + 1 into a second SMEM
   buffer (generic stores), ``commit_smem`` (the proxy fence), then WGMMA reads that
-  buffer: (A + 1) @ B, 128x128x64 f16.  ``overwrite_before_wait``: the threads zero the
-  buffer after issuing the WGMMA and before waiting for it (a bug: a race with its
+  buffer: (A + 1) @ B, 128x128x64 f16.  ``overwrite_before_wait``: the threads copy A over
+  that buffer after issuing the WGMMA and before waiting for it (a bug: a race with its
   reads)."""
   m = n = 128
   k = 64
@@ -120,7 +120,7 @@ def wgmma_after_generic_write(overwrite_before_wait=False):
     plgpu.commit_smem()
     plgpu.wgmma(acc, a2_smem, b_smem)
     if overwrite_before_wait:
-      a2_smem[...] = jnp.zeros_like(a2_smem)
+      a2_smem[...] = a_smem[...]
     plgpu.wgmma_wait(0)
     o_smem[...] = acc[...].astype(jnp.float16)
 

@@ -10,14 +10,14 @@ there, ``wgmma_layout.RULES``):
     warp is the warpgroup's n-th operation (``Entry``), which must be the same
     instruction, with the same descriptors and scale operands, in the same group
     (``wgmma-aligned``);
-  * an operation executes once its fourth warp has issued it: A (from shared memory
-    through its descriptor, or from the four warps' registers) and B are read through
-    the asynchronous proxy with the clock of all 128 issuing threads (a thread's
-    unfenced generic write is ``proxy-fence``; an unordered access, ``race``), and
-    D = (scale-a A) (scale-b B) + (scale-d ? C : 0) is formed: products and their sum
-    exact in float64 (int64 for the integer types), rounded once to the accumulator's
-    type (``wgmma_layout.encode_accumulator``; the ISA gives no accumulation order, so a
-    GPU's last bit may differ);
+  * an operation executes once its fourth warp has issued it (``wgmma_exec.execute``):
+    A (from shared memory through its descriptor, or from the four warps' registers) and
+    B are read through the asynchronous proxy with the clock of all 128 issuing threads
+    (a thread's unfenced generic write is ``proxy-fence``; an unordered access,
+    ``race``), and D = (scale-a A) (scale-b B) + (scale-d ? C : 0) is formed: products
+    and their sum exact in float64 (int64 for the integer types), rounded once to the
+    accumulator's type (the ISA gives no accumulation order, so a GPU's last bit may
+    differ);
   * C is each lane's accumulator registers at its issue, or, where an earlier
     operation of the same shape still has them in flight, that operation's result
     (the ISA's default ordering of accumulator accesses across same-shape operations);
@@ -29,7 +29,7 @@ there, ``wgmma_layout.RULES``):
     that name them), and one accessed since the warp's last ``wgmma.fence`` (or with no
     fence yet) when a ``wgmma.mma_async`` takes it is ``wgmma-fence``;
   * the operations' shared-memory reads are known by a clock slot of the warpgroup
-    (``WGMMA_READS``) at their group's number: a thread whose ``wait_group`` covers the
+    (``wgmma_exec.WGMMA_READS``) at their group's number: a thread whose ``wait_group`` covers the
     group knows them (a buffer freed for a TMA load before then is a race).
 """
 
@@ -40,20 +40,15 @@ import re
 
 import numpy as np
 
-from mosaic_async_store.check import access_core, findings, proxy, warp, waits
+from mosaic_async_store.check import findings, warp, waits, wgmma_exec
 from mosaic_async_store.check import wgmma_layout as layout
-from mosaic_async_store.check.addresses import SHARED_BASE
-from mosaic_async_store.check.memory import KernelFault, ProtocolError
+from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.ops import UNDEFINED
 from mosaic_async_store.check.outcomes import BLOCK
-from mosaic_async_store.check.shadow_runs import record_disjoint, runs
 from mosaic_async_store.check.waits import Wait
 
-__all__ = ["OPCODES", "Warpgroup", "Entry", "WgmmaWait", "RegisterGuard", "WGMMA_READS"]
-
-WGMMA_READS = "wgmma group reads"
-
+__all__ = ["OPCODES", "Warpgroup", "Entry", "WgmmaWait", "RegisterGuard"]
 
 class _Warp:
   """One warp's WGMMA state: ``issued`` (its wgmma.mma_async so far), ``committed``
@@ -219,7 +214,7 @@ def _mma(k, ins):
     for th in lanes:   # its later accesses are not before the operation's
       th.vc[th.slot] += 1
     if all(x is not None for x in entry.inputs):
-      _execute(k, wg, j)
+      wgmma_exec.execute(k, wg, j)
       k.dirty = True
   return warp.aligned_collective(k, resolve)
 
@@ -258,112 +253,6 @@ def _check_registers(k, wg, w, ws, d_names, sources, a_names):
                                "last wgmma.fence and a wgmma.mma_async takes it: a "
                                "wgmma.fence must come between"))
       return
-
-
-class _Op:
-  """An executing operation as ``access_core`` names it (an asynchronous operation)."""
-
-  __slots__ = ("th", "insn", "opcode", "text", "fenced", "fenced_global", "completion")
-
-  def __init__(self, th, insn, opcode, text, fenced):
-    self.th, self.insn, self.opcode, self.text = th, insn, opcode, text
-    self.fenced, self.fenced_global, self.completion = fenced, None, None
-
-
-def _execute(k, wg, j):
-  """The warpgroup's operation ``j`` executes: its reads of shared memory, then D."""
-  entry, form = wg.entries[j], wg.entries[j].form
-  if wg.slot is None:
-    wg.slot = k.slots.allocate(WGMMA_READS, wg)
-  vc = np.maximum.reduce(entry.vcs)
-  first = k.threads[wg.cta * k.block + wg.index * 128]
-  op = _Op(first, entry.pc, k.program.texts[entry.pc].split(" ")[0],
-           f"CTA {wg.cta} warpgroup {wg.index}: {k.program.texts[entry.pc].split(' ')[0]}",
-           proxy.fenced(k, vc))
-  desc_a, desc_b, scale_d, scale_a, scale_b, trans_a, trans_b = entry.operands
-  stamp = (wg.slot, entry.group, entry.pc)
-  if form.a_regs:
-    a = _a_from_registers(entry, form)
-  else:
-    a = _read(k, wg, op, vc, stamp, desc_a, 64, form, form.atype, trans_a)
-  b = _read(k, wg, op, vc, stamp, desc_b, form.n, form, form.btype, trans_b)
-  d = (a * scale_a) @ (b * scale_b).T
-  if scale_d:
-    d = d + _accumulator_in(wg, entry, form)
-  entry.out = [_accumulator_out(d[16 * w:16 * w + 16], entry.inputs[w][0], form)
-               for w in range(4)]
-  wg.done = j + 1
-
-
-def _read(k, wg, op, vc, stamp, desc, rows, form, atype, mn_major):
-  """A ``rows`` x K operand read through descriptor ``desc``: checked and recorded as
-  read by the operation (the asynchronous proxy), as exact values."""
-  size = form.elem_bytes
-  addrs = layout.operand_addresses(layout.decode_descriptor(desc), rows, form.k, size,
-                                   bool(mn_major)) - SHARED_BASE
-  smem = k.smem[wg.cta]
-  if addrs.min() < 0 or addrs.max() + size > len(smem):
-    raise KernelFault(f"CTA {wg.cta} warpgroup {wg.index}: wgmma.mma_async's descriptor "
-                      f"{desc:#x} reads outside the CTA's {len(smem)} bytes of shared memory")
-  # Whole 16-byte chunks (a core matrix row; the swizzle moves chunks): each operand's
-  # elements fill the chunks they touch, so the chunks are exactly the bytes read.
-  chunks = np.unique(addrs // 16).tolist()
-  at = [16 * c for c in chunks]
-  spans, sh = runs(at, 16), k.shadow[wg.cta]
-  for lo, count in spans:
-    proxy.check_source(k, op, sh, wg.cta, lo, 16 * count)
-  unread = all(sh.readers[lo:lo + 16 * n].count(None) == 16 * n for lo, n in spans)
-  if not unread or not record_disjoint(sh, at, 16, write=False, matrix=vc[None, :],
-                         rows=np.zeros(len(at), np.intp), slots=stamp[0], clocks=stamp[1],
-                         insn=stamp[2], spans=spans):   # (at once, or run by run:)
-    for lo, count in spans:
-      access_core.check_shared(k, vc, None, wg.cta, lo, 16 * count, write=False,
-                               atomic=False, who=op, stamp=stamp)
-  raw = np.frombuffer(smem, np.uint8)[addrs[..., None] + np.arange(size)]
-  return layout.elements(raw, atype)
-
-
-def _a_from_registers(entry, form):
-  """A (64 x K) from the four warps' fragment registers."""
-  size, per = form.elem_bytes, 4 // form.elem_bytes
-  rows, cols = layout.a_register_map(form.k, size)
-  a = np.zeros((64, form.k), np.float64 if form.atype not in ("s8", "u8") else np.int64)
-  for w in range(4):
-    regs = entry.inputs[w][3]   # uint32 [32, 4]
-    raw = regs.astype("<u4").view(np.uint8).reshape(32, 4, per, size)
-    a[rows + 16 * w, cols] = layout.elements(raw, form.atype)
-  return a
-
-
-def _accumulator_in(wg, entry, form):
-  """C (64 x N): each warp's registers at its issue, or the chained operation's result."""
-  c = np.zeros((64, form.n), np.int64 if form.dtype == "s32" else np.float64)
-  rows, cols = layout.accumulator_map(form.n, form.dtype)
-  for w in range(4):
-    names, sources, values, _ = entry.inputs[w]
-    values = values.copy()
-    for i, (name, src) in enumerate(zip(names, sources)):
-      if src is not None:
-        values[:, i] = wg.entries[src].out[w][name]
-    c[rows + 16 * w, cols] = _decode(values, form.dtype)
-  return c
-
-
-def _decode(bits, dtype):
-  """Register bits (uint32 [32, registers]) as accumulator values [32, registers, per]."""
-  if dtype == "f32":
-    return bits.view(np.float32)[..., None].astype(np.float64)
-  if dtype == "s32":
-    return bits.view(np.int32)[..., None].astype(np.int64)
-  halves = np.stack([bits & 0xFFFF, bits >> 16], axis=-1).astype(np.uint16)
-  return halves.view(np.float16).astype(np.float64)
-
-
-def _accumulator_out(d, names, form):
-  """A warp's 16 rows of D as its lanes' register values: register -> uint32 [32]."""
-  rows, cols = layout.accumulator_map(form.n, form.dtype)
-  bits = layout.encode_accumulator(d[rows, cols], form.dtype, form.satfinite)
-  return {name: bits[:, i] for i, name in enumerate(names)}
 
 
 # -- wgmma.wait_group -----------------------------------------------------------------
@@ -421,9 +310,10 @@ def _write_back(wg, w, last, lanes, limit):
   those registers are no longer in flight; the lanes know the groups' reads."""
   ws = wg.warps[w]
   for j in range(ws.written, last + 1):
-    for name, vals in wg.entries[j].out[w].items():
-      for th, v in zip(lanes, vals.tolist()):
-        th.regs[name] = v
+    out = wg.entries[j].out[w]
+    names, rows = list(out), np.array(list(out.values())).T.tolist()   # (lane by lane)
+    for th, row in zip(lanes, rows):
+      th.regs.update(zip(names, row))
   ws.written = max(ws.written, last + 1)
   ws.inflight = {n: held for n, held in ws.inflight.items() if held[0] > last}
   if wg.slot is not None:

@@ -1,0 +1,130 @@
+"""How a warpgroup's ``wgmma.mma_async`` executes (``wgmma.py`` calls ``execute`` once the
+fourth warp issued it): A and B read from shared memory through their descriptors
+(``wgmma_layout``), or A from the four warps' fragment registers; the reads checked and
+recorded as the operation's, through the asynchronous proxy, with the clock of all 128
+issuing threads; then D = (scale-a A) (scale-b B) + (scale-d ? C : 0), the products and
+their sum exact in float64 (int64 for the integer types) and rounded once to the
+accumulator's type (the ISA gives no accumulation order: a GPU's last bit may differ).
+C is each warp's accumulator registers at its issue, or the result of the same-shape
+operation that still had them in flight (``Entry.inputs``' sources).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mosaic_async_store.check import access_core, proxy
+from mosaic_async_store.check import wgmma_layout as layout
+from mosaic_async_store.check.addresses import SHARED_BASE
+from mosaic_async_store.check.memory import KernelFault
+from mosaic_async_store.check.shadow_runs import record_disjoint, runs
+
+__all__ = ["execute", "WGMMA_READS"]
+
+WGMMA_READS = "wgmma group reads"
+
+
+class _Op:
+  """An executing operation as ``access_core`` names it (an asynchronous operation)."""
+
+  __slots__ = ("th", "insn", "opcode", "text", "fenced", "fenced_global", "completion")
+
+  def __init__(self, th, insn, opcode, text, fenced):
+    self.th, self.insn, self.opcode, self.text = th, insn, opcode, text
+    self.fenced, self.fenced_global, self.completion = fenced, None, None
+
+
+def execute(k, wg, j):
+  """The warpgroup's operation ``j`` executes: its reads of shared memory, then D."""
+  entry, form = wg.entries[j], wg.entries[j].form
+  if wg.slot is None:
+    wg.slot = k.slots.allocate(WGMMA_READS, wg)
+  vc = np.maximum.reduce(entry.vcs)
+  first = k.threads[wg.cta * k.block + wg.index * 128]
+  op = _Op(first, entry.pc, k.program.texts[entry.pc].split(" ")[0],
+           f"CTA {wg.cta} warpgroup {wg.index}: {k.program.texts[entry.pc].split(' ')[0]}",
+           proxy.fenced(k, vc))
+  desc_a, desc_b, scale_d, scale_a, scale_b, trans_a, trans_b = entry.operands
+  stamp = (wg.slot, entry.group, entry.pc)
+  if form.a_regs:
+    a = _a_from_registers(entry, form)
+  else:
+    a = _read(k, wg, op, vc, stamp, desc_a, 64, form, form.atype, trans_a)
+  b = _read(k, wg, op, vc, stamp, desc_b, form.n, form, form.btype, trans_b)
+  d = (a * scale_a) @ (b * scale_b).T
+  if scale_d:
+    d = d + _accumulator_in(wg, entry, form)
+  entry.out = [_accumulator_out(d[16 * w:16 * w + 16], entry.inputs[w][0], form)
+               for w in range(4)]
+  wg.done = j + 1
+
+
+def _read(k, wg, op, vc, stamp, desc, rows, form, atype, mn_major):
+  """A ``rows`` x K operand read through descriptor ``desc``: checked and recorded as
+  read by the operation (the asynchronous proxy), as exact values."""
+  size = form.elem_bytes
+  addrs = layout.operand_addresses(layout.decode_descriptor(desc), rows, form.k, size,
+                                   bool(mn_major)) - SHARED_BASE
+  smem = k.smem[wg.cta]
+  if addrs.min() < 0 or addrs.max() + size > len(smem):
+    raise KernelFault(f"CTA {wg.cta} warpgroup {wg.index}: wgmma.mma_async's descriptor "
+                      f"{desc:#x} reads outside the CTA's {len(smem)} bytes of shared memory")
+  # Whole 16-byte chunks (a core matrix row; the swizzle moves chunks): each operand's
+  # elements fill the chunks they touch, so the chunks are exactly the bytes read.
+  chunks = np.unique(addrs // 16).tolist()
+  at = [16 * c for c in chunks]
+  spans, sh = runs(at, 16), k.shadow[wg.cta]
+  for lo, count in spans:
+    proxy.check_source(k, op, sh, wg.cta, lo, 16 * count)
+  unread = all(sh.readers[lo:lo + 16 * n].count(None) == 16 * n for lo, n in spans)
+  if not unread or not record_disjoint(sh, at, 16, write=False, matrix=vc[None, :],
+                         rows=np.zeros(len(at), np.intp), slots=stamp[0], clocks=stamp[1],
+                         insn=stamp[2], spans=spans):   # (at once, or run by run:)
+    for lo, count in spans:
+      access_core.check_shared(k, vc, None, wg.cta, lo, 16 * count, write=False,
+                               atomic=False, who=op, stamp=stamp)
+  raw = np.frombuffer(smem, np.uint8)[addrs[..., None] + np.arange(size)]
+  return layout.elements(raw, atype)
+
+
+def _a_from_registers(entry, form):
+  """A (64 x K) from the four warps' fragment registers."""
+  size, per = form.elem_bytes, 4 // form.elem_bytes
+  rows, cols = layout.a_register_map(form.k, size)
+  a = np.zeros((64, form.k), np.float64 if form.atype not in ("s8", "u8") else np.int64)
+  for w in range(4):
+    regs = entry.inputs[w][3]   # uint32 [32, 4]
+    raw = regs.astype("<u4").view(np.uint8).reshape(32, 4, per, size)
+    a[rows + 16 * w, cols] = layout.elements(raw, form.atype)
+  return a
+
+
+def _accumulator_in(wg, entry, form):
+  """C (64 x N): each warp's registers at its issue, or the chained operation's result."""
+  c = np.zeros((64, form.n), np.int64 if form.dtype == "s32" else np.float64)
+  rows, cols = layout.accumulator_map(form.n, form.dtype)
+  for w in range(4):
+    names, sources, values, _ = entry.inputs[w]
+    values = values.copy()
+    for i, (name, src) in enumerate(zip(names, sources)):
+      if src is not None:
+        values[:, i] = wg.entries[src].out[w][name]
+    c[rows + 16 * w, cols] = _decode(values, form.dtype)
+  return c
+
+
+def _decode(bits, dtype):
+  """Register bits (uint32 [32, registers]) as accumulator values [32, registers, per]."""
+  if dtype == "f32":
+    return bits.view(np.float32)[..., None].astype(np.float64)
+  if dtype == "s32":
+    return bits.view(np.int32)[..., None].astype(np.int64)
+  halves = np.stack([bits & 0xFFFF, bits >> 16], axis=-1).astype(np.uint16)
+  return halves.view(np.float16).astype(np.float64)
+
+
+def _accumulator_out(d, names, form):
+  """A warp's 16 rows of D as its lanes' register values: register -> uint32 [32]."""
+  rows, cols = layout.accumulator_map(form.n, form.dtype)
+  bits = layout.encode_accumulator(d[rows, cols], form.dtype, form.satfinite)
+  return {name: bits[:, i] for i, name in enumerate(names)}
