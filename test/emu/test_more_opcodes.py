@@ -9,6 +9,7 @@ word to GMEM.  The barrier sits at SMEM offset 16, the word at 0.
 import numpy as np
 import pytest
 
+from mosaic_async_store.check import check_ptx
 from mosaic_async_store.check.interp import PtxKernel
 from mosaic_async_store.check.memory import SCHEDULES, ProtocolError
 from test_interp_features import kernel
@@ -207,3 +208,37 @@ def test_vote_by_a_lane_outside_its_membermask_is_reported():
     PtxKernel(ptx).launch([np.zeros(4, np.uint32)], cluster=1, smem_bytes=16, block=32)
   assert err.value.rule == "collective-mask"
   assert "membermask 0x0000ffff, which does not name it" in str(err.value)
+
+@pytest.mark.parametrize("trans", [False, True])
+def test_stmatrix_rows_at_once_equal_the_rows_value_by_value(trans):
+  """stmatrix's NumPy path (every matrix row at once) and its value-by-value path (kept
+  for values shfl left undefined) give the same bytes."""
+  from mosaic_async_store.check.access import _row, _rows_at_once
+  rng = np.random.default_rng(int(trans))
+  data = [[int(v) for v in rng.integers(0, 2**32, 4)] for _ in range(32)]
+  at_once = _rows_at_once(data, trans)
+  assert at_once == [[_row(data, i, j, trans) for j in range(8)] for i in range(4)]
+
+
+def test_an_unsigned_setp_compares_a_negative_immediates_bits():
+  """setp.lt.u32 %p, %r, -2 compares with 2^32 - 2 (emit_pipeline's loop guard
+  ``i - 3 <u -2``): an immediate is its bits in the instruction's type."""
+  ptx = kernel("""
+  ld.param.u64 %rd1, [k_param_0];
+  mov.u32 %r3, 0xFFFFFFFD;
+  setp.lt.u32 %p1, %r3, -2;
+  selp.u32 %r4, 1, 0, %p1;
+  setp.lt.u32 %p2, -2, %r3;
+  selp.u32 %r5, 1, 0, %p2;
+  setp.lt.and.u32 %p3, %r3, -2, %p1;
+  selp.u32 %r6, 1, 0, %p3;
+  setp.gt.u64 %p4, -1, 5;
+  selp.u32 %r7, 1, 0, %p4;
+  st.global.u32 [%rd1], %r4;
+  st.global.u32 [%rd1+4], %r5;
+  st.global.u32 [%rd1+8], %r6;
+  st.global.u32 [%rd1+12], %r7;""")
+  report = check_ptx(ptx, [np.zeros(4, np.uint32)], smem_bytes=0, block=(1, 1, 1),
+                     schedules=1)
+  assert report.ok, str(report)
+  assert report.outputs[0].tolist() == [1, 0, 1, 1]

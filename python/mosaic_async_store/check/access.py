@@ -7,6 +7,8 @@ checked and recorded by the access core (``access_core``), strong loads and ``at
 
 from __future__ import annotations
 
+import numpy as np
+
 from mosaic_async_store.check import (access_core, addresses, asyncops, program, strong,
                                       sync, warp_memory)
 from mosaic_async_store.check.memory import ProtocolError
@@ -176,19 +178,42 @@ def _stmatrix(k, trans, space, addr, regs):
   def resolve(lanes):
     rows = [addr(th) for th in lanes]          # lane 8i + j: row j of matrix i
     data = [[g(th) for g in regs] for th in lanes]
+    memory_rows = _rows_at_once(data, trans)
     for i in range(4):
       for j in range(8):
-        row = bytearray(16)
-        for c in range(8):                     # memory column c of memory row j
-          r, col = (c, j) if trans else (j, c)  # fragment element (row, column)
-          word = data[4 * r + col // 2][i]
-          half = (word >> (16 * (col % 2))) & 0xFFFF
-          row[2 * c:2 * c + 2] = half.to_bytes(2, "little")
+        row = _row(data, i, j, trans) if memory_rows is None else memory_rows[i][j]
         writer = lanes[8 * i + j]
         buf, off = addresses.mem(k, writer, space, rows[8 * i + j], 16)
         access_core.thread_access(k, writer, buf, off, 16, write=True, insn=pc)
         access_core.write_values(k, buf, off, 16, [int.from_bytes(row, "little")], None, weak=True)
   return sync._warp_collective_at(k, pc, resolve)
+
+
+def _rows_at_once(data, trans):
+  """Every memory row of the four matrices (``[i][j]``: 16 bytes) from the lanes' register
+  values, with NumPy; None where a value is not a known int (``shfl``'s undefined:
+  ``_row`` then says where its bits are used)."""
+  if not all(type(w) is int for words in data for w in words):
+    return None
+  # halves[l, i, h]: half h of lane l's register i; matrix i's element (r, 2q + h) is
+  # lane 4r + q's half h, so each matrix is its 32 lanes' halves as 8 x 8
+  halves = (np.array(data, np.uint64) & 0xFFFFFFFF).astype("<u4").view("<u2")
+  matrices = halves.reshape(32, 4, 2).transpose(1, 0, 2).reshape(4, 8, 8)
+  if trans:
+    matrices = matrices.transpose(0, 2, 1)
+  return [[m[j].tobytes() for j in range(8)] for m in matrices]
+
+
+def _row(data, i, j, trans):
+  """Memory row ``j`` of matrix ``i`` from the lanes' register values, value by value
+  (a value ``shfl`` left undefined says so where its bits are used)."""
+  row = bytearray(16)
+  for c in range(8):                     # memory column c of memory row j
+    r, col = (c, j) if trans else (j, c)  # fragment element (row, column)
+    word = data[4 * r + col // 2][i]
+    half = (word >> (16 * (col % 2))) & 0xFFFF
+    row[2 * c:2 * c + 2] = half.to_bytes(2, "little")
+  return bytes(row)
 
 
 # The opcodes this family runs (``opcodes.Opcode``: the handler, statements it runs,
