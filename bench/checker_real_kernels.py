@@ -140,7 +140,7 @@ def main(argv=None) -> int:
     print(json.dumps(row))
   if args.json:
     import jax
-    meta = {"python": sys.version.split()[0], "jax": jax.__version__,
+    meta = {"python": sys.version.split()[0], "jax": jax.__version__, "numpy": np.__version__,
             "machine": platform.machine(), "reps": args.reps}
     with open(args.json, "w") as f:
       json.dump({"meta": meta, "rows": rows}, f, indent=1)

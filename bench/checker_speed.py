@@ -258,7 +258,7 @@ def hopper_matmul(reps: int, json_path=None) -> int:
   if json_path:
     import jax
     meta = {"python": sys.version.split()[0], "jax": jax.__version__,
-            "machine": platform.machine(), "reps": reps}
+            "numpy": np.__version__, "machine": platform.machine(), "reps": reps}
     with open(json_path, "w") as f:
       json.dump({"meta": meta, "rows": [row]}, f, indent=1)
   return 0
