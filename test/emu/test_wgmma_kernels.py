@@ -36,6 +36,21 @@ def test_wgmma_kernels_leave_numpys_values(name):
     np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=rtol, atol=atol)
 
 
+@pytest.mark.parametrize("swizzle, dtype", [(32, "float16"), (64, "float16"),
+                                            (64, "bfloat16"), (128, "bfloat16")])
+def test_mosaics_descriptors_in_every_swizzle(swizzle, dtype):
+  """WGMMA's descriptors as Mosaic encodes them for the 32-, 64- and 128-byte swizzles
+  (A K-major, B N-major), f16 and bf16: the checker's decoding leaves NumPy's product."""
+  import jax.numpy as jnp
+  fn, args = tma_kernels.wgmma_matmul(swizzle, getattr(jnp, dtype))
+  report = check(fn, *args, schedules=1)
+  assert report.ok, str(report)
+  tol = 2e-3 if dtype == "float16" else 1e-2
+  np.testing.assert_allclose(np.asarray(report.outputs[0], np.float64),
+                             tma_kernels.CLOSE_TO["wgmma_matmul"][0](*args)[0],
+                             rtol=tol, atol=tol)
+
+
 def _edited(name, pattern, replacement):
   """``check`` of kernel ``name`` whose PTX has ``pattern`` replaced (it must occur)."""
   fn, args = tma_kernels.ALL[name]()

@@ -80,17 +80,18 @@ def _transforms(dtype, swizzle=128):
   return (plgpu.TilingTransform((8, elems)), plgpu.SwizzleTransform(swizzle))
 
 
-def wgmma_matmul():
-  """``pl.pallas_call``: a 128x128x64 f16 matmul, A and B blocks by TMA, WGMMA into an
-  f32 accumulator, the result stored by TMA."""
+def wgmma_matmul(swizzle=128, dtype=jnp.float16):
+  """``pl.pallas_call``: a 128x128x64 matmul (f16; or ``dtype``), A and B blocks by TMA
+  with the ``swizzle`` (bytes) WGMMA's descriptors then carry, WGMMA into an f32
+  accumulator, the result stored by TMA."""
   m = n = 128
   k = 64
-  transforms = _transforms(jnp.float16)
+  transforms = _transforms(dtype, swizzle)
 
   def body(a_smem, b_smem, o_smem, acc):
     plgpu.wgmma(acc, a_smem, b_smem)
     plgpu.wgmma_wait(0)
-    o_smem[...] = acc[...].astype(jnp.float16)
+    o_smem[...] = acc[...].astype(dtype)
 
   def matmul(a, b):   # built while traced (module docstring)
     return pl.pallas_call(
@@ -98,11 +99,11 @@ def wgmma_matmul():
         in_specs=[plgpu.BlockSpec((m, k), lambda: (0, 0), transforms=transforms),
                   plgpu.BlockSpec((k, n), lambda: (0, 0), transforms=transforms)],
         out_specs=plgpu.BlockSpec((m, n), lambda: (0, 0), transforms=transforms),
-        out_shape=jax.ShapeDtypeStruct((m, n), jnp.float16),
+        out_shape=jax.ShapeDtypeStruct((m, n), dtype),
         scratch_shapes=[plgpu.ACC((m, n), jnp.float32)],
         compiler_params=plgpu.CompilerParams())(a, b)
 
-  return jax.jit(matmul), _inputs((m, k), (k, n))
+  return jax.jit(matmul), _inputs((m, k), (k, n), dtype=dtype)
 
 
 def wgmma_after_generic_write(overwrite_before_wait=False):
