@@ -84,26 +84,33 @@ def wgmma_matmul(swizzle=128, dtype=jnp.float16):
   """``pl.pallas_call``: a 128x128x64 matmul (f16; or ``dtype``), A and B blocks by TMA
   with the ``swizzle`` (bytes) WGMMA's descriptors then carry, WGMMA into an f32
   accumulator, the result stored by TMA."""
-  m = n = 128
-  k = 64
-  transforms = _transforms(dtype, swizzle)
-
   def body(a_smem, b_smem, o_smem, acc):
     plgpu.wgmma(acc, a_smem, b_smem)
     plgpu.wgmma_wait(0)
     o_smem[...] = acc[...].astype(dtype)
 
+  return _one_block_matmul(body, dtype, _transforms(dtype, swizzle))
+
+
+_M = _N = 128   # (the one-block matmuls: 128x128x64)
+_K = 64
+
+
+def _one_block_matmul(body, dtype, transforms, extra_scratch=()):
+  """A ``pl.pallas_call`` of ``body(a_smem, b_smem, o_smem, acc, *extra_scratch)``: one
+  128x128x64 block, A, B and the output by TMA with ``transforms``, an f32 accumulator;
+  (jitted function, NumPy inputs)."""
   def matmul(a, b):   # built while traced (module docstring)
     return pl.pallas_call(
         body,
-        in_specs=[plgpu.BlockSpec((m, k), lambda: (0, 0), transforms=transforms),
-                  plgpu.BlockSpec((k, n), lambda: (0, 0), transforms=transforms)],
-        out_specs=plgpu.BlockSpec((m, n), lambda: (0, 0), transforms=transforms),
-        out_shape=jax.ShapeDtypeStruct((m, n), dtype),
-        scratch_shapes=[plgpu.ACC((m, n), jnp.float32)],
+        in_specs=[plgpu.BlockSpec((_M, _K), lambda: (0, 0), transforms=transforms),
+                  plgpu.BlockSpec((_K, _N), lambda: (0, 0), transforms=transforms)],
+        out_specs=plgpu.BlockSpec((_M, _N), lambda: (0, 0), transforms=transforms),
+        out_shape=jax.ShapeDtypeStruct((_M, _N), dtype),
+        scratch_shapes=[plgpu.ACC((_M, _N), jnp.float32), *extra_scratch],
         compiler_params=plgpu.CompilerParams())(a, b)
 
-  return jax.jit(matmul), _inputs((m, k), (k, n), dtype=dtype)
+  return jax.jit(matmul), _inputs((_M, _K), (_K, _N), dtype=dtype)
 
 
 def wgmma_after_generic_write(overwrite_before_wait=False):
@@ -112,8 +119,6 @@ def wgmma_after_generic_write(overwrite_before_wait=False):
   buffer: (A + 1) @ B, 128x128x64 f16.  ``overwrite_before_wait``: the threads copy A over
   that buffer after issuing the WGMMA and before waiting for it (a bug: a race with its
   reads)."""
-  m = n = 128
-  k = 64
   transforms = _transforms(jnp.float16)
 
   def body(a_smem, b_smem, o_smem, acc, a2_smem):
@@ -125,18 +130,8 @@ def wgmma_after_generic_write(overwrite_before_wait=False):
     plgpu.wgmma_wait(0)
     o_smem[...] = acc[...].astype(jnp.float16)
 
-  def matmul(a, b):   # built while traced (module docstring)
-    return pl.pallas_call(
-        body,
-        in_specs=[plgpu.BlockSpec((m, k), lambda: (0, 0), transforms=transforms),
-                  plgpu.BlockSpec((k, n), lambda: (0, 0), transforms=transforms)],
-        out_specs=plgpu.BlockSpec((m, n), lambda: (0, 0), transforms=transforms),
-        out_shape=jax.ShapeDtypeStruct((m, n), jnp.float16),
-        scratch_shapes=[plgpu.ACC((m, n), jnp.float32),
-                        plgpu.SMEM((m, k), jnp.float16, transforms=transforms)],
-        compiler_params=plgpu.CompilerParams())(a, b)
-
-  return jax.jit(matmul), _inputs((m, k), (k, n))
+  return _one_block_matmul(body, jnp.float16, transforms,
+                           [plgpu.SMEM((_M, _K), jnp.float16, transforms=transforms)])
 
 
 def pipelined_add(interpret=None):
