@@ -100,6 +100,14 @@ def _with_lanes(fn, lanes_form):
   return fn
 
 
+def _constant(v):
+  """The getter of an immediate ``v`` (with its warp form)."""
+  def const(th):
+    return v
+  const.lanes = lambda lanes: [v] * len(lanes)
+  return const
+
+
 def _identity(v):
   return v
 
@@ -203,7 +211,7 @@ def _setp(k, ins):
   for i, op in enumerate(ops):   # an unsigned comparison's immediate is its bits (-2: 2^n - 2)
     if op[0] == "imm" and not ins.signed and op[1] != op[1] & ((1 << bits) - 1):
       ops[i] = ("imm", op[1] & ((1 << bits) - 1))
-      srcs[i] = program.Program.getter(None, ops[i])
+      srcs[i] = _constant(ops[i][1])
   a, b = srcs
   if ins.ops[0][0] == "reg" and boolop is None:
     put = program.setter(ins.ops[0], 1)
@@ -238,8 +246,11 @@ def _cvt(k, ins):
       return cvt
     d, names = ins.ops[0][1], [o[1] for o in ins.ops[1:]]
     def cvt_lanes(lanes):   # the lanes' sources as NumPy columns, converted at once
-      out = vec(*(np.fromiter((th.regs.get(n, UNDEFINED) for th in lanes), np.uint64,
-                              len(lanes)) for n in names))
+      try:
+        out = vec(*(np.fromiter((th.regs.get(n, UNDEFINED) for th in lanes), np.uint64,
+                                len(lanes)) for n in names))
+      except TypeError:   # (a value shfl left undefined: lane by lane says where)
+        out = None
       if out is None:   # (a NaN: lane by lane, which refuses it by name)
         for th in lanes:
           cvt(th)
