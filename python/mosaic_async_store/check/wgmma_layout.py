@@ -30,9 +30,9 @@ checked against the kernels Mosaic GPU emits: their outputs equal NumPy's
 * Fragments (warp w of the warpgroup, lane l): the accumulator's register 4i + 2h + c
   (f32, s32) holds row ``16w + l // 4 + 8h``, column ``8i + 2 (l % 4) + c``; with an f16
   accumulator register 2i + h holds columns c = 0, 1 of that row in its low and high
-  halves.  A from registers: register 2h + j holds row ``16w + l // 4 + 8h``, columns
-  ``(k/2) j + e (l % 4) + t`` for the register's e elements t (e = 4 / element bytes,
-  k the instruction's K).
+  halves.  A from registers: register 2j + h holds row ``16w + l // 4 + 8h``, columns
+  ``(K/2) j + e (l % 4) + t`` for the register's e elements t, low bytes first (e = 4 /
+  element bytes, K the instruction's).
 """
 
 from __future__ import annotations
