@@ -14,9 +14,9 @@ there, ``wgmma_layout.RULES``):
     A (from shared memory through its descriptor, or from the four warps' registers) and
     B are read through the asynchronous proxy with the clock of all 128 issuing threads
     (a thread's unfenced generic write is ``proxy-fence``; an unordered access,
-    ``race``), and D = (scale-a A) (scale-b B) + (scale-d ? C : 0) is formed: products
-    and their sum exact in float64 (int64 for the integer types), rounded once to the
-    accumulator's type (the ISA gives no accumulation order, so a GPU's last bit may
+    ``race``), and D = (scale-a A) (scale-b B) + (scale-d ? C : 0) is formed in float64
+    (each product exact; int64 for the integer types), rounded to the accumulator's
+    type (the ISA gives no accumulation order or precision, so a GPU's last bits may
     differ);
   * C is each lane's accumulator registers at its issue, or, where an earlier
     operation of the same shape still has them in flight, that operation's result

@@ -2,9 +2,11 @@
 fourth warp issued it): A and B read from shared memory through their descriptors
 (``wgmma_layout``), or A from the four warps' fragment registers; the reads checked and
 recorded as the operation's, through the asynchronous proxy, with the clock of all 128
-issuing threads; then D = (scale-a A) (scale-b B) + (scale-d ? C : 0), the products and
-their sum exact in float64 (int64 for the integer types) and rounded once to the
-accumulator's type (the ISA gives no accumulation order: a GPU's last bit may differ).
+issuing threads; then D = (scale-a A) (scale-b B) + (scale-d ? C : 0), each product
+exact in float64, their sum and C's formed in float64 (exact unless the terms' magnitudes
+span more than about 2^26; int64, exact, for the integer types), then rounded to the
+accumulator's type.  The ISA gives no accumulation order or internal precision, so a
+GPU's last bits may differ.
 C is each warp's accumulator registers at its issue, or the result of the same-shape
 operation that still had them in flight (``Entry.inputs``' sources).
 """
