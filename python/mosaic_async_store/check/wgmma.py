@@ -82,7 +82,7 @@ class Warpgroup:
 
   __slots__ = ("cta", "index", "warps", "entries", "done", "slot")
 
-  def __init__(self, k, cta, index):
+  def __init__(self, cta, index):
     self.cta, self.index, self.warps = cta, index, [_Warp() for _ in range(4)]
     self.entries, self.done, self.slot = [], 0, None
 
@@ -93,12 +93,12 @@ class Warpgroup:
             "group, ordered before this access")
 
   def last_in(self, w, limit):
-    """The index of warp ``w``'s last operation in a group up to ``limit`` (-1: none)."""
-    last = -1
-    for j in range(self.warps[w].issued):
-      if self.entries[j].group <= limit:
-        last = j
-    return last
+    """The index of warp ``w``'s last operation in a group up to ``limit`` (-1: none);
+    its operations' groups never decrease, so from its newest back."""
+    j = self.warps[w].issued - 1
+    while j >= 0 and self.entries[j].group > limit:
+      j -= 1
+    return j
 
 
 def _state(k, th):
@@ -109,7 +109,7 @@ def _state(k, th):
     if k.block % 128:
       raise NotImplementedError(f"wgmma in a block of {k.block} threads (the checker runs "
                                 "blocks of whole warpgroups)")
-    wg = k.wgmma[key] = Warpgroup(k, *key)
+    wg = k.wgmma[key] = Warpgroup(*key)
   return wg, th.tid // 32 % 4
 
 
