@@ -27,7 +27,12 @@ how it is run:
     wait at one, is reported as ``aligned-divergence``.
 
 A lane that reaches a collective blocks with its ``Meeting`` (a ``waits.Wait``); ``run``
-calls ``meet`` with the waiting lanes when a meeting may complete.
+calls ``meet`` with the waiting lanes when a meeting may complete.  A piece
+(``lockstep``) that holds the whole meeting, every non-exited member lane of its warp
+and no lane of it waiting at another collective, completes it at once instead (each
+collective's warp form, ``Program.vcode``) and its lanes yield: the run in which the
+last lane's arrival completes the meeting at once, its lanes going to the back of the
+run queue as resumed lanes do (test_warp_batches compares the two).
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ import numpy as np
 from mosaic_async_store.check import program, waits
 from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.opcodes import Opcode
-from mosaic_async_store.check.outcomes import BLOCK
+from mosaic_async_store.check.outcomes import BLOCK, FALLBACK, YIELD
 from mosaic_async_store.check.waits import Wait
 
 __all__ = ["Undefined", "Meeting", "meet", "warp_lanes", "live_lanes", "sync_collective",
@@ -147,7 +152,30 @@ def sync_collective(k, opcode, mask_getter, contribution, resolve, finish):
                           f"membermask {mask:#010x}, which does not name it")
     th.wait = Meeting((opcode, mask), mask, contribution(th), pc, resolve, finish)
     return BLOCK
+
+  def block_lanes(lanes):   # the whole meeting in one piece: at once (module doc)
+    mask = mask_getter(lanes[0]) & FULL
+    if any(mask_getter(th) & FULL != mask or not mask >> (th.tid & 31) & 1
+           for th in lanes) or not _whole_meeting(k, lanes, mask):
+      return FALLBACK
+    results = resolve(lanes, [contribution(th) for th in lanes])
+    if finish is not None:
+      for th, result in zip(lanes, results):
+        finish(th, result)
+    return dict.fromkeys(lanes, YIELD)
+  block.lanes = block_lanes
   return block
+
+
+def _whole_meeting(k, lanes, mask):
+  """Whether ``lanes`` (a piece: running lanes of one warp at one instruction, in lane
+  order) are every non-exited lane of their warp that ``mask`` names, with no lane of
+  the warp waiting at a collective (it might meet these)."""
+  th = lanes[0]
+  w = th.tid >> 5
+  if k.group_waiting.get((th.cta, w)):
+    return False
+  return lanes == live_lanes(k, th.cta, w, mask)
 
 
 def aligned_collective(k, resolve):
@@ -160,6 +188,13 @@ def aligned_collective(k, resolve):
                       lambda lanes, values: resolve(lanes) or [None] * len(lanes),
                       None, aligned=True)
     return BLOCK
+
+  def block_lanes(lanes):   # all 32 lanes in one piece: at once (module doc)
+    if len(lanes) != 32:
+      return FALLBACK
+    resolve(lanes)
+    return dict.fromkeys(lanes, YIELD)
+  block.lanes = block_lanes
   return block
 
 
@@ -220,7 +255,7 @@ def shfl(k, ins):
     raise NotImplementedError(f"opcode {ins.opcode}")
   dest = ins.ops[0][1:] if ins.ops[0][0] == "pair" else (ins.ops[0],)
   puts = [program.setter(dest[0], 32)] + [program.setter(o, 1) for o in dest[1:]]
-  a, b, c = ins.src[1], ins.src[2], ins.src[3]
+  a, b, c, mask = ins.src[1], ins.src[2], ins.src[3], ins.src[4]
   bfly, line = ins.mods[1] == "bfly", k.program.lines[-1]
 
   def resolve(lanes, values):
@@ -235,7 +270,7 @@ def shfl(k, ins):
       got = by_lane.get(j) if ok else own
       if got is None:   # the source lane is outside membermask, or exited
         got = Undefined(f"CTA {th.cta} lane {lane}'s shfl.sync at PTX line {line} reads "
-                        f"lane {j}, which is not in membermask {th.wait.mask:#010x} "
+                        f"lane {j}, which is not in membermask {mask(th) & FULL:#010x} "
                         "or has exited")
       out.append((got, ok))
     return out

@@ -45,7 +45,7 @@ from mosaic_async_store.check import wgmma_layout as layout
 from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.ops import UNDEFINED
-from mosaic_async_store.check.outcomes import BLOCK
+from mosaic_async_store.check.outcomes import BLOCK, FALLBACK, YIELD
 from mosaic_async_store.check.waits import Wait
 
 __all__ = ["OPCODES", "Warpgroup", "Entry", "WgmmaWait", "RegisterGuard"]
@@ -331,6 +331,18 @@ def _wait(k, ins):
     wg, w = _state(k, th)
     th.wait = WgmmaWait(wg.warps[w].committed - keep, pc)
     return BLOCK
+
+  def wait_lanes(lanes):   # the whole warp, its groups executed: on at once
+    if len(lanes) != 32:
+      return FALLBACK
+    wg, w = _state(k, lanes[0])
+    limit = wg.warps[w].committed - keep
+    last = wg.last_in(w, limit)
+    if last >= wg.done:
+      return FALLBACK
+    _write_back(wg, w, last, lanes, limit)
+    return dict.fromkeys(lanes, YIELD)
+  wait.lanes = wait_lanes
   return wait
 
 
