@@ -14,6 +14,7 @@ from mosaic_async_store.check import (access_core, addresses, asyncops, program,
 from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.outcomes import YIELD
+from mosaic_async_store.check.shadow_runs import record_disjoint
 
 __all__ = ["OPCODES"]
 
@@ -103,28 +104,6 @@ def async_store_fn(k, addr, vals, size, red, mbar):
   return issue
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def _stmatrix_op(k, ins):
   mods = ins.mods
   if mods[:4] != ["sync", "aligned", "m8n8", "x4"] or ins.t != "b16" or \
@@ -179,6 +158,9 @@ def _stmatrix(k, trans, space, addr, regs):
     rows = [addr(th) for th in lanes]          # lane 8i + j: row j of matrix i
     data = [[g(th) for g in regs] for th in lanes]
     memory_rows = _rows_at_once(data, trans)
+    if memory_rows is not None and _store_rows_at_once(k, lanes, space, rows, memory_rows,
+                                                       pc):
+      return
     for i in range(4):
       for j in range(8):
         row = _row(data, i, j, trans) if memory_rows is None else memory_rows[i][j]
@@ -187,6 +169,31 @@ def _stmatrix(k, trans, space, addr, regs):
         access_core.thread_access(k, writer, buf, off, 16, write=True, insn=pc)
         access_core.write_values(k, buf, off, 16, [int.from_bytes(row, "little")], None, weak=True)
   return sync._warp_collective_at(k, pc, resolve)
+
+
+def _store_rows_at_once(k, lanes, space, addrs, memory_rows, pc):
+  """The 32 rows' stores (lane ``8i + j``: ``memory_rows[i][j]`` at ``addrs[8i + j]``)
+  checked, recorded and written at once (``shadow_runs.record_disjoint``: the verdict
+  of row by row, their bytes being disjoint) where every row is the plain case in the
+  own CTA's shared memory at a distinct offset; else nothing done, False."""
+  if space not in warp_memory.SHARED or k.flags:
+    return False
+  places = addresses.plain_shared_lanes(k, lanes, addrs, 16, False)
+  if places is None or len(set(places[1])) != len(lanes):
+    return False
+  cta, offs = places
+  order = sorted(range(len(offs)), key=offs.__getitem__)
+  slots, clocks = k.lane_stamps(lanes)
+  if not record_disjoint(k.shadow[cta], [offs[i] for i in order], 16, write=True,
+                         matrix=k.clocks, rows=k.lane_rows(lanes)[order],
+                         slots=[slots[i] for i in order], clocks=[clocks[i] for i in order],
+                         insn=pc):
+    return False
+  buf = k.smem[cta]
+  for lane, off in enumerate(offs):
+    buf[off:off + 16] = memory_rows[lane // 8][lane % 8]
+  k.epoch += len(lanes)
+  return True
 
 
 def _rows_at_once(data, trans):

@@ -38,7 +38,8 @@ from mosaic_async_store.check import findings
 from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.slots import THREAD
 
-__all__ = ["fence", "fenced", "check_source", "check_global_source", "SPACES"]
+__all__ = ["fence", "fenced", "check_source", "check_source_runs", "check_global_source",
+           "SPACES"]
 
 # What each .space of fence.proxy.async orders (none: all spaces).
 SPACES = {None: ("shared", "global"), "shared::cta": ("shared",),
@@ -105,6 +106,19 @@ def check_source(k, op, sh, cta, off, n, verb="reads"):
       _report(k, op, verb, f"CTA {cta} SMEM byte {b}", hit[0], sh.w_insn[b],
               "fence.proxy.async (.shared::cta, .shared::cluster or all spaces)")
       return
+
+
+def check_source_runs(k, op, sh, cta, spans, n):
+  """``check_source`` for runs of ``n``-byte accesses (``shadow_runs.runs``' (first
+  byte, accesses) pairs): their last writers gathered once, run by run only where one
+  is unfenced (for the message)."""
+  w_slot, w_clk, writes = sh.w_slot, sh.w_clk, set()
+  for lo, count in spans:
+    writes.update(zip(w_slot[lo:lo + n * count], w_clk[lo:lo + n * count]))
+  if _unfenced(k, writes, op.fenced) is None:
+    return
+  for lo, count in spans:
+    check_source(k, op, sh, cta, lo, n * count)
 
 
 def check_global_source(k, op, buf, off, n, verb="reads"):

@@ -8,8 +8,8 @@ another of the batch: the order they are judged in does not matter).  It handles
 the common case with one slice operation per run of adjacent accesses instead of
 one ``Shadow.conflict`` and ``Shadow.record`` call per access: when no byte has a
 history that needs a closer look (a write in flight other than the accesses' own,
-an mbarrier, a strong write, a read before a write) and every access is ordered
-after the last writes of its bytes, it records exactly what ``record`` would, access
+an mbarrier, a strong write) and every access is ordered after the last writes of
+its bytes (a write: and after the reads since), it records exactly what ``record`` would, access
 by access, and returns True.  Otherwise it changes nothing and returns False, and
 the caller goes access by access (``Shadow.conflict`` then finds the first conflict
 and the caller reports it in its own words).
@@ -65,6 +65,24 @@ def _ordered(matrix, rows, n, writers, clocks):
   return bool((matrix[np.repeat(rows, n), writers] >= clocks).all())
 
 
+def _after_reads(readers, offs, n, matrix, rows):
+  """Whether each write (``n`` bytes at ``offs[i]``, its clock row ``rows[i]`` of
+  ``matrix``) is ordered after every read of its bytes since their last write (a weak
+  write conflicts with any read it is not ordered after: ``Shadow.conflict``)."""
+  for i, off in enumerate(offs):
+    held = readers[off:off + n]
+    if held.count(None) == n:
+      continue
+    clock, seen = matrix[rows[i]], set()
+    for accesses in held:
+      if accesses is not None and id(accesses) not in seen:
+        seen.add(id(accesses))
+        for r, (clk, _, _) in accesses.items():
+          if clock[r] < clk:
+            return False
+  return True
+
+
 def record_disjoint(sh, offs, n, *, write, matrix, rows, slots, clocks, insn, spans=None,
                     own_inflight=0):
   """Checks and records accesses of ``n`` bytes at ``offs`` (ascending, distinct,
@@ -87,7 +105,7 @@ def record_disjoint(sh, offs, n, *, write, matrix, rows, slots, clocks, insn, sp
   quiet = dense and _quiet(sh, first, end, own_inflight)
   unread = dense and readers[first:end].count(None) == end - first
   if end - first == n * count:   # one run (the common case)
-    if not quiet or (write and not unread):
+    if not quiet:
       return False
     spans, writers, wclocks = [(first, count)], w_slot[first:end], w_clk[first:end]
   else:
@@ -96,13 +114,12 @@ def record_disjoint(sh, offs, n, *, write, matrix, rows, slots, clocks, insn, sp
       hi = lo + n * run
       if not quiet and not _quiet(sh, lo, hi, own_inflight):
         return False
-      if write and not unread and readers[lo:hi].count(None) != hi - lo:
-        return False
       writers += w_slot[lo:hi]
       wclocks += w_clk[lo:hi]
     if not unread:   # (some run was read: as one by one, below)
       unread = all(readers[lo:lo + n * run].count(None) == n * run for lo, run in spans)
-  if not _ordered(matrix, rows, n, writers, wclocks):
+  if not _ordered(matrix, rows, n, writers, wclocks) or \
+     (write and not unread and not _after_reads(readers, offs, n, matrix, rows)):
     return False
   same = type(slots) is int
   i = 0
@@ -111,6 +128,8 @@ def record_disjoint(sh, offs, n, *, write, matrix, rows, slots, clocks, insn, sp
     if write and same:   # (asynchronous stores landing: one stamp for every byte)
       w_slot[lo:hi], w_clk[lo:hi], sh.w_insn[lo:hi] = \
           [slots] * (hi - lo), [clocks] * (hi - lo), [insn] * (hi - lo)
+      if not unread:
+        readers[lo:hi] = [None] * (hi - lo)
       continue
     if same:
       mine_slots, mine_clocks = [slots] * run, [clocks] * run
@@ -120,9 +139,13 @@ def record_disjoint(sh, offs, n, *, write, matrix, rows, slots, clocks, insn, sp
     if write:
       w_slot[lo:hi], w_clk[lo:hi] = _each_byte(mine_slots, n), _each_byte(mine_clocks, n)
       sh.w_insn[lo:hi] = [insn] * (hi - lo)
+      if not unread:   # (a plain write ends the reads' history, as Shadow.record)
+        readers[lo:hi] = [None] * (hi - lo)
     elif unread:   # (one set per access, shared by its bytes, as Shadow.record)
       made = [{s: (c, insn, None)} for s, c in zip(mine_slots, mine_clocks)]
       readers[lo:hi] = _each_byte(made, n)
+    elif same:   # (reads joining earlier ones, one stamp: the run as one access)
+      sh.record(lo, hi - lo, write=False, atomic=False, stamp=(slots, clocks, insn))
     else:   # (reads joining earlier ones: as one by one)
       for j, stamp in enumerate(zip(mine_slots, mine_clocks)):
         sh.record(lo + j * n, n, write=False, atomic=False, stamp=(*stamp, insn))

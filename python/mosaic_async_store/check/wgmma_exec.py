@@ -76,10 +76,8 @@ def _read(k, wg, op, vc, stamp, desc, rows, form, atype, mn_major):
   chunks = np.unique(addrs // 16).tolist()
   at = [16 * c for c in chunks]
   spans, sh = runs(at, 16), k.shadow[wg.cta]
-  for lo, count in spans:
-    proxy.check_source(k, op, sh, wg.cta, lo, 16 * count)
-  unread = all(sh.readers[lo:lo + 16 * n].count(None) == 16 * n for lo, n in spans)
-  if not unread or not record_disjoint(sh, at, 16, write=False, matrix=vc[None, :],
+  proxy.check_source_runs(k, op, sh, wg.cta, spans, 16)
+  if not record_disjoint(sh, at, 16, write=False, matrix=vc[None, :],
                          rows=np.zeros(len(at), np.intp), slots=stamp[0], clocks=stamp[1],
                          insn=stamp[2], spans=spans):   # (at once, or run by run:)
     for lo, count in spans:
