@@ -55,9 +55,10 @@ import numpy as np
 
 from mosaic_async_store.check import cluster_barrier, pairings, program, sync
 from mosaic_async_store.check.waits import Wait, resume
+from mosaic_async_store.check.waits import block as block_thread
 from mosaic_async_store.check.memory import KernelFault, ProtocolError
 from mosaic_async_store.check.opcodes import Opcode
-from mosaic_async_store.check.outcomes import BLOCK
+from mosaic_async_store.check.outcomes import BLOCK, FALLBACK
 
 __all__ = ["NamedBarrier", "WarpArrival", "WARP", "OPCODES"]
 
@@ -160,6 +161,37 @@ def _named(k, waits, bar_id, count, pc, aligned, red=None):
     if len(rec.lanes) >= rec.live:
       _warp_arrives(k, wkey, th)
     return None if th.wait is None else BLOCK
+
+  def arrive_lanes(lanes):   # every live lane of a warp at once: as lane by lane
+    th = lanes[0]
+    a, b = bar_id(th), None if count is None else count(th)
+    wkey = (th.cta, a, th.tid // WARP)
+    if not 0 <= a < _NAMED_BARRIERS or (b is not None and (b <= 0 or b % WARP)) or \
+       wkey in k.warp_arrivals or len(lanes) != _warp_live(k, th.cta, wkey[2]) or \
+       any(bar_id(t) != a for t in lanes) or \
+       (count is not None and any(count(t) != b for t in lanes)):
+      return FALLBACK   # (lane by lane: a finding, or warp-mates elsewhere)
+    rows = k.lane_rows(lanes)
+    rec = k.warp_arrivals[wkey] = WarpArrival(b, len(lanes), k.clocks[rows].max(axis=0), op)
+    if red is not None:
+      rec.trues = sum(red[1](t) & 1 for t in lanes)
+    rec.lanes = {t.tid: (t, waits, None if red is None else red[2]) for t in lanes}
+    rec.pcs[pc], rec.aligned = th.tid, aligned
+    k.clocks[rows, rows + 1] += 1   # (each lane's own slot: what it releases)
+    k.epoch += len(lanes)
+    last = lanes[-1]
+    for t in lanes:
+      t.wait = NamedWait(wkey)
+    for t in lanes[:-1]:   # (waiting for the last, which completes the warp's arrival)
+      t.pc, t.state = pc, "block"
+      block_thread(k, t)
+    _warp_arrives(k, wkey, last)
+    if last.wait is not None:
+      last.pc, last.state = pc, "block"
+      block_thread(k, last)
+      return dict.fromkeys(lanes, BLOCK)
+    return dict.fromkeys(lanes[:-1], BLOCK)   # (those it resumed rejoin: lockstep)
+  arrive.lanes = arrive_lanes
   return arrive
 
 

@@ -54,6 +54,7 @@ def run_piece(k, lanes):
       n += len(lanes)   # (a local: added to k.executed once, at the end)
       k.step += 1
       vf, th = vcode[pc], lanes[0]   # (th: the lane an error names; lane by lane, each)
+      queued = len(k.runnable)   # (lanes the instruction resumes are queued after these)
       r = vf(lanes) if vf is not None else FALLBACK
       if k.unplaced:   # (findings the run goes on after: placed at this instruction)
         findings.place(k, pc, th)
@@ -62,9 +63,8 @@ def run_piece(k, lanes):
       elif type(r) is int:
         nxt = r
       else:
-        queued = None
         if r is FALLBACK:   # lane by lane
-          f, moved, queued = code[pc], None, len(k.runnable)
+          f, moved = code[pc], None
           for th in lanes:
             r = f(th)
             if r is not None:
@@ -79,7 +79,7 @@ def run_piece(k, lanes):
                   waits.block(k, th)
             if k.unplaced:   # (findings the run goes on after: placed at this lane)
               findings.place(k, pc, th)
-        else:   # a warp form's lanes that yield
+        else:   # a warp form's lanes that yield or block (it blocked them)
           moved = r
         if moved is None:
           nxt = pc + 1
@@ -98,7 +98,7 @@ def run_piece(k, lanes):
             for at, group in groups.items():
               pending.setdefault(at, []).extend(group)
             lanes = []
-        if queued is not None and lanes and len(k.runnable) > queued:
+        if lanes and len(k.runnable) > queued:
           lanes = _rejoin(k, lanes, nxt, queued)   # warp-mates it resumed
       if lanes and nxt <= pc:   # a backward jump (a loop that never ends: the budget)
         jumps += 1

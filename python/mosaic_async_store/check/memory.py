@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections import Counter
 
 import numpy as np
 
@@ -398,16 +399,15 @@ class Shadow:
     if sets[off:off + n].count(None) == n:   # none yet (the common case): one new set
       sets[off:off + n] = [{slot: entry}] * n
       return
-    held = {}   # id(set) -> [it, how many of these bytes hold it]
-    for accesses in sets[off:off + n]:
-      if accesses is not None:
-        count = held.get(id(accesses))
-        if count is None:
-          held[id(accesses)] = [accesses, 1]
-        else:
-          count[1] += 1
+    # (bytes by the identity of their set, counted and looked up with C loops: an
+    # access may span kilobytes, a WGMMA operand's reads)
+    held, ids = sets[off:off + n], list(map(id, sets[off:off + n]))
+    counts, held = Counter(ids), dict(zip(ids, held))   # id -> bytes holding it, it
+    nones = counts.pop(id(None), 0)
+    held.pop(id(None), None)
     made = {}   # id(earlier set, or of None) -> what these of its bytes hold now
-    for accesses, mine in held.values():
+    for key, accesses in held.items():
+      mine = counts[key]
       counted = type(accesses) is AccessSet
       if counted and accesses.owners == mine:   # only these bytes hold it: in place
         if accesses.get(slot, _NO_ENTRY)[0] <= clk:
@@ -420,8 +420,7 @@ class Shadow:
       successor.owners = mine
       if counted:
         accesses.owners -= mine
-    nones = n - sum(mine for _, mine in held.values())
     if nones:
       made[id(None)] = AccessSet({slot: entry})
       made[id(None)].owners = nones
-    sets[off:off + n] = [made[id(accesses)] for accesses in sets[off:off + n]]
+    sets[off:off + n] = list(map(made.__getitem__, ids))
