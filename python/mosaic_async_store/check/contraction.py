@@ -31,6 +31,9 @@ from __future__ import annotations
 import weakref
 
 from mosaic_async_store.check.floats import float_op
+from mosaic_async_store.check.floats_f32 import on_lists
+from mosaic_async_store.check.outcomes import FALLBACK
+from mosaic_async_store.check.program import lanes_getter
 
 __all__ = ["unrounded_mul", "unrounded_sum", "fused_here", "ROUNDING"]
 
@@ -41,8 +44,9 @@ _SIGNS = {"f32": 0x80000000, "f16": 0x8000, "bf16": 0x8000, "f16x2": 0x80008000,
           "bf16x2": 0x80008000}
 
 
-def unrounded_mul(k, ins, fn, put, args):
-  """``mul`` without a rounding modifier: ``fn`` (float_op's) and remember the product."""
+def unrounded_mul(k, ins, fn, put, args, vec=None):
+  """``mul`` without a rounding modifier: ``fn`` (float_op's) and remember the product.
+  ``vec``: the operation's ``floats_f32.lanes_form`` (its warp form's), or None."""
   pc, t, quals = len(k.program.code), ins.t, _qualifiers(ins)
   mask = (1 << ins.bits) - 1
   a, b = args
@@ -51,13 +55,24 @@ def unrounded_mul(k, ins, fn, put, args):
     product = fn(x, y) & mask
     th.products[(t, product)] = (x, y, quals, pc)
     put(th, product)
+  if vec is not None:
+    a_lanes, b_lanes = lanes_getter(a), lanes_getter(b)
+    def mul_lanes(lanes):   # the products at once (else lane by lane)
+      xs, ys = a_lanes(lanes), b_lanes(lanes)
+      out = on_lists(vec, xs, ys)
+      if out is None:
+        return FALLBACK
+      for th, x, y, product in zip(lanes, xs, ys, out):
+        th.products[(t, product)] = (x, y, quals, pc)
+        put(th, product)
+    mul.lanes = mul_lanes
   return mul
 
 
-def unrounded_sum(k, ins, fn, put, args):
+def unrounded_sum(k, ins, fn, put, args, vec=None):
   """``add`` / ``sub`` without a rounding modifier: the rounded result, or where a
   remembered product makes the fused one differ, the one the schedule chooses for
-  this pair of instructions (``fused_here``)."""
+  this pair of instructions (``fused_here``).  ``vec``: as ``unrounded_mul``'s."""
   program, t, quals, sub = k.program, ins.t, _qualifiers(ins), ins.base == "sub"
   fused = float_op("fma", ["rn", *quals, t], f"fma.rn.{t}")
   sign, mask = _SIGNS[t], (1 << ins.bits) - 1
@@ -89,6 +104,20 @@ def unrounded_sum(k, ins, fn, put, args):
         result = alt & mask
         break
     put(th, result)
+  if vec is not None:
+    a_lanes, b_lanes = lanes_getter(a), lanes_getter(b)
+    def add_lanes(lanes):   # the rounded sums at once; a lane with a product, its own way
+      xs, ys = a_lanes(lanes), b_lanes(lanes)
+      out = on_lists(vec, xs, ys)
+      if out is None:
+        return FALLBACK
+      for th, x, y, result in zip(lanes, xs, ys, out):
+        products = th.products
+        if (t, x) in products or (t, y) in products:
+          add(th)
+        else:
+          put(th, result)
+    add.lanes = add_lanes
   return add
 
 

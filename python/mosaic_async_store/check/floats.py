@@ -196,23 +196,20 @@ def _ex2(fmt, ftz, opcode):
   PTX ISA, ex2, recalled); the checker returns 2^a to within one f32 unit in the last
   place (``math.exp2`` in float64, then rounded to nearest): a value the bound allows,
   not necessarily a GPU's.  ``.ftz``: subnormal inputs and results are zeros."""
-  sign_bit = 1 << (fmt.bits - 1)
+  sign_bit = 1 << (fmt.bits - 1)   # (fmt: f32, the only ex2.approx float_op runs)
 
   def run(a):
     if ftz and _subnormal(fmt, a):
       a &= sign_bit
-    x = decode(fmt, a)
-    if x == NAN:
+    x = floats_f32.value(a)   # (every f32 value is a double)
+    if x != x:
       raise NotImplementedError(f"{opcode} of a NaN (its result's bit pattern is not "
                                 "modelled)")
-    sign, mag = x
-    if mag is None:
-      return 0 if sign else ((1 << fmt.exp_bits) - 1) << fmt.man_bits
     try:
-      r = math.exp2(float(-mag if sign else mag))
+      r = math.exp2(x)   # (2^-inf = 0, 2^inf = inf)
     except OverflowError:
       r = math.inf
-    out = encode(fmt, 0, None if math.isinf(r) else Fraction(r))
+    out = floats_f32.to_bits(r)   # (rounded to nearest, as encode would)
     return 0 if ftz and _subnormal(fmt, out) else out
   return run
 

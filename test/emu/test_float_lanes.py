@@ -1,0 +1,77 @@
+"""The f32 warp forms (``floats_f32.lanes_form``: NumPy columns) give the bits of the lane
+functions (``floats.float_op``), lane for lane, or decline (None) and leave the warp to
+them: checked on random bit patterns of every kind (normal, subnormal, zero, the
+largest, infinity, NaN) for add, sub, mul, div, fma, min and max, with and without
+``.ftz``; on ordinary values they must not decline (else the fast path is never run)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mosaic_async_store.check.floats import float_op
+from mosaic_async_store.check.floats_f32 import lanes_form, on_lists
+
+_FORMS = [("add", ["rn"]), ("sub", ["rn"]), ("mul", ["rn"]), ("div", ["rn"]),
+          ("fma", ["rn"]), ("min", []), ("max", []), ("max", ["NaN"])]
+_SPECIAL = [0x00000000, 0x80000000, 0x00000001, 0x807FFFFF, 0x00800000, 0x7F7FFFFF,
+            0xFF7FFFFF, 0x7F800000, 0xFF800000, 0x7FC00000, 0x3F800000, 0xBF800000,
+            0x33800000, 0x4B000000]
+_WORD = st.one_of(st.sampled_from(_SPECIAL), st.integers(0, 0xFFFFFFFF),
+                  st.floats(-1e6, 1e6, width=32).map(
+                      lambda x: int(np.float32(x).view(np.uint32))))
+
+
+def _lane_results(fn, columns):
+  """Each lane through the lane function; None where any lane is refused (a NaN)."""
+  out = []
+  for args in zip(*columns):
+    try:
+      out.append(fn(*args))
+    except NotImplementedError:
+      return None
+  return out
+
+
+def _check(base, quals, ftz, columns):
+  mods = quals + (["ftz"] if ftz else []) + ["f32"]
+  fn, form = float_op(base, mods, f"{base}.f32"), lanes_form(base, mods)
+  assert form is not None
+  got = on_lists(form, *columns)
+  if got is not None:
+    assert got == _lane_results(fn, columns), (base, mods)
+  return got
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(form=st.sampled_from(_FORMS), ftz=st.booleans(),
+       words=st.lists(st.tuples(_WORD, _WORD, _WORD), min_size=1, max_size=32))
+def test_f32_warp_forms_give_the_lane_functions_bits(form, ftz, words):
+  base, quals = form
+  arity = 3 if base == "fma" else 2
+  _check(base, quals, ftz, [[w[j] for w in words] for j in range(arity)])
+
+
+@pytest.mark.parametrize("base, quals", _FORMS)
+@pytest.mark.parametrize("ftz", [False, True])
+def test_f32_warp_forms_run_on_ordinary_values(base, quals, ftz):
+  rng = np.random.default_rng(7)
+  columns = [(rng.standard_normal(32).astype(np.float32) * 100).view(np.uint32).tolist()
+             for _ in range(3 if base == "fma" else 2)]
+  assert _check(base, quals, ftz, columns) is not None
+
+
+def test_fma_ties_in_the_double_sum_follow_the_exact_sum():
+  """fma(a, b, c) whose double sum is 1 + 2^-24, half-way between two f32 values, with
+  the exact sum 2^-70 above it (rounds up) or 2^-71 below it (rounds down): a = 1 +
+  2^-23, b = 1 - 2^-24 (a * b = 1 + 2^-24 - 2^-47), c = 2^-47 + 2^-70 or 2^-47 - 2^-71."""
+  columns = [[0x3F800001] * 2, [0x3F7FFFFF] * 2, [0x28000001, 0x27FFFFFF]]
+  fn = float_op("fma", ["rn", "f32"], "fma.rn.f32")
+  got = on_lists(lanes_form("fma", ["rn", "f32"]), *columns)
+  assert got == [0x3F800001, 0x3F800000] == _lane_results(fn, columns)
+
+
+def test_forms_without_a_warp_form():
+  assert lanes_form("add", ["rz", "f32"]) is None
+  assert lanes_form("ex2", ["approx", "f32"]) is None
+  assert on_lists(None, [1]) is None
