@@ -1,8 +1,9 @@
-"""The f32 warp forms (``floats_f32.lanes_form``: NumPy columns) give the bits of the lane
+"""The float warp forms (``float_columns.lanes_form``: NumPy columns) give the bits of the lane
 functions (``floats.float_op``), lane for lane, or decline (None) and leave the warp to
 them: checked on random bit patterns of every kind (normal, subnormal, zero, the
-largest, infinity, NaN) for add, sub, mul, div, fma, min and max, with and without
-``.ftz``; on ordinary values they must not decline (else the fast path is never run)."""
+largest, infinity, NaN) for f32 add, sub, mul, div, fma, min and max and for f16 / bf16
+(scalar and packed) add, sub, mul, with and without ``.ftz``; on ordinary values they
+must not decline (else the fast path is never run)."""
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mosaic_async_store.check.floats import float_op
-from mosaic_async_store.check.floats_f32 import lanes_form, on_lists
+from mosaic_async_store.check.float_columns import lanes_form, on_lists
 
 _FORMS = [("add", ["rn"]), ("sub", ["rn"]), ("mul", ["rn"]), ("div", ["rn"]),
           ("fma", ["rn"]), ("min", []), ("max", []), ("max", ["NaN"])]
@@ -71,7 +72,44 @@ def test_fma_ties_in_the_double_sum_follow_the_exact_sum():
   assert got == [0x3F800001, 0x3F800000] == _lane_results(fn, columns)
 
 
+_HALF_TYPES = ["f16", "bf16", "f16x2", "bf16x2"]
+_HALF_WORD = st.one_of(st.integers(0, 0xFFFF), st.sampled_from(
+    [0x0000, 0x8000, 0x0001, 0x03FF, 0x0400, 0x7BFF, 0x7C00, 0x7E00, 0x0080, 0x7F7F,
+     0x7F80, 0x3C00, 0x3F80]))
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(base=st.sampled_from(["add", "sub", "mul"]), t=st.sampled_from(_HALF_TYPES),
+       ftz=st.booleans(), words=st.lists(st.tuples(_HALF_WORD, _HALF_WORD, _HALF_WORD,
+                                                   _HALF_WORD), min_size=1, max_size=32))
+def test_16_bit_warp_forms_give_the_lane_functions_bits(base, t, ftz, words):
+  if ftz and t.startswith("bf16"):
+    return   # (bf16 takes no .ftz)
+  packed = t.endswith("x2")
+  columns = [[w[j] | (w[j + 2] << 16 if packed else 0) for w in words] for j in (0, 1)]
+  mods = ["rn"] + (["ftz"] if ftz else []) + [t]
+  fn, form = float_op(base, mods, f"{base}.{t}"), lanes_form(base, mods)
+  got = on_lists(form, *columns)
+  if got is not None:
+    assert got == _lane_results(fn, columns)
+
+
+@pytest.mark.parametrize("base", ["add", "sub", "mul"])
+@pytest.mark.parametrize("t", _HALF_TYPES)
+def test_16_bit_warp_forms_run_on_ordinary_values(base, t):
+  rng = np.random.default_rng(3)
+  ftype = {"f": np.float16, "b": __import__("ml_dtypes").bfloat16}[t[0]]
+  def column():
+    words = (rng.standard_normal((2, 32)) * 10).astype(ftype).view(np.uint16).astype(np.uint64)
+    return (words[0] | (words[1] << np.uint64(16)) if t.endswith("x2") else words[0]).tolist()
+  columns = [column(), column()]
+  fn, form = float_op(base, ["rn", t], f"{base}.rn.{t}"), lanes_form(base, ["rn", t])
+  got = on_lists(form, *columns)
+  assert got is not None and got == _lane_results(fn, columns)
+
+
 def test_forms_without_a_warp_form():
+  assert lanes_form("fma", ["rn", "f16"]) is None
   assert lanes_form("add", ["rz", "f32"]) is None
   assert lanes_form("ex2", ["approx", "f32"]) is None
   assert on_lists(None, [1]) is None

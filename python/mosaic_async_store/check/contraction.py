@@ -31,7 +31,7 @@ from __future__ import annotations
 import weakref
 
 from mosaic_async_store.check.floats import float_op
-from mosaic_async_store.check.floats_f32 import on_lists
+from mosaic_async_store.check.float_columns import on_lists
 from mosaic_async_store.check.outcomes import FALLBACK
 from mosaic_async_store.check.program import lanes_getter
 
@@ -46,7 +46,7 @@ _SIGNS = {"f32": 0x80000000, "f16": 0x8000, "bf16": 0x8000, "f16x2": 0x80008000,
 
 def unrounded_mul(k, ins, fn, put, args, vec=None):
   """``mul`` without a rounding modifier: ``fn`` (float_op's) and remember the product.
-  ``vec``: the operation's ``floats_f32.lanes_form`` (its warp form's), or None."""
+  ``vec``: the operation's ``float_columns.lanes_form`` (its warp form's), or None."""
   pc, t, quals = len(k.program.code), ins.t, _qualifiers(ins)
   mask = (1 << ins.bits) - 1
   a, b = args

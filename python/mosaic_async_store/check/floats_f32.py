@@ -16,22 +16,14 @@ Whatever these paths do not cover (a NaN, an infinity in an ``fma``, a division 
 zero, ``.ftz`` at the normal boundary, +0 against -0) is handed to ``floats``' exact
 function, which runs it or refuses it by name as before.  test_float_ops and
 test_opcode_table compare both paths.
-
-``lanes_form`` is the warp form (``program.Program.vcode``) of the same operations: the
-lanes' operands as NumPy columns, the same double arithmetic and the same rounding (a
-C cast, NumPy's ``astype``), TwoSum element-wise for ``fma``; where any lane is a case
-the lane function hands on (a NaN or infinity, a zero divisor or two zeros, a
-subnormal under ``.ftz``, an overflow) it returns None and the caller runs every lane
-through the lane function.  test_float_ops compares the two.
+``float_columns`` runs the same operations on a warp's lanes at once.
 """
 
 from __future__ import annotations
 
 import struct
 
-import numpy as np
-
-__all__ = ["fast_arith", "fast_minmax", "lanes_form", "on_lists", "value", "to_bits"]
+__all__ = ["fast_arith", "fast_minmax", "value", "to_bits"]
 
 _F32, _U32 = struct.Struct("<f"), struct.Struct("<I")
 _SIGN, _MIN_NORMAL, _INF = 0x80000000, 0x00800000, 0x7F800000
@@ -107,84 +99,3 @@ def fast_minmax(base, flush, exact):
 
 
 value, to_bits = _value, _bits   # (for floats' ex2: a double from f32 bits and back)
-
-_EXP = np.uint32(0x7F800000)
-_MAGNITUDE = np.uint32(0x7FFFFFFF)
-_ARITH = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
-
-
-def lanes_form(base, mods):
-  """The warp form of f32 ``base`` with qualifiers ``mods`` (those ``floats.float_op``
-  accepted): uint64 columns of the operands' bit patterns (one element per lane) ->
-  the results' bit patterns (a list), or None where a lane needs the lane function
-  (module doc).  None for an operation without one (only add, sub, mul, div, fma
-  rounded to nearest, and min / max, have one)."""
-  quals = set(mods) - {"f32", "ftz"}
-  if base in _ARITH or base == "fma":
-    if not quals <= {"rn"}:
-      return None
-  elif base not in ("min", "max") or not quals <= {"NaN"}:
-    return None
-  ftz = "ftz" in mods
-
-  def run(*columns):
-    bits = [(c & 0xFFFFFFFF).astype(np.uint32) for c in columns]
-    xs = [b.view(np.float32).astype(np.float64) for b in bits]
-    if not all(np.isfinite(x).all() for x in xs) or \
-       (ftz and any((((b & _EXP) == 0) & ((b & _MAGNITUDE) != 0)).any() for b in bits)):
-      return None   # (a NaN or infinity, a subnormal to flush: lane by lane)
-    if base in ("min", "max"):
-      a, b = xs
-      if ((a == 0) & (b == 0)).any():
-        return None
-      pick_a = (a <= b) if base == "min" else ~(a <= b)   # (as fast_minmax picks)
-      return np.where(pick_a, bits[0], bits[1]).tolist()
-    if base == "fma":
-      out = _fma_columns(*xs)
-    else:
-      if base == "div" and (xs[1] == 0).any():
-        return None
-      with np.errstate(over="ignore"):
-        out = _ARITH[base](xs[0], xs[1]).astype(np.float32)
-    if out is None or not np.isfinite(out).all():
-      return None   # (an overflow: the lane function says how it rounds)
-    out_bits = out.view(np.uint32)
-    if ftz:
-      magnitude = out_bits & _MAGNITUDE
-      if (magnitude == 0x00800000).any():
-        return None   # (it may have rounded up from below: the exact function says)
-      out_bits = np.where(magnitude < 0x00800000, out_bits & np.uint32(_SIGN), out_bits)
-    return out_bits.tolist()
-  return run
-
-
-def on_lists(form, *lists):
-  """``form`` (a ``lanes_form``, or None) on operand lists (one value per lane): the
-  results, or None where there is no form, it declines, or a value is not a known
-  int (``shfl``'s undefined: the lane function says where its bits are used)."""
-  if form is None or not all(type(v) is int for values in lists for v in values):
-    return None
-  return form(*(np.array(values, np.uint64) for values in lists))
-
-
-def _fma_columns(a, b, c):
-  """``_fma`` element-wise: float32 results, or None where a sum is not finite."""
-  p = a * b
-  s = p + c
-  if not np.isfinite(s).all():
-    return None
-  bv = s - p   # (TwoSum, as _fma)
-  e = (p - (s - bv)) + (c - bv)
-  with np.errstate(over="ignore"):
-    out = s.astype(np.float32)
-  d = out.astype(np.float64)
-  near = (d != s) & (e != 0)
-  if not near.any():
-    return out
-  out_bits = out.view(np.uint32)
-  step = np.where(np.abs(s) > np.abs(d), 1, -1).astype(np.int64)
-  toward = (out_bits.astype(np.int64) + step).astype(np.uint32)
-  n = toward.view(np.float32).astype(np.float64)
-  half = (s - d) == (n - s)
-  take = near & half & ((e > 0) == (n > d))
-  return np.where(take, toward, out_bits).view(np.float32)

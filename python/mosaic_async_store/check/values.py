@@ -15,7 +15,7 @@ import operator
 
 import numpy as np
 
-from mosaic_async_store.check import addresses, contraction, floats_f32, program
+from mosaic_async_store.check import addresses, contraction, float_columns, program
 from mosaic_async_store.check.floats import FLOAT_TYPE, float_cvt, float_cvt_lanes, float_op
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.outcomes import FALLBACK
@@ -164,7 +164,7 @@ def _arith(k, ins):
   if any(FLOAT_TYPE.match(m) for m in ins.mods):
     fn = float_op(ins.base, ins.mods, ins.opcode)   # exact, or refused by name
     put, args = program.setter(ins.ops[0], ins.bits), ins.src[1:]
-    vec = floats_f32.lanes_form(ins.base, ins.mods) if ins.mods[-1] == "f32" else None
+    vec = float_columns.lanes_form(ins.base, ins.mods)   # (None: lane by lane)
     if not any(m in contraction.ROUNDING for m in ins.mods):   # may be fused with an fma
       if ins.base == "mul":
         return contraction.unrounded_mul(k, ins, fn, put, args, vec)
@@ -173,8 +173,8 @@ def _arith(k, ins):
     def arith(th):
       put(th, fn(*(a(th) for a in args)))
     getters = [program.lanes_getter(a) for a in args]
-    def arith_lanes(lanes):   # f32 at once (floats_f32.lanes_form), else lane by lane
-      out = floats_f32.on_lists(vec, *(g(lanes) for g in getters))
+    def arith_lanes(lanes):   # at once (float_columns), else lane by lane
+      out = float_columns.on_lists(vec, *(g(lanes) for g in getters))
       if out is None:
         return FALLBACK
       for th, v in zip(lanes, out):
