@@ -109,8 +109,10 @@ def unrounded_sum(k, ins, fn, put, args, vec=None):
     def add_lanes(lanes):   # the rounded sums at once; a lane with a product, its own way
       xs, ys = a_lanes(lanes), b_lanes(lanes)
       out = on_lists(vec, xs, ys)
-      if out is None:
-        return FALLBACK
+      if out is None or any(rec is not None and rec[2] != quals for th, x, y in
+                            zip(lanes, xs, ys) for rec in (th.products.get((t, x)),
+                                                           th.products.get((t, y)))):
+        return FALLBACK   # (lane by lane: a refusal names its lane)
       for th, x, y, result in zip(lanes, xs, ys, out):
         products = th.products
         if (t, x) in products or (t, y) in products:

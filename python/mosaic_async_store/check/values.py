@@ -172,6 +172,8 @@ def _arith(k, ins):
         return contraction.unrounded_sum(k, ins, fn, put, args, vec)
     def arith(th):
       put(th, fn(*(a(th) for a in args)))
+    if vec is None:
+      return arith
     getters = [program.lanes_getter(a) for a in args]
     def arith_lanes(lanes):   # at once (float_columns), else lane by lane
       out = float_columns.on_lists(vec, *(g(lanes) for g in getters))
