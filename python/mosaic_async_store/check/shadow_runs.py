@@ -9,8 +9,8 @@ the common case with one slice operation per run of adjacent accesses instead of
 one ``Shadow.conflict`` and ``Shadow.record`` call per access: when no byte has a
 history that needs a closer look (a write in flight other than the accesses' own,
 an mbarrier, a strong write) and every access is ordered after the last writes of
-its bytes (a write: and after the reads since), it records exactly what ``record`` would, access
-by access, and returns True.  Otherwise it changes nothing and returns False, and
+its bytes (a write: and after the reads since), it records exactly what ``record``
+would, access by access, and returns True.  Otherwise it changes nothing and returns False, and
 the caller goes access by access (``Shadow.conflict`` then finds the first conflict
 and the caller reports it in its own words).
 """
