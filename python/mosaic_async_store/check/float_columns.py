@@ -49,7 +49,7 @@ def lanes_form(base, mods):
     bits = [(c & 0xFFFFFFFF).astype(np.uint32) for c in columns]
     xs = [b.view(np.float32).astype(np.float64) for b in bits]
     if not all(np.isfinite(x).all() for x in xs) or \
-       (ftz and any((((b & _EXP) == 0) & ((b & _MAGNITUDE) != 0)).any() for b in bits)):
+       (ftz and any(_subnormal(b, _EXP, _MAGNITUDE).any() for b in bits)):
       return None   # (a NaN or infinity, a subnormal to flush: lane by lane)
     if base in ("min", "max"):
       a, b = xs
@@ -74,6 +74,11 @@ def lanes_form(base, mods):
       out_bits = np.where(magnitude < 0x00800000, out_bits & np.uint32(_SIGN), out_bits)
     return out_bits.tolist()
   return run
+
+
+def _subnormal(bits, exp_mask, magnitude_mask):
+  """Which of the bit patterns ``bits`` are subnormal (exponent field zero, not zero)."""
+  return ((bits & exp_mask) == 0) & ((bits & magnitude_mask) != 0)
 
 
 def on_lists(form, *lists):
@@ -127,16 +132,14 @@ def _half_form(base, mods):
     # [operand][part, lane]: the low half is part 0
     halves = [np.stack([(c >> np.uint64(16 * i)) & np.uint64(0xFFFF) for i in range(parts)])
               .astype(np.uint16) for c in columns]
-    if any((((h & exp_mask) == 0) & ((h & 0x7FFF) != 0)).any() or
-           ((h & exp_mask) == exp_mask).any() for h in halves):
+    if any(_subnormal(h, exp_mask, 0x7FFF).any() or ((h & exp_mask) == exp_mask).any()
+           for h in halves):
       return None   # (a subnormal, an infinity or a NaN: lane by lane)
     x, y = (h.view(ftype).astype(np.float64) for h in halves)
     with np.errstate(over="ignore"):
       out = _ARITH[base](x, y).astype(ftype).view(np.uint16)
-    magnitude = out & 0x7FFF
-    if ((out & exp_mask) == exp_mask).any() or \
-       (((out & exp_mask) == 0) & (magnitude != 0)).any() or \
-       (ftz and (magnitude == min_normal).any()):
+    if ((out & exp_mask) == exp_mask).any() or _subnormal(out, exp_mask, 0x7FFF).any() or \
+       (ftz and ((out & 0x7FFF) == min_normal).any()):
       return None   # (an overflow, a subnormal result: lane by lane)
     words = out.astype(np.uint64)
     if parts == 2:

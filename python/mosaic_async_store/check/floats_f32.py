@@ -29,11 +29,12 @@ _F32, _U32 = struct.Struct("<f"), struct.Struct("<I")
 _SIGN, _MIN_NORMAL, _INF = 0x80000000, 0x00800000, 0x7F800000
 
 
-def _value(bits):
+def value(bits):
+  """The f32 bit pattern ``bits`` as a double (exactly: every f32 value is one)."""
   return _F32.unpack(_U32.pack(bits))[0]
 
 
-def _bits(x):
+def to_bits(x):
   """``x`` (a double) rounded to the nearest f32, ties to even (a C cast), as bits."""
   try:
     return _U32.unpack(_F32.pack(x))[0]
@@ -49,12 +50,12 @@ def _fma(a, b, c):
     return None
   bv = s - p   # TwoSum (Knuth): s + e == p + c exactly
   e = (p - (s - bv)) + (c - bv)
-  out = _bits(s)
-  d = _value(out)
+  out = to_bits(s)
+  d = value(out)
   if d == s or e == 0:
     return out
   toward = out + 1 if (abs(s) > abs(d)) else out - 1   # the other f32 around s
-  n = _value(toward)
+  n = value(toward)
   if s - d != n - s:   # s is not half-way: s and s + e round alike
     return out
   return toward if (e > 0) == (n > d) else out
@@ -65,7 +66,7 @@ def fast_arith(base, ftz, flush, exact):
   ``flush`` the inputs' ``.ftz`` flush, ``exact`` the exact function for what the
   fast path does not cover."""
   def run(*args):
-    xs = [_value(flush(a)) for a in args]
+    xs = [value(flush(a)) for a in args]
     if base == "fma":
       out = _fma(*xs)
     else:
@@ -74,7 +75,7 @@ def fast_arith(base, ftz, flush, exact):
              "mul": lambda: xs[0] * xs[1], "div": lambda: xs[0] / xs[1]}[base]()
       except ZeroDivisionError:
         return exact(*args)
-      out = None if r != r else _bits(r)
+      out = None if r != r else to_bits(r)
     if out is None:
       return exact(*args)
     if ftz and out & ~_SIGN < _MIN_NORMAL and out & ~_SIGN:
@@ -91,11 +92,9 @@ def fast_minmax(base, flush, exact):
   want_min = base == "min"
 
   def run(a, b):
-    fa, fb = _value(flush(a)), _value(flush(b))
+    fa, fb = value(flush(a)), value(flush(b))
     if fa != fa or fb != fb or (fa == 0 and fb == 0):
       return exact(a, b)
     return flush(a) if (fa <= fb) == want_min else flush(b)
   return run
 
-
-value, to_bits = _value, _bits   # (for floats' ex2: a double from f32 bits and back)

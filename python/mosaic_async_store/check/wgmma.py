@@ -100,6 +100,12 @@ class Warpgroup:
       j -= 1
     return j
 
+  def executed_through(self, w, limit):
+    """The index of warp ``w``'s last operation in a group up to ``limit`` when every
+    operation up to it has executed (``wgmma.wait_group``'s wait is over), else None."""
+    last = self.last_in(w, limit)
+    return last if last < self.done else None
+
 
 def _state(k, th):
   """(warpgroup, warp index in it) of ``th``."""
@@ -287,8 +293,8 @@ class WgmmaWait(Wait):
                             "instruction needs all 32", cta=cta, thread=lanes[0].tid,
                             ptx_line=line, instruction=text)
       wg, wi = _state(k, lanes[0])
-      last = wg.last_in(wi, first.limit)
-      if last >= wg.done:
+      last = wg.executed_through(wi, first.limit)
+      if last is None:
         continue
       _write_back(wg, wi, last, lanes, first.limit)
       for th in lanes:
@@ -337,8 +343,8 @@ def _wait(k, ins):
       return FALLBACK
     wg, w = _state(k, lanes[0])
     limit = wg.warps[w].committed - keep
-    last = wg.last_in(w, limit)
-    if last >= wg.done:
+    last = wg.executed_through(w, limit)
+    if last is None:
       return FALLBACK
     _write_back(wg, w, last, lanes, limit)
     return dict.fromkeys(lanes, YIELD)
