@@ -57,10 +57,13 @@ def thread_exits(k, th):
     kind = k.slots.kind(slot)
     return k.slots.cta_of(slot) if kind == THREAD else None if kind == INITIAL else -1
   late = k.shadow[c].remote_accesses(owner, c)
-  for slot, clk in sorted(late.items()):
-    thread = k.slots.kind(slot) == THREAD
-    if known[slot] >= clk or (thread and not _unknown_access(k, c, slot, known[slot])):
+  for slot, latest in sorted(late.items()):
+    if known[slot] >= latest:
       continue
+    clk = _unknown_access(k, c, slot, known[slot])
+    if clk is None:
+      continue
+    thread = k.slots.kind(slot) == THREAD
     if thread:
       other = k.slots.owner(slot).obj
       who = f"the access of CTA {other.cta} thread {other.tid} to its shared memory"
@@ -80,19 +83,22 @@ def thread_exits(k, th):
                   f"{other.cta} thread {other.tid} on its mbarrier (phase {phase})")
 
 
-def _unknown_access(k, c, slot, floor) -> bool:
-  """Whether thread ``slot`` made an access to CTA ``c``'s shared memory later than
-  clock ``floor`` (what happens-before tells CTA c) that nothing else says completed:
-  a plain write or a read needs happens-before; a strong write that a thread of CTA c
-  read from completed, it alone (observation: ``Machine.flag_reads``)."""
+def _unknown_access(k, c, slot, floor):
+  """The latest clock, past ``floor`` (what happens-before tells CTA c), of an access
+  of ``slot`` that the bytes of CTA ``c``'s shared memory still hold and that nothing
+  else says completed; None if there is none.  A plain write or a read needs
+  happens-before; a strong write that a thread of CTA c read from completed, it alone
+  (observation: ``Machine.flag_reads``).  (An access the bytes no longer hold was
+  overwritten by one ordered after it, else that one was a race: what orders the
+  later one before the exit orders it too.)"""
   sh, reads = k.shadow[c], k.flag_reads[c]
-  if any(s == slot and w > floor for s, w in zip(sh.w_slot, sh.w_clk)):
-    return True
-  readers = {id(a): a for a in sh.readers if a}
-  if any(a.get(slot, (0,))[0] > floor for a in readers.values()):
-    return True
+  late = [w for s, w in zip(sh.w_slot, sh.w_clk) if s == slot and w > floor]
+  for accesses in {id(a): a for a in sh.readers if a}.values():
+    clk = accesses.get(slot, (0,))[0]
+    if clk > floor:
+      late.append(clk)
   for accesses in {id(a): a for a in sh.atomics if a}.values():
     clk, _, tag = accesses.get(slot, (0, None, None))
     if clk > floor and (tag is None or reads.get((tag[2], slot), -1) < clk):
-      return True
-  return False
+      late.append(clk)
+  return max(late, default=None)

@@ -311,25 +311,27 @@ class Shadow:
     self.inflight, self.inflight_red = [0] * nbytes, [0] * nbytes
     # the bytes of initialised mbarriers (mbarrier.init .. mbarrier.inval)
     self.mbar_bytes = bytearray(nbytes)
+    # every slot that recorded an access here -> the latest clock it recorded (for
+    # the exit rule: what other CTAs and asynchronous operations did here)
+    self.latest: dict[int, int] = {}
 
   def barrier_bytes(self, off: int, n: int) -> bool:
     """Whether any of these bytes belongs to an initialised mbarrier."""
     return any(self.mbar_bytes[off:off + n])
 
   def remote_accesses(self, cta_of_slot, cta: int):
-    """(slot, clock) of every access recorded here by threads of other CTAs than
-    ``cta`` (``cta_of_slot(slot)``: the CTA of a thread slot, None for others)."""
-    latest = {}   # slot -> its latest clock here (one pass, then filtered by CTA)
-    for slot, clk in set(zip(self.w_slot, self.w_clk)):   # (distinct pairs: fewer)
-      if slot and latest.get(slot, -1) < clk:
-        latest[slot] = clk
-    for sets in (self.atomics, self.readers):
-      held = list(filter(None, sets))   # (bytes share sets: each set once, by identity;
-      for accesses in dict(zip(map(id, held), held)).values():   # C loops over the bytes)
-        for slot, (clk, _, _) in accesses.items():
-          if latest.get(slot, -1) < clk:
-            latest[slot] = clk
-    return {slot: clk for slot, clk in latest.items() if cta_of_slot(slot) not in (None, cta)}
+    """{slot: its latest clock} of the accesses ever recorded here by others than
+    threads of ``cta`` (``cta_of_slot(slot)``: the CTA of a thread slot, None for
+    slots that are no one's, e.g. the initial contents).  Overwritten accesses count
+    too (kept as recorded, not scanned from the bytes): the exit rule confirms a
+    late one against the bytes' surviving history (``exit_rule``)."""
+    return {slot: clk for slot, clk in self.latest.items()
+            if cta_of_slot(slot) not in (None, cta)}
+
+  def note_latest(self, slot: int, clk: int) -> None:
+    """Keeps ``clk`` as ``slot``'s latest access here if it is later than the one kept."""
+    if self.latest.get(slot, -1) < clk:
+      self.latest[slot] = clk
 
   def mark_inflight(self, off: int, n: int, delta: int, *, atomic: bool) -> None:
     inflight = self.inflight_red if atomic else self.inflight
@@ -384,6 +386,7 @@ class Shadow:
 
   def record(self, off: int, n: int, *, write: bool, atomic: bool, stamp, tag=None) -> None:
     slot, clk, insn = int(stamp[0]), int(stamp[1]), stamp[2]
+    self.note_latest(slot, clk)
     if write and not atomic:
       self.w_slot[off:off + n], self.w_clk[off:off + n] = [slot] * n, [clk] * n
       self.w_insn[off:off + n] = [insn] * n

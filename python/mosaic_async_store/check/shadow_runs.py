@@ -122,6 +122,11 @@ def record_disjoint(sh, offs, n, *, write, matrix, rows, slots, clocks, insn, sp
      (write and not unread and not _after_reads(readers, offs, n, matrix, rows)):
     return False
   same = type(slots) is int
+  if same:
+    sh.note_latest(slots, clocks)
+  else:
+    for slot, clock in zip(slots, clocks):
+      sh.note_latest(slot, clock)
   i = 0
   for lo, run in spans:
     hi = lo + n * run
