@@ -284,8 +284,8 @@ class AccessSet(dict):
   ``owners``: at least how many bytes hold it (a plain write that drops it does not
   count down), so ``record`` changes it in place only when the bytes it records are
   all that hold it, and never a set other bytes still see.  A plain dict is a set
-  made for the bytes of one access whose holders are not counted: ``record`` never
-  changes one in place."""
+  made for the bytes of one access whose holders are not counted (``shadow_runs``
+  makes them for a warp's lanes): ``record`` never changes one in place."""
 
   __slots__ = ("owners",)
 
@@ -395,20 +395,46 @@ class Shadow:
       return
     # A slot keeps its latest access: a thread's clock only grows, a barrier's phase at
     # landing too; a bulk group's number does not (two groups' copies land in any
-    # order), so an entry is replaced only by one at least as late.  The n bytes share
-    # one set; a set that bytes outside the access may hold too (``AccessSet``) is left
-    # to them, and these bytes get a successor (shared as the earlier one was).
-    sets, entry = self.atomics if write else self.readers, (clk, insn, tag)
-    if sets[off:off + n].count(None) == n:   # none yet (the common case): one new set
-      sets[off:off + n] = [{slot: entry}] * n
+    # order), so an entry is replaced only by one at least as late.
+    self._join(self.atomics if write else self.readers, ((off, off + n),), slot,
+               (clk, insn, tag))
+
+  def record_reads(self, ranges, stamp) -> None:
+    """``record`` of reads of the bytes ``ranges`` ((first, end) pairs, disjoint) as
+    one access under one ``stamp``: an asynchronous operation's reads (a WGMMA
+    operand, a bulk copy's source) scattered over runs."""
+    slot, clk = int(stamp[0]), int(stamp[1])
+    self.note_latest(slot, clk)
+    self._join(self.readers, ranges, slot, (clk, stamp[2], None))
+
+  def _join(self, sets, ranges, slot, entry) -> None:
+    """Adds ``slot``: ``entry`` to the sets (``readers`` or ``atomics``) of the bytes
+    of ``ranges``, one access: its bytes share one set; a set that bytes outside the
+    access may hold too (``AccessSet``) is left to them, and these bytes get a
+    successor (shared as the earlier one was)."""
+    held = []
+    for lo, hi in ranges:
+      held += sets[lo:hi]
+    if held.count(None) == len(held):   # none yet (the common case): one new set
+      fresh = AccessSet({slot: entry})
+      fresh.owners = len(held)
+      for lo, hi in ranges:
+        sets[lo:hi] = [fresh] * (hi - lo)
       return
     # (bytes by the identity of their set, counted and looked up with C loops: an
     # access may span kilobytes, a WGMMA operand's reads)
-    held, ids = sets[off:off + n], list(map(id, sets[off:off + n]))
+    ids = list(map(id, held))
+    first = held[0]
+    if ids.count(ids[0]) == len(ids) and type(first) is AccessSet and \
+       first.owners == len(ids):   # (one set, only these bytes hold it: in place)
+      if first.get(slot, _NO_ENTRY)[0] <= entry[0]:
+        first[slot] = entry
+      return
     counts, held = Counter(ids), dict(zip(ids, held))   # id -> bytes holding it, it
     nones = counts.pop(id(None), 0)
     held.pop(id(None), None)
     made = {}   # id(earlier set, or of None) -> what these of its bytes hold now
+    clk = entry[0]
     for key, accesses in held.items():
       mine = counts[key]
       counted = type(accesses) is AccessSet
@@ -426,4 +452,7 @@ class Shadow:
     if nones:
       made[id(None)] = AccessSet({slot: entry})
       made[id(None)].owners = nones
-    sets[off:off + n] = list(map(made.__getitem__, ids))
+    now, at = list(map(made.__getitem__, ids)), 0
+    for lo, hi in ranges:
+      sets[lo:hi] = now[at:at + hi - lo]
+      at += hi - lo

@@ -25,6 +25,11 @@ __all__ = ["runs", "record_disjoint"]
 def runs(offs, n):
   """The runs of adjacent accesses of ``offs`` (ascending, ``n`` bytes each), as
   (first byte, accesses) pairs."""
+  if len(offs) > 64:   # (a WGMMA operand's or a copy's chunks: NumPy's loops)
+    at = np.asarray(offs)
+    starts = np.flatnonzero(np.diff(at) != n) + 1
+    counts = np.diff(starts, prepend=0, append=len(at))
+    return list(zip(at[np.concatenate(([0], starts))].tolist(), counts.tolist()))
   out, lo, count = [], offs[0], 1
   for off in offs[1:]:
     if off == lo + n * count:
@@ -69,6 +74,18 @@ def _after_reads(readers, offs, n, matrix, rows):
   """Whether each write (``n`` bytes at ``offs[i]``, its clock row ``rows[i]`` of
   ``matrix``) is ordered after every read of its bytes since their last write (a weak
   write conflicts with any read it is not ordered after: ``Shadow.conflict``)."""
+  held = []
+  for off in offs:
+    held += readers[off:off + n]
+  held = list(filter(None, held))
+  if not held:
+    return True
+  # At once: every read ordered before what all the writers know (their clocks'
+  # minimum); else access by access, below.
+  floor = matrix[rows].min(axis=0) if len(rows) > 1 else matrix[rows[0]]
+  sets = dict(zip(map(id, held), held)).values()
+  if all(floor[r] >= clk for accesses in sets for r, (clk, _, _) in accesses.items()):
+    return True
   for i, off in enumerate(offs):
     held = readers[off:off + n]
     if held.count(None) == n:
@@ -93,7 +110,7 @@ def record_disjoint(sh, offs, n, *, write, matrix, rows, slots, clocks, insn, sp
   asynchronous store) is row ``rows[i]`` of ``matrix`` (``rows``: an index array).
   Each access is stamped, as ``Shadow.record`` takes it, (slot, clock, ``insn``):
   ``slots`` and ``clocks`` are lists (one per access) or one int each (the same for
-  all: asynchronous stores landing).  ``spans``: ``runs(offs, n)`` where the caller has
+  all: asynchronous stores landing, an asynchronous operation's reads).  ``spans``: ``runs(offs, n)`` where the caller has
   it.
   ``own_inflight``: how many writes in flight each byte holds of the accesses' own
   (1 when asynchronous stores land: they are still marked; 0 for threads' accesses)."""
@@ -101,7 +118,9 @@ def record_disjoint(sh, offs, n, *, write, matrix, rows, slots, clocks, insn, sp
   # What holds for every byte from the first access to the last holds for each run's
   # (then one check each instead of one per run, where the runs are most of the span).
   first, end, count = offs[0], offs[-1] + n, len(offs)
-  dense = end - first <= 2 * n * count   # (else the span is mostly other bytes: run by run)
+  # (else the span is mostly other bytes, or bytes in flight that are not the
+  # accesses' own: run by run)
+  dense = end - first <= (2 if own_inflight else 16) * n * count
   quiet = dense and _quiet(sh, first, end, own_inflight)
   unread = dense and readers[first:end].count(None) == end - first
   if end - first == n * count:   # one run (the common case)
@@ -122,6 +141,9 @@ def record_disjoint(sh, offs, n, *, write, matrix, rows, slots, clocks, insn, sp
      (write and not unread and not _after_reads(readers, offs, n, matrix, rows)):
     return False
   same = type(slots) is int
+  if same and not write:   # (one stamp: the reads as one access, as Shadow.record_reads)
+    sh.record_reads([(lo, lo + n * run) for lo, run in spans], (slots, clocks, insn))
+    return True
   if same:
     sh.note_latest(slots, clocks)
   else:
@@ -136,10 +158,7 @@ def record_disjoint(sh, offs, n, *, write, matrix, rows, slots, clocks, insn, sp
       if not unread:
         readers[lo:hi] = [None] * (hi - lo)
       continue
-    if same:
-      mine_slots, mine_clocks = [slots] * run, [clocks] * run
-    else:
-      mine_slots, mine_clocks = slots[i:i + run], clocks[i:i + run]
+    mine_slots, mine_clocks = slots[i:i + run], clocks[i:i + run]
     i += run
     if write:
       w_slot[lo:hi], w_clk[lo:hi] = _each_byte(mine_slots, n), _each_byte(mine_clocks, n)
@@ -149,8 +168,6 @@ def record_disjoint(sh, offs, n, *, write, matrix, rows, slots, clocks, insn, sp
     elif unread:   # (one set per access, shared by its bytes, as Shadow.record)
       made = [{s: (c, insn, None)} for s, c in zip(mine_slots, mine_clocks)]
       readers[lo:hi] = _each_byte(made, n)
-    elif same:   # (reads joining earlier ones, one stamp: the run as one access)
-      sh.record(lo, hi - lo, write=False, atomic=False, stamp=(slots, clocks, insn))
     else:   # (reads joining earlier ones: as one by one)
       for j, stamp in enumerate(zip(mine_slots, mine_clocks)):
         sh.record(lo + j * n, n, write=False, atomic=False, stamp=(*stamp, insn))
