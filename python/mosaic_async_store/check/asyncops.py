@@ -209,8 +209,8 @@ def issue(k, th, op):
   flight, queued; the issuing thread's clock moves on (its later accesses are not
   ordered before the operation's)."""
   op.completion.issue(k, op)
-  for w in op.writes:
-    k.shadow[w.cta].mark_inflight(w.off, w.nbytes, 1, atomic=w.red is not None)
+  for cta in {w.cta for w in op.writes}:
+    k.shadow[cta].mark_inflight_writes([w for w in op.writes if w.cta == cta], 1)
   op.idx = len(k.inflight)
   k.inflight.append(op)
   th.vc[th.slot] += 1
@@ -240,8 +240,8 @@ def land(k, op):
 
 def _land_one(k, op):
   """``land`` of an ``AsyncOp`` taken out of ``k.inflight``."""
-  for w in op.writes:
-    k.shadow[w.cta].mark_inflight(w.off, w.nbytes, -1, atomic=w.red is not None)
+  for cta in {w.cta for w in op.writes}:
+    k.shadow[cta].mark_inflight_writes([w for w in op.writes if w.cta == cta], -1)
   try:
     slot, clock = op.completion.stamp(k, op)
     for w in op.writes:

@@ -335,8 +335,24 @@ class Shadow:
 
   def mark_inflight(self, off: int, n: int, delta: int, *, atomic: bool) -> None:
     inflight = self.inflight_red if atomic else self.inflight
-    for b in range(off, off + n):
-      inflight[b] += delta
+    inflight[off:off + n] = [m + delta for m in inflight[off:off + n]]
+
+  def mark_inflight_writes(self, writes, delta: int) -> None:
+    """``mark_inflight(w.off, w.nbytes, delta, atomic=w.red is not None)`` for each of
+    an operation's ``writes`` into this CTA: adjacent disjoint ones as one run."""
+    for atomic in (False, True):
+      spans = sorted((w.off, w.nbytes) for w in writes if (w.red is not None) == atomic)
+      merged = []
+      for off, n in spans:
+        if merged and off < merged[-1][0] + merged[-1][1]:   # (overlapping: each alone)
+          merged = spans
+          break
+        if merged and off == merged[-1][0] + merged[-1][1]:
+          merged[-1][1] += n
+        else:
+          merged.append([off, n])
+      for off, n in merged:
+        self.mark_inflight(off, n, delta, atomic=atomic)
 
   def mark_inflight_all(self, offs, n: int, *, atomic: bool) -> None:
     """``mark_inflight(off, n, 1)`` for each of ``offs`` (a warp's issue): one pass
@@ -368,6 +384,8 @@ class Shadow:
          (both_atomic or self.inflight_red[off:end].count(0) == n) and \
          atomics[off:end].count(None) == n and (not write or readers[off:end].count(None) == n):
         return None if vc[s] >= c else ("written by", s, c, self.w_insn[off], None)
+    if n > 64 and self._none_unordered(vc, off, end, write, both_atomic):
+      return None
     for b in range(off, end):
       if self.inflight[b] or (self.inflight_red[b] and not both_atomic):
         return "in flight", 0, 0, -1, None
@@ -383,6 +401,23 @@ class Shadow:
           if vc[r] < clk and not (tag and tags_morally_strong(tag, other)):
             return "read by", r, clk, insn, other
     return None
+
+  def _none_unordered(self, vc, off, end, write, both_atomic) -> bool:
+    """Whether a long access with clock ``vc`` to bytes [off, end) with no strong write
+    among them is ordered after all their history (then ``conflict`` finds nothing),
+    judged by their distinct last writers and reader sets; False where that does not
+    show it (``conflict`` then goes byte by byte, to name the first conflict)."""
+    n = end - off
+    if self.inflight[off:end].count(0) != n or self.atomics[off:end].count(None) != n or \
+       (not both_atomic and self.inflight_red[off:end].count(0) != n):
+      return False
+    if any(vc[s] < c for s, c in set(zip(self.w_slot[off:end], self.w_clk[off:end]))):
+      return False
+    if not write:
+      return True
+    held = list(filter(None, self.readers[off:end]))
+    return all(vc[r] >= clk for accesses in dict(zip(map(id, held), held)).values()
+               for r, (clk, _, _) in accesses.items())
 
   def record(self, off: int, n: int, *, write: bool, atomic: bool, stamp, tag=None) -> None:
     slot, clk, insn = int(stamp[0]), int(stamp[1]), stamp[2]

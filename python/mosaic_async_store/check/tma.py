@@ -144,22 +144,24 @@ def _write(k, op):
   kind, where = op.dst
   red = op.red
   if kind == "smem":
-    for w in op.writes:
-      k.shadow[where].mark_inflight(w.off, w.nbytes, -1, atomic=red is not None)
+    k.shadow[where].mark_inflight_writes(op.writes, -1)
   mem = k.smem[where] if kind == "smem" else where
   landing = [(move, data) for move, data in zip(op.moves, op.data)
              if data is not None or kind == "smem"]
   for lo, n in _merged((d, n) for (d, _, n), _ in landing):
     access_core.check_and_record(k, op, op.vc, where, lo, n, write=True, stamp=stamp,
                                  proxy_kind="async", atomic=red is not None)
-  for (d, s, n), data in landing:
-    if red is None:
-      access_core.write_values(k, mem, d, n, [int.from_bytes(data or bytes(n), "little")],
-                               None, weak=True)
-    else:   # element by element, each a read-modify-write (PTX ISA, cp.reduce.async.bulk)
-      size = bits_of(red[1]) // 8
-      access_core.write_values(k, mem, d, size, [int.from_bytes(data[i:i + size], "little")
-                                                 for i in range(0, n, size)], red, weak=False)
+  if red is None:   # (access_core.write_values of each move's bytes, as they are)
+    k.epoch += len(landing)
+    for (d, s, n), data in landing:
+      if k.flags:
+        access_core.forget_flags(k, mem, d, n)
+      mem[d:d + n] = data or bytes(n)
+    return
+  size = bits_of(red[1]) // 8
+  for (d, s, n), data in landing:   # element by element, each a read-modify-write
+    access_core.write_values(k, mem, d, size, [int.from_bytes(data[i:i + size], "little")
+                                               for i in range(0, n, size)], red, weak=False)
 
 
 # -- operands -------------------------------------------------------------------------
