@@ -356,10 +356,10 @@ def test_the_global_shadow_agrees_with_the_smem_shadow(seed):
   """Random accesses (1 to 16 bytes, naturally aligned, weak or strong, reads and
   writes) by threads that now and then synchronise: the global shadow, which shares
   one record among bytes accessed together, finds exactly the conflicts that
-  ``memory.Shadow`` (one history per byte) finds, and the same first one; both record
+  ``shadow.Shadow`` (one history per byte) finds, and the same first one; both record
   every access, conflicting or not."""
   from mosaic_async_store.check.global_memory import GlobalShadow
-  from mosaic_async_store.check.memory import Shadow
+  from mosaic_async_store.check.shadow import Shadow
   rng = np.random.default_rng(seed)
   buf = bytearray(64)
   smem, glob = Shadow(len(buf)), GlobalShadow([buf], ["argument 0"])

@@ -31,7 +31,7 @@ def test_each_family_owns_its_table_and_its_handlers():
 
 
 def test_no_class_in_the_checker_is_a_mixin():
-  # Every class stands alone (an exception, or a container such as memory.AccessSet,
+  # Every class stands alone (an exception, or a container such as shadow.AccessSet,
   # derives from its Python base only; a kernel fault is a kind of protocol finding; a
   # kind of wait implements the protocol waits.Wait, whose defaults are its only code).
   for path in sorted(CHECK.glob("*.py")):

@@ -13,7 +13,8 @@ import re
 import numpy as np
 import pytest
 
-from mosaic_async_store.check.memory import SCHEDULES, ProtocolError, Shadow
+from mosaic_async_store.check.memory import SCHEDULES, ProtocolError
+from mosaic_async_store.check.shadow import Shadow
 from test_ptx_execution import S, _ptx, run_ptx
 
 _FILL_SYNC = "barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;"

@@ -1,4 +1,4 @@
-"""``shadow_runs.record_disjoint`` against ``memory.Shadow`` itself: on a shadow with a
+"""``shadow_runs.record_disjoint`` against ``shadow.Shadow`` itself: on a shadow with a
 generated history (weak and strong writes and reads by several slots, writes in
 flight, an mbarrier), a batch of accesses at distinct aligned offsets is either
 recorded exactly as ``Shadow.conflict`` / ``Shadow.record`` would record it access by
@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mosaic_async_store.check.memory import Shadow
+from mosaic_async_store.check.shadow import Shadow
 from mosaic_async_store.check.shadow_runs import record_disjoint, runs
 
 NBYTES, SLOTS = 64, 6

@@ -1,4 +1,4 @@
-"""``memory.Shadow`` shares the reader and strong-writer sets of bytes accessed
+"""``shadow.Shadow`` shares the reader and strong-writer sets of bytes accessed
 together (one set for the bytes of an access, changed in place only while no other
 bytes hold it: ``AccessSet``): after any history of accesses, each byte's sets hold what a
 shadow with a set of its own per byte would hold, and ``remote_accesses`` finds
@@ -8,7 +8,7 @@ against the surviving history)."""
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mosaic_async_store.check.memory import Shadow
+from mosaic_async_store.check.shadow import Shadow
 
 NBYTES = 32
 

@@ -46,7 +46,7 @@ PRODUCT = {
                                  "ops", "floats", "lineinfo", "report", "warp", "machine",
                                  "program", "outcomes", "addresses", "memops", "asyncops",
                                  "control", "contraction", "fences", "warp_memory",
-                                 "lockstep", "shadow_runs", "schedule", "warp_mbarrier",
+                                 "lockstep", "shadow", "shadow_runs", "schedule", "warp_mbarrier",
                                  "budget", "cluster_barrier", "pairings", "mbarrier_forms",
                                  "waits", "findings", "exit_rule", "slots", "params",
                                  "tensor_map", "tma_forms", "tma_geometry", "bulk_rules",

@@ -131,7 +131,7 @@ def _cta_of(k, buf):
 def thread_access(k, th, buf, off, n, *, write, insn, atomic=False, tag=None):
   """A thread's access to ``buf`` by instruction ``insn`` (its index): checked
   against the byte history if it is SMEM or global memory (``tag``: see
-  ``memory.Shadow.conflict``); local memory and parameters have none."""
+  ``shadow.Shadow.conflict``); local memory and parameters have none."""
   cta = k.smem_cta.get(id(buf))
   if cta is not None:
     check_shared(k, th.vc, th, cta, off, n, write=write, atomic=atomic,
@@ -149,7 +149,7 @@ def global_access(k, th, buf, off, n, *, write, insn, atomic=False, tag=None):
 
 
 def global_race(k, who, buf, off, n, write, bad, tag, insn):
-  """Reports the race ``bad`` (``memory.Shadow.conflict``'s tuple) in global memory,
+  """Reports the race ``bad`` (``shadow.Shadow.conflict``'s tuple) in global memory,
   as in SMEM, naming the buffer; ``who``: the accessing thread or asynchronous
   operation; ``insn``: the accessing instruction's index."""
   memory = k.gshadow.describe(buf, off, n)
@@ -217,7 +217,7 @@ def access_of(k, who, kind, memory, insn):
 
 def conflict(k, what, how, slot, clk, insn, other_tag, th, tag, *, reads=None, mine=None):
   """Reports the race (or early read) between this access (``what``, by or issued by
-  thread ``th``; ``tag``: see ``memory.Shadow.conflict``) and the earlier one of
+  thread ``th``; ``tag``: see ``shadow.Shadow.conflict``) and the earlier one of
   (``slot``, ``clk``) by instruction ``insn`` (``other_tag``), naming both, their
   sources and what is missing between them.  ``reads``: (shadow, clock, offset,
   bytes) of a write.  A write over asynchronous data that a thread has read since,

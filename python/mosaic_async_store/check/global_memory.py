@@ -1,5 +1,5 @@
 """The shadow of global memory: for every byte of the launch's global buffers (the
-kernel's arguments), the history that ``memory.Shadow`` keeps for SMEM bytes, with
+kernel's arguments), the history that ``shadow.Shadow`` keeps for SMEM bytes, with
 the same verdicts (``memory.tags_morally_strong`` for strong pairs).
 
 Why.  The PTX ISA's data races are not a shared-memory matter: "The relations
@@ -21,7 +21,7 @@ copies the records of the bytes it touches into records of its own
 (``GlobalShadow._mixed``), so every byte keeps its own history.
 
 A record is a list (the hot path's cheapest object) holding the history that
-``memory.Shadow`` keeps per byte, for the page's bytes [start, start + n):
+``shadow.Shadow`` keeps per byte, for the page's bytes [start, start + n):
 ``[w_slot, w_clk, w_insn, atomics, readers, start, n]``: the last weak write
 (slot, clock, instruction; slot 0, clock 0: the initial contents), then every
 strong write (``atomics``) and every read (``readers``) since, each None, one
@@ -68,7 +68,7 @@ def _with(accesses, slot, clk, insn, tag):
   """A record's reads (or strong writes) with one more by ``slot``, which replaces
   that slot's earlier one.  One access is a tuple (slot, clock, instruction, tag),
   several a dict {slot: (clock, instruction, tag)} in the order they came (as
-  ``memory.Shadow``'s): most bytes are read once, and a tuple is cheaper."""
+  ``shadow.Shadow``'s): most bytes are read once, and a tuple is cheaper."""
   if accesses is None or (type(accesses) is tuple and accesses[0] == slot):
     return slot, clk, insn, tag
   if type(accesses) is tuple:
@@ -78,7 +78,7 @@ def _with(accesses, slot, clk, insn, tag):
 
 
 def _conflict(rec, vc, write, tag):
-  """``memory.Shadow.conflict`` for the bytes of record ``rec`` (nothing is ever in
+  """``shadow.Shadow.conflict`` for the bytes of record ``rec`` (nothing is ever in
   flight in global memory)."""
   if rec[1] and vc.item(rec[0]) < rec[1]:   # (clock 0: the initial contents)
     return "written by", rec[0], rec[1], rec[2], None
@@ -90,7 +90,7 @@ def _conflict(rec, vc, write, tag):
 
 
 def _record(rec, slot, clk, insn, write, atomic, tag):
-  """``memory.Shadow.record`` into record ``rec``."""
+  """``shadow.Shadow.record`` into record ``rec``."""
   if write and not atomic:
     rec[:5] = slot, clk, insn, None, None
   elif write:
@@ -187,7 +187,7 @@ class GlobalShadow:
   def access(self, th, buf, off, n, write, atomic, insn, tag, clk=None):
     """Checks thread ``th``'s access to ``n`` bytes of ``buf`` at ``off`` by
     instruction ``insn`` (its index; ``tag``: a strong access's, see
-    ``memory.Shadow.conflict``) and records it; returns None, or the conflict
+    ``shadow.Shadow.conflict``) and records it; returns None, or the conflict
     (``Shadow.conflict``'s tuple: the caller reports it; the access is recorded all
     the same, as the run goes on).  A
     write to bytes read with ld.global.nc raises ``nc-written``.  ``clk``: the clock the

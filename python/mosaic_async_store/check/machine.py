@@ -13,7 +13,7 @@ scheduler in ``run``.  Its state, by what it models (each attribute is set by
     ``alive`` / ``alive_total`` / ``exited`` (non-exited threads per CTA, in all,
     exited CTAs);
   * memories: ``smem`` (each CTA's shared memory), ``shadow`` (its per-byte history,
-    ``memory.Shadow``), ``smem_cta`` (buffer id -> CTA), ``gbufs`` / ``gshadow``
+    ``shadow.Shadow``), ``smem_cta`` (buffer id -> CTA), ``gbufs`` / ``gshadow``
     (the global buffers and their history, ``global_memory``), ``param_buf`` (the
     kernel parameters), ``tensor_maps`` (offset of each tensor-map parameter's 128
     bytes in ``param_buf`` -> its ``tensor_map.TensorMap``), ``flags`` (each strongly
@@ -54,7 +54,8 @@ import numpy as np
 
 from mosaic_async_store.check import params
 from mosaic_async_store.check.global_memory import GlobalShadow
-from mosaic_async_store.check.memory import CLOCK, Releases, Shadow
+from mosaic_async_store.check.memory import CLOCK, Releases
+from mosaic_async_store.check.shadow import Shadow
 from mosaic_async_store.check.schedule import Schedule
 from mosaic_async_store.check.params import Memref, ParamMismatch   # (the launch's
 from mosaic_async_store.check.slots import SlotTable                   #  arguments)

@@ -1,4 +1,4 @@
-"""Many accesses to one CTA's shared-memory shadow (``memory.Shadow``) checked and
+"""Many accesses to one CTA's shared-memory shadow (``shadow.Shadow``) checked and
 recorded at once: the lanes of a warp instruction (``warp_memory``), or asynchronous
 stores landing together (``asyncops.land_many``).
 

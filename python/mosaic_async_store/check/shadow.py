@@ -1,0 +1,237 @@
+"""The shadow of one CTA's shared memory: every byte's access history, for the
+memory model's verdicts (``memory``: happens-before by vector clocks).
+
+Each byte holds its last plain write (slot, clock, instruction), every strong write
+and every read since ({slot: (clock, instruction, tag)}: full sets, so a later access
+that is not ordered after *any* of them is found whatever the interleaving), how many
+asynchronous writes to it are in flight, and whether it belongs to an initialised
+mbarrier.  ``Shadow.conflict`` finds the first earlier access an access is not
+ordered after; ``Shadow.record`` records it.  ``shadow_runs`` checks and records
+many disjoint accesses at once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from mosaic_async_store.check.memory import tags_morally_strong
+from mosaic_async_store.check.shadow_runs import runs
+
+__all__ = ["Shadow", "AccessSet"]
+
+_NO_ENTRY = (-1,)   # (clock, ...) of a slot a byte's access set does not hold
+
+
+class AccessSet(dict):
+  """The reads (or strong writes) of some shared-memory bytes since their last plain
+  write, {slot: (clock, instruction, tag)}, as ``Shadow.record`` grows it in place.
+  ``owners``: at least how many bytes hold it (a plain write that drops it does not
+  count down), so ``record`` changes it in place only when the bytes it records are
+  all that hold it, and never a set other bytes still see.  A plain dict is a set
+  made for the bytes of one access whose holders are not counted (``shadow_runs``
+  makes them for a warp's lanes): ``record`` never changes one in place."""
+
+  __slots__ = ("owners",)
+
+
+class Shadow:
+  """Per-byte access history of one CTA's shared memory (Python lists: the
+  accesses are 1 to 16 bytes, where a loop beats NumPy's per-call cost)."""
+
+  def __init__(self, nbytes: int):
+    # the last plain (non-atomic) write, and the instruction (index) that made it;
+    # slot 0, clock 0, instruction -1: the initial contents
+    self.w_slot, self.w_clk, self.w_insn = [0] * nbytes, [0] * nbytes, [-1] * nbytes
+    # every strong write (red, red.async, atom, st.relaxed / .release) since it: None,
+    # or {slot: (clock, instruction, tag)}; morally strong ones do not conflict with
+    # each other, but each must come after the last plain write
+    self.atomics: list[dict | None] = [None] * nbytes
+    # every read since the last plain write: None, or {slot: (clock, instruction,
+    # tag)}, ``tag`` None for a weak read (see ``conflict``); the bytes of an access
+    # share one (``AccessSet``)
+    self.readers: list[dict | None] = [None] * nbytes
+    # asynchronous writes in flight: st.async (conflicts with any access) and
+    # red.async (an atomic: conflicts with everything but other atomics)
+    self.inflight, self.inflight_red = [0] * nbytes, [0] * nbytes
+    # the bytes of initialised mbarriers (mbarrier.init .. mbarrier.inval)
+    self.mbar_bytes = bytearray(nbytes)
+    # every slot that recorded an access here -> the latest clock it recorded (for
+    # the exit rule: what other CTAs and asynchronous operations did here)
+    self.latest: dict[int, int] = {}
+
+  def barrier_bytes(self, off: int, n: int) -> bool:
+    """Whether any of these bytes belongs to an initialised mbarrier."""
+    return any(self.mbar_bytes[off:off + n])
+
+  def remote_accesses(self, cta_of_slot, cta: int):
+    """{slot: its latest clock} of the accesses ever recorded here by others than
+    threads of ``cta`` (``cta_of_slot(slot)``: the CTA of a thread slot, None for
+    slots that are no one's, e.g. the initial contents).  Overwritten accesses count
+    too (kept as recorded, not scanned from the bytes): the exit rule confirms a
+    late one against the bytes' surviving history (``exit_rule``)."""
+    return {slot: clk for slot, clk in self.latest.items()
+            if cta_of_slot(slot) not in (None, cta)}
+
+  def note_latest(self, slot: int, clk: int) -> None:
+    """Keeps ``clk`` as ``slot``'s latest access here if it is later than the one kept."""
+    if self.latest.get(slot, -1) < clk:
+      self.latest[slot] = clk
+
+  def mark_inflight(self, off: int, n: int, delta: int, *, atomic: bool) -> None:
+    inflight = self.inflight_red if atomic else self.inflight
+    inflight[off:off + n] = [m + delta for m in inflight[off:off + n]]
+
+  def mark_inflight_writes(self, writes, delta: int) -> None:
+    """``mark_inflight(w.off, w.nbytes, delta, atomic=w.red is not None)`` for each of
+    an operation's ``writes`` into this CTA: adjacent disjoint ones as one run."""
+    for atomic in (False, True):
+      spans = sorted((w.off, w.nbytes) for w in writes if (w.red is not None) == atomic)
+      merged = []
+      for off, n in spans:
+        if merged and off < merged[-1][0] + merged[-1][1]:   # (overlapping: each alone)
+          merged = spans
+          break
+        if merged and off == merged[-1][0] + merged[-1][1]:
+          merged[-1][1] += n
+        else:
+          merged.append([off, n])
+      for off, n in merged:
+        self.mark_inflight(off, n, delta, atomic=atomic)
+
+  def mark_inflight_all(self, offs, n: int, *, atomic: bool) -> None:
+    """``mark_inflight(off, n, 1)`` for each of ``offs`` (a warp's issue): one pass
+    per run of adjacent accesses where they are disjoint."""
+    inflight = self.inflight_red if atomic else self.inflight
+    if len(set(offs)) == len(offs):
+      for lo, count in runs(sorted(offs), n):
+        hi = lo + n * count
+        inflight[lo:hi] = [m + 1 for m in inflight[lo:hi]]
+      return
+    for off in offs:
+      for b in range(off, off + n):
+        inflight[b] += 1
+
+  def conflict(self, vc, off: int, n: int, *, write: bool, atomic: bool, tag=None):
+    """None, or (how, slot, clock, instruction, tag) of the first earlier access to
+    these bytes that this one is not ordered after (``how``: "in flight", "written
+    by", "read by"; ``instruction``: its index in the kernel, -1 if unknown; ``tag``:
+    that access's, see below).
+    ``tag``: a strong access's (CTA, scope, offset, bytes), None for a weak one; two
+    strong accesses whose tags are ``tags_morally_strong`` do not conflict."""
+    w_slot, w_clk, atomics, readers = self.w_slot, self.w_clk, self.atomics, self.readers
+    both_atomic = write and atomic
+    end = off + n
+    if n > 1:   # the common case at once: one last writer, nothing else to check
+      s, c = w_slot[off], w_clk[off]
+      if w_slot[off:end].count(s) == n and w_clk[off:end].count(c) == n and \
+         self.inflight[off:end].count(0) == n and \
+         (both_atomic or self.inflight_red[off:end].count(0) == n) and \
+         atomics[off:end].count(None) == n and (not write or readers[off:end].count(None) == n):
+        return None if vc[s] >= c else ("written by", s, c, self.w_insn[off], None)
+    if n > 64 and self._none_unordered(vc, off, end, write, both_atomic):
+      return None
+    for b in range(off, end):
+      if self.inflight[b] or (self.inflight_red[b] and not both_atomic):
+        return "in flight", 0, 0, -1, None
+      s = w_slot[b]
+      if vc[s] < w_clk[b]:
+        return "written by", s, w_clk[b], self.w_insn[b], None
+      if atomics[b]:
+        for a, (clk, insn, other) in atomics[b].items():
+          if vc[a] < clk and not (tag and tags_morally_strong(tag, other)):
+            return "written by", a, clk, insn, other
+      if write and readers[b]:
+        for r, (clk, insn, other) in readers[b].items():
+          if vc[r] < clk and not (tag and tags_morally_strong(tag, other)):
+            return "read by", r, clk, insn, other
+    return None
+
+  def _none_unordered(self, vc, off, end, write, both_atomic) -> bool:
+    """Whether a long access with clock ``vc`` to bytes [off, end) with no strong write
+    among them is ordered after all their history (then ``conflict`` finds nothing),
+    judged by their distinct last writers and reader sets; False where that does not
+    show it (``conflict`` then goes byte by byte, to name the first conflict)."""
+    n = end - off
+    if self.inflight[off:end].count(0) != n or self.atomics[off:end].count(None) != n or \
+       (not both_atomic and self.inflight_red[off:end].count(0) != n):
+      return False
+    if any(vc[s] < c for s, c in set(zip(self.w_slot[off:end], self.w_clk[off:end]))):
+      return False
+    if not write:
+      return True
+    held = list(filter(None, self.readers[off:end]))
+    return all(vc[r] >= clk for accesses in dict(zip(map(id, held), held)).values()
+               for r, (clk, _, _) in accesses.items())
+
+  def record(self, off: int, n: int, *, write: bool, atomic: bool, stamp, tag=None) -> None:
+    slot, clk, insn = int(stamp[0]), int(stamp[1]), stamp[2]
+    self.note_latest(slot, clk)
+    if write and not atomic:
+      self.w_slot[off:off + n], self.w_clk[off:off + n] = [slot] * n, [clk] * n
+      self.w_insn[off:off + n] = [insn] * n
+      self.atomics[off:off + n] = [None] * n
+      self.readers[off:off + n] = [None] * n
+      return
+    # A slot keeps its latest access: a thread's clock only grows, a barrier's phase at
+    # landing too; a bulk group's number does not (two groups' copies land in any
+    # order), so an entry is replaced only by one at least as late.
+    self._join(self.atomics if write else self.readers, ((off, off + n),), slot,
+               (clk, insn, tag))
+
+  def record_reads(self, ranges, stamp) -> None:
+    """``record`` of reads of the bytes ``ranges`` ((first, end) pairs, disjoint) as
+    one access under one ``stamp``: an asynchronous operation's reads (a WGMMA
+    operand, a bulk copy's source) scattered over runs."""
+    slot, clk = int(stamp[0]), int(stamp[1])
+    self.note_latest(slot, clk)
+    self._join(self.readers, ranges, slot, (clk, stamp[2], None))
+
+  def _join(self, sets, ranges, slot, entry) -> None:
+    """Adds ``slot``: ``entry`` to the sets (``readers`` or ``atomics``) of the bytes
+    of ``ranges``, one access: its bytes share one set; a set that bytes outside the
+    access may hold too (``AccessSet``) is left to them, and these bytes get a
+    successor (shared as the earlier one was)."""
+    held = []
+    for lo, hi in ranges:
+      held += sets[lo:hi]
+    if held.count(None) == len(held):   # none yet (the common case): one new set
+      fresh = AccessSet({slot: entry})
+      fresh.owners = len(held)
+      for lo, hi in ranges:
+        sets[lo:hi] = [fresh] * (hi - lo)
+      return
+    # (bytes by the identity of their set, counted and looked up with C loops: an
+    # access may span kilobytes, a WGMMA operand's reads)
+    ids = list(map(id, held))
+    first = held[0]
+    if ids.count(ids[0]) == len(ids) and type(first) is AccessSet and \
+       first.owners == len(ids):   # (one set, only these bytes hold it: in place)
+      if first.get(slot, _NO_ENTRY)[0] <= entry[0]:
+        first[slot] = entry
+      return
+    counts, held = Counter(ids), dict(zip(ids, held))   # id -> bytes holding it, it
+    nones = counts.pop(id(None), 0)
+    held.pop(id(None), None)
+    made = {}   # id(earlier set, or of None) -> what these of its bytes hold now
+    clk = entry[0]
+    for key, accesses in held.items():
+      mine = counts[key]
+      counted = type(accesses) is AccessSet
+      if counted and accesses.owners == mine:   # only these bytes hold it: in place
+        if accesses.get(slot, _NO_ENTRY)[0] <= clk:
+          accesses[slot] = entry
+        made[id(accesses)] = accesses
+        continue
+      successor = made[id(accesses)] = AccessSet(accesses)   # (others may hold it)
+      if successor.get(slot, _NO_ENTRY)[0] <= clk:
+        successor[slot] = entry
+      successor.owners = mine
+      if counted:
+        accesses.owners -= mine
+    if nones:
+      made[id(None)] = AccessSet({slot: entry})
+      made[id(None)].owners = nones
+    now, at = list(map(made.__getitem__, ids)), 0
+    for lo, hi in ranges:
+      sets[lo:hi] = now[at:at + hi - lo]
+      at += hi - lo
