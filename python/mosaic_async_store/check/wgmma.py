@@ -315,9 +315,11 @@ def _write_back(wg, w, last, lanes, limit):
   """The results of warp ``w``'s operations up to ``last`` reach its lanes' registers;
   those registers are no longer in flight; the lanes know the groups' reads."""
   ws = wg.warps[w]
+  results = {}   # register -> its lanes' values (a later operation's replace an earlier's)
   for j in range(ws.written, last + 1):
-    out = wg.entries[j].out[w]
-    names, rows = list(out), np.array(list(out.values())).T.tolist()   # (lane by lane)
+    results.update(wg.entries[j].out[w])
+  if results:
+    names, rows = list(results), np.array(list(results.values())).T.tolist()   # (by lane)
     for th, row in zip(lanes, rows):
       th.regs.update(zip(names, row))
   ws.written = max(ws.written, last + 1)
