@@ -67,7 +67,9 @@ class Entry:
   """The warpgroup's n-th wgmma.mma_async: ``pc``, ``form`` (``wgmma_layout.MmaForm``),
   ``group``, ``operands`` (the descriptors and scale operands), per warp ``inputs``
   (accumulator registers, their sources, A-fragment values) and ``vcs`` (its lanes'
-  clocks joined), ``out`` (per warp: register -> lane values) once executed."""
+  clocks joined), until it executes; then ``out`` (per warp: register -> lane values),
+  until no warp and no later operation can take it (``Warpgroup.forget``): an
+  entry keeps only what names it, so a long kernel's state stays small."""
 
   __slots__ = ("pc", "form", "group", "operands", "inputs", "vcs", "out")
 
@@ -78,13 +80,27 @@ class Entry:
 
 class Warpgroup:
   """The WGMMA state of warpgroup ``index`` of CTA ``cta``: its ``warps``, its operations
-  (``entries``), how many have executed (``done``) and its clock slot (``slot``)."""
+  (``entries``), how many have executed (``done``), how many have given up their
+  results (``forgotten``) and its clock slot (``slot``)."""
 
-  __slots__ = ("cta", "index", "warps", "entries", "done", "slot")
+  __slots__ = ("cta", "index", "warps", "entries", "done", "forgotten", "slot")
 
   def __init__(self, cta, index):
     self.cta, self.index, self.warps = cta, index, [_Warp() for _ in range(4)]
-    self.entries, self.done, self.slot = [], 0, None
+    self.entries, self.done, self.forgotten, self.slot = [], 0, 0, None
+
+  def forget(self):
+    """Drops the results of the operations no one can take any more: every warp wrote
+    them back, and no operation waiting to execute chains from them (a warp's later
+    operations chain only from those it still has in flight, all past what it wrote
+    back)."""
+    keep = min(min(ws.written for ws in self.warps), self.done)
+    for entry in self.entries[self.done:]:
+      for held in filter(None, entry.inputs):
+        keep = min([keep, *(src for src in held[1] if src is not None)])
+    for entry in self.entries[self.forgotten:keep]:
+      entry.out = None
+    self.forgotten = max(self.forgotten, keep)
 
   def describe_access(self, slot, clk):
     """(who, what is missing) for a race with the reads of group ``clk``."""
@@ -323,6 +339,7 @@ def _write_back(wg, w, last, lanes, limit):
     for th, row in zip(lanes, rows):
       th.regs.update(zip(names, row))
   ws.written = max(ws.written, last + 1)
+  wg.forget()
   ws.inflight = {n: held for n, held in ws.inflight.items() if held[0] > last}
   if wg.slot is not None:
     for th in lanes:

@@ -58,6 +58,7 @@ def execute(k, wg, j):
     d = d + _accumulator_in(wg, entry, form)
   entry.out = [_accumulator_out(d[16 * w:16 * w + 16], entry.inputs[w][0], form)
                for w in range(4)]
+  entry.inputs = entry.vcs = None   # (taken: only ``out`` is read from now on)
   wg.done = j + 1
 
 
