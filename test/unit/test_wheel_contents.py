@@ -51,7 +51,7 @@ PRODUCT = {
                                  "waits", "findings", "exit_rule", "slots", "params",
                                  "tensor_map", "tma_forms", "tma_geometry", "bulk_rules",
                                  "tma", "proxy", "access_core", "bulk_groups",
-                                 "floats_f32", "float_columns", "wgmma", "wgmma_exec",
+                                 "floats_f32", "float_columns", "wgmma", "wgmma_exec", "wgmma_guard",
                                  "wgmma_layout"),
 }
 # The test and benchmark code (test/harness: kernels, runners, reports, lit helpers;

@@ -62,7 +62,7 @@ def _guarded(fn, guard):
   pname, want = guard
   def guarded(th):
     return fn(th) if th.regs[pname] == want else None
-  guarded.guard = guard   # (a wrapper that looks at the registers first: wgmma.RegisterGuard)
+  guarded.guard = guard   # (a wrapper that looks at the registers first: wgmma_guard.RegisterGuard)
   inner = getattr(fn, "lanes", None)
   if inner is not None:
     def guarded_lanes(lanes):
@@ -119,7 +119,7 @@ class Program:
   and offset in the parameter space: ``params.Param``),
   ``symbols`` (name -> (state space, offset)), ``labels``, ``local_bytes``,
   ``finishers`` (what a family's handlers ask to run once the whole kernel is compiled:
-  ``wgmma.RegisterGuard``).
+  ``wgmma_guard.RegisterGuard``).
   Compiling binds every instruction to ``machine``, which a launch then resets."""
 
   def __init__(self, text: str, machine):

@@ -25,8 +25,8 @@ there, ``wgmma_layout.RULES``):
     (``WgmmaWait``) until every group but the N newest has executed, then writes their
     results into the lanes' registers, which are in flight until then: any other
     instruction that reads or writes an accumulator or A-fragment register in flight
-    is ``wgmma-registers`` (a register guard, ``RegisterGuard``, wraps the instructions
-    that name them), and one accessed since the warp's last ``wgmma.fence`` (or with no
+    is ``wgmma-registers`` (a register guard, ``wgmma_guard.RegisterGuard``, wraps the
+    instructions that name them), and one accessed since the warp's last ``wgmma.fence`` (or with no
     fence yet) when a ``wgmma.mma_async`` takes it is ``wgmma-fence``;
   * the operations' shared-memory reads are known by a clock slot of the warpgroup
     (``wgmma_exec.WGMMA_READS``) at their group's number: a thread whose ``wait_group`` covers the
@@ -36,7 +36,6 @@ there, ``wgmma_layout.RULES``):
 from __future__ import annotations
 
 import operator
-import re
 
 import numpy as np
 
@@ -47,8 +46,9 @@ from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.ops import UNDEFINED
 from mosaic_async_store.check.outcomes import BLOCK, FALLBACK, YIELD
 from mosaic_async_store.check.waits import Wait
+from mosaic_async_store.check.wgmma_guard import RegisterGuard, failure as _fail
 
-__all__ = ["OPCODES", "Warpgroup", "Entry", "WgmmaWait", "RegisterGuard"]
+__all__ = ["OPCODES", "Warpgroup", "Entry", "WgmmaWait"]
 
 class _Warp:
   """One warp's WGMMA state: ``issued`` (its wgmma.mma_async so far), ``committed``
@@ -133,10 +133,6 @@ def _state(k, th):
                                 "blocks of whole warpgroups)")
     wg = k.wgmma[key] = Warpgroup(*key)
   return wg, th.tid // 32 % 4
-
-
-def _fail(rule, wg, w, text):
-  return ProtocolError(rule, f"CTA {wg.cta} warpgroup {wg.index} warp {w}: {text}")
 
 
 # -- wgmma.fence, commit_group --------------------------------------------------------
@@ -369,59 +365,6 @@ def _wait(k, ins):
     return dict.fromkeys(lanes, YIELD)
   wait.lanes = wait_lanes
   return wait
-
-
-# -- the register guard ---------------------------------------------------------------
-
-
-class RegisterGuard:
-  """Run once the kernel is compiled (``Program.finishers``): wraps every instruction
-  other than ``wgmma`` that names a register some ``wgmma.mma_async`` takes
-  (``registers``), so that each execution checks it against the warp's registers in
-  flight (``wgmma-registers``) and records it as accessed since the last wgmma.fence."""
-
-  def __init__(self, k):
-    self.k, self.registers = k, set()
-
-  def __call__(self, program):
-    for i, text in enumerate(program.texts):
-      named = self.registers.intersection(re.findall(r"%\w+", text))
-      if named and not text.startswith("wgmma.") and program.code[i] is not None:
-        program.code[i] = self._wrap(program.code[i], frozenset(named), i)
-
-  def _wrap(self, fn, named, pc):
-    k, guard = self.k, getattr(fn, "guard", None)
-
-    def touch(th):
-      if guard is not None and th.regs.get(guard[0]) != guard[1]:
-        return
-      wg = k.wgmma.get((th.cta, th.tid // 128))
-      if wg is None:
-        return
-      ws = wg.warps[th.tid // 32 % 4]
-      if ws.touched is not None:
-        ws.touched |= named
-      hit = named.intersection(ws.inflight)
-      if hit:
-        findings.report(k, _fail("wgmma-registers", wg, th.tid // 32 % 4,
-                                 f"{min(hit)} is accessed while a wgmma.mma_async still has "
-                                 "it in flight (no wgmma.wait_group covering that operation "
-                                 "came before)"))
-
-    def guarded(th):
-      touch(th)
-      return fn(th)
-    inner = getattr(fn, "lanes", None)
-    if inner is not None:
-      def guarded_lanes(lanes):   # (one warp: one state; the guard is each lane's)
-        if guard is None:
-          touch(lanes[0])
-        else:
-          for th in lanes:
-            touch(th)
-        return inner(lanes)
-      guarded.lanes = guarded_lanes
-    return guarded
 
 
 OPCODES = {

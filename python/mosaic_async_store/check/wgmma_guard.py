@@ -1,0 +1,70 @@
+"""WGMMA's register guard: the instructions other than ``wgmma`` that name a register a
+``wgmma.mma_async`` takes are checked, each time they run, against the registers the
+warp's operations still have in flight (``wgmma-registers``; ``wgmma_layout.RULES``
+quotes the ISA's sentence), and recorded as accessed since the warp's last
+``wgmma.fence`` (for ``wgmma-fence``).  The family itself: ``wgmma``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from mosaic_async_store.check import findings
+from mosaic_async_store.check.memory import ProtocolError
+
+__all__ = ["RegisterGuard", "failure"]
+
+
+def failure(rule, wg, w, text):
+  """The finding ``rule`` of warp ``w`` of warpgroup ``wg`` (a ``wgmma.Warpgroup``)."""
+  return ProtocolError(rule, f"CTA {wg.cta} warpgroup {wg.index} warp {w}: {text}")
+
+
+class RegisterGuard:
+  """Run once the kernel is compiled (``Program.finishers``): wraps every instruction
+  other than ``wgmma`` that names a register some ``wgmma.mma_async`` takes
+  (``registers``), so that each execution checks it against the warp's registers in
+  flight (``wgmma-registers``) and records it as accessed since the last wgmma.fence."""
+
+  def __init__(self, k):
+    self.k, self.registers = k, set()
+
+  def __call__(self, program):
+    for i, text in enumerate(program.texts):
+      named = self.registers.intersection(re.findall(r"%\w+", text))
+      if named and not text.startswith("wgmma.") and program.code[i] is not None:
+        program.code[i] = self._wrap(program.code[i], frozenset(named), i)
+
+  def _wrap(self, fn, named, pc):
+    k, guard = self.k, getattr(fn, "guard", None)
+
+    def touch(th):
+      if guard is not None and th.regs.get(guard[0]) != guard[1]:
+        return
+      wg = k.wgmma.get((th.cta, th.tid // 128))
+      if wg is None:
+        return
+      ws = wg.warps[th.tid // 32 % 4]
+      if ws.touched is not None:
+        ws.touched |= named
+      hit = named.intersection(ws.inflight)
+      if hit:
+        findings.report(k, failure("wgmma-registers", wg, th.tid // 32 % 4,
+                                 f"{min(hit)} is accessed while a wgmma.mma_async still has "
+                                 "it in flight (no wgmma.wait_group covering that operation "
+                                 "came before)"))
+
+    def guarded(th):
+      touch(th)
+      return fn(th)
+    inner = getattr(fn, "lanes", None)
+    if inner is not None:
+      def guarded_lanes(lanes):   # (one warp: one state; the guard is each lane's)
+        if guard is None:
+          touch(lanes[0])
+        else:
+          for th in lanes:
+            touch(th)
+        return inner(lanes)
+      guarded.lanes = guarded_lanes
+    return guarded
