@@ -76,3 +76,46 @@ def test_a_batch_is_recorded_as_one_by_one_or_not_at_all(history, n, words, writ
 def test_runs_of_adjacent_accesses():
   assert runs([0, 4, 8, 16, 20, 32], 4) == [(0, 3), (16, 2), (32, 1)]
   assert runs([8], 8) == [(8, 1)]
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(chunks=st.sets(st.integers(0, 400), min_size=1, max_size=300))
+def test_runs_of_many_accesses_as_of_few(chunks):
+  """Past 64 accesses ``runs`` takes NumPy's loops (a WGMMA operand's chunks): the same
+  runs as walking the accesses one by one."""
+  offs = sorted(16 * c for c in chunks)
+  want = []
+  for off in offs:
+    if want and off == want[-1][0] + 16 * want[-1][1]:
+      want[-1][1] += 1
+    else:
+      want.append([off, 1])
+  assert runs(offs, 16) == [tuple(r) for r in want]
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(history=st.lists(_EVENT, max_size=12), span=st.tuples(st.integers(0, 7),
+       st.integers(9, 16)), write=st.booleans(),
+       clock=st.lists(st.integers(0, 5), min_size=SLOTS, max_size=SLOTS))
+def test_a_long_access_finds_the_first_conflict_byte_by_byte(history, span, write, clock):
+  """``Shadow.conflict`` of an access longer than 64 bytes (judged first by its bytes'
+  distinct last writers and reader sets) finds what the bytes, one by one in address
+  order, find first."""
+  sh = Shadow(4 * NBYTES)
+  for kind, off, size, slot, clk in history:
+    off = 3 * (off - off % size)   # (spread over the larger shadow)
+    if kind == "in flight":
+      sh.mark_inflight(off, size, 1, atomic=False)
+    elif kind == "block write":
+      sh.record(0, 4 * NBYTES, write=True, atomic=False, stamp=(slot, clk, 7))
+    elif kind == "mbarrier":
+      continue
+    else:
+      tag = (0, 1, off, size) if kind.startswith("strong") else None
+      sh.record(off, size, write=kind.endswith("write"), atomic=tag is not None,
+                stamp=(slot, clk, 7), tag=tag)
+  vc = np.array(clock, np.int64)
+  lo, hi = 16 * span[0], 16 * span[1]
+  want = next((hit for b in range(lo, hi)
+               if (hit := sh.conflict(vc, b, 1, write=write, atomic=False)) is not None), None)
+  assert sh.conflict(vc, lo, hi - lo, write=write, atomic=False) == want

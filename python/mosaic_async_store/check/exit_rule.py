@@ -60,10 +60,10 @@ def thread_exits(k, th):
   for slot, latest in sorted(late.items()):
     if known[slot] >= latest:
       continue
-    clk = _unknown_access(k, c, slot, known[slot])
+    thread = k.slots.kind(slot) == THREAD
+    clk = _unknown_access(k, c, slot, known[slot], thread)
     if clk is None:
       continue
-    thread = k.slots.kind(slot) == THREAD
     if thread:
       other = k.slots.owner(slot).obj
       who = f"the access of CTA {other.cta} thread {other.tid} to its shared memory"
@@ -83,12 +83,12 @@ def thread_exits(k, th):
                   f"{other.cta} thread {other.tid} on its mbarrier (phase {phase})")
 
 
-def _unknown_access(k, c, slot, floor):
+def _unknown_access(k, c, slot, floor, thread):
   """The latest clock, past ``floor`` (what happens-before tells CTA c), of an access
   of ``slot`` that the bytes of CTA ``c``'s shared memory still hold and that nothing
   else says completed; None if there is none.  A plain write or a read needs
-  happens-before; a strong write that a thread of CTA c read from completed, it alone
-  (observation: ``Machine.flag_reads``).  (An access the bytes no longer hold was
+  happens-before; a ``thread``'s strong write that a thread of CTA c read from
+  completed, it alone (observation: ``Machine.flag_reads``).  (An access the bytes no longer hold was
   overwritten by one ordered after it, else that one was a race: what orders the
   later one before the exit orders it too.)"""
   sh, reads = k.shadow[c], k.flag_reads[c]
@@ -99,6 +99,6 @@ def _unknown_access(k, c, slot, floor):
       late.append(clk)
   for accesses in {id(a): a for a in sh.atomics if a}.values():
     clk, _, tag = accesses.get(slot, (0, None, None))
-    if clk > floor and (tag is None or reads.get((tag[2], slot), -1) < clk):
+    if clk > floor and (not thread or tag is None or reads.get((tag[2], slot), -1) < clk):
       late.append(clk)
   return max(late, default=None)
