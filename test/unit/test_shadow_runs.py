@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mosaic_async_store.check.shadow import Shadow
-from mosaic_async_store.check.shadow_runs import record_disjoint, runs
+from mosaic_async_store.check.shadow_runs import last_writes, read_at_once, record_disjoint, runs
 
 NBYTES, SLOTS = 64, 6
 
@@ -19,6 +19,24 @@ NBYTES, SLOTS = 64, 6
 def _state(sh):
   return (sh.w_slot, sh.w_clk, sh.w_insn, sh.atomics, sh.readers, sh.inflight,
           sh.inflight_red, bytes(sh.mbar_bytes))
+
+
+def _shadow_after(history):
+  """A shadow of NBYTES after ``history`` (``_EVENT``s)."""
+  sh = Shadow(NBYTES)
+  for kind, off, size, slot, clk in history:
+    off -= off % size
+    if kind == "in flight":
+      sh.mark_inflight(off, size, 1, atomic=False)
+    elif kind == "block write":   # (every byte one last writer: the one-writer check)
+      sh.record(0, NBYTES, write=True, atomic=False, stamp=(slot, clk, 7))
+    elif kind == "mbarrier":
+      sh.mbar_bytes[off - off % 8:off - off % 8 + 8] = b"\x01" * 8
+    else:
+      tag = (0, 1, off, size) if kind.startswith("strong") else None
+      sh.record(off, size, write=kind.endswith("write"), atomic=tag is not None,
+                stamp=(slot, clk, 7), tag=tag)
+  return sh
 
 
 _EVENT = st.tuples(st.sampled_from(["write", "read", "strong write", "strong read",
@@ -35,19 +53,7 @@ _EVENT = st.tuples(st.sampled_from(["write", "read", "strong write", "strong rea
        same_stamp=st.booleans(), packed=st.booleans(), given_spans=st.booleans())
 def test_a_batch_is_recorded_as_one_by_one_or_not_at_all(history, n, words, write, clocks,
                                                          same_stamp, packed, given_spans):
-  sh = Shadow(NBYTES)
-  for kind, off, size, slot, clk in history:
-    off -= off % size
-    if kind == "in flight":
-      sh.mark_inflight(off, size, 1, atomic=False)
-    elif kind == "block write":   # (every byte one last writer: the one-writer check)
-      sh.record(0, NBYTES, write=True, atomic=False, stamp=(slot, clk, 7))
-    elif kind == "mbarrier":
-      sh.mbar_bytes[off - off % 8:off - off % 8 + 8] = b"\x01" * 8
-    else:
-      tag = (0, 1, off, size) if kind.startswith("strong") else None
-      sh.record(off, size, write=kind.endswith("write"), atomic=tag is not None,
-                stamp=(slot, clk, 7), tag=tag)
+  sh = _shadow_after(history)
   # distinct multiples of n (n divides 8); packed: adjacent, one run of bytes
   offs = sorted(n * w if packed else 8 * w for w in words)
   vcs = np.array(clocks[:len(offs)], np.int64)
@@ -71,6 +77,25 @@ def test_a_batch_is_recorded_as_one_by_one_or_not_at_all(history, n, words, writ
     assert not any(one_by_one.mbar_bytes[off:off + n])
     one_by_one.record(off, n, write=write, atomic=False, stamp=stamps[i])
   assert _state(sh) == _state(one_by_one)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(history=st.lists(_EVENT, max_size=12), n=st.sampled_from([1, 2, 4, 8]),
+       words=st.sets(st.integers(0, 7), min_size=1, max_size=8), packed=st.booleans(),
+       clock=st.lists(st.integers(0, 5), min_size=SLOTS, max_size=SLOTS))
+def test_an_operations_reads_at_once_as_record_disjoint(history, n, words, packed, clock):
+  """``read_at_once`` (a WGMMA operand's reads under one stamp and one clock) decides
+  and records exactly what ``record_disjoint`` does for the same reads."""
+  sh = _shadow_after(history)
+  offs = sorted(n * w if packed else 8 * w for w in words)
+  vc = np.array(clock, np.int64)
+  batched, at_once = copy.deepcopy(sh), copy.deepcopy(sh)
+  done = record_disjoint(batched, offs, n, write=False, matrix=vc[None, :],
+                         rows=np.zeros(len(offs), np.intp), slots=SLOTS - 1, clocks=3, insn=9)
+  spans = runs(offs, n)
+  assert read_at_once(at_once, spans, n, vc, (SLOTS - 1, 3, 9),
+                      last_writes(at_once, spans, n)) == done
+  assert _state(at_once) == _state(batched)
 
 
 def test_runs_of_adjacent_accesses():

@@ -108,13 +108,11 @@ def check_source(k, op, sh, cta, off, n, verb="reads"):
       return
 
 
-def check_source_runs(k, op, sh, cta, spans, n):
+def check_source_runs(k, op, sh, cta, spans, n, writes):
   """``check_source`` for runs of ``n``-byte accesses (``shadow_runs.runs``' (first
-  byte, accesses) pairs): their last writers gathered once, run by run only where one
-  is unfenced (for the message)."""
-  w_slot, w_clk, writes = sh.w_slot, sh.w_clk, set()
-  for lo, count in spans:
-    writes.update(zip(w_slot[lo:lo + n * count], w_clk[lo:lo + n * count]))
+  byte, accesses) pairs) whose bytes' last writes are ``writes``
+  (``shadow_runs.last_writes``): run by run only where one is unfenced (for the
+  message)."""
   if _unfenced(k, writes, op.fenced) is None:
     return
   for lo, count in spans:

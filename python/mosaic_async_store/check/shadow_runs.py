@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["runs", "record_disjoint"]
+__all__ = ["runs", "record_disjoint", "last_writes", "read_at_once"]
 
 
 def runs(offs, n):
@@ -171,4 +171,32 @@ def record_disjoint(sh, offs, n, *, write, matrix, rows, slots, clocks, insn, sp
     else:   # (reads joining earlier ones: as one by one)
       for j, stamp in enumerate(zip(mine_slots, mine_clocks)):
         sh.record(lo + j * n, n, write=False, atomic=False, stamp=(*stamp, insn))
+  return True
+
+
+def last_writes(sh, spans, n) -> set:
+  """The distinct (slot, clock) last writes of the bytes of runs ``spans`` ((first
+  byte, accesses of ``n`` bytes) pairs) of shadow ``sh``."""
+  w_slot, w_clk, writes = sh.w_slot, sh.w_clk, set()
+  for lo, count in spans:
+    writes.update(zip(w_slot[lo:lo + n * count], w_clk[lo:lo + n * count]))
+  return writes
+
+
+def read_at_once(sh, spans, n, vc, stamp, writes) -> bool:
+  """An asynchronous operation's reads of the runs ``spans`` with clock ``vc``, under
+  one ``stamp`` (a WGMMA operand's): checked and recorded as one access
+  (``Shadow.record_reads``) when no byte has a write in flight, a strong write or an
+  mbarrier, and ``vc`` is after every one of ``writes`` (``last_writes`` of the
+  runs); returns whether it did (else nothing changed: the caller goes run by run,
+  where ``Shadow.conflict`` names the first conflict).  The same verdict and record
+  as ``record_disjoint``'s for these reads."""
+  first, end = spans[0][0], spans[-1][0] + n * spans[-1][1]
+  if not (end - first <= 16 * n * sum(count for _, count in spans) and
+          _quiet(sh, first, end, 0)):
+    if not all(_quiet(sh, lo, lo + n * count, 0) for lo, count in spans):
+      return False
+  if any(vc[slot] < clk for slot, clk in writes):
+    return False
+  sh.record_reads([(lo, lo + n * count) for lo, count in spans], stamp)
   return True

@@ -19,7 +19,7 @@ from mosaic_async_store.check import access_core, proxy
 from mosaic_async_store.check import wgmma_layout as layout
 from mosaic_async_store.check.addresses import SHARED_BASE
 from mosaic_async_store.check.memory import KernelFault
-from mosaic_async_store.check.shadow_runs import record_disjoint, runs
+from mosaic_async_store.check.shadow_runs import last_writes, read_at_once, runs
 
 __all__ = ["execute", "WGMMA_READS"]
 
@@ -77,10 +77,9 @@ def _read(k, wg, op, vc, stamp, desc, rows, form, atype, mn_major):
   chunks = np.unique(addrs // 16).tolist()
   at = [16 * c for c in chunks]
   spans, sh = runs(at, 16), k.shadow[wg.cta]
-  proxy.check_source_runs(k, op, sh, wg.cta, spans, 16)
-  if not record_disjoint(sh, at, 16, write=False, matrix=vc[None, :],
-                         rows=np.zeros(len(at), np.intp), slots=stamp[0], clocks=stamp[1],
-                         insn=stamp[2], spans=spans):   # (at once, or run by run:)
+  writes = last_writes(sh, spans, 16)
+  proxy.check_source_runs(k, op, sh, wg.cta, spans, 16, writes)
+  if not read_at_once(sh, spans, 16, vc, stamp, writes):   # (at once, or run by run:)
     for lo, count in spans:
       access_core.check_shared(k, vc, None, wg.cta, lo, 16 * count, write=False,
                                atomic=False, who=op, stamp=stamp)
