@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mosaic_async_store.check.shadow import Shadow
-from mosaic_async_store.check.shadow_runs import last_writes, read_at_once, record_disjoint, runs
+from mosaic_async_store.check.shadow_runs import (last_writes, read_at_once, record_disjoint,
+                                                  runs)
 
 NBYTES, SLOTS = 64, 6
 

@@ -88,9 +88,9 @@ def _unknown_access(k, c, slot, floor, thread):
   of ``slot`` that the bytes of CTA ``c``'s shared memory still hold and that nothing
   else says completed; None if there is none.  A plain write or a read needs
   happens-before; a ``thread``'s strong write that a thread of CTA c read from
-  completed, it alone (observation: ``Machine.flag_reads``).  (An access the bytes no longer hold was
-  overwritten by one ordered after it, else that one was a race: what orders the
-  later one before the exit orders it too.)"""
+  completed, it alone (observation: ``Machine.flag_reads``).  (An access the bytes no
+  longer hold was overwritten by one ordered after it, else that one was a race: what
+  orders the later one before the exit orders it too.)"""
   sh, reads = k.shadow[c], k.flag_reads[c]
   late = [w for s, w in zip(sh.w_slot, sh.w_clk) if s == slot and w > floor]
   for accesses in {id(a): a for a in sh.readers if a}.values():

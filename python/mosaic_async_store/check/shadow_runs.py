@@ -110,8 +110,8 @@ def record_disjoint(sh, offs, n, *, write, matrix, rows, slots, clocks, insn, sp
   asynchronous store) is row ``rows[i]`` of ``matrix`` (``rows``: an index array).
   Each access is stamped, as ``Shadow.record`` takes it, (slot, clock, ``insn``):
   ``slots`` and ``clocks`` are lists (one per access) or one int each (the same for
-  all: asynchronous stores landing, an asynchronous operation's reads).  ``spans``: ``runs(offs, n)`` where the caller has
-  it.
+  all: asynchronous stores landing, an asynchronous operation's reads).  ``spans``:
+  ``runs(offs, n)`` where the caller has it.
   ``own_inflight``: how many writes in flight each byte holds of the accesses' own
   (1 when asynchronous stores land: they are still marked; 0 for threads' accesses)."""
   readers, w_slot, w_clk = sh.readers, sh.w_slot, sh.w_clk

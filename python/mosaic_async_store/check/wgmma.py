@@ -26,8 +26,9 @@ there, ``wgmma_layout.RULES``):
     results into the lanes' registers, which are in flight until then: any other
     instruction that reads or writes an accumulator or A-fragment register in flight
     is ``wgmma-registers`` (a register guard, ``wgmma_guard.RegisterGuard``, wraps the
-    instructions that name them), and one accessed since the warp's last ``wgmma.fence`` (or with no
-    fence yet) when a ``wgmma.mma_async`` takes it is ``wgmma-fence``;
+    instructions that name them), and one accessed since the warp's last
+    ``wgmma.fence`` (or with no fence yet) when a ``wgmma.mma_async`` takes it is
+    ``wgmma-fence``;
   * the operations' shared-memory reads are known by a clock slot of the warpgroup
     (``wgmma_exec.WGMMA_READS``) at their group's number: a thread whose ``wait_group`` covers the
     group knows them (a buffer freed for a TMA load before then is a race).
