@@ -11,8 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mosaic_async_store.check.shadow import Shadow
-from mosaic_async_store.check.shadow_runs import (last_writes, read_at_once, record_disjoint,
-                                                  runs)
+from mosaic_async_store.check.shadow_runs import read_at_once, record_disjoint, runs
 
 NBYTES, SLOTS = 64, 6
 
@@ -93,9 +92,9 @@ def test_an_operations_reads_at_once_as_record_disjoint(history, n, words, packe
   batched, at_once = copy.deepcopy(sh), copy.deepcopy(sh)
   done = record_disjoint(batched, offs, n, write=False, matrix=vc[None, :],
                          rows=np.zeros(len(offs), np.intp), slots=SLOTS - 1, clocks=3, insn=9)
-  spans = runs(offs, n)
-  assert read_at_once(at_once, spans, n, vc, (SLOTS - 1, 3, 9),
-                      last_writes(at_once, spans, n)) == done
+  ranges = [(lo, lo + n * count) for lo, count in runs(offs, n)]
+  assert read_at_once(at_once, ranges, vc, (SLOTS - 1, 3, 9),
+                      at_once.last_writes(ranges)) == done
   assert _state(at_once) == _state(batched)
 
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from mosaic_async_store.check import barriers, findings
 from mosaic_async_store.check.memory import ProtocolError
+from mosaic_async_store.check.shadow import distinct
 from mosaic_async_store.check.slots import INITIAL, MBARRIER_DATA, THREAD
 
 __all__ = ["thread_exits"]
@@ -93,11 +94,11 @@ def _unknown_access(k, c, slot, floor, thread):
   orders the later one before the exit orders it too.)"""
   sh, reads = k.shadow[c], k.flag_reads[c]
   late = [w for s, w in zip(sh.w_slot, sh.w_clk) if s == slot and w > floor]
-  for accesses in {id(a): a for a in sh.readers if a}.values():
+  for accesses in distinct(sh.readers):
     clk = accesses.get(slot, (0,))[0]
     if clk > floor:
       late.append(clk)
-  for accesses in {id(a): a for a in sh.atomics if a}.values():
+  for accesses in distinct(sh.atomics):
     clk, _, tag = accesses.get(slot, (0, None, None))
     if clk > floor and (not thread or tag is None or reads.get((tag[2], slot), -1) < clk):
       late.append(clk)

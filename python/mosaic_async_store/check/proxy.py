@@ -97,8 +97,7 @@ def check_source(k, op, sh, cta, off, n, verb="reads"):
   asynchronous proxy, was last written by a thread with no proxy fence between
   (``op.fenced``)."""
   end, fenced_vc = off + n, op.fenced
-  writes = set(zip(sh.w_slot[off:end], sh.w_clk[off:end]))   # (few: a copy's writers)
-  if _unfenced(k, writes, fenced_vc) is None:
+  if _unfenced(k, sh.last_writes(((off, end),)), fenced_vc) is None:   # (few writers)
     return
   for b in range(off, end):   # the first unfenced byte, for the message
     hit = _unfenced(k, [(sh.w_slot[b], sh.w_clk[b])], fenced_vc)
@@ -108,15 +107,14 @@ def check_source(k, op, sh, cta, off, n, verb="reads"):
       return
 
 
-def check_source_runs(k, op, sh, cta, spans, n, writes):
-  """``check_source`` for runs of ``n``-byte accesses (``shadow_runs.runs``' (first
-  byte, accesses) pairs) whose bytes' last writes are ``writes``
-  (``shadow_runs.last_writes``): run by run only where one is unfenced (for the
-  message)."""
+def check_source_runs(k, op, sh, cta, ranges, writes):
+  """``check_source`` for the bytes of ``ranges`` ((first, end) pairs) whose last
+  writes are ``writes`` (``Shadow.last_writes``): range by range only where one is
+  unfenced (for the message)."""
   if _unfenced(k, writes, op.fenced) is None:
     return
-  for lo, count in spans:
-    check_source(k, op, sh, cta, lo, n * count)
+  for lo, hi in ranges:
+    check_source(k, op, sh, cta, lo, hi - lo)
 
 
 def check_global_source(k, op, buf, off, n, verb="reads"):

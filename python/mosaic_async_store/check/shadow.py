@@ -15,11 +15,17 @@ from __future__ import annotations
 from collections import Counter
 
 from mosaic_async_store.check.memory import tags_morally_strong
-from mosaic_async_store.check.shadow_runs import runs
 
-__all__ = ["Shadow", "AccessSet"]
+__all__ = ["Shadow", "AccessSet", "distinct"]
 
 _NO_ENTRY = (-1,)   # (clock, ...) of a slot a byte's access set does not hold
+
+
+def distinct(sets):
+  """Each set of ``sets`` (bytes' reader or strong-writer sets; None: none) once, by
+  identity (bytes share them), with C loops over the bytes."""
+  held = list(filter(None, sets))
+  return dict(zip(map(id, held), held)).values()
 
 
 class AccessSet(dict):
@@ -81,35 +87,39 @@ class Shadow:
     inflight = self.inflight_red if atomic else self.inflight
     inflight[off:off + n] = [m + delta for m in inflight[off:off + n]]
 
+  def mark_inflight_spans(self, spans, delta: int, *, atomic: bool) -> None:
+    """``mark_inflight(off, n, delta)`` for each (off, n) of ``spans``: adjacent
+    disjoint ones as one run (overlapping ones each alone: their bytes count twice)."""
+    spans, merged = sorted(spans), []
+    for off, n in spans:
+      if merged and off < merged[-1][0] + merged[-1][1]:
+        merged = spans
+        break
+      if merged and off == merged[-1][0] + merged[-1][1]:
+        merged[-1][1] += n
+      else:
+        merged.append([off, n])
+    for off, n in merged:
+      self.mark_inflight(off, n, delta, atomic=atomic)
+
   def mark_inflight_writes(self, writes, delta: int) -> None:
-    """``mark_inflight(w.off, w.nbytes, delta, atomic=w.red is not None)`` for each of
-    an operation's ``writes`` into this CTA: adjacent disjoint ones as one run."""
+    """``mark_inflight_spans`` of an operation's ``writes`` into this CTA (each with
+    ``off``, ``nbytes`` and ``red``: None for a plain write)."""
     for atomic in (False, True):
-      spans = sorted((w.off, w.nbytes) for w in writes if (w.red is not None) == atomic)
-      merged = []
-      for off, n in spans:
-        if merged and off < merged[-1][0] + merged[-1][1]:   # (overlapping: each alone)
-          merged = spans
-          break
-        if merged and off == merged[-1][0] + merged[-1][1]:
-          merged[-1][1] += n
-        else:
-          merged.append([off, n])
-      for off, n in merged:
-        self.mark_inflight(off, n, delta, atomic=atomic)
+      self.mark_inflight_spans([(w.off, w.nbytes) for w in writes
+                                if (w.red is not None) == atomic], delta, atomic=atomic)
 
   def mark_inflight_all(self, offs, n: int, *, atomic: bool) -> None:
-    """``mark_inflight(off, n, 1)`` for each of ``offs`` (a warp's issue): one pass
-    per run of adjacent accesses where they are disjoint."""
-    inflight = self.inflight_red if atomic else self.inflight
-    if len(set(offs)) == len(offs):
-      for lo, count in runs(sorted(offs), n):
-        hi = lo + n * count
-        inflight[lo:hi] = [m + 1 for m in inflight[lo:hi]]
-      return
-    for off in offs:
-      for b in range(off, off + n):
-        inflight[b] += 1
+    """``mark_inflight(off, n, 1)`` for each of ``offs`` (a warp's issue)."""
+    self.mark_inflight_spans([(off, n) for off in offs], 1, atomic=atomic)
+
+  def last_writes(self, ranges) -> set:
+    """The distinct (slot, clock) last writes of the bytes of ``ranges`` ((first, end)
+    pairs)."""
+    writes = set()
+    for lo, hi in ranges:
+      writes.update(zip(self.w_slot[lo:hi], self.w_clk[lo:hi]))
+    return writes
 
   def conflict(self, vc, off: int, n: int, *, write: bool, atomic: bool, tag=None):
     """None, or (how, slot, clock, instruction, tag) of the first earlier access to
@@ -155,13 +165,10 @@ class Shadow:
     if self.inflight[off:end].count(0) != n or self.atomics[off:end].count(None) != n or \
        (not both_atomic and self.inflight_red[off:end].count(0) != n):
       return False
-    if any(vc[s] < c for s, c in set(zip(self.w_slot[off:end], self.w_clk[off:end]))):
+    if any(vc[s] < c for s, c in self.last_writes(((off, end),))):
       return False
-    if not write:
-      return True
-    held = list(filter(None, self.readers[off:end]))
-    return all(vc[r] >= clk for accesses in dict(zip(map(id, held), held)).values()
-               for r, (clk, _, _) in accesses.items())
+    return not write or all(vc[r] >= clk for accesses in distinct(self.readers[off:end])
+                            for r, (clk, _, _) in accesses.items())
 
   def record(self, off: int, n: int, *, write: bool, atomic: bool, stamp, tag=None) -> None:
     slot, clk, insn = int(stamp[0]), int(stamp[1]), stamp[2]

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["runs", "record_disjoint", "last_writes", "read_at_once"]
+from mosaic_async_store.check.shadow import distinct
+
+__all__ = ["runs", "record_disjoint", "read_at_once"]
 
 
 def runs(offs, n):
@@ -77,14 +79,11 @@ def _after_reads(readers, offs, n, matrix, rows):
   held = []
   for off in offs:
     held += readers[off:off + n]
-  held = list(filter(None, held))
-  if not held:
-    return True
   # At once: every read ordered before what all the writers know (their clocks'
   # minimum); else access by access, below.
   floor = matrix[rows].min(axis=0) if len(rows) > 1 else matrix[rows[0]]
-  sets = dict(zip(map(id, held), held)).values()
-  if all(floor[r] >= clk for accesses in sets for r, (clk, _, _) in accesses.items()):
+  if all(floor[r] >= clk for accesses in distinct(held)
+         for r, (clk, _, _) in accesses.items()):
     return True
   for i, off in enumerate(offs):
     held = readers[off:off + n]
@@ -109,7 +108,8 @@ def record_disjoint(sh, offs, n, *, write, matrix, rows, slots, clocks, insn, sp
   Access ``i``'s clock (the accessing thread's, or the issuer's at issue for an
   asynchronous store) is row ``rows[i]`` of ``matrix`` (``rows``: an index array).
   Each access is stamped, as ``Shadow.record`` takes it, (slot, clock, ``insn``):
-  ``slots`` and ``clocks`` are lists (one per access) or one int each (the same for
+  ``slots`` and ``clocks`` are lists (one per access: threads', whose clocks only
+  grow) or one int each (the same for
   all: asynchronous stores landing, an asynchronous operation's reads).  ``spans``:
   ``runs(offs, n)`` where the caller has it.
   ``own_inflight``: how many writes in flight each byte holds of the accesses' own
@@ -146,9 +146,8 @@ def record_disjoint(sh, offs, n, *, write, matrix, rows, slots, clocks, insn, sp
     return True
   if same:
     sh.note_latest(slots, clocks)
-  else:
-    for slot, clock in zip(slots, clocks):
-      sh.note_latest(slot, clock)
+  else:   # (threads' slots: a thread's clock only grows, so its newest is its latest)
+    sh.latest.update(zip(slots, clocks))
   i = 0
   for lo, run in spans:
     hi = lo + n * run
@@ -174,29 +173,21 @@ def record_disjoint(sh, offs, n, *, write, matrix, rows, slots, clocks, insn, sp
   return True
 
 
-def last_writes(sh, spans, n) -> set:
-  """The distinct (slot, clock) last writes of the bytes of runs ``spans`` ((first
-  byte, accesses of ``n`` bytes) pairs) of shadow ``sh``."""
-  w_slot, w_clk, writes = sh.w_slot, sh.w_clk, set()
-  for lo, count in spans:
-    writes.update(zip(w_slot[lo:lo + n * count], w_clk[lo:lo + n * count]))
-  return writes
-
-
-def read_at_once(sh, spans, n, vc, stamp, writes) -> bool:
-  """An asynchronous operation's reads of the runs ``spans`` with clock ``vc``, under
-  one ``stamp`` (a WGMMA operand's): checked and recorded as one access
-  (``Shadow.record_reads``) when no byte has a write in flight, a strong write or an
-  mbarrier, and ``vc`` is after every one of ``writes`` (``last_writes`` of the
-  runs); returns whether it did (else nothing changed: the caller goes run by run,
-  where ``Shadow.conflict`` names the first conflict).  The same verdict and record
-  as ``record_disjoint``'s for these reads."""
-  first, end = spans[0][0], spans[-1][0] + n * spans[-1][1]
-  if not (end - first <= 16 * n * sum(count for _, count in spans) and
+def read_at_once(sh, ranges, vc, stamp, writes) -> bool:
+  """An asynchronous operation's reads of the bytes of ``ranges`` ((first, end) pairs,
+  ascending, disjoint) with clock ``vc``, under one ``stamp`` (a WGMMA operand's):
+  checked and recorded as one access (``Shadow.record_reads``) when no byte has a
+  write in flight, a strong write or an mbarrier, and ``vc`` is after every one of
+  ``writes`` (``Shadow.last_writes`` of the ranges); returns whether it did (else
+  nothing changed: the caller goes range by range, where ``Shadow.conflict`` names the
+  first conflict).  The same verdict and record as ``record_disjoint``'s for these
+  reads."""
+  first, end = ranges[0][0], ranges[-1][1]
+  if not (end - first <= 16 * sum(hi - lo for lo, hi in ranges) and
           _quiet(sh, first, end, 0)):
-    if not all(_quiet(sh, lo, lo + n * count, 0) for lo, count in spans):
+    if not all(_quiet(sh, lo, hi, 0) for lo, hi in ranges):
       return False
   if any(vc[slot] < clk for slot, clk in writes):
     return False
-  sh.record_reads([(lo, lo + n * count) for lo, count in spans], stamp)
+  sh.record_reads(ranges, stamp)
   return True

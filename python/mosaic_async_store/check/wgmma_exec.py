@@ -19,7 +19,7 @@ from mosaic_async_store.check import access_core, proxy
 from mosaic_async_store.check import wgmma_layout as layout
 from mosaic_async_store.check.addresses import SHARED_BASE
 from mosaic_async_store.check.memory import KernelFault
-from mosaic_async_store.check.shadow_runs import last_writes, read_at_once, runs
+from mosaic_async_store.check.shadow_runs import read_at_once, runs
 
 __all__ = ["execute", "WGMMA_READS"]
 
@@ -76,12 +76,13 @@ def _read(k, wg, op, vc, stamp, desc, rows, form, atype, mn_major):
   # elements fill the chunks they touch, so the chunks are exactly the bytes read.
   chunks = np.unique(addrs // 16).tolist()
   at = [16 * c for c in chunks]
-  spans, sh = runs(at, 16), k.shadow[wg.cta]
-  writes = last_writes(sh, spans, 16)
-  proxy.check_source_runs(k, op, sh, wg.cta, spans, 16, writes)
-  if not read_at_once(sh, spans, 16, vc, stamp, writes):   # (at once, or run by run:)
-    for lo, count in spans:
-      access_core.check_shared(k, vc, None, wg.cta, lo, 16 * count, write=False,
+  sh = k.shadow[wg.cta]
+  ranges = [(lo, lo + 16 * count) for lo, count in runs(at, 16)]
+  writes = sh.last_writes(ranges)
+  proxy.check_source_runs(k, op, sh, wg.cta, ranges, writes)
+  if not read_at_once(sh, ranges, vc, stamp, writes):   # (at once, or range by range:)
+    for lo, hi in ranges:
+      access_core.check_shared(k, vc, None, wg.cta, lo, hi - lo, write=False,
                                atomic=False, who=op, stamp=stamp)
   raw = np.frombuffer(smem, np.uint8)[addrs[..., None] + np.arange(size)]
   return layout.elements(raw, atype)
