@@ -39,5 +39,7 @@
 # WS: setmaxnreg.dec.sync.aligned.u32 40;
 # WS: setmaxnreg.inc.sync.aligned.u32
 
-# WS-SASS: USETMAXREG.DEALLOC.CTAPOOL 0x28
-# WS-SASS: USETMAXREG.TRY_ALLOC.CTAPOOL
+# (either order: ptxas lays out the branches as the lowering orders them, and jax 0.12.1
+# puts the consumers' branch, with TRY_ALLOC, first)
+# WS-SASS-DAG: USETMAXREG.DEALLOC.CTAPOOL 0x28
+# WS-SASS-DAG: USETMAXREG.TRY_ALLOC.CTAPOOL
