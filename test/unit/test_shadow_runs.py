@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mosaic_async_store.check.shadow import Shadow
+from mosaic_async_store.check.shadow import Shadow, disjoint_runs
 from mosaic_async_store.check.shadow_runs import read_at_once, record_disjoint, runs
 
 NBYTES, SLOTS = 64, 6
@@ -144,3 +144,40 @@ def test_a_long_access_finds_the_first_conflict_byte_by_byte(history, span, writ
   want = next((hit for b in range(lo, hi)
                if (hit := sh.conflict(vc, b, 1, write=write, atomic=False)) is not None), None)
   assert sh.conflict(vc, lo, hi - lo, write=write, atomic=False) == want
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(spans=st.lists(st.tuples(st.integers(0, 600), st.sampled_from([1, 2, 16, 48])),
+                      max_size=80))
+def test_disjoint_runs_merge_adjacent_spans_and_refuse_overlaps(spans):
+  """``disjoint_runs`` (NumPy's loops, for a copy's moves): the bytes of the spans as
+  sorted maximal runs, or None exactly where two spans share a byte."""
+  covered = [b for off, n in spans for b in range(off, off + n)]
+  got = disjoint_runs(spans)
+  if len(set(covered)) != len(covered):
+    assert got is None
+    return
+  want, run = [], None
+  for b in sorted(covered):
+    if run and b == run[0] + run[1]:
+      run[1] += 1
+    else:
+      run = [b, 1]
+      want.append(run)
+  assert got == [tuple(r) for r in want]
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(history=st.lists(_EVENT, max_size=12),
+       ranges=st.sets(st.integers(0, 7), min_size=1, max_size=8))
+def test_last_writes_are_the_bytes_distinct_writers(history, ranges):
+  """``Shadow.last_writes`` (one writer's distinct clocks at once, else pairs): the
+  distinct (slot, clock) of the bytes' last plain writes."""
+  sh = _shadow_after(history)
+  ranges = [(8 * r, 8 * r + 8) for r in sorted(ranges)]
+  want = {(sh.w_slot[b], sh.w_clk[b]) for lo, hi in ranges for b in range(lo, hi)}
+  assert sh.last_writes(ranges) == want
+  # (one writer at several clocks: the one-slot path's distinct clocks)
+  sh.record(0, NBYTES, write=True, atomic=False, stamp=(2, 5, 7))
+  sh.record(ranges[-1][0] + 3, 2, write=True, atomic=False, stamp=(2, 6, 7))
+  assert sh.last_writes(ranges) == {(2, 5), (2, 6)}

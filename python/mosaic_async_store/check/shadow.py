@@ -12,11 +12,14 @@ many disjoint accesses at once.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
+
+import numpy as np
 
 from mosaic_async_store.check.memory import tags_morally_strong
 
-__all__ = ["Shadow", "AccessSet", "distinct"]
+__all__ = ["Shadow", "AccessSet", "distinct", "disjoint_runs"]
 
 _NO_ENTRY = (-1,)   # (clock, ...) of a slot a byte's access set does not hold
 
@@ -26,6 +29,24 @@ def distinct(sets):
   identity (bytes share them), with C loops over the bytes."""
   held = list(filter(None, sets))
   return dict(zip(map(id, held), held)).values()
+
+
+def disjoint_runs(spans):
+  """(offset, bytes) spans, none empty, sorted and adjacent ones merged into runs, as
+  (offset, bytes) pairs; None where two overlap.  With NumPy's loops: for a copy's
+  hundreds of moves (a swizzled tile's 16-byte chunks)."""
+  if not spans:
+    return []
+  offs = np.fromiter((off for off, _ in spans), np.int64, len(spans))
+  ends = offs + np.fromiter((n for _, n in spans), np.int64, len(spans))
+  order = np.argsort(offs, kind="stable")
+  offs, ends = offs[order], ends[order]
+  if (offs[1:] < ends[:-1]).any():
+    return None
+  breaks = np.flatnonzero(offs[1:] != ends[:-1]) + 1
+  firsts = offs[np.concatenate(([0], breaks))]
+  lasts = ends[np.concatenate((breaks - 1, [len(offs) - 1]))]
+  return list(zip(firsts.tolist(), (lasts - firsts).tolist()))
 
 
 class AccessSet(dict):
@@ -90,6 +111,12 @@ class Shadow:
   def mark_inflight_spans(self, spans, delta: int, *, atomic: bool) -> None:
     """``mark_inflight(off, n, delta)`` for each (off, n) of ``spans``: adjacent
     disjoint ones as one run (overlapping ones each alone: their bytes count twice)."""
+    spans = list(spans)
+    merged = disjoint_runs(spans) if len(spans) > 32 else None
+    if merged is not None:
+      for off, n in merged:
+        self.mark_inflight(off, n, delta, atomic=atomic)
+      return
     spans, merged = sorted(spans), []
     for off, n in spans:
       if merged and off < merged[-1][0] + merged[-1][1]:
@@ -116,10 +143,18 @@ class Shadow:
   def last_writes(self, ranges) -> set:
     """The distinct (slot, clock) last writes of the bytes of ``ranges`` ((first, end)
     pairs)."""
-    writes = set()
+    w_slot, w_clk = self.w_slot, self.w_clk
+    slots, clocks = [], []
     for lo, hi in ranges:
-      writes.update(zip(self.w_slot[lo:hi], self.w_clk[lo:hi]))
-    return writes
+      slots += w_slot[lo:hi]
+      clocks += w_clk[lo:hi]
+    if not slots:
+      return set()
+    # (one writer slot, the common case: its distinct clocks with C loops, no pair
+    # per byte; kilobytes for an operand a tensor copy landed)
+    if slots.count(slots[0]) == len(slots):
+      return set(zip(itertools.repeat(slots[0]), set(clocks)))
+    return set(zip(slots, clocks))
 
   def conflict(self, vc, off: int, n: int, *, write: bool, atomic: bool, tag=None):
     """None, or (how, slot, clock, instruction, tag) of the first earlier access to

@@ -40,6 +40,7 @@ from mosaic_async_store.check.memory import KernelFault, ProtocolError
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.ops import RED_FORMS, bits_of
 from mosaic_async_store.check.outcomes import YIELD
+from mosaic_async_store.check.shadow import disjoint_runs
 
 __all__ = ["OPCODES", "BulkOp"]
 
@@ -128,6 +129,10 @@ def _read(k, op) -> list:
 def _merged(spans):
   """(offset, bytes) spans as the fewest runs covering the same bytes: checking a copy's
   bytes run by run is the same as move by move (a move's bytes are checked alike)."""
+  spans = [span for span in spans if span[1]]
+  out = disjoint_runs(spans) if len(spans) > 32 else None
+  if out is not None:
+    return out
   out = []
   for lo, n in sorted(spans):
     if out and lo <= out[-1][0] + out[-1][1]:
