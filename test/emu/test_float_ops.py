@@ -284,6 +284,16 @@ def test_cvt_packs_two_f32_with_the_first_in_the_upper_half(dst, lane_bits, satf
     assert int(got[i]) == hi << lane_bits | lo, (op, i)
 
 
+@pytest.mark.parametrize("op", ["cvt.rn.f16x2.f32", "cvt.rn.bf16x2.f32"])
+def test_cvt_of_a_nan_in_one_lane_is_refused_by_name(op):
+  """The warp form converts every lane at once; a NaN in any lane's second operand
+  (the bit pattern of the result is not modelled) is refused, never converted."""
+  a, b = _samples(11), _samples(12)
+  b[7] = _NAN
+  with pytest.raises(NotImplementedError, match="of a NaN"):
+    _run(op, a, b)
+
+
 def test_neg_and_abs_are_sign_bit_operations():
   x = _samples(3)
   ptx_neg = _run_unary("neg.f32", x)

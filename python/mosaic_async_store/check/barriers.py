@@ -309,11 +309,13 @@ def _named_complete(k, key, current=None) -> bool:
   # bar.red: "The c predicate (or its complement) from all threads ... are combined"
   value = {None: 0, "popc": bar.trues, "and": int(bar.trues == bar.votes),
            "or": int(bar.trues > 0)}[bar.red]
+  # (every waiter's clock at once: a thread's clock is row slot - 1 of ``k.clocks``)
+  rows = np.fromiter((th.slot - 1 for th, _ in bar.waiters), np.intp, len(bar.waiters))
+  k.clocks[rows] = np.maximum(k.clocks[rows], bar.vc)
+  k.clocks[rows, rows + 1] += 1
   for th, put in bar.waiters:
     if put is not None:
       put(th, value)
-    np.maximum(th.vc, bar.vc, out=th.vc)
-    th.vc[th.slot] += 1
     _wake(k, th, current)
   return True
 

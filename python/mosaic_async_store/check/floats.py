@@ -362,9 +362,10 @@ def float_cvt(mods: list[str], opcode: str, nsrc: int):
 def float_cvt_lanes(mods: list[str], nsrc: int):
   """The warp form of the ``cvt`` that ``float_cvt`` runs through NumPy (rounded to
   nearest, between f32 and f16 / bf16, packed or not): a function of one uint64 array
-  of source bit patterns per operand (one element per lane) -> the destination bit
-  patterns (a list), or None where a lane holds a NaN (then lane by lane: refused);
-  None where the conversion is not one of these."""
+  of source bit patterns, operand by operand (the lanes' first operand, then their
+  second) -> the destination bit patterns (a list, one per lane), or None where a lane
+  holds a NaN (then lane by lane: refused); None where the conversion is not one of
+  these."""
   types = [m for m in mods if FLOAT_TYPE.match(m)]
   if len(types) != 2 or [m for m in mods if m not in types] != ["rn"] * (types[1] == "f32"):
     return None
@@ -374,22 +375,18 @@ def float_cvt_lanes(mods: list[str], nsrc: int):
   if fast is None or nsrc != (2 if lane != dst else 1):
     return None
   src_type, dst_type, bits_type = fast
-  out_bits = bits_type_of(FORMATS[lane])
+  out_bits, mask = bits_type_of(FORMATS[lane]), np.uint64((1 << FORMATS[src].bits) - 1)
 
-  def convert(bits):
-    x = (bits & ((1 << FORMATS[src].bits) - 1)).astype(bits_type).view(src_type)
-    if np.isnan(x.astype(np.float32)).any():
+  def run(bits):   # (every operand at once: a warp's 32 lanes are few for NumPy's calls)
+    x = (bits & mask).astype(bits_type).view(src_type)
+    if np.isnan(x.astype(np.float32, copy=False)).any():
       return None
     with np.errstate(over="ignore"):
-      return x.astype(dst_type).view(out_bits).astype(np.uint64)
-
-  def run(*columns):
-    parts = [convert(c) for c in columns]
-    if any(p is None for p in parts):
-      return None
-    if len(parts) == 1:
-      return parts[0].tolist()
-    return ((parts[0] << np.uint64(16)) | parts[1]).tolist()   # (d = {a, b}: a high)
+      out = x.astype(dst_type).view(out_bits).astype(np.uint64)
+    if nsrc == 1:
+      return out.tolist()
+    half = len(out) // 2   # (d = {a, b}: a high)
+    return ((out[:half] << np.uint64(16)) | out[half:]).tolist()
   return run
 
 

@@ -258,10 +258,10 @@ def _cvt(k, ins):
     if vec is None or ins.ops[0][0] != "reg" or any(o[0] != "reg" for o in ins.ops[1:]):
       return cvt
     d, names = ins.ops[0][1], [o[1] for o in ins.ops[1:]]
-    def cvt_lanes(lanes):   # the lanes' sources as NumPy columns, converted at once
+    def cvt_lanes(lanes):   # the lanes' sources as one NumPy column, converted at once
       try:
-        out = vec(*(np.fromiter((th.regs.get(n, UNDEFINED) for th in lanes), np.uint64,
-                                len(lanes)) for n in names))
+        out = vec(np.fromiter((th.regs.get(n, UNDEFINED) for n in names for th in lanes),
+                              np.uint64, len(names) * len(lanes)))
       except TypeError:   # (a value shfl left undefined: lane by lane says where)
         out = None
       if out is None:   # (a NaN: lane by lane, which refuses it by name)

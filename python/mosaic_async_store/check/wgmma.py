@@ -189,6 +189,7 @@ def _mma(k, ins):
   d_get, a_get = operator.itemgetter(*d_names), operator.itemgetter(*a_names or ["-"])
   guard = k.program.finishers.setdefault("wgmma", RegisterGuard(k))
   guard.registers.update(d_names, a_names)
+  shape = form.shape
 
   def resolve(lanes):
     wg, w = _state(k, lanes[0])
@@ -201,10 +202,12 @@ def _mma(k, ins):
       findings.report(k, _fail("wgmma-fence", wg, w, "wgmma.mma_async with no wgmma.fence "
                                "before it (the warpgroup's first one needs one)"))
     j, group = ws.issued, ws.committed + 1
-    sources = []
+    sources, chains = [], {}   # (chains: entry -> whether it is of this shape)
     for name in d_names:
       held = ws.inflight.get(name)
-      if held is not None and held[1] == "d" and wg.entries[held[0]].form.shape == form.shape:
+      if held is not None and held[1] == "d" and held[0] not in chains:
+        chains[held[0]] = wg.entries[held[0]].form.shape == shape
+      if held is not None and held[1] == "d" and chains[held[0]]:
         sources.append(held[0])   # a same-shape accumulator chain: ordered by default
       else:
         sources.append(None)
