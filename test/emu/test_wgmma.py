@@ -317,6 +317,27 @@ def test_a_chain_across_a_partial_wait_and_results_given_up(monkeypatch):
     assert all(e.out is None and e.inputs is None for e in wg.entries)
 
 
+def test_a_chain_that_takes_some_registers_in_flight_and_others_not():
+  """Mma 2 (the same shape) takes %a0..%a3, which mma 1 still has in flight (a chain: it
+  takes mma 1's results there), and %a8..%a11, which no operation holds (loaded with
+  C's first four registers' values, accessed before the fence): its first four
+  registers hold C + AB + AB, mma 1's last four C + AB."""
+  d = "%a0, %a1, %a2, %a3, %a8, %a9, %a10, %a11"
+  second = (f"wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {{{d}}}, %rd10, %rd11, "
+            "1, 1, 1, 0, 0;")
+  loads = "\n".join([f"  ld.global.u32 %a{i}, [%rd8+{4 * i}];" for i in range(8)] +
+                    [f"  ld.global.u32 %a{8 + i}, [%rd8+{4 * i}];" for i in range(4)])
+  _, _, ab = _run(seed=5, scale_d=0)
+  report, got, want = _run(seed=5, edits={"after_mma": second, "loads": loads})
+  assert report.ok, str(report)
+  chained = np.zeros(want.shape, bool)   # (the elements of each lane's registers 0..3)
+  for regs in _d_place(16, "f32"):
+    for cells in regs[:4]:
+      for r, c in cells:
+        chained[r, c] = True
+  np.testing.assert_allclose(got, want + np.where(chained, ab, 0), rtol=1e-6, atol=1e-5)
+
+
 @pytest.mark.parametrize("edits, rule", [
     ({"wgmma_fence": ""}, "wgmma-fence"),
     ({"before_mma": "mov.b32 %a0, 0;"}, "wgmma-fence"),

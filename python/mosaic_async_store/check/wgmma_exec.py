@@ -13,13 +13,15 @@ operation that still had them in flight (``Entry.inputs``' sources).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from mosaic_async_store.check import access_core, proxy
 from mosaic_async_store.check import wgmma_layout as layout
 from mosaic_async_store.check.addresses import SHARED_BASE
 from mosaic_async_store.check.memory import KernelFault
-from mosaic_async_store.check.shadow_runs import read_at_once, runs
+from mosaic_async_store.check.shadow_runs import read_at_once
 
 __all__ = ["execute", "WGMMA_READS"]
 
@@ -66,26 +68,39 @@ def _read(k, wg, op, vc, stamp, desc, rows, form, atype, mn_major):
   """A ``rows`` x K operand read through descriptor ``desc``: checked and recorded as
   read by the operation (the asynchronous proxy), as exact values."""
   size = form.elem_bytes
-  addrs = layout.operand_addresses(layout.decode_descriptor(desc), rows, form.k, size,
-                                   bool(mn_major)) - SHARED_BASE
+  addrs, ranges = _operand_bytes(desc, rows, form.k, size, bool(mn_major))
   smem = k.smem[wg.cta]
-  if addrs.min() < 0 or addrs.max() + size > len(smem):
+  if ranges[0][0] < 0 or ranges[-1][1] > len(smem):
     raise KernelFault(f"CTA {wg.cta} warpgroup {wg.index}: wgmma.mma_async's descriptor "
                       f"{desc:#x} reads outside the CTA's {len(smem)} bytes of shared memory")
-  # Whole 16-byte chunks (a core matrix row; the swizzle moves chunks): each operand's
-  # elements fill the chunks they touch, so the chunks are exactly the bytes read.
-  chunks = np.unique(addrs // 16).tolist()
-  at = [16 * c for c in chunks]
   sh = k.shadow[wg.cta]
-  ranges = [(lo, lo + 16 * count) for lo, count in runs(at, 16)]
   writes = sh.last_writes(ranges)
   proxy.check_source_runs(k, op, sh, wg.cta, ranges, writes)
   if not read_at_once(sh, ranges, vc, stamp, writes):   # (at once, or range by range:)
     for lo, hi in ranges:
       access_core.check_shared(k, vc, None, wg.cta, lo, hi - lo, write=False,
                                atomic=False, who=op, stamp=stamp)
-  raw = np.frombuffer(smem, np.uint8)[addrs[..., None] + np.arange(size)]
+  raw = np.frombuffer(smem, np.uint8)[addrs]
   return layout.elements(raw, atype)
+
+
+@functools.lru_cache(maxsize=1024)
+def _operand_bytes(desc, rows, k, size, mn_major):
+  """(the byte offsets in shared memory of each element's bytes: int64 [rows, k, size],
+  read-only; the bytes read as ascending disjoint (first, end) ranges) of an operand
+  read through descriptor ``desc``.  Whole 16-byte chunks (a core matrix row; the
+  swizzle moves chunks): each operand's elements fill the chunks they touch, so the
+  chunks are exactly the bytes read.  Kept per descriptor: a pipeline cycles through
+  a few stages' descriptors."""
+  addrs = layout.operand_addresses(layout.decode_descriptor(desc), rows, k, size,
+                                   mn_major) - SHARED_BASE
+  chunks = np.unique(addrs // 16)
+  breaks = np.flatnonzero(np.diff(chunks) != 1) + 1
+  firsts = chunks[np.concatenate(([0], breaks))]
+  ends = chunks[np.concatenate((breaks - 1, [len(chunks) - 1]))] + 1
+  offsets = addrs[..., None] + np.arange(size)
+  offsets.flags.writeable = False
+  return offsets, tuple(zip((16 * firsts).tolist(), (16 * ends).tolist()))
 
 
 def _a_from_registers(entry, form):
@@ -106,10 +121,15 @@ def _accumulator_in(wg, entry, form):
   rows, cols = layout.accumulator_map(form.n, form.dtype)
   for w in range(4):
     names, sources, values, _ = entry.inputs[w]
-    values = values.copy()
-    for i, (name, src) in enumerate(zip(names, sources)):
-      if src is not None:
-        values[:, i] = wg.entries[src].out[w][name]
+    chained = [i for i, src in enumerate(sources) if src is not None]
+    first = wg.entries[sources[chained[0]]].out[w] if chained else None
+    if chained and sources.count(sources[chained[0]]) == len(names) and \
+       first.names == names:   # (the common chain: all of one operation's, at once)
+      values = first.bits
+    elif chained:
+      values = values.copy()
+      for i in chained:
+        values[:, i] = wg.entries[sources[i]].out[w][names[i]]
     c[rows + 16 * w, cols] = _decode(values, form.dtype)
   return c
 
@@ -128,4 +148,16 @@ def _accumulator_out(d, names, form):
   """A warp's 16 rows of D as its lanes' register values: register -> uint32 [32]."""
   rows, cols = layout.accumulator_map(form.n, form.dtype)
   bits = layout.encode_accumulator(d[rows, cols], form.dtype, form.satfinite)
-  return {name: bits[:, i] for i, name in enumerate(names)}
+  return WarpResult(names, bits)
+
+
+class WarpResult(dict):
+  """A warp's results of one operation, register -> its lanes' values (uint32 [32]);
+  also as one array, ``bits`` (uint32 [32, registers], columns in the order of
+  ``names``), for the next operation of a chain."""
+
+  __slots__ = ("names", "bits")
+
+  def __init__(self, names, bits):
+    super().__init__(zip(names, bits.T))
+    self.names, self.bits = names, bits

@@ -38,6 +38,7 @@ checked against the kernels Mosaic GPU emits: their outputs equal NumPy's
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import ml_dtypes
 import numpy as np
@@ -199,10 +200,11 @@ def operand_addresses(desc: Descriptor, rows: int, k: int, size: int, mn_major: 
   return swizzle_address(desc.start + off, w)
 
 
+@functools.lru_cache(maxsize=None)
 def accumulator_map(n: int, dtype: str):
   """(rows, cols) of the accumulator's elements in each lane of a warp of the warpgroup,
   rows relative to the warp's 16: int arrays [32 lanes, registers, elements per
-  register] (1 element for f32 / s32, 2 for f16)."""
+  register] (1 element for f32 / s32, 2 for f16); read-only views, made once per form."""
   lane = np.arange(32)[:, None, None]
   per = 2 if dtype == "f16" else 1
   count = n // 4 if per == 2 else n // 2
@@ -217,6 +219,7 @@ def accumulator_map(n: int, dtype: str):
   return np.broadcast_to(rows, (32, count, per)), np.broadcast_to(cols, (32, count, per))
 
 
+@functools.lru_cache(maxsize=None)
 def a_register_map(k: int, size: int):
   """(rows, cols) of A's elements in a lane's four registers (A from registers), rows
   relative to the warp's 16: int arrays [32 lanes, 4 registers, 4 // size elements]."""
