@@ -68,11 +68,18 @@ def reduce_op(op, t, old, new, shared=False):
 
 
 def bfe(bits, signed):
-  def bfe(a, pos, ln):  # bits pos..pos+ln-1 of a; beyond them the sign (or 0)
+  """bfe.{u,s}<bits> d, a, pos, len (PTX ISA, bfe): bit i of d is bit pos + i of a
+  where i < len and pos + i < bits, else the sign bit (a's bit min(pos + len - 1,
+  bits - 1) for .s types and len > 0; 0 otherwise); pos and len are their low 8 bits."""
+  mask = (1 << bits) - 1
+
+  def bfe(a, pos, ln):
     pos, ln = pos & 0xFF, ln & 0xFF
-    sbit = (a >> min(pos + ln - 1, bits - 1)) & 1 if signed and ln else 0
-    return sum(((a >> (pos + i)) & 1 if i < ln and pos + i < bits else sbit) << i
-               for i in range(bits))
+    take = max(0, min(ln, bits - pos))   # (the bits taken from a; the rest: the sign)
+    field = ((a & mask) >> pos) & ((1 << take) - 1) if take else 0
+    if signed and ln and (a >> min(pos + ln - 1, bits - 1)) & 1:
+      field |= mask & ~((1 << take) - 1)
+    return field
   return bfe
 
 
