@@ -50,6 +50,8 @@ scheduler in ``run``.  Its state, by what it models (each attribute is set by
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from mosaic_async_store.check import params
@@ -112,6 +114,13 @@ def _special_registers(c, t, cluster, block, first, grid):
   """The preset registers of thread ``t`` of the cluster's CTA ``c`` (its rank: x
   fastest, PTX ISA %cluster_ctarank) in a cluster of shape ``cluster`` whose first CTA
   is at ``first`` of a grid of ``grid`` CTAs, each (x, y, z); blocks are x only."""
+  return {**_cta_registers(c, cluster, block, first, grid), "%tid.x": t, "%laneid": t % 32,
+          "%warpid": t // 32}
+
+
+@functools.lru_cache(maxsize=256)
+def _cta_registers(c, cluster, block, first, grid):
+  """The preset registers every thread of CTA ``c`` shares (``_special_registers``)."""
   cx, cy, _ = cluster
   at = (c % cx, c // cx % cy, c // (cx * cy))   # the CTA's place in its cluster
   special = {f"%{r}.{ax}": n for ax in "yz" for r, n in (("tid", 0), ("ntid", 1))}
@@ -120,9 +129,8 @@ def _special_registers(c, t, cluster, block, first, grid):
                     f"%clusterid.{ax}": first[i] // cluster[i],
                     f"%nclusterid.{ax}": grid[i] // cluster[i],
                     f"%cluster_ctaid.{ax}": at[i], f"%cluster_nctaid.{ax}": cluster[i]})
-  special.update({"%tid.x": t, "%ntid.x": block, "%cluster_ctarank": c,
-                  "%cluster_nctarank": cluster[0] * cluster[1] * cluster[2],
-                  "%laneid": t % 32, "%warpid": t // 32})
+  special.update({"%ntid.x": block, "%cluster_ctarank": c,
+                  "%cluster_nctarank": cluster[0] * cluster[1] * cluster[2]})
   return special
 
 
