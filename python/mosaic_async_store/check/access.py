@@ -153,10 +153,11 @@ def _stmatrix(k, trans, space, addr, regs):
   ``2 (l % 4)`` and ``+1`` (low half first) of matrix ``i``.  ``.trans`` stores each
   matrix transposed: memory row ``j`` gets the matrix's column ``j``."""
   pc = len(k.program.code)
+  addr_lanes, reg_lanes = program.lanes_getter(addr), [program.lanes_getter(g) for g in regs]
 
   def resolve(lanes):
-    rows = [addr(th) for th in lanes]          # lane 8i + j: row j of matrix i
-    data = [[g(th) for g in regs] for th in lanes]
+    rows = addr_lanes(lanes)          # lane 8i + j: row j of matrix i
+    data = list(zip(*(g(lanes) for g in reg_lanes)))   # (per lane, its registers)
     memory_rows = _rows_at_once(data, trans)
     if memory_rows is not None and _store_rows_at_once(k, lanes, space, rows, memory_rows,
                                                        pc):

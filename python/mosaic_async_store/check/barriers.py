@@ -135,6 +135,9 @@ def _named(k, waits, bar_id, count, pc, aligned, red=None):
   ``pc``: it waits for its warp; then, if ``waits``, it waits for the barrier to complete.
   ``red``: bar.red's (operation, predicate getter, destination setter), else None."""
   op = None if red is None else red[0]
+  ids = program.lanes_getter(bar_id)
+  counts = None if count is None else program.lanes_getter(count)
+
   def arrive(th):
     a, b = bar_id(th), None if count is None else count(th)
     if not 0 <= a < _NAMED_BARRIERS:
@@ -168,8 +171,8 @@ def _named(k, waits, bar_id, count, pc, aligned, red=None):
     wkey = (th.cta, a, th.tid // WARP)
     if not 0 <= a < _NAMED_BARRIERS or (b is not None and (b <= 0 or b % WARP)) or \
        wkey in k.warp_arrivals or len(lanes) != _warp_live(k, th.cta, wkey[2]) or \
-       any(bar_id(t) != a for t in lanes) or \
-       (count is not None and any(count(t) != b for t in lanes)):
+       ids(lanes).count(a) != len(lanes) or \
+       (count is not None and counts(lanes).count(b) != len(lanes)):
       return FALLBACK   # (lane by lane: a finding, or warp-mates elsewhere)
     rows = k.lane_rows(lanes)
     rec = k.warp_arrivals[wkey] = WarpArrival(b, len(lanes), k.clocks[rows].max(axis=0), op)

@@ -40,7 +40,7 @@ import operator
 
 import numpy as np
 
-from mosaic_async_store.check import findings, warp, waits, wgmma_exec
+from mosaic_async_store.check import findings, program, warp, waits, wgmma_exec
 from mosaic_async_store.check import wgmma_layout as layout
 from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.opcodes import Opcode
@@ -190,14 +190,16 @@ def _mma(k, ins):
   guard = k.program.finishers.setdefault("wgmma", RegisterGuard(k))
   guard.registers.update(d_names, a_names)
   shape = form.shape
+  desc_a_lanes = program.lanes_getter(desc_a) if desc_a else None
+  desc_b_lanes, scale_d_lanes = program.lanes_getter(desc_b), program.lanes_getter(scale_d)
 
   def resolve(lanes):
     wg, w = _state(k, lanes[0])
     ws = wg.warps[w]
-    vals = lambda getter: [getter(th) for th in lanes]
-    operands = (_uniform(vals(desc_a)) if desc_a else None, _uniform(vals(desc_b)),
-                _uniform([int(v) & 1 for v in vals(scale_d)]), scale_a, scale_b, trans_a,
-                trans_b)
+    operands = (_uniform(desc_a_lanes(lanes)) if desc_a else None,
+                _uniform(desc_b_lanes(lanes)),
+                _uniform([int(v) & 1 for v in scale_d_lanes(lanes)]), scale_a, scale_b,
+                trans_a, trans_b)
     if ws.touched is None:
       findings.report(k, _fail("wgmma-fence", wg, w, "wgmma.mma_async with no wgmma.fence "
                                "before it (the warpgroup's first one needs one)"))
