@@ -7,6 +7,7 @@ access, with no conflict among them, or left untouched."""
 import copy
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -147,11 +148,12 @@ def test_a_long_access_finds_the_first_conflict_byte_by_byte(history, span, writ
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
-@given(spans=st.lists(st.tuples(st.integers(0, 600), st.sampled_from([1, 2, 16, 48])),
+@given(spans=st.lists(st.tuples(st.integers(0, 600), st.sampled_from([0, 1, 2, 16, 48])),
                       max_size=80))
 def test_disjoint_runs_merge_adjacent_spans_and_refuse_overlaps(spans):
   """``disjoint_runs`` (NumPy's loops, for a copy's moves): the bytes of the spans as
-  sorted maximal runs, or None exactly where two spans share a byte."""
+  sorted maximal runs (an empty span holds none), or None exactly where two spans share
+  a byte."""
   covered = [b for off, n in spans for b in range(off, off + n)]
   got = disjoint_runs(spans)
   if len(set(covered)) != len(covered):
@@ -181,3 +183,36 @@ def test_last_writes_are_the_bytes_distinct_writers(history, ranges):
   sh.record(0, NBYTES, write=True, atomic=False, stamp=(2, 5, 7))
   sh.record(ranges[-1][0] + 3, 2, write=True, atomic=False, stamp=(2, 6, 7))
   assert sh.last_writes(ranges) == {(2, 5), (2, 6)}
+
+
+def _read_batch(sh, offs, slots, n=8):
+  vcs = np.full((len(offs), SLOTS), 5, np.int64)
+  return record_disjoint(sh, offs, n, write=False, matrix=vcs, rows=np.arange(len(offs)),
+                         slots=slots, clocks=[4] * len(offs), insn=9)
+
+
+@pytest.mark.parametrize("earlier", ["one read over both", "a batch", "each alone",
+                                     "two reads in one access", "a weak write"])
+def test_reads_joining_earlier_reads_as_one_by_one(earlier):
+  """A warp's reads of bytes earlier reads hold (one set over more bytes than one
+  access, a batch's per-access sets, a set only one access's bytes hold, two sets in
+  one access's bytes): recorded as ``Shadow.record`` one by one records them."""
+  sh = Shadow(NBYTES)
+  if earlier == "one read over both":
+    sh.record(0, 16, write=False, atomic=False, stamp=(1, 2, 7))
+  elif earlier == "a batch":
+    assert _read_batch(sh, [0, 8], [1, 2])
+  elif earlier == "each alone":
+    sh.record(0, 8, write=False, atomic=False, stamp=(1, 2, 7))
+    sh.record(8, 8, write=False, atomic=False, stamp=(1, 3, 7))
+  elif earlier == "two reads in one access":
+    sh.record(0, 4, write=False, atomic=False, stamp=(1, 2, 7))
+    sh.record(4, 12, write=False, atomic=False, stamp=(2, 2, 7))
+  else:
+    sh.record(0, 16, write=True, atomic=False, stamp=(1, 2, 7))
+  one_by_one = copy.deepcopy(sh)
+  assert _read_batch(sh, [0, 8], [3, 4])
+  one_by_one.record(0, 8, write=False, atomic=False, stamp=(3, 4, 9))
+  one_by_one.record(8, 8, write=False, atomic=False, stamp=(4, 4, 9))
+  assert _state(sh) == _state(one_by_one)
+  assert sh.readers[0][3] == (4, 9, None) and 4 not in sh.readers[0]

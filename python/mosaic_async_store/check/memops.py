@@ -121,6 +121,8 @@ def _ld(k, ins):
     access_core.thread_access(k, th, buf, off, n, write=False, insn=insn)
     for i, p in enumerate(puts):
       p(th, int.from_bytes(buf[off + i * size:off + (i + 1) * size], "little"))
+  if space in warp_memory.SHARED and all(d[0] == "reg" for d in dests):   # (.v2 / .v4)
+    load.lanes = warp_memory.shared_load_vector(k, addr, size, [d[1] for d in dests], insn)
   return load
 
 

@@ -32,9 +32,10 @@ def distinct(sets):
 
 
 def disjoint_runs(spans):
-  """(offset, bytes) spans, none empty, sorted and adjacent ones merged into runs, as
-  (offset, bytes) pairs; None where two overlap.  With NumPy's loops: for a copy's
-  hundreds of moves (a swizzled tile's 16-byte chunks)."""
+  """The bytes of (offset, bytes) spans as sorted maximal runs, (offset, bytes) pairs
+  (empty spans hold none); None where two spans share a byte.  With NumPy's loops: for
+  a copy's hundreds of moves (a swizzled tile's 16-byte chunks)."""
+  spans = [span for span in spans if span[1]]
   if not spans:
     return []
   offs = np.fromiter((off for off, _ in spans), np.int64, len(spans))
@@ -227,6 +228,31 @@ class Shadow:
     slot, clk = int(stamp[0]), int(stamp[1])
     self.note_latest(slot, clk)
     self._join(self.readers, ranges, slot, (clk, stamp[2], None))
+
+  def join_read(self, off: int, n: int, slot: int, entry) -> None:
+    """``record`` of a read of bytes [off, off + n) by ``slot`` (``entry``: (clock,
+    instruction, None)) whose latest clock the caller keeps (``note_latest``): as
+    ``_join``, with no counting where the bytes hold one set (a warp's lanes each
+    reading bytes an earlier access read)."""
+    readers = self.readers
+    held = readers[off]
+    if n > 1 and list(map(id, readers[off:off + n])).count(id(held)) != n:
+      self._join(readers, ((off, off + n),), slot, entry)
+      return
+    if held is None:
+      fresh = AccessSet({slot: entry})
+    elif type(held) is AccessSet and held.owners == n:   # (only these bytes: in place)
+      if held.get(slot, _NO_ENTRY)[0] <= entry[0]:
+        held[slot] = entry
+      return
+    else:   # (others may hold it: a successor of its own)
+      fresh = AccessSet(held)
+      if fresh.get(slot, _NO_ENTRY)[0] <= entry[0]:
+        fresh[slot] = entry
+      if type(held) is AccessSet:
+        held.owners -= n
+    fresh.owners = n
+    readers[off:off + n] = [fresh] * n
 
   def _join(self, sets, ranges, slot, entry) -> None:
     """Adds ``slot``: ``entry`` to the sets (``readers`` or ``atomics``) of the bytes

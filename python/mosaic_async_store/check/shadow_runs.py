@@ -168,8 +168,8 @@ def record_disjoint(sh, offs, n, *, write, matrix, rows, slots, clocks, insn, sp
       made = [{s: (c, insn, None)} for s, c in zip(mine_slots, mine_clocks)]
       readers[lo:hi] = _each_byte(made, n)
     else:   # (reads joining earlier ones: as one by one)
-      for j, stamp in enumerate(zip(mine_slots, mine_clocks)):
-        sh.record(lo + j * n, n, write=False, atomic=False, stamp=(*stamp, insn))
+      for j, (slot, clock) in enumerate(zip(mine_slots, mine_clocks)):
+        sh.join_read(lo + j * n, n, slot, (clock, insn, None))   # (latest: kept above)
   return True
 
 

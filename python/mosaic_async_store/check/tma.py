@@ -129,7 +129,7 @@ def _read(k, op) -> list:
 def _merged(spans):
   """(offset, bytes) spans as the fewest runs covering the same bytes: checking a copy's
   bytes run by run is the same as move by move (a move's bytes are checked alike)."""
-  spans = [span for span in spans if span[1]]
+  spans = list(spans)
   out = disjoint_runs(spans) if len(spans) > 32 else None
   if out is not None:
     return out

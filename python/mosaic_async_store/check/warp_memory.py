@@ -147,6 +147,22 @@ def shared_load(k, addr, n, reg, mask, insn):
   return _shared_access(k, addr, n, False, insn, load, _load_lanes(reg, n, mask))
 
 
+def shared_load_vector(k, addr, size, regs, insn):
+  """``ld{.weak}.shared{::cta}.v2`` / ``.v4`` of ``size``-byte parts at ``addr`` into
+  registers ``regs`` (part i from byte i * size; each zero-extended)."""
+  def load(th, buf, off):
+    for i, reg in enumerate(regs):
+      th.regs[reg] = int.from_bytes(buf[off + i * size:off + (i + 1) * size], "little")
+  lanes_act = None
+  if size in _DTYPES:
+    def lanes_act(lanes, buf, offs):   # (each part's words at once, then lane by lane)
+      words, at = _words(buf, size), _index(offs) // size
+      parts = [words[at + i].tolist() for i in range(len(regs))]
+      for th, values in zip(lanes, zip(*parts)):
+        th.regs.update(zip(regs, values))
+  return _shared_access(k, addr, size * len(regs), False, insn, load, lanes_act)
+
+
 def shared_store(k, addr, vals, size, insn, traced):
   """A weak ``st.shared{::cta}`` of ``vals`` (getters, ``size`` bytes each) at
   ``addr``; ``traced``: whether ``launch(trace_stores=True)`` records it (then the
