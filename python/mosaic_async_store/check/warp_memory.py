@@ -153,14 +153,22 @@ def shared_load_vector(k, addr, size, regs, insn):
   def load(th, buf, off):
     for i, reg in enumerate(regs):
       th.regs[reg] = int.from_bytes(buf[off + i * size:off + (i + 1) * size], "little")
-  lanes_act = None
-  if size in _DTYPES:
-    def lanes_act(lanes, buf, offs):   # (each part's words at once, then lane by lane)
-      words, at = _words(buf, size), _index(offs) // size
-      parts = [words[at + i].tolist() for i in range(len(regs))]
-      for th, values in zip(lanes, zip(*parts)):
-        th.regs.update(zip(regs, values))
-  return _shared_access(k, addr, size * len(regs), False, insn, load, lanes_act)
+  return _shared_access(k, addr, size * len(regs), False, insn, load,
+                        _load_vector_lanes(regs, size))
+
+
+def _load_vector_lanes(regs, size):
+  """``shared_load_vector``'s loads by lanes at disjoint aligned offsets at once: each
+  part's words for every lane, then each lane's registers (None where NumPy has no
+  integer of ``size`` bytes: then lane by lane)."""
+  if size not in _DTYPES:
+    return None
+  def load(lanes, buf, offs):
+    words, at = _words(buf, size), _index(offs) // size
+    parts = [words[at + i].tolist() for i in range(len(regs))]
+    for th, values in zip(lanes, zip(*parts)):
+      th.regs.update(zip(regs, values))
+  return load
 
 
 def shared_store(k, addr, vals, size, insn, traced):
