@@ -254,6 +254,39 @@ class Shadow:
     fresh.owners = n
     readers[off:off + n] = [fresh] * n
 
+  def join_reads(self, lo: int, n: int, slots, clocks, insn) -> None:
+    """``join_read`` of adjacent reads of ``n`` bytes from ``lo`` on, read ``i`` by
+    ``slots[i]`` at ``clocks[i]`` (instruction ``insn``): where each read's bytes hold one
+    set (or none), with one slice each way for them all (the same sets, made and shared
+    in the same order, as one by one)."""
+    readers = self.readers
+    hi = lo + n * len(slots)
+    held = readers[lo:hi]
+    ids = list(map(id, held))
+    if n > 1 and any(ids[k::n] != ids[::n] for k in range(1, n)):
+      for j, (slot, clock) in enumerate(zip(slots, clocks)):
+        self.join_read(lo + j * n, n, slot, (clock, insn, None))
+      return
+    made = []
+    for before, slot, clock in zip(held[::n], slots, clocks):
+      entry = (clock, insn, None)
+      if before is None:
+        fresh = AccessSet({slot: entry})
+      elif type(before) is AccessSet and before.owners == n:   # (in place, as join_read)
+        if before.get(slot, _NO_ENTRY)[0] <= clock:
+          before[slot] = entry
+        made.append(before)
+        continue
+      else:
+        fresh = AccessSet(before)
+        if fresh.get(slot, _NO_ENTRY)[0] <= clock:
+          fresh[slot] = entry
+        if type(before) is AccessSet:
+          before.owners -= n
+      fresh.owners = n
+      made.append(fresh)
+    readers[lo:hi] = [s for s in made for _ in range(n)]
+
   def _join(self, sets, ranges, slot, entry) -> None:
     """Adds ``slot``: ``entry`` to the sets (``readers`` or ``atomics``) of the bytes
     of ``ranges``, one access: its bytes share one set; a set that bytes outside the

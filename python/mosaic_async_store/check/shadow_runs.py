@@ -168,8 +168,7 @@ def record_disjoint(sh, offs, n, *, write, matrix, rows, slots, clocks, insn, sp
       made = [{s: (c, insn, None)} for s, c in zip(mine_slots, mine_clocks)]
       readers[lo:hi] = _each_byte(made, n)
     else:   # (reads joining earlier ones: as one by one)
-      for j, (slot, clock) in enumerate(zip(mine_slots, mine_clocks)):
-        sh.join_read(lo + j * n, n, slot, (clock, insn, None))   # (latest: kept above)
+      sh.join_reads(lo, n, mine_slots, mine_clocks, insn)   # (latest: kept above)
   return True
 
 
