@@ -54,7 +54,7 @@ from __future__ import annotations
 import numpy as np
 
 from mosaic_async_store.check import cluster_barrier, pairings, program, sync
-from mosaic_async_store.check.waits import Wait, resume
+from mosaic_async_store.check.waits import Wait, resume, resume_all
 from mosaic_async_store.check.waits import block as block_thread
 from mosaic_async_store.check.memory import KernelFault, ProtocolError
 from mosaic_async_store.check.opcodes import Opcode
@@ -183,8 +183,9 @@ def _named(k, waits, bar_id, count, pc, aligned, red=None):
     k.clocks[rows, rows + 1] += 1   # (each lane's own slot: what it releases)
     k.epoch += len(lanes)
     last = lanes[-1]
+    wait = NamedWait(wkey)   # (one for the warp's lanes: it holds only the key)
     for t in lanes:
-      t.wait = NamedWait(wkey)
+      t.wait = wait
     for t in lanes[:-1]:   # (waiting for the last, which completes the warp's arrival)
       t.pc, t.state = pc, "block"
       block_thread(k, t)
@@ -280,9 +281,10 @@ def _warp_arrives(k, wkey, current, rec=None):
   bar.members.add(wkey[2])
   bar.trues += rec.trues
   bar.votes += len(rec.lanes)
+  wait = NamedWait(key)   # (one for every waiting lane: it holds only the key)
   for th, waits, put in rec.lanes.values():
     if waits:
-      th.wait = NamedWait(key)
+      th.wait = wait
       bar.waiters.append((th, put))
     else:
       _wake(k, th, current)
@@ -316,10 +318,14 @@ def _named_complete(k, key, current=None) -> bool:
   rows = np.fromiter((th.slot - 1 for th, _ in bar.waiters), np.intp, len(bar.waiters))
   k.clocks[rows] = np.maximum(k.clocks[rows], bar.vc)
   k.clocks[rows, rows + 1] += 1
+  waiters = [th for th, _ in bar.waiters]
   for th, put in bar.waiters:
     if put is not None:
       put(th, value)
-    _wake(k, th, current)
+  if current in waiters:   # (the thread whose instruction completes it: not blocked)
+    waiters.remove(current)
+    current.wait = None
+  resume_all(k, waiters)
   return True
 
 

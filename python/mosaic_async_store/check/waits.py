@@ -94,8 +94,15 @@ def block(k, th) -> None:
 
 def resume(k, th) -> None:
   """``th`` goes on after its wait: past its instruction (``Wait.advance``), runnable."""
-  wait = th.wait
-  wait.on_resume(k, th)
-  del k.blocked[th.slot]
-  th.pc, th.state, th.wait = th.pc + wait.advance, "run", None
-  k.runnable.append(th)
+  resume_all(k, (th,))
+
+
+def resume_all(k, threads) -> None:
+  """``resume`` of each of ``threads``, in order (the waiters a barrier releases)."""
+  blocked, runnable = k.blocked, k.runnable
+  for th in threads:
+    wait = th.wait
+    wait.on_resume(k, th)
+    del blocked[th.slot]
+    th.pc, th.state, th.wait = th.pc + wait.advance, "run", None
+    runnable.append(th)
