@@ -294,6 +294,20 @@ def test_cvt_of_a_nan_in_one_lane_is_refused_by_name(op):
     _run(op, a, b)
 
 
+@pytest.mark.parametrize("op", ["ex2.approx.ftz.f32", "neg.f32"])
+def test_a_warp_form_leaves_a_refused_lane_to_name_itself(op):
+  """A float warp form runs each lane's function at once where no column form takes the
+  warp; a lane it refuses (ex2 of a NaN) is named by lane by lane, not the piece's first
+  lane; a lane it does not refuse (neg of a NaN: a sign bit) runs."""
+  a = _samples(3)
+  a[7] = _NAN
+  if op.startswith("neg"):
+    assert int(_run_lanes(op, a)[7]) == _NAN ^ 0x80000000
+    return
+  with pytest.raises(NotImplementedError, match=r"CTA 0 thread 7 at .*of a NaN"):
+    _run_lanes(op, a)
+
+
 def test_neg_and_abs_are_sign_bit_operations():
   x = _samples(3)
   ptx_neg = _run_unary("neg.f32", x)

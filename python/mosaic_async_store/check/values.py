@@ -172,13 +172,15 @@ def _arith(k, ins):
         return contraction.unrounded_sum(k, ins, fn, put, args, vec)
     def arith(th):
       put(th, fn(*(a(th) for a in args)))
-    if vec is None:
-      return arith
     getters = [program.lanes_getter(a) for a in args]
-    def arith_lanes(lanes):   # at once (float_columns), else lane by lane
-      out = float_columns.on_lists(vec, *(g(lanes) for g in getters))
+    def arith_lanes(lanes):   # at once (float_columns), else each lane's function
+      columns = [g(lanes) for g in getters]
+      out = None if vec is None else float_columns.on_lists(vec, *columns)
       if out is None:
-        return FALLBACK
+        try:
+          out = [fn(*values) for values in zip(*columns)]
+        except NotImplementedError:   # (a case not modelled: lane by lane names the lane)
+          return FALLBACK
       for th, v in zip(lanes, out):
         put(th, v)
     return _with_lanes(arith, arith_lanes)
