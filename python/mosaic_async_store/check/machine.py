@@ -114,13 +114,14 @@ def _special_registers(c, t, cluster, block, first, grid):
   """The preset registers of thread ``t`` of the cluster's CTA ``c`` (its rank: x
   fastest, PTX ISA %cluster_ctarank) in a cluster of shape ``cluster`` whose first CTA
   is at ``first`` of a grid of ``grid`` CTAs, each (x, y, z); blocks are x only."""
-  return {**_cta_registers(c, cluster, block, first, grid), "%tid.x": t, "%laneid": t % 32,
-          "%warpid": t // 32}
+  shared = _cta_registers(c, tuple(cluster), block, tuple(first), tuple(grid))
+  return {**shared, "%tid.x": t, "%laneid": t % 32, "%warpid": t // 32}
 
 
 @functools.lru_cache(maxsize=256)
 def _cta_registers(c, cluster, block, first, grid):
-  """The preset registers every thread of CTA ``c`` shares (``_special_registers``)."""
+  """The preset registers every thread of CTA ``c`` shares (``_special_registers``; the
+  shapes as tuples, which the cache keys on)."""
   cx, cy, _ = cluster
   at = (c % cx, c // cx % cy, c // (cx * cy))   # the CTA's place in its cluster
   special = {f"%{r}.{ax}": n for ax in "yz" for r, n in (("tid", 0), ("ntid", 1))}
