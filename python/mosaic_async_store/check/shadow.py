@@ -229,50 +229,30 @@ class Shadow:
     self.note_latest(slot, clk)
     self._join(self.readers, ranges, slot, (clk, stamp[2], None))
 
-  def join_read(self, off: int, n: int, slot: int, entry) -> None:
-    """``record`` of a read of bytes [off, off + n) by ``slot`` (``entry``: (clock,
-    instruction, None)) whose latest clock the caller keeps (``note_latest``): as
-    ``_join``, with no counting where the bytes hold one set (a warp's lanes each
-    reading bytes an earlier access read)."""
-    readers = self.readers
-    held = readers[off]
-    if n > 1 and list(map(id, readers[off:off + n])).count(id(held)) != n:
-      self._join(readers, ((off, off + n),), slot, entry)
-      return
-    if held is None:
-      fresh = AccessSet({slot: entry})
-    elif type(held) is AccessSet and held.owners == n:   # (only these bytes: in place)
-      if held.get(slot, _NO_ENTRY)[0] <= entry[0]:
-        held[slot] = entry
-      return
-    else:   # (others may hold it: a successor of its own)
-      fresh = AccessSet(held)
-      if fresh.get(slot, _NO_ENTRY)[0] <= entry[0]:
-        fresh[slot] = entry
-      if type(held) is AccessSet:
-        held.owners -= n
-    fresh.owners = n
-    readers[off:off + n] = [fresh] * n
-
   def join_reads(self, lo: int, n: int, slots, clocks, insn) -> None:
-    """``join_read`` of adjacent reads of ``n`` bytes from ``lo`` on, read ``i`` by
-    ``slots[i]`` at ``clocks[i]`` (instruction ``insn``): where each read's bytes hold one
-    set (or none), with one slice each way for them all (the same sets, made and shared
-    in the same order, as one by one)."""
+    """``record`` of adjacent reads of ``n`` bytes from ``lo`` on, read ``i`` by
+    ``slots[i]`` at ``clocks[i]`` (instruction ``insn``), whose slots' latest clocks the
+    caller keeps (``note_latest``): the sets ``_join`` would make one read after another,
+    without its counting where each read's bytes hold one set (or none), and with one
+    slice each way for them all (a warp's lanes reading bytes earlier accesses read)."""
     readers = self.readers
     hi = lo + n * len(slots)
     held = readers[lo:hi]
     ids = list(map(id, held))
-    if n > 1 and any(ids[k::n] != ids[::n] for k in range(1, n)):
+    if n > 1 and any(ids[k::n] != ids[::n] for k in range(1, n)):   # (read by read)
       for j, (slot, clock) in enumerate(zip(slots, clocks)):
-        self.join_read(lo + j * n, n, slot, (clock, insn, None))
+        at, mine = lo + j * n, ids[j * n:(j + 1) * n]
+        if mine.count(mine[0]) == n:
+          self.join_reads(at, n, [slot], [clock], insn)
+        else:   # (its bytes hold several sets)
+          self._join(readers, ((at, at + n),), slot, (clock, insn, None))
       return
     made = []
     for before, slot, clock in zip(held[::n], slots, clocks):
       entry = (clock, insn, None)
       if before is None:
         fresh = AccessSet({slot: entry})
-      elif type(before) is AccessSet and before.owners == n:   # (in place, as join_read)
+      elif type(before) is AccessSet and before.owners == n:   # (only these bytes: in place)
         if before.get(slot, _NO_ENTRY)[0] <= clock:
           before[slot] = entry
         made.append(before)

@@ -84,7 +84,7 @@ def _read(k, wg, op, vc, stamp, desc, rows, form, atype, mn_major):
   return layout.elements(raw, atype)
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=256)
 def _operand_bytes(desc, rows, k, size, mn_major):
   """(the byte offsets in shared memory of each element's bytes: int64 [rows, k, size],
   read-only; the bytes read as ascending disjoint (first, end) ranges) of an operand
