@@ -54,7 +54,7 @@ from __future__ import annotations
 import numpy as np
 
 from mosaic_async_store.check import cluster_barrier, pairings, program, sync
-from mosaic_async_store.check.waits import Wait, resume, resume_all
+from mosaic_async_store.check.waits import Wait, resume_all
 from mosaic_async_store.check.waits import block as block_thread
 from mosaic_async_store.check.memory import KernelFault, ProtocolError
 from mosaic_async_store.check.opcodes import Opcode
@@ -135,9 +135,7 @@ def _named(k, waits, bar_id, count, pc, aligned, red=None):
   ``pc``: it waits for its warp; then, if ``waits``, it waits for the barrier to complete.
   ``red``: bar.red's (operation, predicate getter, destination setter), else None."""
   op = None if red is None else red[0]
-  ids = program.lanes_getter(bar_id)
-  counts = None if count is None else program.lanes_getter(count)
-
+  ids, counts = program.lanes_getter(bar_id), count and program.lanes_getter(count)
   def arrive(th):
     a, b = bar_id(th), None if count is None else count(th)
     if not 0 <= a < _NAMED_BARRIERS:
@@ -247,12 +245,13 @@ def _warp_live(k, cta, w) -> int:
   return sum(t.state != "done" for t in lanes)
 
 
-def _wake(k, th, current):
-  """``th`` goes on: resumed, or (the thread whose instruction runs) not blocked."""
-  if th is current:
-    th.wait = None
-  else:
-    resume(k, th)
+def _wake(k, threads, current):
+  """Each of ``threads`` goes on, in order: resumed, or (``current``, the thread whose
+  instruction runs) not blocked."""
+  if current in threads:
+    threads = [th for th in threads if th is not current]
+    current.wait = None
+  resume_all(k, threads)
 
 
 def _warp_arrives(k, wkey, current, rec=None):
@@ -286,8 +285,7 @@ def _warp_arrives(k, wkey, current, rec=None):
     if waits:
       th.wait = wait
       bar.waiters.append((th, put))
-    else:
-      _wake(k, th, current)
+  _wake(k, [th for th, waits, _ in rec.lanes.values() if not waits], current)
   if _named_complete(k, key, current) and k.held:
     pairings.release(k, key)   # a held warp arrives on the next instance
 
@@ -318,14 +316,10 @@ def _named_complete(k, key, current=None) -> bool:
   rows = np.fromiter((th.slot - 1 for th, _ in bar.waiters), np.intp, len(bar.waiters))
   k.clocks[rows] = np.maximum(k.clocks[rows], bar.vc)
   k.clocks[rows, rows + 1] += 1
-  waiters = [th for th, _ in bar.waiters]
   for th, put in bar.waiters:
     if put is not None:
       put(th, value)
-  if current in waiters:   # (the thread whose instruction completes it: not blocked)
-    waiters.remove(current)
-    current.wait = None
-  resume_all(k, waiters)
+  _wake(k, [th for th, _ in bar.waiters], current)
   return True
 
 

@@ -33,11 +33,19 @@ def distinct(sets):
 
 def disjoint_runs(spans):
   """The bytes of (offset, bytes) spans as sorted maximal runs, (offset, bytes) pairs
-  (empty spans hold none); None where two spans share a byte.  With NumPy's loops: for
-  a copy's hundreds of moves (a swizzled tile's 16-byte chunks)."""
+  (empty spans hold none); None where two spans share a byte.  Past 32 spans with
+  NumPy's loops (a copy's hundreds of moves: a swizzled tile's 16-byte chunks)."""
   spans = [span for span in spans if span[1]]
-  if not spans:
-    return []
+  if len(spans) <= 32:
+    runs = []
+    for off, n in sorted(spans):
+      if runs and off < runs[-1][0] + runs[-1][1]:
+        return None
+      if runs and off == runs[-1][0] + runs[-1][1]:
+        runs[-1][1] += n
+      else:
+        runs.append([off, n])
+    return [tuple(run) for run in runs]
   offs = np.fromiter((off for off, _ in spans), np.int64, len(spans))
   ends = offs + np.fromiter((n for _, n in spans), np.int64, len(spans))
   order = np.argsort(offs, kind="stable")
@@ -48,6 +56,25 @@ def disjoint_runs(spans):
   firsts = offs[np.concatenate(([0], breaks))]
   lasts = ends[np.concatenate((breaks - 1, [len(offs) - 1]))]
   return list(zip(firsts.tolist(), (lasts - firsts).tolist()))
+
+
+def _joined(accesses, mine, slot, entry):
+  """The set that ``mine`` bytes holding ``accesses`` (a set, or None) hold once
+  ``slot``: ``entry`` joins it: ``accesses`` itself, changed in place, where it is an
+  ``AccessSet`` only these bytes hold; else a new ``AccessSet`` of their own (an
+  ``AccessSet`` other bytes still hold counts these out).  A slot keeps its latest
+  entry (``Shadow.record``)."""
+  if accesses is not None and type(accesses) is AccessSet and accesses.owners == mine:
+    if accesses.get(slot, _NO_ENTRY)[0] <= entry[0]:
+      accesses[slot] = entry
+    return accesses
+  joined = AccessSet() if accesses is None else AccessSet(accesses)
+  if joined.get(slot, _NO_ENTRY)[0] <= entry[0]:
+    joined[slot] = entry
+  joined.owners = mine
+  if type(accesses) is AccessSet:
+    accesses.owners -= mine
+  return joined
 
 
 class AccessSet(dict):
@@ -113,21 +140,7 @@ class Shadow:
     """``mark_inflight(off, n, delta)`` for each (off, n) of ``spans``: adjacent
     disjoint ones as one run (overlapping ones each alone: their bytes count twice)."""
     spans = list(spans)
-    merged = disjoint_runs(spans) if len(spans) > 32 else None
-    if merged is not None:
-      for off, n in merged:
-        self.mark_inflight(off, n, delta, atomic=atomic)
-      return
-    spans, merged = sorted(spans), []
-    for off, n in spans:
-      if merged and off < merged[-1][0] + merged[-1][1]:
-        merged = spans
-        break
-      if merged and off == merged[-1][0] + merged[-1][1]:
-        merged[-1][1] += n
-      else:
-        merged.append([off, n])
-    for off, n in merged:
+    for off, n in disjoint_runs(spans) or spans:
       self.mark_inflight(off, n, delta, atomic=atomic)
 
   def mark_inflight_writes(self, writes, delta: int) -> None:
@@ -247,24 +260,8 @@ class Shadow:
         else:   # (its bytes hold several sets)
           self._join(readers, ((at, at + n),), slot, (clock, insn, None))
       return
-    made = []
-    for before, slot, clock in zip(held[::n], slots, clocks):
-      entry = (clock, insn, None)
-      if before is None:
-        fresh = AccessSet({slot: entry})
-      elif type(before) is AccessSet and before.owners == n:   # (only these bytes: in place)
-        if before.get(slot, _NO_ENTRY)[0] <= clock:
-          before[slot] = entry
-        made.append(before)
-        continue
-      else:
-        fresh = AccessSet(before)
-        if fresh.get(slot, _NO_ENTRY)[0] <= clock:
-          fresh[slot] = entry
-        if type(before) is AccessSet:
-          before.owners -= n
-      fresh.owners = n
-      made.append(fresh)
+    made = [_joined(before, n, slot, (clock, insn, None))
+            for before, slot, clock in zip(held[::n], slots, clocks)]
     readers[lo:hi] = [s for s in made for _ in range(n)]
 
   def _join(self, sets, ranges, slot, entry) -> None:
@@ -293,25 +290,11 @@ class Shadow:
     counts, held = Counter(ids), dict(zip(ids, held))   # id -> bytes holding it, it
     nones = counts.pop(id(None), 0)
     held.pop(id(None), None)
-    made = {}   # id(earlier set, or of None) -> what these of its bytes hold now
-    clk = entry[0]
-    for key, accesses in held.items():
-      mine = counts[key]
-      counted = type(accesses) is AccessSet
-      if counted and accesses.owners == mine:   # only these bytes hold it: in place
-        if accesses.get(slot, _NO_ENTRY)[0] <= clk:
-          accesses[slot] = entry
-        made[id(accesses)] = accesses
-        continue
-      successor = made[id(accesses)] = AccessSet(accesses)   # (others may hold it)
-      if successor.get(slot, _NO_ENTRY)[0] <= clk:
-        successor[slot] = entry
-      successor.owners = mine
-      if counted:
-        accesses.owners -= mine
+    # id(earlier set, or of None) -> what these of its bytes hold now
+    made = {key: _joined(accesses, counts[key], slot, entry)
+            for key, accesses in held.items()}
     if nones:
-      made[id(None)] = AccessSet({slot: entry})
-      made[id(None)].owners = nones
+      made[id(None)] = _joined(None, nones, slot, entry)
     now, at = list(map(made.__getitem__, ids)), 0
     for lo, hi in ranges:
       sets[lo:hi] = now[at:at + hi - lo]

@@ -130,10 +130,10 @@ def _merged(spans):
   """(offset, bytes) spans as the fewest runs covering the same bytes: checking a copy's
   bytes run by run is the same as move by move (a move's bytes are checked alike)."""
   spans = list(spans)
-  out = disjoint_runs(spans) if len(spans) > 32 else None
+  out = disjoint_runs(spans)
   if out is not None:
     return out
-  out = []
+  out = []   # (moves that overlap: their union)
   for lo, n in sorted(spans):
     if out and lo <= out[-1][0] + out[-1][1]:
       out[-1][1] = max(out[-1][1], lo + n - out[-1][0])

@@ -21,6 +21,7 @@ from mosaic_async_store.check import access_core, proxy
 from mosaic_async_store.check import wgmma_layout as layout
 from mosaic_async_store.check.addresses import SHARED_BASE
 from mosaic_async_store.check.memory import KernelFault
+from mosaic_async_store.check.shadow import disjoint_runs
 from mosaic_async_store.check.shadow_runs import read_at_once
 
 __all__ = ["execute", "WGMMA_READS"]
@@ -94,13 +95,10 @@ def _operand_bytes(desc, rows, k, size, mn_major):
   a few stages' descriptors."""
   addrs = layout.operand_addresses(layout.decode_descriptor(desc), rows, k, size,
                                    mn_major) - SHARED_BASE
-  chunks = np.unique(addrs // 16)
-  breaks = np.flatnonzero(np.diff(chunks) != 1) + 1
-  firsts = chunks[np.concatenate(([0], breaks))]
-  ends = chunks[np.concatenate((breaks - 1, [len(chunks) - 1]))] + 1
+  chunks = disjoint_runs([(16 * c, 16) for c in np.unique(addrs // 16).tolist()])
   offsets = addrs[..., None] + np.arange(size)
   offsets.flags.writeable = False
-  return offsets, tuple(zip((16 * firsts).tolist(), (16 * ends).tolist()))
+  return offsets, tuple((lo, lo + n) for lo, n in chunks)
 
 
 def _a_from_registers(entry, form):
