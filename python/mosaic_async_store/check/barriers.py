@@ -54,7 +54,7 @@ from __future__ import annotations
 import numpy as np
 
 from mosaic_async_store.check import cluster_barrier, pairings, program, sync
-from mosaic_async_store.check.waits import Wait, resume_all
+from mosaic_async_store.check.waits import Wait, block_all, resume_all
 from mosaic_async_store.check.waits import block as block_thread
 from mosaic_async_store.check.memory import KernelFault, ProtocolError
 from mosaic_async_store.check.opcodes import Opcode
@@ -182,11 +182,8 @@ def _named(k, waits, bar_id, count, pc, aligned, red=None):
     k.epoch += len(lanes)
     last = lanes[-1]
     wait = NamedWait(wkey)   # (one for the warp's lanes: it holds only the key)
-    for t in lanes:
-      t.wait = wait
-    for t in lanes[:-1]:   # (waiting for the last, which completes the warp's arrival)
-      t.pc, t.state = pc, "block"
-      block_thread(k, t)
+    last.wait = wait   # (the others wait for it, which completes the warp's arrival)
+    block_all(k, lanes[:-1], pc, wait)
     _warp_arrives(k, wkey, last)
     if last.wait is not None:
       last.pc, last.state = pc, "block"
@@ -240,9 +237,7 @@ def _where(k, pc) -> str:
 
 def _warp_live(k, cta, w) -> int:
   """The non-exited lanes of warp ``w`` of ``cta`` (a short last warp has fewer)."""
-  first = cta * k.block + w * WARP
-  lanes = k.threads[first:min(first + WARP, (cta + 1) * k.block)]
-  return sum(t.state != "done" for t in lanes)
+  return k.warp_alive[cta * -(-k.block // WARP) + w]
 
 
 def _wake(k, threads, current):

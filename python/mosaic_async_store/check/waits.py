@@ -25,7 +25,7 @@ wakes a thread (a barrier's completing arrival) needs no import of the scheduler
 
 from __future__ import annotations
 
-__all__ = ["Wait", "PollWait", "resume", "block"]
+__all__ = ["Wait", "PollWait", "resume", "resume_all", "block", "block_all"]
 
 
 class Wait:
@@ -90,6 +90,17 @@ def block(k, th) -> None:
   """``th`` now waits (``th.wait`` set, state "block"): registered with the scheduler."""
   k.blocked[th.slot] = th
   th.wait.on_block(k, th)
+
+
+def block_all(k, threads, pc, wait) -> None:
+  """``block`` of each of ``threads`` at ``pc`` with one shared ``wait`` (a warp's lanes
+  at a barrier), in order."""
+  blocked, hook = k.blocked, type(wait).on_block is not Wait.on_block
+  for th in threads:
+    th.pc, th.state, th.wait = pc, "block", wait
+    blocked[th.slot] = th
+    if hook:
+      wait.on_block(k, th)
 
 
 def resume(k, th) -> None:

@@ -214,7 +214,8 @@ def _mma(k, ins):
       else:
         sources.append(None)
     _check_registers(k, wg, w, ws, d_names, sources, a_names)
-    c = _registers(lanes, d_names, d_get)
+    # (C's registers are read only where D takes them: scale-d 1, not a chain's result)
+    c = _registers(lanes, d_names, d_get) if operands[2] and None in sources else None
     a = _registers(lanes, a_names, a_get) if a_names else None
     if j == len(wg.entries):
       wg.entries.append(Entry(pc, form, group, operands))
@@ -235,8 +236,8 @@ def _mma(k, ins):
       ws.inflight[name] = (j, "d")
     for name in a_names:
       ws.inflight[name] = (j, "a")
-    for th in lanes:   # its later accesses are not before the operation's
-      th.vc[th.slot] += 1
+    rows = k.lane_rows(lanes)   # its later accesses are not before the operation's
+    k.clocks[rows, rows + 1] += 1   # (row r: slot r + 1)
     if all(x is not None for x in entry.inputs):
       wgmma_exec.execute(k, wg, j)
       k.dirty = True

@@ -124,8 +124,8 @@ def _accumulator_in(wg, entry, form):
     if chained and sources.count(sources[chained[0]]) == len(names) and \
        first.names == names:   # (the common chain: all of one operation's, at once)
       values = first.bits
-    elif chained:
-      values = values.copy()
+    elif chained:   # (``values`` None: every register chains)
+      values = np.zeros((32, len(names)), np.uint32) if values is None else values.copy()
       for i in chained:
         values[:, i] = wg.entries[sources[i]].out[w][names[i]]
     c[rows + 16 * w, cols] = _decode(values, form.dtype)
