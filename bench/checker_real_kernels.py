@@ -63,7 +63,7 @@ def time_check(name: str, reps: int) -> dict:
   from mosaic_async_store.tools import check_kernel
   fn, args = tma_kernels.ALL[name]()
   out, spent = {}, []
-  run_schedules = check_kernel.check_ptx
+  run_schedules = check_kernel.check_parsed
 
   def timed(*a, **kw):   # (the schedules alone: check's part after lowering)
     start = time.perf_counter()
@@ -71,7 +71,7 @@ def time_check(name: str, reps: int) -> dict:
       return run_schedules(*a, **kw)
     finally:
       spent.append(time.perf_counter() - start)
-  check_kernel.check_ptx = timed
+  check_kernel.check_parsed = timed
   try:
     for schedules in (1, 3):
       best = best_runs = None
@@ -87,7 +87,7 @@ def time_check(name: str, reps: int) -> dict:
       out["check_values"] = report.outputs is not None and _values_right(name, report.outputs,
                                                                           args)
   finally:
-    check_kernel.check_ptx = run_schedules
+    check_kernel.check_parsed = run_schedules
   return out
 
 

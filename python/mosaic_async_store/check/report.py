@@ -149,11 +149,14 @@ def _dim3(param: str, value, limit: int, x_only=False) -> tuple[int, int, int]:
   return x, y, z
 
 
-def _check_args(ptx, args, smem_bytes, block, cluster, grid, schedules):
+def _check_ptx_text(ptx):
   if not isinstance(ptx, str) or ".entry" not in ptx:
     raise refuse_type("ptx", ptx if not isinstance(ptx, str) else ptx[:60],
                       "the PTX text of a kernel (with a .entry)",
                       "pass compiled.ptx (mosaic_async_store.toolchain.compile_module)")
+
+
+def _check_args(args, smem_bytes, block, cluster, grid, schedules):
   if not isinstance(args, (list, tuple)):
     raise refuse_type("args", args, "a list of NumPy arrays, Memref(array) or TensorMap, "
                       "in the kernel's parameter order", "pass [x, out] (or [Memref(x), "
@@ -213,12 +216,24 @@ def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1,
       result) is refused the same way when a schedule reaches it: a limit of the
       checker is never a finding.
   """
-  bx, cs, gs = _check_args(ptx, args, smem_bytes, block, cluster, grid, schedules)
+  _check_ptx_text(ptx)
+  _check_args(args, smem_bytes, block, cluster, grid, schedules)
   try:
     kernel = PtxKernel(ptx)
   except NotImplementedError as e:
     raise refuse("ptx", str(e), "the opcodes docs/checker.md lists as run exactly",
                  "check that instruction's kernel another way, or report it") from None
+  return check_parsed(kernel, args, smem_bytes=smem_bytes, block=block, cluster=cluster,
+                      grid=grid, schedules=schedules, budget=budget)
+
+
+def check_parsed(kernel: PtxKernel, args, *, smem_bytes: int, block=(128, 1, 1),
+                 cluster=(1, 1, 1), grid=None, schedules: int = 3,
+                 budget: Budget | None = None) -> Report:
+  """``check_ptx`` of a kernel already parsed (``PtxKernel(ptx)``, by a caller that
+  words a refusal of its PTX in its own terms: ``tools.check_kernel``), with the same
+  arguments and checks."""
+  bx, cs, gs = _check_args(args, smem_bytes, block, cluster, grid, schedules)
   try:
     kernel.machine.pack_params(list(args))
   except ValueError as e:

@@ -21,7 +21,7 @@ import re
 import numpy as np
 
 from mosaic_async_store.check.interp import Memref
-from mosaic_async_store.check.report import Report, check_ptx
+from mosaic_async_store.check.report import Report, check_parsed
 from mosaic_async_store.check.tensor_map import TensorMap
 from mosaic_async_store.errors import refuse
 
@@ -116,7 +116,7 @@ def check(fn, *args, schedules: int = 3, budget=None, sm_count: int | None = Non
   backend) or a Mosaic GPU kernel (``mgpu.as_gpu_kernel``).  It is lowered and compiled
   for sm_90a on the CPU; every cluster of its grid runs, one after another, each under
   ``schedules`` schedules (races between clusters are not looked for).  ``outputs`` are
-  the kernel's outputs (NumPy arrays) after the grid ran (``check_ptx``), or None.
+  the kernel's outputs (NumPy arrays) after the grid ran (``check.check_ptx``), or None.
   ``budget`` (``mosaic_async_store.check.Budget``; None: its defaults) bounds what each
   schedule's run may spend; a schedule past it is in ``Report.unfinished``.  The kernel's
   device queries are answered for an H100 (``device_target``), with ``sm_count`` and
@@ -145,14 +145,14 @@ def check(fn, *args, schedules: int = 3, budget=None, sm_count: int | None = Non
   buffers = [np.array(a) for a in args] + [_poisoned(o) for o in outs]
   params = [p if isinstance(p, TensorMap) else Memref(buffers[p])
             for p in kernel_parameters(mlir, buffers)]
-  _refuse_unmodelled(ptx)
+  kernel = _parsed(ptx)
   shape = launch_shape(mlir)
   if shape["block"][1:] != (1, 1):
     raise refuse("fn", f"block {shape['block']}", "one-dimensional blocks (x only; grids and "
                  "clusters may have three)", "flatten the block into x")
-  report = check_ptx(ptx, params, smem_bytes=shape["smem_bytes"], block=shape["block"],
-                     cluster=shape["cluster"], grid=shape["grid"], schedules=schedules,
-                     budget=budget)
+  report = check_parsed(kernel, params, smem_bytes=shape["smem_bytes"],
+                        block=shape["block"], cluster=shape["cluster"], grid=shape["grid"],
+                        schedules=schedules, budget=budget)
   if report.outputs is None:
     return report
   final = {next(i for i, b in enumerate(buffers) if b is p.array): out
@@ -161,10 +161,12 @@ def check(fn, *args, schedules: int = 3, budget=None, sm_count: int | None = Non
   return dataclasses.replace(report, outputs=results)
 
 
-def _refuse_unmodelled(ptx: str) -> None:
+def _parsed(ptx: str):
+  """The kernel's ``PtxKernel``, or the refusal of its first opcode the checker does
+  not run, in ``fn``'s terms."""
   from mosaic_async_store.check.interp import PtxKernel
   try:
-    PtxKernel(ptx)
+    return PtxKernel(ptx)
   except NotImplementedError as e:
     raise refuse("fn", "a kernel whose PTX has " + " ".join(str(e).split()),
                  "the opcodes docs/checker.md lists as run exactly",
