@@ -88,3 +88,19 @@ def test_the_documented_cta_wait_example_is_a_race(capsys):
   count = int(out.split(" finding(s)")[0])
   assert count >= 3 and out.count("[race]") >= 3 and "schedules [0, 1, 2]" in out
   assert "not morally strong" in out
+
+
+def test_an_opcode_the_checker_does_not_run_is_refused_in_fn_terms(monkeypatch):
+  """The kernel's PTX is parsed once (check_kernel keeps the PtxKernel it parses for
+  the runs); an opcode the checker does not run is refused before anything runs, naming
+  ``fn`` and the opcode."""
+  from mosaic_async_store.tools import check_kernel
+  lower = check_kernel._lower
+
+  def with_unmodelled(fn, specs):
+    mlir, ptx = lower(fn, specs)
+    return mlir, ptx.replace("ret;", "brkpt;\n\tret;", 1)
+  monkeypatch.setattr(check_kernel, "_lower", with_unmodelled)
+  kernel, (x, init) = _kernel_and_inputs(CTA0)
+  with pytest.raises(AsyncStoreError, match=r"fn=.*a kernel whose PTX has.*brkpt"):
+    mas_check.check(kernel, x, init)
