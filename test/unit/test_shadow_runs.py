@@ -216,3 +216,25 @@ def test_reads_joining_earlier_reads_as_one_by_one(earlier):
   one_by_one.record(8, 8, write=False, atomic=False, stamp=(4, 4, 9))
   assert _state(sh) == _state(one_by_one)
   assert sh.readers[0][3] == (4, 9, None) and 4 not in sh.readers[0]
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(chunks=st.lists(st.tuples(st.sampled_from([1, 2, 4, 8, 16, 32]), st.integers(1, 3),
+                                 st.integers(1, 4)), min_size=1, max_size=24),
+       odd=st.lists(st.tuples(st.integers(0, 10 ** 6), st.integers(1, 3), st.integers(1, 4)),
+                    max_size=3),
+       cut=st.integers(0, 40))
+def test_last_writes_of_bytes_written_in_chunks(chunks, odd, cut):
+  """``Shadow.last_writes`` where bytes were written a chunk at a time (its strided
+  shortcut, ``_run_step``): the distinct (slot, clock) of every byte, also where one
+  byte inside a chunk differs or a range starts inside a chunk."""
+  slots = [s for n, s, _ in chunks for _ in range(n)]
+  clocks = [c for n, _, c in chunks for _ in range(n)]
+  for at, s, c in odd:
+    slots[at % len(slots)], clocks[at % len(clocks)] = s, c
+  sh = Shadow(len(slots))
+  sh.w_slot, sh.w_clk = list(slots), list(clocks)
+  lo = min(cut, len(slots) - 1)
+  ranges = [(lo, len(slots))] if lo % 2 else [(0, lo), (lo, len(slots))]
+  want = {(slots[b], clocks[b]) for r0, r1 in ranges for b in range(r0, r1)}
+  assert sh.last_writes(ranges) == want

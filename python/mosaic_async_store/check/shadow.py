@@ -58,6 +58,19 @@ def disjoint_runs(spans):
   return list(zip(firsts.tolist(), (lasts - firsts).tolist()))
 
 
+def _run_step(*columns) -> int:
+  """The largest of 16, 8, 4 and 2 that ``columns`` (lists of one length) repeat each
+  value in runs of, aligned (``col[i] == col[i - i % step]`` for every ``i``), compared
+  with C loops (a list's equality); 1 where none does.  Then ``col[::step]`` holds the
+  same values as ``col``: a warp's 16-byte rows, a copy's chunks."""
+  n = len(columns[0])
+  for step in (16, 8, 4, 2):
+    if n % step == 0 and all(col[k::step] == col[::step]
+                             for k in range(1, step) for col in columns):
+      return step
+  return 1
+
+
 def _joined(accesses, mine, slot, entry):
   """The set that ``mine`` bytes holding ``accesses`` (a set, or None) hold once
   ``slot``: ``entry`` joins it: ``accesses`` itself, changed in place, where it is an
@@ -164,6 +177,9 @@ class Shadow:
       clocks += w_clk[lo:hi]
     if not slots:
       return set()
+    step = _run_step(slots, clocks)   # (bytes written a chunk at a time: one per chunk)
+    if step > 1:
+      slots, clocks = slots[::step], clocks[::step]
     # (one writer slot, the common case: its distinct clocks with C loops, no pair
     # per byte; kilobytes for an operand a tensor copy landed)
     if slots.count(slots[0]) == len(slots):
