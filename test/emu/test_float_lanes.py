@@ -113,3 +113,25 @@ def test_forms_without_a_warp_form():
   assert lanes_form("add", ["rz", "f32"]) is None
   assert lanes_form("ex2", ["approx", "f32"]) is None
   assert on_lists(None, [1]) is None
+
+
+def test_f32_min_and_max_order_infinities_at_once():
+  """min / max take infinities in their warp form (a NaN, or two zeros, still go lane by
+  lane); the bits are the lane functions'."""
+  columns = [[0xFF800000] * 16 + [0x3F800000] * 16, [0x40000000] * 16 + [0x7F800000] * 16]
+  for base, quals in (("min", []), ("max", []), ("max", ["NaN"])):
+    assert _check(base, quals, False, columns) is not None, base
+  for base, quals in (("min", []), ("max", []), ("max", ["NaN"])):
+    assert _check(base, quals, False, [[0x7FC00000, 0x3F800000], [0x3F800000, 0x40000000]]) \
+        is None, base
+
+
+def test_f32_sums_overflow_only_from_the_halfway_point_on():
+  """The largest f32 plus half its last place rounds to infinity (a tie, to even): the
+  warp form declines (the lane function rounds it); a quarter of it rounds back to the
+  largest f32, at once."""
+  largest, half_place, quarter_place = 0x7F7FFFFF, 0x73000000, 0x72800000
+  assert _check("add", ["rn"], False, [[largest], [half_place]]) is None
+  assert _check("add", ["rn"], False, [[largest], [quarter_place]]) == [largest]
+  assert _check("fma", ["rn"], False, [[largest], [0x3F800000], [half_place]]) is None
+  assert _check("fma", ["rn"], False, [[largest], [0x3F800000], [quarter_place]]) == [largest]

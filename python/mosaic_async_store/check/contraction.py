@@ -78,15 +78,15 @@ def unrounded_sum(k, ins, fn, put, args, vec=None):
   sign, mask = _SIGNS[t], (1 << ins.bits) - 1
   opcode, pc = ins.opcode, len(program.code)
   a, b = args
-  def add(th):
-    x, y = a(th), b(th)
-    result = fn(x, y) & mask
+  def fuse(th, x, y, result):   # the result, given the rounded one
     products = th.products
     for first, value, other in ((True, x, y), (False, y, x)):
       rec = products.get((t, value))
       if rec is None:
         continue
       p, q, mul_quals, mul_pc = rec
+      if mul_quals == quals and _chosen(k.sched, pc, mul_pc) is False:
+        continue   # (this run leaves the pair unfused: the rounded result stands)
       if sub:   # p*q - other = fma(p, q, -other); other - p*q = fma(-p, q, other)
         alt = fused(p, q, other ^ sign) if first else fused(p ^ sign, q, other)
       else:
@@ -101,24 +101,27 @@ def unrounded_sum(k, ins, fn, put, args, vec=None):
             f"from the mul's ({'.'.join(mul_quals) or 'none'}), so the fused result is not "
             "defined; give either instruction a rounding modifier (.rn) to fix the result")
       if alt & mask != result and fused_here(k.sched, pc, mul_pc):
-        result = alt & mask
-        break
-    put(th, result)
+        return alt & mask
+    return result
+  def add(th):
+    x, y = a(th), b(th)
+    put(th, fuse(th, x, y, fn(x, y) & mask))
   if vec is not None:
     a_lanes, b_lanes = lanes_getter(a), lanes_getter(b)
     def add_lanes(lanes):   # the rounded sums at once; a lane with a product, its own way
       xs, ys = a_lanes(lanes), b_lanes(lanes)
       out = on_lists(vec, xs, ys)
-      if out is None or any(rec is not None and rec[2] != quals for th, x, y in
-                            zip(lanes, xs, ys) for rec in (th.products.get((t, x)),
-                                                           th.products.get((t, y)))):
+      if out is None:
+        return FALLBACK
+      held = [i for i, (th, x, y) in enumerate(zip(lanes, xs, ys))   # (lanes whose
+              if (t, x) in th.products or (t, y) in th.products]      # operand is a product)
+      if any(rec is not None and rec[2] != quals for i in held
+             for rec in (lanes[i].products.get((t, xs[i])), lanes[i].products.get((t, ys[i])))):
         return FALLBACK   # (lane by lane: a refusal names its lane)
-      for th, x, y, result in zip(lanes, xs, ys, out):
-        products = th.products
-        if (t, x) in products or (t, y) in products:
-          add(th)
-        else:
-          put(th, result)
+      for i in held:   # (in lane order: a random schedule's draws keep theirs)
+        out[i] = fuse(lanes[i], xs[i], ys[i], out[i])
+      for th, result in zip(lanes, out):
+        put(th, result)
     add.lanes = add_lanes
   return add
 
@@ -134,6 +137,15 @@ def fused_here(sched, add_pc, mul_pc) -> bool:
   if key not in choices:
     choices[key] = sched.rng.random() < 0.5
   return choices[key]
+
+
+def _chosen(sched, add_pc, mul_pc):
+  """``fused_here``'s answer where the run has made it (schedules 0 and 1, or a pair
+  already drawn), else None (drawing it is ``fused_here``'s: the draws keep their
+  order)."""
+  if sched.seed in (0, 1):
+    return sched.seed == 1
+  return _CHOICES.get(sched, {}).get((add_pc, mul_pc))
 
 
 def _qualifiers(ins):

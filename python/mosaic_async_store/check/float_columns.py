@@ -18,6 +18,8 @@ through the lane function.  test/emu/test_float_lanes.py compares the two.
 
 from __future__ import annotations
 
+import itertools
+
 import ml_dtypes
 import numpy as np
 
@@ -28,6 +30,9 @@ _SIGN = 0x80000000
 _EXP = np.uint32(0x7F800000)
 _MAGNITUDE = np.uint32(0x7FFFFFFF)
 _ARITH = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
+# The smallest magnitude that rounds to infinity in f32 (to nearest): halfway between
+# the largest finite f32, (2 - 2^-23) * 2^127, and 2^128 (a tie rounds to even: 2^128).
+_ROUNDS_TO_INF = (2 - 2.0 ** -24) * 2.0 ** 127
 
 
 def lanes_form(base, mods):
@@ -45,27 +50,28 @@ def lanes_form(base, mods):
     return None
   ftz = "ftz" in mods
 
-  def run(*columns):
-    bits = [(c & 0xFFFFFFFF).astype(np.uint32) for c in columns]
-    xs = [b.view(np.float32).astype(np.float64) for b in bits]
-    if not all(np.isfinite(x).all() for x in xs) or \
-       (ftz and any(_subnormal(b, _EXP, _MAGNITUDE).any() for b in bits)):
-      return None   # (a NaN or infinity, a subnormal to flush: lane by lane)
-    if base in ("min", "max"):
+  def run(operands):   # (few NumPy calls: a warp's 32 lanes cost what a call costs)
+    bits = operands.astype(np.uint32)   # (the low 32 bits of each register)
+    xs = bits.view(np.float32).astype(np.float64)
+    if base in ("min", "max"):   # (infinities are ordered like any value)
+      if np.isnan(xs).any() or (ftz and _subnormal(bits, _EXP, _MAGNITUDE).any()):
+        return None   # (a NaN, a subnormal to flush: lane by lane)
       a, b = xs
-      if ((a == 0) & (b == 0)).any():
-        return None
+      if (xs == 0).all(axis=0).any():
+        return None   # (two zeros: the lane function orders their signs)
       pick_a = (a <= b) if base == "min" else ~(a <= b)   # (as fast_minmax picks)
       return np.where(pick_a, bits[0], bits[1]).tolist()
+    if not np.isfinite(xs).all() or (ftz and _subnormal(bits, _EXP, _MAGNITUDE).any()):
+      return None   # (a NaN or infinity, a subnormal to flush: lane by lane)
     if base == "fma":
       out = _fma_columns(*xs)
-    else:
-      if base == "div" and (xs[1] == 0).any():
-        return None
-      with np.errstate(over="ignore"):
-        out = _ARITH[base](xs[0], xs[1]).astype(np.float32)
-    if out is None or not np.isfinite(out).all():
-      return None   # (an overflow: the lane function says how it rounds)
+    elif base == "div" and (xs[1] == 0).any():
+      out = None
+    else:   # (the double result of finite f32 operands is finite: only the cast overflows)
+      exact = _ARITH[base](xs[0], xs[1])
+      out = exact.astype(np.float32) if np.abs(exact).max() < _ROUNDS_TO_INF else None
+    if out is None:
+      return None   # (an overflow, a zero divisor: the lane function says)
     out_bits = out.view(np.uint32)
     if ftz:
       magnitude = out_bits & _MAGNITUDE
@@ -85,9 +91,9 @@ def on_lists(form, *lists):
   """``form`` (a ``lanes_form``, or None) on operand lists (one value per lane): the
   results, or None where there is no form, it declines, or a value is not a known
   int (``shfl``'s undefined: the lane function says where its bits are used)."""
-  if form is None or not all(type(v) is int for values in lists for v in values):
+  if form is None or set(map(type, itertools.chain.from_iterable(lists))) != {int}:
     return None
-  return form(*(np.array(values, np.uint64) for values in lists))
+  return form(np.array(lists, np.uint64))   # ([operand, lane]: one call for them all)
 
 
 def _fma_columns(a, b, c):
@@ -95,12 +101,11 @@ def _fma_columns(a, b, c):
   finite."""
   p = a * b
   s = p + c
-  if not np.isfinite(s).all():
-    return None
+  if not np.abs(s).max() < _ROUNDS_TO_INF:
+    return None   # (an overflow; a sum that is not finite fails the test too)
   bv = s - p   # (TwoSum, as _fma)
   e = (p - (s - bv)) + (c - bv)
-  with np.errstate(over="ignore"):
-    out = s.astype(np.float32)
+  out = s.astype(np.float32)
   d = out.astype(np.float64)
   near = (d != s) & (e != 0)
   if not near.any():
@@ -128,10 +133,10 @@ def _half_form(base, mods):
   ftype, exp_mask, min_normal = _HALVES[lane_t]
   parts, ftz = 2 if t != lane_t else 1, "ftz" in mods
 
-  def run(*columns):
+  def run(operands):
     # [operand][part, lane]: the low half is part 0
     halves = [np.stack([(c >> np.uint64(16 * i)) & np.uint64(0xFFFF) for i in range(parts)])
-              .astype(np.uint16) for c in columns]
+              .astype(np.uint16) for c in operands]
     if any(_subnormal(h, exp_mask, 0x7FFF).any() or ((h & exp_mask) == exp_mask).any()
            for h in halves):
       return None   # (a subnormal, an infinity or a NaN: lane by lane)
