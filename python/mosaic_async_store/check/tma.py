@@ -47,7 +47,8 @@ __all__ = ["OPCODES", "BulkOp"]
 
 class Span:
   """``nbytes`` bytes at ``off`` of CTA ``cta``'s shared memory that a copy writes
-  (``BulkOp.writes``, marked in flight at issue) or reads (``BulkOp.reads``)."""
+  (``BulkOp.writes``, marked in flight at issue) or reads (``BulkOp.reads``): a run of
+  its moves."""
 
   __slots__ = ("cta", "off", "nbytes", "red")
 
@@ -61,14 +62,24 @@ class BulkOp:
   fill, bytes); ``src`` / ``dst``: ("smem", CTA) or ("global", buffer)."""
 
   __slots__ = ("th", "vc", "insn", "opcode", "writes", "reads", "proxy", "completion",
-               "idx", "moves", "src", "dst", "fenced", "fenced_global", "data", "red")
+               "idx", "moves", "src", "dst", "fenced", "fenced_global", "data", "red",
+               "src_runs", "dst_runs")
 
   def __init__(self, th, insn, opcode, src, dst, moves, completion, red=None):
     self.th, self.insn, self.opcode, self.vc = th, insn, opcode, th.vc.copy()
     self.src, self.dst, self.moves, self.completion = src, dst, moves, completion
     self.proxy, self.idx, self.data, self.red = "async", None, None, red
-    self.writes = [Span(dst[1], d, n, red) for d, _, n in moves] if dst[0] == "smem" else []
-    self.reads = [Span(src[1], s, n) for _, s, n in moves] if src[0] == "smem" else []
+    # The bytes it reads and writes as runs (``disjoint_runs``: None where moves
+    # overlap), once: a tile's hundreds of moves are a few runs.
+    src_spans = [(s, n) for _, s, n in moves if s is not None]
+    self.src_runs = disjoint_runs(src_spans)
+    self.dst_runs, self.writes, self.reads = None, [], []
+    if dst[0] == "smem":   # (every move lands: an out-of-bounds element as zeros)
+      dst_spans = [(d, n) for d, _, n in moves]
+      self.dst_runs = disjoint_runs(dst_spans)
+      self.writes = [Span(dst[1], d, n, red) for d, n in self.dst_runs or dst_spans]
+    if src[0] == "smem":
+      self.reads = [Span(src[1], s, n) for s, n in self.src_runs or src_spans]
     self.fenced = self.fenced_global = None   # (proxy.fenced, at issue)
 
   @property
@@ -120,7 +131,7 @@ def _read(k, op) -> list:
   stamp = (*_stamp(k, op, True), op.insn)
   kind, where = op.src
   mem = k.smem[where] if kind == "smem" else where
-  for lo, n in _merged((s, n) for _, s, n in op.moves if s is not None):
+  for lo, n in op.src_runs or _merged((s, n) for _, s, n in op.moves if s is not None):
     access_core.check_and_record(k, op, op.vc, where, lo, n, write=False, stamp=stamp,
                                  proxy_kind="async")
   return [None if s is None else bytes(mem[s:s + n]) for _, s, n in op.moves]
@@ -153,7 +164,8 @@ def _write(k, op):
   mem = k.smem[where] if kind == "smem" else where
   landing = [(move, data) for move, data in zip(op.moves, op.data)
              if data is not None or kind == "smem"]
-  for lo, n in _merged((d, n) for (d, _, n), _ in landing):
+  runs = op.dst_runs if kind == "smem" else None   # (a store's out-of-bounds moves drop)
+  for lo, n in runs or _merged((d, n) for (d, _, n), _ in landing):
     access_core.check_and_record(k, op, op.vc, where, lo, n, write=True, stamp=stamp,
                                  proxy_kind="async", atomic=red is not None)
   if red is None:   # (access_core.write_values of each move's bytes, as they are)
