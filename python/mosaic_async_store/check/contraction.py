@@ -120,8 +120,7 @@ def unrounded_sum(k, ins, fn, put, args, vec=None):
         return FALLBACK   # (lane by lane: a refusal names its lane)
       for i in held:   # (in lane order: a random schedule's draws keep theirs)
         out[i] = fuse(lanes[i], xs[i], ys[i], out[i])
-      for th, result in zip(lanes, out):
-        put(th, result)
+      put.lanes(lanes, out)
     add.lanes = add_lanes
   return add
 

@@ -100,11 +100,19 @@ def _callee(rest):
 
 
 def setter(op, bits):
-  """A setter (th, value) for a destination register (``_`` discards)."""
+  """A setter (th, value) for a destination register (``_`` discards); its ``lanes``
+  attribute is its warp form, (lanes, values) -> None, one value per lane."""
   if op[0] == "sink":
-    return lambda th, v: None
+    def sink(th, v):
+      return None
+    sink.lanes = lambda lanes, values: None
+    return sink
   def put(th, v, n=op[1], mask=(1 << bits) - 1):
     th.regs[n] = v & mask
+  def put_lanes(lanes, values, n=op[1], mask=(1 << bits) - 1):
+    for th, v in zip(lanes, values):
+      th.regs[n] = v & mask
+  put.lanes = put_lanes
   return put
 
 

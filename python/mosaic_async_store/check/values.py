@@ -43,9 +43,9 @@ def _fused(put, dest, bits, fn, ops, getters):
      kinds == ["imm", "imm"]:
     def general(th):
       put(th, fn(*[g(th) for g in getters]))
+    columns = [program.lanes_getter(g) for g in getters]
     def general_lanes(lanes):
-      for th in lanes:
-        put(th, fn(*[g(th) for g in getters]))
+      put.lanes(lanes, [fn(*values) for values in zip(*(c(lanes) for c in columns))])
     return _with_lanes(general, general_lanes)
   d, mask, U = dest[1], (1 << bits) - 1, UNDEFINED
   if len(ops) == 1:
@@ -181,8 +181,7 @@ def _arith(k, ins):
           out = [fn(*values) for values in zip(*columns)]
         except NotImplementedError:   # (a case not modelled: lane by lane names the lane)
           return FALLBACK
-      for th, v in zip(lanes, out):
-        put(th, v)
+      put.lanes(lanes, out)
     return _with_lanes(arith, arith_lanes)
   return _alu(k, ins)
 
