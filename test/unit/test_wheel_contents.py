@@ -50,7 +50,7 @@ PRODUCT = {
                                  "budget", "cluster_barrier", "pairings", "mbarrier_forms",
                                  "waits", "findings", "exit_rule", "slots", "params",
                                  "tensor_map", "tma_forms", "tma_geometry", "bulk_rules",
-                                 "tma", "proxy", "access_core", "bulk_groups",
+                                 "tma", "bulk_op", "proxy", "access_core", "bulk_groups",
                                  "floats_f32", "float_columns", "wgmma", "wgmma_exec", "wgmma_guard",
                                  "wgmma_layout"),
 }

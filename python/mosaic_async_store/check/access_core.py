@@ -92,7 +92,7 @@ def _unordered_read(sh, vc, off, n, tag):
 
 def name_of(who) -> str:
   """An access's author for a message: a Thread, or an asynchronous operation (an
-  ``asyncops.AsyncOp``, a ``tma.BulkOp``: anything with a completion)."""
+  ``asyncops.AsyncOp``, a ``bulk_op.BulkOp``: anything with a completion)."""
   return who.text if hasattr(who, "completion") else f"CTA {who.cta} thread {who.tid}"
 
 

@@ -23,7 +23,7 @@ any time after issue; when no thread can run, one lands).  It declares
     (``cp.async.bulk.commit_group`` / ``wait_group``) another; a WGMMA group would be a
     third class with the same interface.
 
-An operation class with its own ``land(k)`` (``tma.BulkOp``: a copy whose data is read
+An operation class with its own ``land(k)`` (``bulk_op.BulkOp``: a copy whose data is read
 when it lands, not captured at issue) lands itself: ``land`` calls it.
 
 ``issue`` checks, marks the destination bytes in flight (a thread that touches
@@ -230,7 +230,7 @@ def land(k, op):
   if type(op) is StoreGroup:
     _land_group_part(k, op)
     return
-  own = getattr(op, "land", None)   # an operation of a family that lands itself (tma.py)
+  own = getattr(op, "land", None)   # an operation of a family that lands itself (bulk_op.py)
   if own is not None:
     own(k)
     return

@@ -4,7 +4,7 @@
 
 Each issuing thread has its ``BulkGroups``: the groups it committed, and per group how
 many of its copies still read their source and how many are pending at all (a store
-lands in two steps: ``tma.BulkOp``).  Its copies' accesses are known by two clock slots
+lands in two steps: ``bulk_op.BulkOp``).  Its copies' accesses are known by two clock slots
 of its own (``slots.SlotTable``: ``BULK_READS``, ``BULK_WRITES``) at the group's number;
 ``wait_group N`` blocks (``BulkWait``, a ``waits.Wait``) until every group but the ``N``
 newest has completed (``.read``: its reads), then sets the thread's clock in those slots

@@ -192,7 +192,7 @@ class GlobalShadow:
     the same, as the run goes on).  A
     write to bytes read with ld.global.nc raises ``nc-written``.  ``clk``: the clock the
     access is recorded with in ``th.slot``, where it is not ``th.vc``'s own (an
-    asynchronous copy's: ``tma.py``)."""
+    asynchronous copy's: ``bulk_op.py``)."""
     if write and self.nc:
       self._nc_written(th, buf, off, n)
     o = off & _PAGE_MASK

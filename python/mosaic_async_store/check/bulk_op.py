@@ -1,0 +1,154 @@
+"""A bulk or tensor copy in flight (``BulkOp``, the interface of ``asyncops.AsyncOp``
+with a landing of its own) and its landing: the source bytes read and checked when it
+lands (shared memory through the asynchronous proxy), then each move's bytes written at
+its destination and checked against their history (``tma`` issues them).
+
+A copy's hundreds of moves (a swizzled tile's 16-byte chunks) are merged into runs once,
+at issue (``BulkOp.src_runs`` / ``dst_runs``): the in-flight marks and the checks go run
+by run, which judges each byte as move by move would.
+"""
+
+from __future__ import annotations
+
+from mosaic_async_store.check import access_core, asyncops, bulk_groups, findings
+from mosaic_async_store.check.memory import ProtocolError
+from mosaic_async_store.check.ops import bits_of
+from mosaic_async_store.check.shadow import disjoint_runs
+
+__all__ = ["Span", "BulkOp"]
+
+
+class Span:
+  """``nbytes`` bytes at ``off`` of CTA ``cta``'s shared memory that a copy writes
+  (``BulkOp.writes``, marked in flight at issue) or reads (``BulkOp.reads``): a run of
+  its moves."""
+
+  __slots__ = ("cta", "off", "nbytes", "red")
+
+  def __init__(self, cta, off, nbytes, red=None):
+    self.cta, self.off, self.nbytes, self.red = cta, off, nbytes, red
+
+
+class BulkOp:
+  """One copy in flight (the interface of ``asyncops.AsyncOp``, landing itself):
+  ``moves``, (destination offset, source offset or None for an out-of-bounds element's
+  fill, bytes); ``src`` / ``dst``: ("smem", CTA) or ("global", buffer)."""
+
+  __slots__ = ("th", "vc", "insn", "opcode", "writes", "reads", "proxy", "completion",
+               "idx", "moves", "src", "dst", "fenced", "fenced_global", "data", "red",
+               "src_runs", "dst_runs")
+
+  def __init__(self, th, insn, opcode, src, dst, moves, completion, red=None):
+    self.th, self.insn, self.opcode, self.vc = th, insn, opcode, th.vc.copy()
+    self.src, self.dst, self.moves, self.completion = src, dst, moves, completion
+    self.proxy, self.idx, self.data, self.red = "async", None, None, red
+    # The bytes it reads and writes as runs (``disjoint_runs``: None where moves
+    # overlap), once: a tile's hundreds of moves are a few runs.
+    src_spans = [(s, n) for _, s, n in moves if s is not None]
+    self.src_runs = disjoint_runs(src_spans)
+    self.dst_runs, self.writes, self.reads = None, [], []
+    if dst[0] == "smem":   # (every move lands: an out-of-bounds element as zeros)
+      dst_spans = [(d, n) for d, _, n in moves]
+      self.dst_runs = disjoint_runs(dst_spans)
+      self.writes = [Span(dst[1], d, n, red) for d, n in self.dst_runs or dst_spans]
+    if src[0] == "smem":
+      self.reads = [Span(src[1], s, n) for s, n in self.src_runs or src_spans]
+    self.fenced = self.fenced_global = None   # (proxy.fenced, at issue)
+
+  @property
+  def ctas(self) -> set:
+    """The CTAs whose shared memory or mbarriers it still touches (the exit rule)."""
+    left = {s.cta for s in self.writes}
+    if self.data is None:
+      left |= {s.cta for s in self.reads}
+    return left | ({self.completion.cta} if self.completion.mbarrier else set())
+
+  @property
+  def text(self) -> str:
+    where = (f"CTA {self.dst[1]}" if self.dst[0] == "smem" else "global memory")
+    return f"CTA {self.th.cta} thread {self.th.tid}: {self.opcode} into {where}"
+
+  def land(self, k):
+    """Lands (``asyncops.land``): the reads, then the writes and the completion; a
+    bulk-group copy stops after its reads (the writes land later)."""
+    try:
+      if self.data is None:
+        self.data = _read(k, self)
+        if type(self.completion) is bulk_groups.BulkGroupDone:
+          self.completion.groups.pending[self.completion.gid][0] -= 1
+          k.dirty, k.epoch = True, k.epoch + 1
+          return
+      asyncops.dequeue(k, self)
+      _write(k, self)
+    except ProtocolError as e:
+      raise asyncops.at_issue(k, self, e) from e
+    finally:
+      if k.unplaced:
+        findings.place_landing(k, self)
+    self.completion.complete(k, self)
+
+
+def _stamp(k, op, reads):
+  """(slot, clock) the copy's accesses are known by: its mbarrier's phase, or its
+  group's number in the issuer's reads or writes slot."""
+  c = op.completion
+  if type(c) is bulk_groups.BulkGroupDone:
+    return (c.groups.reads_slot if reads else c.groups.writes_slot), c.gid
+  return c.stamp(k, op)
+
+
+def _read(k, op) -> list:
+  """The source bytes of each move (None for an out-of-bounds element of a load),
+  checked and recorded as read by the copy (in shared memory: through the asynchronous
+  proxy)."""
+  stamp = (*_stamp(k, op, True), op.insn)
+  kind, where = op.src
+  mem = k.smem[where] if kind == "smem" else where
+  for lo, n in op.src_runs or _merged((s, n) for _, s, n in op.moves if s is not None):
+    access_core.check_and_record(k, op, op.vc, where, lo, n, write=False, stamp=stamp,
+                                 proxy_kind="async")
+  return [None if s is None else bytes(mem[s:s + n]) for _, s, n in op.moves]
+
+
+def _merged(spans):
+  """(offset, bytes) spans as the fewest runs covering the same bytes: checking a copy's
+  bytes run by run is the same as move by move (a move's bytes are checked alike)."""
+  spans = list(spans)
+  out = disjoint_runs(spans)
+  if out is not None:
+    return out
+  out = []   # (moves that overlap: their union)
+  for lo, n in sorted(spans):
+    if out and lo <= out[-1][0] + out[-1][1]:
+      out[-1][1] = max(out[-1][1], lo + n - out[-1][0])
+    else:
+      out.append([lo, n])
+  return out
+
+
+def _write(k, op):
+  """Each move's bytes written at its destination (an out-of-bounds element of a load
+  as zeros; of a store, dropped), checked against the bytes' history."""
+  stamp = (*_stamp(k, op, False), op.insn)
+  kind, where = op.dst
+  red = op.red
+  if kind == "smem":
+    k.shadow[where].mark_inflight_writes(op.writes, -1)
+  mem = k.smem[where] if kind == "smem" else where
+  landing = [(move, data) for move, data in zip(op.moves, op.data)
+             if data is not None or kind == "smem"]
+  runs = op.dst_runs if kind == "smem" else None   # (a store's out-of-bounds moves drop)
+  for lo, n in runs or _merged((d, n) for (d, _, n), _ in landing):
+    access_core.check_and_record(k, op, op.vc, where, lo, n, write=True, stamp=stamp,
+                                 proxy_kind="async", atomic=red is not None)
+  if red is None:   # (access_core.write_values of each move's bytes, as they are)
+    k.epoch += len(landing)
+    for (d, s, n), data in landing:
+      if k.flags:
+        access_core.forget_flags(k, mem, d, n)
+      mem[d:d + n] = data or bytes(n)
+    return
+  size = bits_of(red[1]) // 8
+  for (d, s, n), data in landing:   # element by element, each a read-modify-write
+    access_core.write_values(k, mem, d, size, [int.from_bytes(data[i:i + size], "little")
+                                               for i in range(0, n, size)], red, weak=False)
