@@ -339,3 +339,29 @@ def test_red_add_of_floats_rounds_once_and_f32_flushes(t):
     assert reduce_op("add", "f32", tiny, tiny) == 0       # flushed in: 0 + 0
     assert reduce_op("add", "f32", 0x3F800000, tiny) == 0x3F800000
     assert reduce_op("add", "f32", 0x00800001, 0x80800000) == 0   # a subnormal sum: flushed
+
+
+def test_cvt_of_an_undefined_lane_names_that_lane():
+  """The cvt warp form converts a piece's lanes at once; a lane whose source ``shfl``
+  left undefined (lane 5 reads lane 20, outside membermask) goes lane by lane, so the
+  finding ``undefined-value`` names thread 5, not the piece's first lane."""
+  from mosaic_async_store.check.memory import ProtocolError
+  ptx = kernel("""
+  ld.param.u64 %rd1, [k_param_0];
+  mul.wide.u32 %rd2, %r1, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  mov.u32 %r3, 7;
+  setp.lt.u32 %p1, %r1, 16;
+  @!%p1 bra DONE;
+  setp.eq.u32 %p2, %r1, 5;
+  selp.b32 %r6, 20, %r1, %p2;
+  mov.b32 %r4, 0x3F800000;
+  shfl.sync.idx.b32 %r3, %r4, %r6, 31, 0xffff;
+  cvt.rn.f16x2.f32 %r5, %r3, %r3;
+  mov.b32 %r3, %r5;
+DONE:
+  st.global.u32 [%rd3], %r3;
+""")
+  with pytest.raises(ProtocolError) as caught:
+    PtxKernel(ptx).launch([np.zeros(32, np.uint32)], cluster=1, smem_bytes=16, block=32)
+  assert caught.value.rule == "undefined-value" and caught.value.thread == 5, caught.value

@@ -258,19 +258,16 @@ def _cvt(k, ins):
     vec = float_cvt_lanes(ins.mods, len(ins.ops) - 1)
     if vec is None or ins.ops[0][0] != "reg" or any(o[0] != "reg" for o in ins.ops[1:]):
       return cvt
-    d, names = ins.ops[0][1], [o[1] for o in ins.ops[1:]]
+    columns = [program.lanes_getter(a) for a in args]
     def cvt_lanes(lanes):   # the lanes' sources as one NumPy column, converted at once
-      try:
-        out = vec(np.fromiter((th.regs.get(n, UNDEFINED) for n in names for th in lanes),
-                              np.uint64, len(names) * len(lanes)))
-      except TypeError:   # (a value shfl left undefined: lane by lane says where)
-        out = None
-      if out is None:   # (a NaN: lane by lane, which refuses it by name)
-        for th in lanes:
-          cvt(th)
-        return
-      for th, v in zip(lanes, out):
-        th.regs[d] = v
+      column = []   # (operand by operand)
+      for c in columns:
+        column += c(lanes)
+      # (a value shfl left undefined, or a NaN: lane by lane, which names the lane)
+      out = vec(np.array(column, np.uint64)) if set(map(type, column)) == {int} else None
+      if out is None:
+        return FALLBACK
+      put.lanes(lanes, out)
     return _with_lanes(cvt, cvt_lanes)
   types = ins.types
   if len(types) != 2 or len(ins.mods) != 2 or "f" in types[0][0] + types[1][0]:
