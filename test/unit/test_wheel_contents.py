@@ -49,8 +49,8 @@ PRODUCT = {
                                  "lockstep", "shadow", "shadow_runs", "schedule", "warp_mbarrier",
                                  "budget", "cluster_barrier", "pairings", "mbarrier_forms",
                                  "waits", "findings", "exit_rule", "slots", "params",
-                                 "tensor_map", "tma_forms", "tma_geometry", "bulk_rules",
-                                 "tma", "proxy", "access_core", "bulk_groups",
+                                 "tensor_map", "tma_forms", "tma_examples", "tma_geometry",
+                                 "bulk_rules", "tma", "proxy", "access_core", "bulk_groups",
                                  "floats_f32", "float_columns", "wgmma", "wgmma_exec", "wgmma_guard",
                                  "wgmma_layout"),
 }
