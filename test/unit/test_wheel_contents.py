@@ -40,7 +40,7 @@ PRODUCT = {
                                  "ptx_stats",
                                  "pallas_capture", "check_kernel", "user_kernel", "cli",
                                  "cli_config", "cli_kernel", "cli_terms",
-                                 "device_target", "host_tma"),
+                                 "device_target", "host_tma", "host_eval"),
     "mosaic_async_store/check": ("__init__", "interp", "opcodes", "values", "run", "sync",
                                  "barriers", "access", "strong", "memory", "global_memory",
                                  "ops", "floats", "lineinfo", "report", "warp", "machine",
