@@ -48,7 +48,7 @@ PRODUCT = {
                                  "control", "contraction", "fences", "warp_memory",
                                  "lockstep", "shadow", "shadow_runs", "schedule", "warp_mbarrier",
                                  "budget", "cluster_barrier", "pairings", "mbarrier_forms",
-                                 "waits", "findings", "exit_rule", "slots", "params",
+                                 "mbarrier_state", "waits", "findings", "exit_rule", "slots", "params",
                                  "tensor_map", "tma_forms", "tma_examples", "tma_geometry",
                                  "bulk_rules", "tma", "proxy", "access_core", "bulk_groups",
                                  "floats_f32", "float_columns", "wgmma", "wgmma_exec", "wgmma_guard",
