@@ -51,8 +51,8 @@ PRODUCT = {
                                  "mbarrier_state", "waits", "findings", "exit_rule", "slots", "params",
                                  "tensor_map", "tma_forms", "tma_examples", "tma_geometry",
                                  "bulk_rules", "tma", "proxy", "access_core", "bulk_groups",
-                                 "floats_f32", "float_columns", "wgmma", "wgmma_exec", "wgmma_guard",
-                                 "wgmma_layout"),
+                                 "floats_f32", "floats_cvt", "float_columns", "wgmma", "wgmma_exec",
+                                 "wgmma_guard", "wgmma_layout"),
 }
 # The test and benchmark code (test/harness: kernels, runners, reports, lit helpers;
 # bench/: the benchmark scripts) under their present names, and former ones.
