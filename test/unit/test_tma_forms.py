@@ -1,6 +1,6 @@
-"""The bulk-copy grammar (``check.tma_forms``): every example decodes, every refused
-form is refused by name (NotImplementedError, not NotInIsa), every non-ISA form is
-NotInIsa, the forms Mosaic GPU emits decode with the right fields, and an
+"""The bulk-copy grammar (``check.tma_forms``): every example (``check.tma_examples``)
+decodes, every refused form is refused by name (NotImplementedError, not NotInIsa), every
+non-ISA form is NotInIsa, the forms Mosaic GPU emits decode with the right fields, and an
 ``opcodes.Instr`` decodes as its text does."""
 
 import re
@@ -8,8 +8,8 @@ import re
 import pytest
 
 from mosaic_async_store.check import opcodes
-from mosaic_async_store.check.tma_forms import (EXAMPLES, GROUP, MBAR, NOT_IN_ISA, REFUSED,
-                                                NotInIsa, decode_bulk, parse_operand)
+from mosaic_async_store.check.tma_examples import EXAMPLES, NOT_IN_ISA, REFUSED
+from mosaic_async_store.check.tma_forms import GROUP, MBAR, NotInIsa, decode_bulk, parse_operand
 
 
 @pytest.mark.parametrize("stmt", EXAMPLES)

@@ -15,6 +15,7 @@ import pytest
 
 from mosaic_async_store import compat
 from mosaic_async_store import errors
+from mosaic_async_store.tools import executables
 from mosaic_async_store.tools import mlir_skew
 from mosaic_async_store.tools import pallas_capture
 from mosaic_async_store.tools import ptx_stats
@@ -66,8 +67,8 @@ def test_find_tool_env_var_wins_over_path(monkeypatch, tmp_path):
 def test_find_tool_missing_names_pip_package(name, monkeypatch, tmp_path):
   monkeypatch.delenv(_ENV[name], raising=False)
   monkeypatch.setenv("PATH", str(tmp_path))
-  monkeypatch.setattr(toolchain, "_site_dirs", lambda: [tmp_path / "site"])
-  monkeypatch.setattr(toolchain, "_bin_dirs", lambda: [tmp_path / "bin"])
+  monkeypatch.setattr(executables, "_site_dirs", lambda: [tmp_path / "site"])
+  monkeypatch.setattr(executables, "_bin_dirs", lambda: [tmp_path / "bin"])
   with pytest.raises(toolchain.ToolchainError) as info:
     toolchain.find_tool(name)
   message = str(info.value)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mosaic_async_store.check import access_core, findings, sync
+from mosaic_async_store.check import access_core, findings, mbarrier_state, sync
 from mosaic_async_store.check.memory import SCOPES, TX_LIMIT, ProtocolError
 from mosaic_async_store.check.shadow_runs import record_disjoint, runs
 
@@ -100,8 +100,8 @@ class MbarrierTx:
 
   def complete(self, k, op):
     bar = sync.mbarrier_of(k, None, op.vc, self.key)
-    sync.add_tx(k, bar, -self.nbytes)
-    sync.advance_phase(k, bar)
+    mbarrier_state.add_tx(k, bar, -self.nbytes)
+    mbarrier_state.advance_phase(k, bar)
 
 
 class AsyncOp:
@@ -331,5 +331,5 @@ def _land_together(k, group, count) -> bool:
     i += hi - lo
   k.epoch += 2 * count   # (each store's write and complete-tx, as land)
   bar.tx -= n * count
-  sync.advance_phase(k, bar)
+  mbarrier_state.advance_phase(k, bar)
   return True

@@ -75,7 +75,7 @@ def thread_exits(k, th):
     else:
       who = f"the asynchronous operations of {k.slots.owner(slot).kind} {clk}"
     _exit_error(c, th, who)
-  # Other CTAs' mbarrier operations on its barriers (sync._note_remote): the latest of
+  # Other CTAs' mbarrier operations on its barriers (mbarrier_state._note_remote): the latest of
   # each thread on each barrier, with the phase it fell in (an earlier one has an
   # earlier clock and phase: known when the latest is).
   for (slot, bslot), (clk, phase, pc) in sorted(k.remote_arrivals[c].items()):

@@ -21,10 +21,10 @@ scheduler in ``run``.  Its state, by what it models (each attribute is set by
     written location's release state,
     ``strong``), ``sc_fences`` (the clocks of the ``fence.sc`` operations so far, in
     Fence-SC order: ``fences``), ``remote_arrivals`` (other CTAs' mbarrier operations on
-    a CTA's mbarriers, ``sync._note_remote``: the exit rule), ``flag_reads`` (per
+    a CTA's mbarriers, ``mbarrier_state._note_remote``: the exit rule), ``flag_reads`` (per
     CTA, the strong writes into its shared memory that its threads read from: (offset,
     writer slot) -> clock; the exit rule counts each one, alone, as completed);
-  * barriers: ``mbar`` (key (CTA, offset) -> ``sync.Mbarrier``),
+  * barriers: ``mbar`` (key (CTA, offset) -> ``mbarrier_state.Mbarrier``),
     ``named`` / ``warp_arrivals`` (named CTA barriers and the warps arriving on them,
     ``barriers``), ``cluster_gens`` / ``cluster_lanes`` / ``cluster_reached`` /
     ``cluster_waiting`` (the cluster barrier's generations and arrivals),

@@ -29,7 +29,7 @@ MBARRIER_DATA, MBARRIER_INIT = "mbarrier data", "mbarrier init"
 
 
 class Owner:
-  """Who a slot stands for: ``kind`` and the object (a thread, an ``sync.Mbarrier``,
+  """Who a slot stands for: ``kind`` and the object (a thread, an ``mbarrier_state.Mbarrier``,
   what a family put there; None for the initial contents)."""
 
   __slots__ = ("kind", "obj")

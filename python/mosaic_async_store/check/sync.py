@@ -3,7 +3,8 @@ effect, and the release helper the other families use (fences: ``fences``; CTA a
 cluster barriers: ``barriers``; warp collectives: ``warp``).
 
 Functions of the machine ``k`` (``machine.Machine``; its ``mbar`` maps a barrier's
-key (CTA, offset) to its ``Mbarrier``).  Semantics and scopes come from the
+key (CTA, offset) to its ``mbarrier_state.Mbarrier``, whose phase and tx-count
+bookkeeping is ``mbarrier_state``'s).  Semantics and scopes come from the
 opcode's qualifiers with the ISA's defaults: ``mbarrier.arrive`` is
 ``.release.cta``, ``mbarrier.try_wait`` ``.acquire.cta``.  Every change of an
 mbarrier's state counts as progress (``k.epoch``: a polling thread parked by
@@ -13,53 +14,18 @@ the rules ``barrier-peer`` and ``phase-overrun`` are ``mbarrier_forms``'.
 
 from __future__ import annotations
 
-import numpy as np
-
-from mosaic_async_store.check import (access_core, addresses, lineinfo, mbarrier_forms, program,
-                                      warp, warp_mbarrier)
-from mosaic_async_store.check.memory import (CLOCK, TX_LIMIT, ProtocolError, Releases,
-                                             sem_scope, shown_source)
+from mosaic_async_store.check import (access_core, addresses, mbarrier_forms, program, warp,
+                                      warp_mbarrier)
+from mosaic_async_store.check.mbarrier_state import (Mbarrier, _note_remote, _observe, add_tx,
+                                                     advance_phase)
+from mosaic_async_store.check.memory import TX_LIMIT, ProtocolError, Releases, sem_scope
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.outcomes import BLOCK, YIELD
 from mosaic_async_store.check.slots import MBARRIER_DATA, MBARRIER_INIT
 from mosaic_async_store.check.waits import Wait
 
 
-__all__ = ["Mbarrier", "OPCODES"]
-
-
-class Mbarrier:
-  """One mbarrier: phase, pending arrivals, tx-count, expected arrivals; the
-  clocks released into the current phase and, per completed phase, everything
-  a thread that observes it may acquire."""
-
-  __slots__ = ("key", "slot", "phase", "pending", "tx", "count", "init", "releases",
-               "records", "arrivals", "arrival_records", "users", "program")
-
-  def __init__(self, key, slot, count, init_epoch, program=None):
-    self.key, self.slot, self.init = key, slot, init_epoch
-    self.program = program   # the kernel: with ``users``, where its code uses it
-    self.phase, self.pending, self.tx, self.count = 0, count, 0, count
-    self.releases, self.records = Releases(), []
-    # each arrival's (thread slot -> clock) in the current phase, and per completed
-    # phase, as (slots, clocks) arrays: a thread that observes the phase knows those
-    # arrivals happened
-    self.arrivals, self.arrival_records = {}, []
-    # each thread's last operation on it: thread slot -> (its clock, instruction index);
-    # mbarrier.inval must be ordered after every one of them
-    self.users = {}
-
-  def describe(self) -> str:
-    """The barrier for a message: its CTA and offset, as the user's code names it
-    where the PTX has line info (``lineinfo.used_at``, from the source lines of each
-    thread's last operation on it, ``users``), and its state."""
-    named = ""
-    if self.program is not None:
-      sources = self.program.sources
-      named = lineinfo.used_at([sources[pc] for _, pc in self.users.values()
-                                if pc is not None], shown_source)
-    return (f"mbarrier of CTA {self.key[0]} at offset {self.key[1]:#x}{named} [phase "
-            f"{self.phase}, pending {self.pending}, tx {self.tx}, count {self.count}]")
+__all__ = ["OPCODES"]
 
 
 # mbarrier.* and fences; the entries of bar.warp.sync and of the .aligned matrix
@@ -287,48 +253,6 @@ def _object_write(k, th, key, pc):
   must be ordered with it)."""
   buf = k.smem[key[0]]
   access_core.thread_access(k, th, buf, key[1], 8, write=True, insn=pc)
-
-
-def _note_remote(k, th, bar, pc):
-  """An mbarrier operation (arrive, expect_tx, complete_tx) by ``th`` on another CTA's
-  barrier: it must complete before that CTA exits (exit_rule.thread_exits).  Kept per
-  (thread slot, barrier slot): the latest one's clock, the phase it counts in, its
-  instruction (a later one has a later clock and phase)."""
-  if bar.key[0] != th.cta:
-    k.remote_arrivals[bar.key[0]][(th.slot, bar.slot)] = (int(th.vc[th.slot]), bar.phase, pc)
-
-
-def add_tx(k, bar, delta):
-  k.epoch += 1
-  bar.tx += delta
-  if abs(bar.tx) > TX_LIMIT:
-    raise ProtocolError("tx-range", f"tx-count {bar.tx} on {bar.describe()}")
-
-
-def advance_phase(k, bar):
-  """A phase completes when no arrival is pending and the tx-count is zero."""
-  if bar.pending == 0 and bar.tx == 0:
-    prev = bar.records[-1] if bar.records else Releases()
-    bar.records.append(prev.merged(bar.releases))
-    bar.arrival_records.append((np.fromiter(bar.arrivals, np.intp, len(bar.arrivals)),
-                                np.fromiter(bar.arrivals.values(), CLOCK,
-                                            len(bar.arrivals))))
-    bar.releases, bar.arrivals = Releases(), {}
-    bar.phase, bar.pending = bar.phase + 1, bar.count
-    k.dirty = True   # waiters may wake
-
-
-def _observe(k, th, bar, sem, scope):
-  """``th`` saw the phase before the current one complete."""
-  q = bar.phase - 1
-  if q < 0:
-    return
-  th.seen[bar.slot] = max(th.seen[bar.slot], q + 1)   # it has landed (the exit rule)
-  if sem in ("acquire", "acq_rel", "sc"):
-    th.vc[bar.slot] = max(th.vc[bar.slot], q + 1)  # its asynchronous data is visible
-    bar.records[q].acquire_into(th, scope)
-  else:  # a relaxed wait: neither data nor visibility, until a later acquire fence
-    th.pending_obs.append((bar.records[q], scope, bar.slot, q + 1))
 
 
 # -- release / acquire helpers ----------------------------------------------

@@ -63,8 +63,7 @@ import re
 
 from mosaic_async_store.check.ops import immediate, split_operands
 
-__all__ = ["BulkForm", "NotInIsa", "decode_bulk", "parse_operand", "EXAMPLES", "REFUSED",
-           "NOT_IN_ISA", "KINDS"]
+__all__ = ["BulkForm", "NotInIsa", "decode_bulk", "parse_operand", "KINDS"]
 
 MBAR, GROUP = "mbarrier::complete_tx::bytes", "bulk_group"
 KINDS = ("tensor_load", "tensor_store", "tensor_reduce", "tensor_prefetch", "copy_g2s",
@@ -386,80 +385,3 @@ def decode_bulk(text_or_ins) -> BulkForm:
     raise NotImplementedError(f"opcode {opcode} (the non-bulk cp.async of sm_80 is not "
                               "one the checker runs)")
   raise NotInIsa(f"opcode {opcode} (not a form of cp in the PTX ISA)")
-
-
-# Statements each form decodes (over test_opcode_table's registers), statements it
-# refuses by name (the ISA has them; the checker does not run them) and statements that
-# are not PTX.  test/unit/test_tma_forms.py walks all three.
-EXAMPLES = (
-    "cp.async.bulk.tensor.2d.shared::cta.global.mbarrier::complete_tx::bytes "
-    "[%r1], [%rd1, {%r2, %r3}], [%r4]",
-    "cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
-    "[%r1], [%rd1, {%r2}], [%r4]",
-    "cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes"
-    ".multicast::cluster [%r5], [%rd1, {%r6}], [%r2], %h1",
-    "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-    ".multicast::cluster.L2::cache_hint [%r1], [%rd1, {%r2, %r3, %r4, %r5, %r6}], [%r7], "
-    "%h1, %rd2",
-    "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd1, {%r31, %r32} ], [%r30]",
-    "cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group.L2::cache_hint "
-    "[%rd1, {%r1, %r2, %r3}], [%r4], %rd2",
-    "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group "
-    "[%rd1,{%r2,%r3}], [%r1]",
-    "cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes [%r1], [%rd1], %r2, [%r3]",
-    "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
-    "[%r1], [%rd1], 256, [%r3], %h2",
-    "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes "
-    "[%r1], [%r2], %r3, [%r4]",
-    "cp.async.bulk.global.shared::cta.bulk_group [%rd13], [%rd14], %r60",
-    "cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%rd1], [%r1], 64, %rd2",
-    "cp.reduce.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes.add.u32 "
-    "[%r1], [%r2], %r3, [%r4]",
-    "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.noftz.f16 [%rd1], [%r1], %r2",
-    "cp.reduce.async.bulk.global.shared::cta.bulk_group.L2::cache_hint.min.s64 "
-    "[%rd1], [%r1], 32, %rd3",
-    "cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%rd1, {%r1, %r2}]",
-    "cp.async.bulk.prefetch.L2.global [%rd1], %r1",
-    "cp.async.bulk.commit_group",
-    "cp.async.bulk.wait_group 0",
-    "cp.async.bulk.wait_group.read 1",
-    "prefetch.tensormap [%rd1]",
-    "prefetch.param.tensormap [%rd1]",
-    "prefetch.global.L2 [%rd1]",
-    "prefetch.global.L2::evict_last [%rd1]",
-)
-REFUSED = (
-    "cp.async.bulk.tensor.4d.shared::cta.global.im2col.mbarrier::complete_tx::bytes "
-    "[%r1], [%rd1, {%r2, %r3, %r4, %r5}], [%r6], {%h1, %h2}",
-    "cp.async.bulk.tensor.2d.shared::cta.global.tile::gather4.mbarrier::complete_tx::bytes "
-    "[%r1], [%rd1, {%r2, %r3, %r4, %r5, %r6}], [%r7]",
-    "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-    ".cta_group::2 [%r1], [%rd1, {%r2, %r3}], [%r4]",
-    "cp.async.bulk.tensor.2d.global.shared::cta.tile::scatter4.bulk_group "
-    "[%rd1, {%r2, %r3, %r4, %r5, %r6}], [%r1]",
-    "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.im2col_no_offs.bulk_group "
-    "[%rd1, {%r1, %r2, %r3}], [%r4]",
-    "cp.async.bulk.global.shared::cta.bulk_group.cp_mask [%rd1], [%r1], 64, %h1",
-    "cp.async.ca.shared.global [%r1], [%rd1], 16",
-)
-NOT_IN_ISA = (
-    "cp.async.bulk.tensor.2d.shared::cta.global.mbarrier::complete_tx::bytes"
-    ".multicast::cluster [%r1], [%rd1, {%r2, %r3}], [%r4], %h1",
-    "cp.async.bulk.tensor.6d.shared::cta.global.mbarrier::complete_tx::bytes "
-    "[%r1], [%rd1, {%r2}], [%r4]",
-    "cp.async.bulk.tensor.2d.shared::cta.global.mbarrier::complete_tx::bytes "
-    "[%r1], [%rd1, {%r2}], [%r4]",
-    "cp.async.bulk.tensor.2d.shared::cta.global.bulk_group [%r1], [%rd1, {%r2, %r3}], [%r4]",
-    "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint "
-    "[%rd1, {%r1, %r2}], [%r4]",
-    "cp.async.bulk.global.shared::cta.bulk_group.tile [%rd1], [%r1], 64",
-    "cp.async.bulk.shared::cta.shared::cta.mbarrier::complete_tx::bytes "
-    "[%r1], [%r2], 16, [%r3]",
-    "cp.async.bulk.global.shared::cta.bulk_group.bulk_group [%rd1], [%r1], 64",
-    "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f16 [%rd1], [%r1], 32",
-    "cp.reduce.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes.add.f32 "
-    "[%r1], [%r2], %r3, [%r4]",
-    "cp.async.bulk.wait_group.acquire 0",
-    "cp.async.bulk.wait_group %r1",
-    "prefetch.global.tensormap [%rd1]",
-)

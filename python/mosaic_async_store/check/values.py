@@ -16,7 +16,8 @@ import operator
 import numpy as np
 
 from mosaic_async_store.check import addresses, contraction, float_columns, program
-from mosaic_async_store.check.floats import FLOAT_TYPE, float_cvt, float_cvt_lanes, float_op
+from mosaic_async_store.check.floats import FLOAT_TYPE, float_op
+from mosaic_async_store.check.floats_cvt import float_cvt, float_cvt_lanes
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.outcomes import FALLBACK
 from mosaic_async_store.check.ops import (ALU, TYPE, UNDEFINED, bfe, bfi, bits_of, prmt,
@@ -249,7 +250,7 @@ def _setp(k, ins):
 
 def _cvt(k, ins):
   """cvt between integer types (sign- or zero-extension, or wrapping; no
-  ``.sat``), or between float types (``floats.float_cvt``)."""
+  ``.sat``), or between float types (``floats_cvt.float_cvt``)."""
   if any(FLOAT_TYPE.match(m) for m in ins.mods):
     fn, dbits = float_cvt(ins.mods, ins.opcode, len(ins.ops) - 1)   # or refused
     put, args = program.setter(ins.ops[0], dbits), ins.src[1:]

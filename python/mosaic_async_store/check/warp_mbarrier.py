@@ -8,7 +8,7 @@ finding or completes the phase before the last: then every lane's expect-tx and
 arrive-on operation is applied at once (the same arrival records, users, released
 clocks, tx-count and pending count, the same phase written to each lane's state
 register), and the phase, if the last lane completes it, completes once after them
-(``sync.advance_phase``), as it would after the last lane.  Otherwise it returns
+(``mbarrier_state.advance_phase``), as it would after the last lane.  Otherwise it returns
 ``outcomes.FALLBACK`` having changed nothing, and the lanes go one by one, reporting
 in their own words: a barrier that is not the plain case (another CTA's the lanes
 have not reached yet, an uninitialised one, an initialisation not visible to a
@@ -29,7 +29,7 @@ from operator import sub
 
 import numpy as np
 
-from mosaic_async_store.check import mbarrier_forms, sync
+from mosaic_async_store.check import mbarrier_forms, mbarrier_state
 from mosaic_async_store.check.addresses import plain_shared_lanes
 from mosaic_async_store.check.memory import TX_LIMIT, morally_strong
 from mosaic_async_store.check.outcomes import FALLBACK, YIELD
@@ -38,7 +38,7 @@ from mosaic_async_store.check.program import lanes_getter
 __all__ = ["arrive", "wait"]
 
 RELEASING = ("release", "acq_rel", "sc")   # (sync._release: semantics that publish)
-ACQUIRING = ("acquire", "acq_rel", "sc")   # (sync._observe: semantics that acquire)
+ACQUIRING = ("acquire", "acq_rel", "sc")   # (mbarrier_state._observe: semantics that acquire)
 
 
 def _one_barrier(k, lanes, addrs_of, space):
@@ -80,18 +80,18 @@ def arrive(k, space, addr, tx, count, sem, scope, no_complete, put, pc):
     # sync.mbarrier_of's users, the arrivals (and the exit rule's remote ones), the release
     bar.users.update(zip(slots, zip(clocks, repeat(pc))))
     if bar.key[0] != lanes[0].cta:
-      k.remote_arrivals[bar.key[0]].update(   # (sync._note_remote, lane by lane)
+      k.remote_arrivals[bar.key[0]].update(   # (mbarrier_state._note_remote, lane by lane)
           ((int(s), bar.slot), (int(c), bar.phase, pc)) for s, c in zip(slots, clocks))
     bar.arrivals.update(zip(slots, clocks))
     # every lane's clock joined: as one release after another
     bar.releases.add(lanes[0].cta, scope, vcs.max(axis=0))
     k.clocks[rows, rows + 1] += 1
-    k.epoch += len(lanes)   # (sync.add_tx, once per lane)
+    k.epoch += len(lanes)   # (mbarrier_state.add_tx, once per lane)
     befores = accumulate(counts, sub, initial=bar.pending)   # each lane's pending before
     bar.tx, bar.pending = tx_after[-1], pending
     for th, before in zip(lanes, befores):   # (the state it returns)
       put(th, mbarrier_forms.encode_state(bar.phase, before if no_complete else None))
-    sync.advance_phase(k, bar)
+    mbarrier_state.advance_phase(k, bar)
     return dict.fromkeys(lanes, YIELD) if k.sched.pauses(k.step) else None
   return lanes_form
 
@@ -141,7 +141,7 @@ def wait(k, space, addr, parity, pred, sem, scope, blocking, pc, by_state):
 
 
 def _observe(k, lanes, bar, scope):
-  """``sync._observe`` with acquire semantics, for ``lanes`` (of one warp) at once:
+  """``mbarrier_state._observe`` with acquire semantics, for ``lanes`` (of one warp) at once:
   every lane saw the phase before the current one complete."""
   q = bar.phase - 1
   if q >= 0:

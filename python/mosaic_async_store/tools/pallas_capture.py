@@ -14,7 +14,7 @@ import re
 from typing import Any, Callable
 
 from mosaic_async_store import compat
-from mosaic_async_store.tools.toolchain import CompileError
+from mosaic_async_store.tools.executables import CompileError
 
 __all__ = ["lower_pallas_to_mosaic_modules", "lower_warpgroup_dialect"]
 

