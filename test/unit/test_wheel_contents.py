@@ -50,7 +50,7 @@ PRODUCT = {
                                  "budget", "cluster_barrier", "pairings", "mbarrier_forms",
                                  "mbarrier_state", "waits", "findings", "exit_rule", "slots", "params",
                                  "tensor_map", "tma_forms", "tma_examples", "tma_geometry",
-                                 "bulk_rules", "tma", "bulk_op", "proxy", "access_core", "bulk_groups",
+                                 "bulk_rules", "tma", "bulk_op", "undefined", "proxy", "access_core", "bulk_groups",
                                  "floats_f32", "floats_cvt", "float_columns", "wgmma", "wgmma_exec",
                                  "wgmma_guard", "wgmma_layout"),
 }
