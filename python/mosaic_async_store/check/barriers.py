@@ -237,7 +237,7 @@ def _where(k, pc) -> str:
 
 def _warp_live(k, cta, w) -> int:
   """The non-exited lanes of warp ``w`` of ``cta`` (a short last warp has fewer)."""
-  return k.warp_alive[cta * -(-k.block // WARP) + w]
+  return k.warp_alive[cta * k.warps_per_cta + w]
 
 
 def _wake(k, threads, current):

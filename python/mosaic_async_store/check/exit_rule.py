@@ -29,7 +29,7 @@ def thread_exits(k, th):
   is refused (``addresses.mem``: rule ``exit``)."""
   c = th.cta
   k.alive[c] -= 1
-  k.warp_alive[c * -(-k.block // 32) + th.tid // 32] -= 1
+  k.warp_alive[c * k.warps_per_cta + th.tid // 32] -= 1
   k.alive_total -= 1
   k.epoch += 1
   if k.cluster_waiting or k.group_waiting.get((c, th.tid // 32)):

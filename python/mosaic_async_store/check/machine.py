@@ -11,8 +11,8 @@ scheduler in ``run``.  Its state, by what it models (each attribute is set by
     text, PTX lines and source lines);
   * the threads: ``threads`` (``Thread``, in CTA then thread order), ``block``,
     ``alive`` / ``alive_total`` / ``exited`` (non-exited threads per CTA, in all,
-    exited CTAs), ``warp_alive`` (non-exited threads of warp ``w`` of CTA ``c`` at
-    ``c * warps_per_cta + w``);
+    exited CTAs), ``warps_per_cta``, ``warp_alive`` (non-exited threads of warp ``w``
+    of CTA ``c`` at ``c * warps_per_cta + w``);
   * memories: ``smem`` (each CTA's shared memory), ``shadow`` (its per-byte history,
     ``shadow.Shadow``), ``smem_cta`` (buffer id -> CTA), ``gbufs`` / ``gshadow``
     (the global buffers and their history, ``global_memory``), ``param_buf`` (the
@@ -142,7 +142,7 @@ class Machine:
   def __init__(self):
     self.program = None
     self.threads, self.block, self.alive, self.alive_total, self.exited = [], 0, [], 0, []
-    self.warp_alive = []
+    self.warps_per_cta, self.warp_alive = 0, []
     self.smem, self.shadow, self.smem_cta = [], [], {}
     self.gbufs, self.gshadow, self.param_buf = [], None, b""
     self.tensor_maps = {}   # set by pack_params (at reset)
@@ -202,8 +202,9 @@ class Machine:
                     for c in range(cluster) for t in range(block)]
     self.slots = SlotTable(self.threads, nslots)
     self.alive, self.alive_total = [block] * cluster, cluster * block   # not exited
+    self.warps_per_cta = -(-block // 32)
     self.warp_alive = [min(32, block - 32 * w) for _ in range(cluster)
-                       for w in range(-(-block // 32))]
+                       for w in range(self.warps_per_cta)]
     self.sched, self.runnable, self.blocked, self.parked = Schedule(schedule), \
         list(self.threads), {}, []
     self.group_waiting, self.dirty, self.epoch, self.timeouts = {}, True, 0, 0

@@ -138,7 +138,7 @@ def _whole_meeting(k, lanes, mask):
   if k.group_waiting.get((th.cta, w)):
     return False
   if mask & warp_lanes(k, w) == warp_lanes(k, w):   # (every lane named: the live ones,
-    return len(lanes) == k.warp_alive[th.cta * -(-k.block >> 5) + w]   # counted)
+    return len(lanes) == k.warp_alive[th.cta * k.warps_per_cta + w]   # counted)
   return lanes == live_lanes(k, th.cta, w, mask)
 
 
