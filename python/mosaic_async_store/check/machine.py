@@ -33,7 +33,8 @@ scheduler in ``run``.  Its state, by what it models (each attribute is set by
   * asynchronous operations: ``inflight`` (``asyncops.AsyncOp`` and ``StoreGroup``
     issued, not landed);
   * clocks: ``clocks`` (every thread's vector clock, ``Thread.vc``, as a row of one
-    matrix: row ``slot - 1``), ``slots`` (``slots.SlotTable``: who owns each vector-clock slot: the
+    matrix: row ``slot - 1``), ``seen`` (every thread's ``Thread.seen``, the same
+    way), ``slots`` (``slots.SlotTable``: who owns each vector-clock slot: the
     initial memory, the threads, the mbarriers' data and initialisations, what a family
     allocates);
   * the scheduler (``run``): ``sched`` (``schedule.Schedule``: every choice a schedule
@@ -93,13 +94,13 @@ class Thread:
                "remote_since", "polled", "poll_pc", "poll_seen", "poll_epoch",
                "poll_what", "tried_wait", "released", "products", "spin_epoch", "stale_read")
 
-  def __init__(self, cta, tid, special, local_bytes, slot, vc):
+  def __init__(self, cta, tid, special, local_bytes, slot, vc, seen):
     self.regs, self.pc, self.cta, self.tid = dict(special), 0, cta, tid
     self.state, self.wait, self.cluster_arrived = "run", None, 0
     self.local = bytearray(local_bytes)
     nslots = len(vc)
     self.slot, self.vc, self.unscoped = slot, vc, np.zeros(nslots, CLOCK)
-    self.seen, self.unscoped_pair = np.zeros(nslots, CLOCK), None
+    self.seen, self.unscoped_pair = seen, None
     self.vc[slot], self.fence_rel, self.pending_obs, self.remote_since = 1, None, [], None
     self.polled, self.poll_seen, self.poll_epoch = False, set(), -1
     self.poll_what, self.poll_pc, self.tried_wait, self.released = None, None, None, {}
@@ -153,7 +154,7 @@ class Machine:
     self.cluster_waiting = 0
     self.pair_plan, self.pair_seen, self.pair_users, self.held = None, [], {}, {}
     self.inflight, self.step = [], 0
-    self.slots, self.clocks = None, None
+    self.slots, self.clocks, self.seen = None, None, None
     self.sched, self.runnable, self.blocked, self.parked = None, [], {}, []
     self.group_waiting, self.dirty, self.epoch, self.timeouts = {}, False, 0, 0
     self.grid_clusters = 1
@@ -166,6 +167,7 @@ class Machine:
     budget: what it held is what filled memory)."""
     self.threads, self.runnable, self.blocked, self.parked, self.inflight = [], [], {}, [], []
     self.shadow, self.gshadow, self.clocks, self.mbar, self.flags = [], None, None, {}, {}
+    self.seen = None
 
   def reset(self, buffers, *, cluster, smem_bytes, block, schedule, barrier_slots,
             trace_stores, smem_init, first_cta, grid_ctas):
@@ -196,9 +198,10 @@ class Machine:
     # every thread's clock is a row of one matrix (row i: slot i + 1), so a warp form
     # reads the clocks of all its lanes at once
     self.clocks = np.zeros((cluster * block, nslots), CLOCK)
+    self.seen = np.zeros((cluster * block, nslots), CLOCK)   # (the same: Thread.seen)
     self.threads = [Thread(c, t, _special_registers(c, t, shape, block, first, grid),
                            self.program.local_bytes, c * block + t + 1,
-                           self.clocks[c * block + t])
+                           self.clocks[c * block + t], self.seen[c * block + t])
                     for c in range(cluster) for t in range(block)]
     self.slots = SlotTable(self.threads, nslots)
     self.alive, self.alive_total = [block] * cluster, cluster * block   # not exited
