@@ -10,10 +10,10 @@ functions (``floats.float_op``) give lane by lane.
   result for these operations: 53 >= 2 * 8 + 2, and through f32 the same again,
   24 >= 2 * 8 + 2), rounded to the type by NumPy (f16) or ml_dtypes (bf16).
 
-Where any lane is a case the lane function treats its own way (a NaN or infinity, a
-subnormal input or result, a zero divisor, two zeros to order, an overflow, a result at
-the smallest normal under ``.ftz``) a form returns None and the caller runs every lane
-through the lane function.  test/emu/test_float_lanes.py compares the two.
+Where any lane is a case the lane function treats its own way (a NaN; an infinity, but
+for ``min`` / ``max``, which order it like any value; a subnormal input or result, a
+zero divisor, two zeros to order, an overflow, a result at the smallest normal under
+``.ftz``) a form returns None and the caller runs every lane through the lane function.  test/emu/test_float_lanes.py compares the two.
 """
 
 from __future__ import annotations
