@@ -178,7 +178,7 @@ def _named(k, waits, bar_id, count, pc, aligned, red=None):
       rec.trues = sum(red[1](t) & 1 for t in lanes)
     rec.lanes = {t.tid: (t, waits, None if red is None else red[2]) for t in lanes}
     rec.pcs[pc], rec.aligned = th.tid, aligned
-    k.clocks[rows, rows + 1] += 1   # (each lane's own slot: what it releases)
+    k.tick(rows)   # (each lane's own slot: what it releases)
     k.epoch += len(lanes)
     last = lanes[-1]
     wait = NamedWait(wkey)   # (one for the warp's lanes: it holds only the key)
@@ -310,7 +310,7 @@ def _named_complete(k, key, current=None) -> bool:
   # (every waiter's clock at once: a thread's clock is row slot - 1 of ``k.clocks``)
   rows = np.fromiter((th.slot - 1 for th, _ in bar.waiters), np.intp, len(bar.waiters))
   k.clocks[rows] = np.maximum(k.clocks[rows], bar.vc)
-  k.clocks[rows, rows + 1] += 1
+  k.tick(rows)
   for th, put in bar.waiters:
     if put is not None:
       put(th, value)

@@ -129,13 +129,10 @@ def fused_here(sched, add_pc, mul_pc) -> bool:
   """Whether the run of ``sched`` fuses the ``add`` at ``add_pc`` with the ``mul`` at
   ``mul_pc``: never in schedule 0, always in schedule 1, else a seeded coin flip made
   once per pair and kept for the run."""
-  if sched.seed in (0, 1):
-    return sched.seed == 1
-  choices = _CHOICES.setdefault(sched, {})
-  key = (add_pc, mul_pc)
-  if key not in choices:
-    choices[key] = sched.rng.random() < 0.5
-  return choices[key]
+  chosen = _chosen(sched, add_pc, mul_pc)
+  if chosen is None:
+    chosen = _CHOICES.setdefault(sched, {})[(add_pc, mul_pc)] = sched.rng.random() < 0.5
+  return chosen
 
 
 def _chosen(sched, add_pc, mul_pc):

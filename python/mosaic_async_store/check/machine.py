@@ -225,6 +225,11 @@ class Machine:
     first = lanes[0].slot - 1
     return first if lanes[-1].slot - first == len(lanes) else None
 
+  def tick(self, rows):
+    """Each thread of ``rows`` (rows of ``clocks``, an index array) ticks its own slot
+    (row ``r`` is slot ``r + 1``): its later accesses are not before what it did."""
+    self.clocks[rows, rows + 1] += 1
+
   def lane_rows(self, lanes):
     """The rows of ``clocks`` of ``lanes`` (threads of one warp in lane order), an
     index array (row ``slot - 1``)."""

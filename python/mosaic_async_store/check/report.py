@@ -217,14 +217,13 @@ def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1,
       checker is never a finding.
   """
   _check_ptx_text(ptx)
-  _check_args(args, smem_bytes, block, cluster, grid, schedules)
+  dims = _check_args(args, smem_bytes, block, cluster, grid, schedules)
   try:
     kernel = PtxKernel(ptx)
   except NotImplementedError as e:
     raise refuse("ptx", str(e), "the opcodes docs/checker.md lists as run exactly",
                  "check that instruction's kernel another way, or report it") from None
-  return check_parsed(kernel, args, smem_bytes=smem_bytes, block=block, cluster=cluster,
-                      grid=grid, schedules=schedules, budget=budget)
+  return _checked(kernel, args, dims, smem_bytes, schedules, budget)
 
 
 def check_parsed(kernel: PtxKernel, args, *, smem_bytes: int, block=(128, 1, 1),
@@ -233,7 +232,14 @@ def check_parsed(kernel: PtxKernel, args, *, smem_bytes: int, block=(128, 1, 1),
   """``check_ptx`` of a kernel already parsed (``PtxKernel(ptx)``, by a caller that
   words a refusal of its PTX in its own terms: ``tools.check_kernel``), with the same
   arguments and checks."""
-  bx, cs, gs = _check_args(args, smem_bytes, block, cluster, grid, schedules)
+  return _checked(kernel, args, _check_args(args, smem_bytes, block, cluster, grid,
+                                            schedules), smem_bytes, schedules, budget)
+
+
+def _checked(kernel, args, dims, smem_bytes, schedules, budget) -> Report:
+  """The runs of ``check_ptx`` on a parsed kernel whose arguments ``_check_args`` took
+  (``dims``: its block, cluster and grid)."""
+  bx, cs, gs = dims
   try:
     kernel.machine.pack_params(list(args))
   except ValueError as e:

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import operator
 
-import numpy as np
-
 from mosaic_async_store.check import addresses, contraction, float_columns, program
 from mosaic_async_store.check.floats import FLOAT_TYPE, float_op
 from mosaic_async_store.check.floats_cvt import float_cvt, float_cvt_lanes
@@ -260,14 +258,12 @@ def _cvt(k, ins):
     if vec is None or ins.ops[0][0] != "reg" or any(o[0] != "reg" for o in ins.ops[1:]):
       return cvt
     columns = [program.lanes_getter(a) for a in args]
+    def column_form(operands):   # ([operand, lane]: vec takes them operand by operand)
+      return vec(operands.ravel())
     def cvt_lanes(lanes):   # the lanes' sources as one NumPy column, converted at once
-      column = []   # (operand by operand)
-      for c in columns:
-        column += c(lanes)
-      # (a value shfl left undefined, or a NaN: lane by lane, which names the lane)
-      out = vec(np.array(column, np.uint64)) if set(map(type, column)) == {int} else None
-      if out is None:
-        return FALLBACK
+      out = float_columns.on_lists(column_form, *(c(lanes) for c in columns))
+      if out is None:   # (a value shfl left undefined, or a NaN: lane by lane, which
+        return FALLBACK   # names the lane)
       put.lanes(lanes, out)
     return _with_lanes(cvt, cvt_lanes)
   types = ins.types

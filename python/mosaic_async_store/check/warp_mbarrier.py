@@ -85,7 +85,7 @@ def arrive(k, space, addr, tx, count, sem, scope, no_complete, put, pc):
     bar.arrivals.update(zip(slots, clocks))
     # every lane's clock joined: as one release after another
     bar.releases.add(lanes[0].cta, scope, vcs.max(axis=0))
-    k.clocks[rows, rows + 1] += 1
+    k.tick(rows)
     k.epoch += len(lanes)   # (mbarrier_state.add_tx, once per lane)
     befores = accumulate(counts, sub, initial=bar.pending)   # each lane's pending before
     bar.tx, bar.pending = tx_after[-1], pending

@@ -320,7 +320,7 @@ def async_store(k, addr, vals, size, red, mbar, insn, text):
       for slot, clock, bar_off in zip(slots, own, bar_offs):
         barriers[cta, bar_off].users[slot] = (clock, insn)
     k.shadow[cta].mark_inflight_all(offs, n, atomic=red is not None)
-    k.clocks[rows, rows + 1] += 1   # (row r: slot r + 1)
+    k.tick(rows)
     return dict.fromkeys(lanes, YIELD) if k.sched.pauses(k.step) else None
   return lanes_form
 

@@ -236,8 +236,7 @@ def _mma(k, ins):
       ws.inflight[name] = (j, "d")
     for name in a_names:
       ws.inflight[name] = (j, "a")
-    rows = k.lane_rows(lanes)   # its later accesses are not before the operation's
-    k.clocks[rows, rows + 1] += 1   # (row r: slot r + 1)
+    k.tick(k.lane_rows(lanes))   # (its later accesses are not before the operation's)
     if all(x is not None for x in entry.inputs):
       wgmma_exec.execute(k, wg, j)
       k.dirty = True
