@@ -11,15 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mosaic_async_store.check.shadow import Shadow, disjoint_runs
+from mosaic_async_store.check.shadow import Shadow, byte_index, disjoint_runs
 from mosaic_async_store.check.shadow_runs import read_at_once, record_disjoint, runs
 
 NBYTES, SLOTS = 64, 6
 
 
 def _state(sh):
-  return (sh.w_slot, sh.w_clk, sh.w_insn, sh.atomics, sh.readers, sh.inflight,
-          sh.inflight_red, bytes(sh.mbar_bytes))
+  return (sh.w_slot.tolist(), sh.w_clk.tolist(), sh.w_insn.tolist(), sh.atomics, sh.readers,
+          sh.inflight.tolist(), sh.inflight_red.tolist(), bytes(sh.mbar_bytes))
 
 
 def _shadow_after(history):
@@ -177,7 +177,7 @@ def test_last_writes_are_the_bytes_distinct_writers(history, ranges):
   distinct (slot, clock) of the bytes' last plain writes."""
   sh = _shadow_after(history)
   ranges = [(8 * r, 8 * r + 8) for r in sorted(ranges)]
-  want = {(sh.w_slot[b], sh.w_clk[b]) for lo, hi in ranges for b in range(lo, hi)}
+  want = {(int(sh.w_slot[b]), int(sh.w_clk[b])) for lo, hi in ranges for b in range(lo, hi)}
   assert sh.last_writes(ranges) == want
   # (one writer at several clocks: the one-slot path's distinct clocks)
   sh.record(0, NBYTES, write=True, atomic=False, stamp=(2, 5, 7))
@@ -225,16 +225,35 @@ def test_reads_joining_earlier_reads_as_one_by_one(earlier):
                     max_size=3),
        cut=st.integers(0, 40))
 def test_last_writes_of_bytes_written_in_chunks(chunks, odd, cut):
-  """``Shadow.last_writes`` where bytes were written a chunk at a time (its strided
-  shortcut, ``_run_step``): the distinct (slot, clock) of every byte, also where one
-  byte inside a chunk differs or a range starts inside a chunk."""
+  """``Shadow.last_writes`` where bytes were written a chunk at a time: the distinct
+  (slot, clock) of every byte, also where one byte inside a chunk differs or a range
+  starts inside a chunk or is empty, through the ranges or their ``byte_index``."""
   slots = [s for n, s, _ in chunks for _ in range(n)]
   clocks = [c for n, _, c in chunks for _ in range(n)]
   for at, s, c in odd:
     slots[at % len(slots)], clocks[at % len(clocks)] = s, c
   sh = Shadow(len(slots))
-  sh.w_slot, sh.w_clk = list(slots), list(clocks)
+  sh.w_slot[:], sh.w_clk[:] = slots, clocks
   lo = min(cut, len(slots) - 1)
   ranges = [(lo, len(slots))] if lo % 2 else [(0, lo), (lo, len(slots))]
   want = {(slots[b], clocks[b]) for r0, r1 in ranges for b in range(r0, r1)}
   assert sh.last_writes(ranges) == want
+  assert sh.last_writes(ranges, byte_index(ranges)) == want
+  assert byte_index(ranges).tolist() == [b for r0, r1 in ranges for b in range(r0, r1)]
+
+
+@pytest.mark.parametrize("n", [1, 8, 100])
+def test_conflict_names_the_first_unordered_byte_as_python_ints(n):
+  """``Shadow.conflict``'s column form (no history but last writes): the first byte
+  whose last write the access is not ordered after, named with Python ints (they go
+  into messages and dict keys), and None where every write is ordered before."""
+  sh = Shadow(NBYTES * 4)
+  sh.record(0, 4, write=True, atomic=False, stamp=(1, 2, 5))
+  sh.record(4, 200, write=True, atomic=False, stamp=(2, 3, 6))
+  vc = np.array([0, 2, 0, 0, 0, 0], np.int32)
+  bad = sh.conflict(vc, 0 if n > 1 else 4, n, write=True, atomic=False)
+  assert bad == ("written by", 2, 3, 6, None)
+  assert all(type(v) is int for v in bad[1:4])
+  vc[2] = 3
+  assert sh.conflict(vc, 0, n, write=True, atomic=False) is None
+  assert sh.conflict(np.zeros(6, np.int32), 0, n, write=False, atomic=False)[1:3] == (1, 2)

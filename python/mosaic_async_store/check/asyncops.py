@@ -326,7 +326,7 @@ def _land_together(k, group, count) -> bool:
   data, i = np.asarray(group.values[:count], f"<u{group.size}")[rows].tobytes(), 0
   for lo, run in spans:   # each byte was in flight once: its own
     hi = lo + n * run
-    sh.inflight[lo:hi] = [0] * (hi - lo)
+    sh.inflight[lo:hi] = 0
     buf[lo:hi] = data[i:i + hi - lo]
     i += hi - lo
   k.epoch += 2 * count   # (each store's write and complete-tx, as land)

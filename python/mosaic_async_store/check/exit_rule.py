@@ -94,7 +94,7 @@ def _unknown_access(k, c, slot, floor, thread):
   longer hold was overwritten by one ordered after it, else that one was a race: what
   orders the later one before the exit orders it too.)"""
   sh, reads = k.shadow[c], k.flag_reads[c]
-  late = [w for s, w in zip(sh.w_slot, sh.w_clk) if s == slot and w > floor]
+  late = sh.w_clk[(sh.w_slot == slot) & (sh.w_clk > floor)].tolist()
   for accesses in distinct(sh.readers):
     clk = accesses.get(slot, (0,))[0]
     if clk > floor:

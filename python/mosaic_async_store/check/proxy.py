@@ -100,9 +100,9 @@ def check_source(k, op, sh, cta, off, n, verb="reads"):
   if _unfenced(k, sh.last_writes(((off, end),)), fenced_vc) is None:   # (few writers)
     return
   for b in range(off, end):   # the first unfenced byte, for the message
-    hit = _unfenced(k, [(sh.w_slot[b], sh.w_clk[b])], fenced_vc)
+    hit = _unfenced(k, [(int(sh.w_slot[b]), int(sh.w_clk[b]))], fenced_vc)
     if hit is not None:
-      _report(k, op, verb, f"CTA {cta} SMEM byte {b}", hit[0], sh.w_insn[b],
+      _report(k, op, verb, f"CTA {cta} SMEM byte {b}", hit[0], int(sh.w_insn[b]),
               "fence.proxy.async (.shared::cta, .shared::cluster or all spaces)")
       return
 

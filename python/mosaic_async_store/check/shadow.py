@@ -17,9 +17,9 @@ from collections import Counter
 
 import numpy as np
 
-from mosaic_async_store.check.memory import tags_morally_strong
+from mosaic_async_store.check.memory import CLOCK, tags_morally_strong
 
-__all__ = ["Shadow", "AccessSet", "distinct", "disjoint_runs"]
+__all__ = ["Shadow", "AccessSet", "distinct", "disjoint_runs", "byte_index"]
 
 _NO_ENTRY = (-1,)   # (clock, ...) of a slot a byte's access set does not hold
 
@@ -58,17 +58,27 @@ def disjoint_runs(spans):
   return list(zip(firsts.tolist(), (lasts - firsts).tolist()))
 
 
-def _run_step(*columns) -> int:
-  """The largest of 16, 8, 4 and 2 that ``columns`` (lists of one length) repeat each
-  value in runs of, aligned (``col[i] == col[i - i % step]`` for every ``i``), compared
-  with C loops (a list's equality); 1 where none does.  Then ``col[::step]`` holds the
-  same values as ``col``: a warp's 16-byte rows, a copy's chunks."""
-  n = len(columns[0])
-  for step in (16, 8, 4, 2):
-    if n % step == 0 and all(col[k::step] == col[::step]
-                             for k in range(1, step) for col in columns):
-      return step
-  return 1
+def byte_index(ranges):
+  """The bytes of ``ranges`` ((first, end) pairs, disjoint) as one index array, in
+  the ranges' order (a WGMMA operand's hundreds of 16-byte chunks: one gather)."""
+  if len(ranges) == 1:
+    lo, hi = ranges[0]
+    return np.arange(lo, hi)
+  bounds = np.array(ranges, np.intp).reshape(-1, 2)
+  lengths = bounds[:, 1] - bounds[:, 0]
+  # (byte j of range r: first_r + j; as a running count, offset per range)
+  return np.arange(lengths.sum()) + np.repeat(bounds[:, 0] - np.cumsum(lengths) + lengths,
+                                              lengths)
+
+
+def _pairs(slots, clocks) -> set:
+  """The distinct (slot, clock) pairs of two equally long arrays, as Python ints."""
+  if not slots.size:
+    return set()
+  if slots.min() == slots.max():   # (one writer slot, the common case)
+    return set(zip(itertools.repeat(int(slots[0])), np.unique(clocks).tolist()))
+  both = np.unique((slots.astype(np.int64) << 32) | clocks.astype(np.int64))
+  return set(zip((both >> 32).tolist(), (both & 0xFFFFFFFF).tolist()))
 
 
 def _joined(accesses, mine, slot, entry):
@@ -103,13 +113,17 @@ class AccessSet(dict):
 
 
 class Shadow:
-  """Per-byte access history of one CTA's shared memory (Python lists: the
-  accesses are 1 to 16 bytes, where a loop beats NumPy's per-call cost)."""
+  """Per-byte access history of one CTA's shared memory: the numbers (last writes,
+  writes in flight) in NumPy columns, the access sets in Python lists (bytes share
+  them by identity).  Almost every access comes in many at once (a warp's lanes, a
+  copy's chunks, a WGMMA operand: ``shadow_runs``), where a column's one call beats a
+  loop over the bytes."""
 
   def __init__(self, nbytes: int):
     # the last plain (non-atomic) write, and the instruction (index) that made it;
     # slot 0, clock 0, instruction -1: the initial contents
-    self.w_slot, self.w_clk, self.w_insn = [0] * nbytes, [0] * nbytes, [-1] * nbytes
+    self.w_slot, self.w_clk = np.zeros(nbytes, np.intp), np.zeros(nbytes, CLOCK)
+    self.w_insn = np.full(nbytes, -1, np.int32)
     # every strong write (red, red.async, atom, st.relaxed / .release) since it: None,
     # or {slot: (clock, instruction, tag)}; morally strong ones do not conflict with
     # each other, but each must come after the last plain write
@@ -120,7 +134,7 @@ class Shadow:
     self.readers: list[dict | None] = [None] * nbytes
     # asynchronous writes in flight: st.async (conflicts with any access) and
     # red.async (an atomic: conflicts with everything but other atomics)
-    self.inflight, self.inflight_red = [0] * nbytes, [0] * nbytes
+    self.inflight, self.inflight_red = np.zeros(nbytes, np.int32), np.zeros(nbytes, np.int32)
     # the bytes of initialised mbarriers (mbarrier.init .. mbarrier.inval)
     self.mbar_bytes = bytearray(nbytes)
     # every slot that recorded an access here -> the latest clock it recorded (for
@@ -146,8 +160,7 @@ class Shadow:
       self.latest[slot] = clk
 
   def mark_inflight(self, off: int, n: int, delta: int, *, atomic: bool) -> None:
-    inflight = self.inflight_red if atomic else self.inflight
-    inflight[off:off + n] = [m + delta for m in inflight[off:off + n]]
+    (self.inflight_red if atomic else self.inflight)[off:off + n] += delta
 
   def mark_inflight_spans(self, spans, delta: int, *, atomic: bool) -> None:
     """``mark_inflight(off, n, delta)`` for each (off, n) of ``spans``: adjacent
@@ -167,24 +180,15 @@ class Shadow:
     """``mark_inflight(off, n, 1)`` for each of ``offs`` (a warp's issue)."""
     self.mark_inflight_spans([(off, n) for off in offs], 1, atomic=atomic)
 
-  def last_writes(self, ranges) -> set:
+  def last_writes(self, ranges, index=None) -> set:
     """The distinct (slot, clock) last writes of the bytes of ``ranges`` ((first, end)
-    pairs)."""
-    w_slot, w_clk = self.w_slot, self.w_clk
-    slots, clocks = [], []
-    for lo, hi in ranges:
-      slots += w_slot[lo:hi]
-      clocks += w_clk[lo:hi]
-    if not slots:
-      return set()
-    step = _run_step(slots, clocks)   # (bytes written a chunk at a time: one per chunk)
-    if step > 1:
-      slots, clocks = slots[::step], clocks[::step]
-    # (one writer slot, the common case: its distinct clocks with C loops, no pair
-    # per byte; kilobytes for an operand a tensor copy landed)
-    if slots.count(slots[0]) == len(slots):
-      return set(zip(itertools.repeat(slots[0]), set(clocks)))
-    return set(zip(slots, clocks))
+    pairs; ``index``: their ``byte_index`` where the caller has it)."""
+    if index is None and len(ranges) == 1:
+      lo, hi = ranges[0]
+      return _pairs(self.w_slot[lo:hi], self.w_clk[lo:hi])
+    if index is None:
+      index = byte_index(ranges)
+    return _pairs(self.w_slot[index], self.w_clk[index])
 
   def conflict(self, vc, off: int, n: int, *, write: bool, atomic: bool, tag=None):
     """None, or (how, slot, clock, instruction, tag) of the first earlier access to
@@ -196,21 +200,26 @@ class Shadow:
     w_slot, w_clk, atomics, readers = self.w_slot, self.w_clk, self.atomics, self.readers
     both_atomic = write and atomic
     end = off + n
-    if n > 1:   # the common case at once: one last writer, nothing else to check
-      s, c = w_slot[off], w_clk[off]
-      if w_slot[off:end].count(s) == n and w_clk[off:end].count(c) == n and \
-         self.inflight[off:end].count(0) == n and \
-         (both_atomic or self.inflight_red[off:end].count(0) == n) and \
-         atomics[off:end].count(None) == n and (not write or readers[off:end].count(None) == n):
-        return None if vc[s] >= c else ("written by", s, c, self.w_insn[off], None)
+    inflight, inflight_red = self.inflight[off:end], self.inflight_red[off:end]
+    if not inflight.any() and (both_atomic or not inflight_red.any()) and \
+       atomics[off:end].count(None) == n and (not write or readers[off:end].count(None) == n):
+      # the common case at once: only the last writes to judge, the first unordered
+      # one named (as byte by byte, below)
+      ordered = np.asarray(vc)[w_slot[off:end]] >= w_clk[off:end]
+      if ordered.all():
+        return None
+      b = off + int(ordered.argmin())   # (the first False)
+      return "written by", int(w_slot[b]), int(w_clk[b]), int(self.w_insn[b]), None
     if n > 64 and self._none_unordered(vc, off, end, write, both_atomic):
       return None
-    for b in range(off, end):
-      if self.inflight[b] or (self.inflight_red[b] and not both_atomic):
+    slots, clocks = w_slot[off:end].tolist(), w_clk[off:end].tolist()
+    inflight, inflight_red = inflight.tolist(), inflight_red.tolist()
+    for i, b in enumerate(range(off, end)):
+      if inflight[i] or (inflight_red[i] and not both_atomic):
         return "in flight", 0, 0, -1, None
-      s = w_slot[b]
-      if vc[s] < w_clk[b]:
-        return "written by", s, w_clk[b], self.w_insn[b], None
+      s = slots[i]
+      if vc[s] < clocks[i]:
+        return "written by", s, clocks[i], int(self.w_insn[b]), None
       if atomics[b]:
         for a, (clk, insn, other) in atomics[b].items():
           if vc[a] < clk and not (tag and tags_morally_strong(tag, other)):
@@ -227,8 +236,8 @@ class Shadow:
     judged by their distinct last writers and reader sets; False where that does not
     show it (``conflict`` then goes byte by byte, to name the first conflict)."""
     n = end - off
-    if self.inflight[off:end].count(0) != n or self.atomics[off:end].count(None) != n or \
-       (not both_atomic and self.inflight_red[off:end].count(0) != n):
+    if self.inflight[off:end].any() or self.atomics[off:end].count(None) != n or \
+       (not both_atomic and self.inflight_red[off:end].any()):
       return False
     if any(vc[s] < c for s, c in self.last_writes(((off, end),))):
       return False
@@ -239,8 +248,8 @@ class Shadow:
     slot, clk, insn = int(stamp[0]), int(stamp[1]), stamp[2]
     self.note_latest(slot, clk)
     if write and not atomic:
-      self.w_slot[off:off + n], self.w_clk[off:off + n] = [slot] * n, [clk] * n
-      self.w_insn[off:off + n] = [insn] * n
+      self.w_slot[off:off + n], self.w_clk[off:off + n] = slot, clk
+      self.w_insn[off:off + n] = insn
       self.atomics[off:off + n] = [None] * n
       self.readers[off:off + n] = [None] * n
       return

@@ -46,9 +46,9 @@ def runs(offs, n):
 def _quiet(sh, lo, hi, own_inflight):
   """Whether bytes [lo, hi) have no write in flight but ``own_inflight`` plain ones
   each, no strong write and no mbarrier."""
-  size = hi - lo
-  return sh.inflight[lo:hi].count(own_inflight) == size and \
-      sh.inflight_red[lo:hi].count(0) == size and sh.atomics[lo:hi].count(None) == size \
+  size, inflight = hi - lo, sh.inflight[lo:hi]
+  return (bool((inflight == own_inflight).all()) if own_inflight else not inflight.any()) \
+      and not sh.inflight_red[lo:hi].any() and sh.atomics[lo:hi].count(None) == size \
       and sh.mbar_bytes.count(0, lo, hi) == size
 
 
@@ -62,13 +62,10 @@ def _each_byte(values, n):
 
 def _ordered(matrix, rows, n, writers, clocks):
   """Whether each access (its clock: row ``rows[i]`` of ``matrix``; ``n`` bytes) is
-  ordered after the last writes (``writers``, ``clocks``: slot and clock per byte, in
-  access order) of its bytes."""
-  if clocks.count(0) == len(clocks):   # (clock 0: the initial contents, before all)
+  ordered after the last writes (``writers``, ``clocks``: arrays, slot and clock per
+  byte, in access order) of its bytes."""
+  if not clocks.any():   # (clock 0: the initial contents, before all)
     return True
-  if writers.count(writers[0]) == len(writers) and clocks.count(clocks[0]) == len(clocks):
-    return bool((matrix[rows, writers[0]] >= clocks[0]).all())
-  writers, clocks = (np.fromiter(v, np.intp, len(v)) for v in (writers, clocks))
   return bool((matrix[np.repeat(rows, n), writers] >= clocks).all())
 
 
@@ -126,18 +123,15 @@ def record_disjoint(sh, offs, n, *, write, matrix, rows, slots, clocks, insn, sp
   if end - first == n * count:   # one run (the common case)
     if not quiet:
       return False
-    spans, writers, wclocks = [(first, count)], w_slot[first:end], w_clk[first:end]
+    spans, where = [(first, count)], slice(first, end)
   else:
-    spans, writers, wclocks = spans or runs(offs, n), [], []
-    for lo, run in spans:
-      hi = lo + n * run
-      if not quiet and not _quiet(sh, lo, hi, own_inflight):
-        return False
-      writers += w_slot[lo:hi]
-      wclocks += w_clk[lo:hi]
+    spans = spans or runs(offs, n)
+    if not quiet and not all(_quiet(sh, lo, lo + n * run, own_inflight) for lo, run in spans):
+      return False
+    where = (np.asarray(offs)[:, None] + np.arange(n)).ravel()   # (bytes, access order)
     if not unread:   # (some run was read: as one by one, below)
       unread = all(readers[lo:lo + n * run].count(None) == n * run for lo, run in spans)
-  if not _ordered(matrix, rows, n, writers, wclocks) or \
+  if not _ordered(matrix, rows, n, w_slot[where], w_clk[where]) or \
      (write and not unread and not _after_reads(readers, offs, n, matrix, rows)):
     return False
   same = type(slots) is int
@@ -148,23 +142,20 @@ def record_disjoint(sh, offs, n, *, write, matrix, rows, slots, clocks, insn, sp
     sh.note_latest(slots, clocks)
   else:   # (threads' slots: a thread's clock only grows, so its newest is its latest)
     sh.latest.update(zip(slots, clocks))
+  if write:   # (one stamp for every byte where asynchronous stores land)
+    w_slot[where] = slots if same else np.repeat(slots, n)
+    w_clk[where] = clocks if same else np.repeat(clocks, n)
+    sh.w_insn[where] = insn
+    if not unread:   # (a plain write ends the reads' history, as Shadow.record)
+      for lo, run in spans:
+        readers[lo:lo + n * run] = [None] * (n * run)
+    return True
   i = 0
   for lo, run in spans:
     hi = lo + n * run
-    if write and same:   # (asynchronous stores landing: one stamp for every byte)
-      w_slot[lo:hi], w_clk[lo:hi], sh.w_insn[lo:hi] = \
-          [slots] * (hi - lo), [clocks] * (hi - lo), [insn] * (hi - lo)
-      if not unread:
-        readers[lo:hi] = [None] * (hi - lo)
-      continue
     mine_slots, mine_clocks = slots[i:i + run], clocks[i:i + run]
     i += run
-    if write:
-      w_slot[lo:hi], w_clk[lo:hi] = _each_byte(mine_slots, n), _each_byte(mine_clocks, n)
-      sh.w_insn[lo:hi] = [insn] * (hi - lo)
-      if not unread:   # (a plain write ends the reads' history, as Shadow.record)
-        readers[lo:hi] = [None] * (hi - lo)
-    elif unread:   # (one set per access, shared by its bytes, as Shadow.record)
+    if unread:   # (one set per access, shared by its bytes, as Shadow.record)
       made = [{s: (c, insn, None)} for s, c in zip(mine_slots, mine_clocks)]
       readers[lo:hi] = _each_byte(made, n)
     else:   # (reads joining earlier ones: as one by one)

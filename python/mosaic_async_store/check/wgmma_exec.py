@@ -21,7 +21,7 @@ from mosaic_async_store.check import access_core, proxy
 from mosaic_async_store.check import wgmma_layout as layout
 from mosaic_async_store.check.addresses import SHARED_BASE
 from mosaic_async_store.check.memory import KernelFault
-from mosaic_async_store.check.shadow import disjoint_runs
+from mosaic_async_store.check.shadow import byte_index, disjoint_runs
 from mosaic_async_store.check.shadow_runs import read_at_once
 
 __all__ = ["execute", "WGMMA_READS"]
@@ -69,13 +69,13 @@ def _read(k, wg, op, vc, stamp, desc, rows, form, atype, mn_major):
   """A ``rows`` x K operand read through descriptor ``desc``: checked and recorded as
   read by the operation (the asynchronous proxy), as exact values."""
   size = form.elem_bytes
-  addrs, ranges = _operand_bytes(desc, rows, form.k, size, bool(mn_major))
+  addrs, ranges, index = _operand_bytes(desc, rows, form.k, size, bool(mn_major))
   smem = k.smem[wg.cta]
   if ranges[0][0] < 0 or ranges[-1][1] > len(smem):
     raise KernelFault(f"CTA {wg.cta} warpgroup {wg.index}: wgmma.mma_async's descriptor "
                       f"{desc:#x} reads outside the CTA's {len(smem)} bytes of shared memory")
   sh = k.shadow[wg.cta]
-  writes = sh.last_writes(ranges)
+  writes = sh.last_writes(ranges, index)
   proxy.check_source_runs(k, op, sh, wg.cta, ranges, writes)
   if not read_at_once(sh, ranges, vc, stamp, writes):   # (at once, or range by range:)
     for lo, hi in ranges:
@@ -88,7 +88,8 @@ def _read(k, wg, op, vc, stamp, desc, rows, form, atype, mn_major):
 @functools.lru_cache(maxsize=256)
 def _operand_bytes(desc, rows, k, size, mn_major):
   """(the byte offsets in shared memory of each element's bytes: int64 [rows, k, size],
-  read-only; the bytes read as ascending disjoint (first, end) ranges) of an operand
+  read-only; the bytes read as ascending disjoint (first, end) ranges; those bytes as
+  one index array, read-only: ``shadow.byte_index``) of an operand
   read through descriptor ``desc``.  Whole 16-byte chunks (a core matrix row; the
   swizzle moves chunks): each operand's elements fill the chunks they touch, so the
   chunks are exactly the bytes read.  Kept per descriptor: a pipeline cycles through
@@ -97,8 +98,10 @@ def _operand_bytes(desc, rows, k, size, mn_major):
                                    mn_major) - SHARED_BASE
   chunks = disjoint_runs([(16 * c, 16) for c in np.unique(addrs // 16).tolist()])
   offsets = addrs[..., None] + np.arange(size)
-  offsets.flags.writeable = False
-  return offsets, tuple((lo, lo + n) for lo, n in chunks)
+  ranges = tuple((lo, lo + n) for lo, n in chunks)
+  index = byte_index(ranges)
+  offsets.flags.writeable = index.flags.writeable = False
+  return offsets, ranges, index
 
 
 def _a_from_registers(entry, form):
