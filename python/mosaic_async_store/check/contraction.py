@@ -65,7 +65,7 @@ def unrounded_mul(k, ins, fn, put, args, vec=None):
       for th, x, y, product in zip(lanes, xs, ys, out):
         th.products[(t, product)] = (x, y, quals, pc)
         put(th, product)
-    mul.lanes = mul_lanes
+    mul.lanes, mul_lanes.wide = mul_lanes, True   # (each lane's own: lockstep.piece)
   return mul
 
 
@@ -121,7 +121,7 @@ def unrounded_sum(k, ins, fn, put, args, vec=None):
       for i in held:   # (in lane order: a random schedule's draws keep theirs)
         out[i] = fuse(lanes[i], xs[i], ys[i], out[i])
       put.lanes(lanes, out)
-    add.lanes = add_lanes
+    add.lanes, add_lanes.wide = add_lanes, True
   return add
 
 

@@ -4,7 +4,13 @@ where their program counters meet.
 
 ``run``'s scheduling loop picks a runnable thread and asks ``piece`` for the runnable
 lanes of its warp at the same instruction, then ``run_piece`` runs them until each
-blocks, exits or yields.  An instruction runs through its warp form
+blocks, exits or yields.  Where the instruction is a lane's own computation
+(``Program.wide``: arithmetic, moves, conversions, branches) the piece takes the
+runnable lanes of every warp of the CTA there, and runs them together until an
+instruction that is not (a memory access, a barrier, a warp collective): there one
+warp goes on, the schedule's choice, and the others go back to the run queue, so
+the schedule's choices stay where they are, at the synchronising instructions (how
+the lanes' own computations interleave changes nothing another thread can see).  An instruction runs through its warp form
 (``program.Program.vcode``, what ``outcomes`` says it may return) when it has one,
 else lane by lane through its function of the thread (``Program.code``).  Registers,
 clocks and waits stay per lane (``machine.Thread``), so every rule is judged per lane:
@@ -25,16 +31,23 @@ LOOP_YIELD = 64   # a piece yields after this many backward jumps in a row
 
 def piece(k, th):
   """The lanes that run with ``th``: the runnable threads of its warp at its program
-  counter, in lane order (the scheduler takes them out of the run queue)."""
-  first = th.cta * k.block + (th.tid & ~31)
-  last = min(first + 32, (th.cta + 1) * k.block)
-  pc = th.pc
+  counter, in lane order (the scheduler takes them out of the run queue); of its
+  whole CTA where that instruction is a lane's own computation (``Program.wide``)."""
+  pc, first = th.pc, th.cta * k.block
+  if k.program.wide[pc]:
+    last = first + k.block
+  else:
+    first += th.tid & ~31
+    last = min(first + 32, (th.cta + 1) * k.block)
   return [t for t in k.threads[first:last] if t.state == "run" and t.pc == pc]
 
 
 def run_piece(k, lanes):
-  """Runs ``lanes`` (threads of one warp at one program counter, in lane order) in
-  lockstep until each blocks, exits or yields; returns the lanes that yielded.
+  """Runs ``lanes`` (threads of one CTA at one program counter, in lane order: of one
+  warp, or of several where the instruction is ``Program.wide``) in lockstep until
+  each blocks, exits or yields; returns the lanes that yielded (and those of the
+  warps a piece of several leaves at an instruction that is not ``wide``:
+  ``_one_warp``).
 
   Each instruction runs once for all the lanes of the piece: through its warp form
   (``Program.vcode``) where it has one, else lane by lane in lane order, each lane's
@@ -46,11 +59,13 @@ def run_piece(k, lanes):
   exit waits for the lanes still in the loop).  A piece yields after
   ``LOOP_YIELD`` backward jumps in a row (a loop may be a spin on a weak load,
   which only another thread can end: see ``run``'s doc)."""
-  code, vcode = k.program.code, k.program.vcode
+  code, vcode, wide = k.program.code, k.program.vcode, k.program.wide
   pc, jumps, n, th = lanes[0].pc, 0, 0, lanes[0]
   pending, low, yielded = {}, None, []   # pc -> diverged lanes; min(pending)
   try:
     while True:
+      if not wide[pc] and (lanes[0].tid ^ lanes[-1].tid) >= 32:   # (several warps)
+        lanes = _one_warp(k, lanes, pc, yielded)
       n += len(lanes)   # (a local: added to k.executed once, at the end)
       k.step += 1
       vf, th = vcode[pc], lanes[0]   # (th: the lane an error names; lane by lane, each)
@@ -147,6 +162,24 @@ def run_piece(k, lanes):
 
 def _tid(th):
   return th.tid
+
+
+def _one_warp(k, lanes, pc, yielded):
+  """The lanes of one warp of ``lanes`` (a piece of several warps, in lane order, at
+  ``pc``, an instruction that is not a lane's own computation: a synchronising one,
+  a warp collective), the schedule's choice; the others go back to the run queue
+  (through ``yielded``) at ``pc``, where the schedule chooses who goes next, as it
+  would have had they come there as pieces of one warp."""
+  warps = sorted({th.tid >> 5 for th in lanes})
+  chosen = warps[k.sched.pick_index(len(warps))]
+  mine = []
+  for th in lanes:
+    if th.tid >> 5 == chosen:
+      mine.append(th)
+    else:
+      th.pc = pc
+      yielded.append(th)
+  return mine
 
 
 def _rejoin(k, lanes, pc, queued):

@@ -68,7 +68,7 @@ def _guarded(fn, guard):
     def guarded_lanes(lanes):
       on = [th for th in lanes if th.regs[pname] == want]
       return inner(on) if on else None
-    guarded.lanes = guarded_lanes
+    guarded.lanes, guarded_lanes.wide = guarded_lanes, getattr(inner, "wide", False)
   return guarded
 
 
@@ -78,7 +78,7 @@ def _branch(target, guard):
   if guard is None:
     def jump(th):
       return target
-    jump.lanes = jump
+    jump.lanes, jump.wide = jump, True
     return jump
   pname, want = guard
   def branch(th):
@@ -86,7 +86,7 @@ def _branch(target, guard):
   def branch_lanes(lanes):
     taken = sum(th.regs[pname] == want for th in lanes)
     return target if taken == len(lanes) else None if not taken else FALLBACK
-  branch.lanes = branch_lanes
+  branch.lanes, branch_lanes.wide = branch_lanes, True
   return branch
 
 
@@ -121,7 +121,9 @@ class Program:
   None to go on, a program counter to jump to, ``outcomes.EXIT``, ``BLOCK`` or
   ``YIELD``), ``vcode`` (per instruction, its warp form or None: a function of the
   lanes of a piece, run once for all of them, which returns what ``outcomes`` says;
-  a handler gives one as the ``lanes`` attribute of its function), ``texts`` /
+  a handler gives one as the ``lanes`` attribute of its function), ``wide`` (per
+  instruction, whether its warp form is a lane's own computation, which runs lanes of
+  several warps at once: its ``wide`` attribute; ``lockstep.piece``), ``texts`` /
   ``lines`` / ``sources`` (its statement, PTX line, user source line or None),
   ``params`` (the kernel's parameter names), ``param_specs`` (each one's type, size
   and offset in the parameter space: ``params.Param``),
@@ -193,6 +195,7 @@ class Program:
     for finish in self.finishers.values():   # what a family does once all is compiled
       finish(self)
     self.vcode = [getattr(fn, "lanes", None) for fn in self.code]
+    self.wide = [getattr(f, "wide", False) for f in self.vcode]
 
   def source_at(self, ptx_line):
     """The source of the (first) instruction at PTX line ``ptx_line``, or None."""

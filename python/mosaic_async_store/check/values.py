@@ -95,7 +95,9 @@ def _fused(put, dest, bits, fn, ops, getters):
 
 
 def _with_lanes(fn, lanes_form):
-  """``fn`` with its warp form (``program.Program.vcode``): the same, for each lane."""
+  """``fn`` with its warp form (``program.Program.vcode``): the same, for each lane;
+  a lane's own computation, so it runs lanes of several warps at once (``wide``)."""
+  lanes_form.wide = True
   fn.lanes = lanes_form
   return fn
 

@@ -59,12 +59,14 @@ class RegisterGuard:
       return fn(th)
     inner = getattr(fn, "lanes", None)
     if inner is not None:
-      def guarded_lanes(lanes):   # (one warp: one state; the guard is each lane's)
-        if guard is None:
-          touch(lanes[0])
-        else:
-          for th in lanes:
+      def guarded_lanes(lanes):   # (a warp's state once, or each lane's guard; lanes
+        warp = -1                 # of several warps where ``inner`` is ``wide``)
+        for th in lanes:
+          if guard is not None or th.tid >> 5 != warp:
+            warp = th.tid >> 5
             touch(th)
+            if k.unplaced:   # (the finding names a lane of the warp that broke the rule)
+              findings.place(k, pc, th)
         return inner(lanes)
-      guarded.lanes = guarded_lanes
+      guarded.lanes, guarded_lanes.wide = guarded_lanes, getattr(inner, "wide", False)
     return guarded
