@@ -32,7 +32,7 @@ def test_the_missing_cluster_barrier_is_found_in_every_schedule(monkeypatch):
   monkeypatch.setattr(pallas_run, "_cluster_sync", lambda: None)
   kernel, (x, init) = _kernel_and_inputs(CTA0)
   report = mas_check.check(kernel, x, init)
-  assert [f.schedule for f in report.findings] == [0, 1, 2]
+  assert {f.schedule for f in report.findings} == {0, 1, 2}   # (one or more each)
   assert all(f.rule in ("race", "early-read") and f.ptx_line for f in report.findings)
 
 

@@ -82,7 +82,8 @@ def test_a_race_names_the_python_lines_of_both_accesses():
   whose instruction found it), and the other one when the earlier access is known."""
   zero, reduce = (HERE, _line("zero")), (HERE, _line("reduce"))
   report = mas_check.check(_reduce_into_cta0(cluster_barrier=False), _x())
-  assert [f.schedule for f in report.findings] == [0, 1, 2], str(report)
+  # (several findings a schedule: the run goes on after a race; findings.py)
+  assert {f.schedule for f in report.findings} == {0, 1, 2}, str(report)
   for f in report.findings:
     assert f.rule in ("race", "early-read"), f
     assert _at(f.source) in (zero, reduce), f

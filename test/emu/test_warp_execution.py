@@ -197,3 +197,81 @@ def test_a_weak_flag_between_warp_mates_races(schedule):
     _spin("ld.shared.u32 %r3, [%r2];", "st.shared.u32 [%r2], 1;", schedule)
   assert err.value.rule == "race" and err.value.thread == 1
   assert "write-after-read" in str(err.value)
+
+
+# Three warps meet at bar.sync, then compute the address of their word (each lane's
+# own computation: Program.wide) and store their tid there (not wide: one warp at a
+# time).
+_AFTER_BARRIER = """
+  ld.param.u64 %rd1, [k_param_0];
+  bar.sync 0;
+  mul.wide.u32 %rd2, %r1, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r1;
+"""
+
+
+def _counted(kern, prefix):
+  """The index of the kernel's first instruction starting with ``prefix``, and the list
+  its warp form records each call's lanes (tids) into."""
+  at = next(i for i, t in enumerate(kern.texts) if t.startswith(prefix))
+  form, calls = kern.program.vcode[at], []
+  def counted(lanes):
+    calls.append([th.tid for th in lanes])
+    return form(lanes)
+  kern.program.vcode[at] = counted
+  return at, calls
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_warps_a_barrier_released_run_their_own_computations_together(schedule):
+  """Pieces wider than a warp (lockstep.py): the warps bar.sync releases run the
+  address arithmetic as one piece, and split into warps at the store, each warp's
+  lanes once; every word is right."""
+  kern = PtxKernel(kernel(_AFTER_BARRIER))
+  (mul_at, muls), (store_at, stores) = _counted(kern, "mul.wide"), _counted(kern, "st.global")
+  [out] = kern.launch([np.zeros(96, np.uint32)], cluster=1, smem_bytes=64, block=96,
+                      schedule=schedule)
+  assert (out.view(np.uint32) == np.arange(96)).all()
+  assert kern.program.wide[mul_at] and not kern.program.wide[store_at]
+  assert sorted(muls) == [list(range(96))]   # (the warp that completes the barrier
+                                             # takes the warps it released along)
+  assert sorted(map(tuple, stores)) == [tuple(range(32 * w, 32 * w + 32)) for w in range(3)]
+
+
+# Warp 0 writes SMEM word tid, then both warps meet at bar.sync; after it (address
+# arithmetic for all lanes at once) warp 1 reads warp 0's word tid - 32 and copies it
+# out.  RACY leaves the barrier out: the read races with the write whatever order the
+# schedule runs the warps' own computations in.
+_CROSS_WARP = """
+  ld.param.u64 %rd1, [k_param_0];
+  mov.u32 %r5, __dynamic_shmem__0;
+  and.b32 %r6, %r1, 31;
+  shl.b32 %r7, %r6, 2;
+  add.u32 %r8, %r5, %r7;
+  setp.lt.u32 %p1, %r1, 32;
+  @%p1 st.shared.u32 [%r8], %r1;
+  {BARRIER}
+  mul.wide.u32 %rd2, %r1, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  @%p1 bra DONE;
+  ld.shared.u32 %r9, [%r8];
+  st.global.u32 [%rd3], %r9;
+DONE:
+"""
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("barrier", ["bar.sync 0;", ""])
+def test_a_race_across_warps_is_found_around_wide_pieces(schedule, barrier):
+  """With the barrier, warp 1 reads what warp 0 wrote; without it, the race is
+  reported under every schedule (wide pieces move no synchronising instruction)."""
+  kern = PtxKernel(kernel(_CROSS_WARP.replace("{BARRIER}", barrier)))
+  args = ([np.zeros(64, np.uint32)],)
+  if not barrier:
+    with pytest.raises(ProtocolError) as e:
+      kern.launch(*args, cluster=1, smem_bytes=128, block=64, schedule=schedule)
+    assert e.value.rule == "race"
+    return
+  [out] = kern.launch(*args, cluster=1, smem_bytes=128, block=64, schedule=schedule)
+  assert (out.view(np.uint32)[32:] == np.arange(32)).all()

@@ -444,7 +444,7 @@ def test_check_command_exit_status_and_json(user_kernel, capsys):
   assert "ok: no rule broken in schedules [0]" in capsys.readouterr().out
   assert cli.main(["check", f"{user_kernel}:broken", "--json"]) == 1
   report = json.loads(capsys.readouterr().out)
-  assert not report["ok"] and [f["schedule"] for f in report["findings"]] == [0, 1, 2]
+  assert not report["ok"] and {f["schedule"] for f in report["findings"]} == {0, 1, 2}
   assert all(f["ptx_line"] and f["cta"] is not None for f in report["findings"])
 
 

@@ -7,6 +7,8 @@ checked and recorded by the access core (``access_core``), strong loads and ``at
 
 from __future__ import annotations
 
+from itertools import chain
+
 import numpy as np
 
 from mosaic_async_store.check import (access_core, addresses, asyncops, program, strong,
@@ -201,7 +203,7 @@ def _rows_at_once(data, trans):
   """Every memory row of the four matrices (``[i][j]``: 16 bytes) from the lanes' register
   values, with NumPy; None where a value is not a known int (``shfl``'s undefined:
   ``_row`` then says where its bits are used)."""
-  if not all(type(w) is int for words in data for w in words):
+  if set(map(type, chain.from_iterable(data))) != {int}:
     return None
   # halves[l, i, h]: half h of lane l's register i; matrix i's element (r, 2q + h) is
   # lane 4r + q's half h, so each matrix is its 32 lanes' halves as 8 x 8

@@ -185,9 +185,15 @@ def _one_warp(k, lanes, pc, yielded):
 def _rejoin(k, lanes, pc, queued):
   """``lanes`` with the lanes of their warp that the last instruction resumed at ``pc``
   (``k.runnable[queued:]``; e.g. the lane whose arrival completes a ``bar.sync`` goes
-  on while it resumes its warp-mates), taken out of the run queue."""
+  on while it resumes its warp-mates), taken out of the run queue; of every warp of
+  their CTA where ``pc`` is ``Program.wide`` (the warps a barrier released run their
+  own computations together, up to the next instruction that is not: ``_one_warp``)."""
   cta, warp = lanes[0].cta, lanes[0].tid >> 5
-  back = [t for t in k.runnable[queued:] if t.pc == pc and t.cta == cta and t.tid >> 5 == warp]
+  if k.program.wide[pc]:
+    back = [t for t in k.runnable[queued:] if t.pc == pc and t.cta == cta]
+  else:
+    back = [t for t in k.runnable[queued:]
+            if t.pc == pc and t.cta == cta and t.tid >> 5 == warp]
   if not back:
     return lanes
   joined = set(back)
