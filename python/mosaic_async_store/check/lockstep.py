@@ -10,8 +10,9 @@ runnable lanes of every warp of the CTA there, and runs them together until an
 instruction that is not (a memory access, a barrier, a warp collective): there one
 warp goes on, the schedule's choice, and the others go back to the run queue, so
 the schedule's choices stay where they are, at the synchronising instructions (how
-the lanes' own computations interleave changes nothing another thread can see).  An instruction runs through its warp form
-(``program.Program.vcode``, what ``outcomes`` says it may return) when it has one,
+the lanes' own computations interleave changes nothing another thread can see).
+An instruction runs through its warp form (``program.Program.vcode``, what
+``outcomes`` says it may return) when it has one,
 else lane by lane through its function of the thread (``Program.code``).  Registers,
 clocks and waits stay per lane (``machine.Thread``), so every rule is judged per lane:
 lockstep is one interleaving a warp may run in (every lane's instruction i before any
