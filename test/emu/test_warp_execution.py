@@ -275,3 +275,41 @@ def test_a_race_across_warps_is_found_around_wide_pieces(schedule, barrier):
     return
   [out] = kern.launch(*args, cluster=1, smem_bytes=128, block=64, schedule=schedule)
   assert (out.view(np.uint32)[32:] == np.arange(32)).all()
+
+
+# Lanes 0..15 of each warp shuffle with membermask 0xffff: warp 0's from lane 9 (in
+# the mask), warp 1's from lane 20 (outside it: undefined, PTX ISA shfl.sync); after
+# bar.sync both warps compare the value (a lane's own computation: one wide piece).
+_UNDEFINED_IN_WARP_1 = """
+  ld.param.u64 %rd1, [k_param_0];
+  mul.wide.u32 %rd2, %r1, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  mov.u32 %r3, 7;
+  and.b32 %r5, %r1, 31;
+  setp.lt.u32 %p1, %r5, 16;
+  setp.ge.u32 %p3, %r1, 32;
+  selp.u32 %r7, 20, 9, %p3;
+  @!%p1 bra JOIN;
+  add.u32 %r4, %r1, 100;
+  shfl.sync.idx.b32 %r3, %r4, %r7, 31, 0xffff;
+JOIN:
+  bar.sync 0;
+  add.u32 %r6, %r3, 1;
+  USE
+  st.global.u32 [%rd3], %r3;
+"""
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("use", ["setp.eq.u32 %p2, %r6, 3;\n  @%p2 mov.u32 %r3, 0;",
+                                 "setp.eq.u32 %p2, %r6, 3;\n  @%p2 bra DONE;\nDONE:",
+                                 "cvt.s64.s32 %rd4, %r6;"],
+                         ids=["guard", "branch", "sign-extension"])
+def test_an_undefined_value_in_a_wide_piece_names_its_lane(schedule, use):
+  """The use (a guard, a branch, a sign extension) runs warps 0 and 1 together; the
+  finding names thread 32, the first lane whose value is undefined, not the piece's
+  first lane (thread 0)."""
+  with pytest.raises(ProtocolError) as caught:
+    PtxKernel(kernel(_UNDEFINED_IN_WARP_1.replace("USE", use))).launch(
+        [np.zeros(64, np.uint32)], cluster=1, smem_bytes=64, block=64, schedule=schedule)
+  assert caught.value.rule == "undefined-value" and caught.value.thread == 32, caught.value

@@ -16,6 +16,7 @@ import re
 
 from mosaic_async_store.check import lineinfo, opcodes, params
 from mosaic_async_store.check.addresses import LOCAL_BASE, SHARED_BASE
+from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.opcodes import decode
 from mosaic_async_store.check.ops import UNDEFINED, immediate, split_operands
 from mosaic_async_store.check.outcomes import FALLBACK
@@ -66,7 +67,10 @@ def _guarded(fn, guard):
   inner = getattr(fn, "lanes", None)
   if inner is not None:
     def guarded_lanes(lanes):
-      on = [th for th in lanes if th.regs[pname] == want]
+      try:
+        on = [th for th in lanes if th.regs[pname] == want]
+      except ProtocolError:   # (an undefined predicate: lane by lane names its lane)
+        return FALLBACK
       return inner(on) if on else None
     guarded.lanes, guarded_lanes.wide = guarded_lanes, getattr(inner, "wide", False)
   return guarded
@@ -84,7 +88,10 @@ def _branch(target, guard):
   def branch(th):
     return target if th.regs[pname] == want else None
   def branch_lanes(lanes):
-    taken = sum(th.regs[pname] == want for th in lanes)
+    try:
+      taken = len([th for th in lanes if th.regs[pname] == want])   # (each one's truth)
+    except ProtocolError:   # (an undefined predicate: lane by lane names its lane)
+      return FALLBACK
     return target if taken == len(lanes) else None if not taken else FALLBACK
   branch.lanes, branch_lanes.wide = branch_lanes, True
   return branch

@@ -16,6 +16,7 @@ import operator
 from mosaic_async_store.check import addresses, contraction, float_columns, program
 from mosaic_async_store.check.floats import FLOAT_TYPE, float_op
 from mosaic_async_store.check.floats_cvt import float_cvt, float_cvt_lanes
+from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.outcomes import FALLBACK
 from mosaic_async_store.check.ops import (ALU, TYPE, UNDEFINED, bfe, bfi, bits_of, prmt,
@@ -44,7 +45,11 @@ def _fused(put, dest, bits, fn, ops, getters):
       put(th, fn(*[g(th) for g in getters]))
     columns = [program.lanes_getter(g) for g in getters]
     def general_lanes(lanes):
-      put.lanes(lanes, [fn(*values) for values in zip(*(c(lanes) for c in columns))])
+      try:
+        out = [fn(*values) for values in zip(*(c(lanes) for c in columns))]
+      except _LANE_ERRORS:
+        return FALLBACK
+      put.lanes(lanes, out)
     return _with_lanes(general, general_lanes)
   d, mask, U = dest[1], (1 << bits) - 1, UNDEFINED
   if len(ops) == 1:
@@ -61,9 +66,12 @@ def _fused(put, dest, bits, fn, ops, getters):
       regs = th.regs
       regs[d] = fn(regs.get(a, U)) & mask
     def f1_lanes(lanes):
-      for th in lanes:
-        regs = th.regs
-        regs[d] = fn(regs.get(a, U)) & mask
+      try:
+        out = [fn(th.regs.get(a, U)) & mask for th in lanes]
+      except _LANE_ERRORS:
+        return FALLBACK
+      for th, v in zip(lanes, out):
+        th.regs[d] = v
     return _with_lanes(f1, f1_lanes)
   a, b = ops[0][1], ops[1][1]
   if kinds == ["reg", "reg"]:
@@ -71,27 +79,43 @@ def _fused(put, dest, bits, fn, ops, getters):
       regs = th.regs
       regs[d] = fn(regs.get(a, U), regs.get(b, U)) & mask
     def frr_lanes(lanes):
-      for th in lanes:
-        regs = th.regs
-        regs[d] = fn(regs.get(a, U), regs.get(b, U)) & mask
+      try:
+        out = [fn(th.regs.get(a, U), th.regs.get(b, U)) & mask for th in lanes]
+      except _LANE_ERRORS:
+        return FALLBACK
+      for th, v in zip(lanes, out):
+        th.regs[d] = v
     return _with_lanes(frr, frr_lanes)
   if kinds == ["reg", "imm"]:
     def fri(th):
       regs = th.regs
       regs[d] = fn(regs.get(a, U), b) & mask
     def fri_lanes(lanes):
-      for th in lanes:
-        regs = th.regs
-        regs[d] = fn(regs.get(a, U), b) & mask
+      try:
+        out = [fn(th.regs.get(a, U), b) & mask for th in lanes]
+      except _LANE_ERRORS:
+        return FALLBACK
+      for th, v in zip(lanes, out):
+        th.regs[d] = v
     return _with_lanes(fri, fri_lanes)
   def fir(th):   # ["imm", "reg"]
     regs = th.regs
     regs[d] = fn(a, regs.get(b, U)) & mask
   def fir_lanes(lanes):
-    for th in lanes:
-      regs = th.regs
-      regs[d] = fn(a, regs.get(b, U)) & mask
+    try:
+      out = [fn(a, th.regs.get(b, U)) & mask for th in lanes]
+    except _LANE_ERRORS:
+      return FALLBACK
+    for th, v in zip(lanes, out):
+      th.regs[d] = v
   return _with_lanes(fir, fir_lanes)
+
+
+# What a lane's own computation may raise (an undefined operand's use, an operand the
+# checker does not run): the warp forms above compute every lane's value before they
+# store any, and on these go lane by lane (``FALLBACK``), so the finding names the
+# lane, not the piece's first (a piece may span the warps of a CTA: ``Program.wide``).
+_LANE_ERRORS = (ProtocolError, NotImplementedError)
 
 
 def _with_lanes(fn, lanes_form):
