@@ -35,14 +35,8 @@ JOIN:
 def _counted_join_store(ptx):
   """The kernel, with the warp form of its store after the join recording the lanes
   (tids) of each call into the list returned with it."""
-  kern, calls = PtxKernel(ptx), []
-  at = next(i for i, t in enumerate(kern.texts) if t.startswith("st.global"))
-  warp_form = kern.program.vcode[at]
-  def counted(lanes):
-    calls.append([th.tid for th in lanes])
-    return warp_form(lanes)
-  kern.program.vcode[at] = counted
-  return kern, calls
+  kern = PtxKernel(ptx)
+  return kern, _counted(kern, "st.global")[1]
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
