@@ -78,6 +78,11 @@ def run_piece(k, lanes):
         nxt = pc + 1
       elif type(r) is int:
         nxt = r
+      elif r is YIELD:   # (a warp form's: every lane yields; the schedule goes on)
+        for th in lanes:
+          th.pc, th.poll_pc = pc + 1, pc
+        yielded += lanes
+        lanes = []
       else:
         if r is FALLBACK:   # lane by lane
           f, moved = code[pc], None

@@ -19,7 +19,7 @@ from mosaic_async_store.check.addresses import LOCAL_BASE, SHARED_BASE
 from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.opcodes import decode
 from mosaic_async_store.check.ops import UNDEFINED, immediate, split_operands
-from mosaic_async_store.check.outcomes import FALLBACK
+from mosaic_async_store.check.outcomes import FALLBACK, YIELD
 
 __all__ = ["Program", "setter", "lanes_getter", "negation_allowed"]
 
@@ -57,7 +57,9 @@ def _is_register(tok, scopes):
 def _guarded(fn, guard):
   """``@%p`` / ``@!%p``: the instruction does nothing unless the predicate matches.
   Its warp form (``Program.vcode``) runs ``fn``'s on the lanes whose predicate
-  matches (``fn`` is not a branch: its warp form never returns a program counter)."""
+  matches (a ``YIELD`` of theirs is theirs alone; ``fn`` is not a branch: its warp
+  form never returns a program counter); where ``fn`` has none, it does nothing if
+  no lane's predicate matches, else the lanes run ``fn`` one by one (``FALLBACK``)."""
   if guard is None:
     return fn
   pname, want = guard
@@ -71,8 +73,20 @@ def _guarded(fn, guard):
         on = [th for th in lanes if th.regs[pname] == want]
       except ProtocolError:   # (an undefined predicate: lane by lane names its lane)
         return FALLBACK
-      return inner(on) if on else None
+      if not on:
+        return None
+      r = inner(on)
+      return dict.fromkeys(on, YIELD) if r is YIELD and len(on) < len(lanes) else r
     guarded.lanes, guarded_lanes.wide = guarded_lanes, getattr(inner, "wide", False)
+  else:
+    def skipped_lanes(lanes):   # (no warp form: nothing where no lane's guard holds,
+      try:                      # e.g. an initialisation one thread of the CTA does)
+        if not any(th.regs[pname] == want for th in lanes):
+          return None
+      except ProtocolError:   # (an undefined predicate: lane by lane names its lane)
+        pass
+      return FALLBACK
+    guarded.lanes = skipped_lanes
   return guarded
 
 

@@ -124,7 +124,7 @@ def sync_collective(k, opcode, mask_getter, contribution, resolve, finish):
     if finish is not None:
       for th, result in zip(lanes, results):
         finish(th, result)
-    return dict.fromkeys(lanes, YIELD)
+    return YIELD
   block.lanes = block_lanes
   return block
 
@@ -157,7 +157,7 @@ def aligned_collective(k, resolve):
     if len(lanes) != 32:
       return FALLBACK
     resolve(lanes)
-    return dict.fromkeys(lanes, YIELD)
+    return YIELD
   block.lanes = block_lanes
   return block
 

@@ -92,7 +92,7 @@ def arrive(k, space, addr, tx, count, sem, scope, no_complete, put, pc):
     for th, before in zip(lanes, befores):   # (the state it returns)
       put(th, mbarrier_forms.encode_state(bar.phase, before if no_complete else None))
     mbarrier_state.advance_phase(k, bar)
-    return dict.fromkeys(lanes, YIELD) if k.sched.pauses(k.step) else None
+    return YIELD if k.sched.pauses(k.step) else None
   return lanes_form
 
 

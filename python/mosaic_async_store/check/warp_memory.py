@@ -277,7 +277,7 @@ def global_store(k, addr, value, n, insn):
 def async_store(k, addr, vals, size, red, mbar, insn, text):
   """The issue of ``st.async`` (``red`` None) or ``red.async`` (``red``: (operation,
   type)) of ``vals`` at ``addr``, completing on the mbarrier at ``mbar``: returns
-  {lane: YIELD} for every lane when the schedule pauses the piece after it."""
+  ``YIELD`` (every lane yields) when the schedule pauses the piece after it."""
   n, mask = size * len(vals), (1 << (8 * size)) - 1
   addrs_of, bars_of = lanes_getter(addr), lanes_getter(mbar)
   values_of = [lanes_getter(g) for g in vals]
@@ -321,7 +321,7 @@ def async_store(k, addr, vals, size, red, mbar, insn, text):
         barriers[cta, bar_off].users[slot] = (clock, insn)
     k.shadow[cta].mark_inflight_all(offs, n, atomic=red is not None)
     k.tick(rows)
-    return dict.fromkeys(lanes, YIELD) if k.sched.pauses(k.step) else None
+    return YIELD if k.sched.pauses(k.step) else None
   return lanes_form
 
 

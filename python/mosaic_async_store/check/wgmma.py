@@ -368,7 +368,7 @@ def _wait(k, ins):
     if last is None:
       return FALLBACK
     _write_back(wg, w, last, lanes, limit)
-    return dict.fromkeys(lanes, YIELD)
+    return YIELD
   wait.lanes = wait_lanes
   return wait
 
