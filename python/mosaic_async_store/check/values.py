@@ -44,14 +44,13 @@ def _fused(put, dest, bits, fn, ops, getters):
     def general(th):
       put(th, fn(*[g(th) for g in getters]))
     columns = [program.lanes_getter(g) for g in getters]
-    def general_lanes(lanes):
-      try:
-        out = [fn(*values) for values in zip(*(c(lanes) for c in columns))]
-      except _LANE_ERRORS:
-        return FALLBACK
-      put.lanes(lanes, out)
-    return _with_lanes(general, general_lanes)
+    return _with_lanes(general, _computed_first(
+        lambda lanes: [fn(*values) for values in zip(*(c(lanes) for c in columns))],
+        put.lanes))
   d, mask, U = dest[1], (1 << bits) - 1, UNDEFINED
+  def store(lanes, out):
+    for th, v in zip(lanes, out):
+      th.regs[d] = v
   if len(ops) == 1:
     a = ops[0][1]
     if kinds[0] == "imm":
@@ -65,50 +64,27 @@ def _fused(put, dest, bits, fn, ops, getters):
     def f1(th):
       regs = th.regs
       regs[d] = fn(regs.get(a, U)) & mask
-    def f1_lanes(lanes):
-      try:
-        out = [fn(th.regs.get(a, U)) & mask for th in lanes]
-      except _LANE_ERRORS:
-        return FALLBACK
-      for th, v in zip(lanes, out):
-        th.regs[d] = v
-    return _with_lanes(f1, f1_lanes)
+    return _with_lanes(f1, _computed_first(
+        lambda lanes: [fn(th.regs.get(a, U)) & mask for th in lanes], store))
   a, b = ops[0][1], ops[1][1]
   if kinds == ["reg", "reg"]:
     def frr(th):
       regs = th.regs
       regs[d] = fn(regs.get(a, U), regs.get(b, U)) & mask
-    def frr_lanes(lanes):
-      try:
-        out = [fn(th.regs.get(a, U), th.regs.get(b, U)) & mask for th in lanes]
-      except _LANE_ERRORS:
-        return FALLBACK
-      for th, v in zip(lanes, out):
-        th.regs[d] = v
-    return _with_lanes(frr, frr_lanes)
+    return _with_lanes(frr, _computed_first(
+        lambda lanes: [fn(th.regs.get(a, U), th.regs.get(b, U)) & mask for th in lanes],
+        store))
   if kinds == ["reg", "imm"]:
     def fri(th):
       regs = th.regs
       regs[d] = fn(regs.get(a, U), b) & mask
-    def fri_lanes(lanes):
-      try:
-        out = [fn(th.regs.get(a, U), b) & mask for th in lanes]
-      except _LANE_ERRORS:
-        return FALLBACK
-      for th, v in zip(lanes, out):
-        th.regs[d] = v
-    return _with_lanes(fri, fri_lanes)
+    return _with_lanes(fri, _computed_first(
+        lambda lanes: [fn(th.regs.get(a, U), b) & mask for th in lanes], store))
   def fir(th):   # ["imm", "reg"]
     regs = th.regs
     regs[d] = fn(a, regs.get(b, U)) & mask
-  def fir_lanes(lanes):
-    try:
-      out = [fn(a, th.regs.get(b, U)) & mask for th in lanes]
-    except _LANE_ERRORS:
-      return FALLBACK
-    for th, v in zip(lanes, out):
-      th.regs[d] = v
-  return _with_lanes(fir, fir_lanes)
+  return _with_lanes(fir, _computed_first(
+      lambda lanes: [fn(a, th.regs.get(b, U)) & mask for th in lanes], store))
 
 
 # What a lane's own computation may raise (an undefined operand's use, an operand the
@@ -116,6 +92,19 @@ def _fused(put, dest, bits, fn, ops, getters):
 # store any, and on these go lane by lane (``FALLBACK``), so the finding names the
 # lane, not the piece's first (a piece may span the warps of a CTA: ``Program.wide``).
 _LANE_ERRORS = (ProtocolError, NotImplementedError)
+
+
+def _computed_first(compute, store):
+  """A warp form that computes every lane's value (``compute(lanes)`` -> a list) before
+  it stores any (``store(lanes, values)``), and goes lane by lane (``FALLBACK``) where a
+  lane's computation raises one of ``_LANE_ERRORS``."""
+  def lanes_form(lanes):
+    try:
+      out = compute(lanes)
+    except _LANE_ERRORS:
+      return FALLBACK
+    store(lanes, out)
+  return lanes_form
 
 
 def _with_lanes(fn, lanes_form):
