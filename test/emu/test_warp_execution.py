@@ -11,7 +11,7 @@ that passes under every one.
 import numpy as np
 import pytest
 
-from mosaic_async_store.check import ProtocolError, PtxKernel
+from mosaic_async_store.check import ProtocolError, PtxKernel, lockstep
 from mosaic_async_store.check.memory import SCHEDULES
 from test_interp_features import kernel
 
@@ -231,6 +231,42 @@ def test_warps_a_barrier_released_run_their_own_computations_together(schedule):
   assert sorted(muls) == [list(range(96))]   # (the warp that completes the barrier
                                              # takes the warps it released along)
   assert sorted(map(tuple, stores)) == [tuple(range(32 * w, 32 * w + 32)) for w in range(3)]
+
+
+# Each lane takes lane tid ^ 1's tid, then lane (tid ^ 1) ^ 2's value, and stores it to
+# global word tid: tid ^ 3.  Two warps.
+_SHUFFLES = """
+  ld.param.u64 %rd1, [k_param_0];
+  shfl.sync.bfly.b32 %r3, %r1, 1, 31, 0xffffffff;
+  shfl.sync.bfly.b32 %r4, %r3, 2, 31, 0xffffffff;
+  mul.wide.u32 %rd2, %r1, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r4;
+"""
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("lane_by_lane", [False, True])
+def test_a_warp_goes_on_past_its_collectives(schedule, lane_by_lane, monkeypatch):
+  """Nothing another warp can see happens at a ``.sync`` collective (warp.py): the
+  lane whose arrival completes the meeting resumes its warp-mates and they go on
+  together, through the warp form and lane by lane alike, so each warp runs its
+  kernel in one piece (the schedule chooses between the warps at the load, not at
+  each shuffle); every word is right."""
+  kern = PtxKernel(kernel(_SHUFFLES))
+  if lane_by_lane:
+    kern.program.vcode[:] = [None] * len(kern.program.vcode)
+  pieces, run_piece = [], lockstep.run_piece
+  def counted(k, lanes):
+    pieces.append(sorted({th.tid >> 5 for th in lanes}))
+    return run_piece(k, lanes)
+  monkeypatch.setattr(lockstep, "run_piece", counted)
+  [out] = kern.launch([np.zeros(64, np.uint32)], cluster=1, smem_bytes=16, block=64,
+                      schedule=schedule)
+  assert (out.view(np.uint32) == np.arange(64) ^ 3).all()
+  # (two pieces: the first takes both warps at ``mov``, a lane's own computation, and
+  # one warp goes on at the load, the schedule's choice; the other warp is the second)
+  assert len(pieces) == 2 and [0, 1] in pieces
 
 
 # Warp 0 writes SMEM word tid, then both warps meet at bar.sync; after it (address

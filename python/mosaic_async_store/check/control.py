@@ -55,7 +55,7 @@ def _setmaxnreg(k, ins):
   if not 24 <= count <= 256 or count % 8:
     raise NotImplementedError(f"opcode {ins.opcode} {count} (not PTX: the register count "
                               "is a multiple of 8 from 24 to 256)")
-  return warp.aligned_collective(k, lambda lanes: None)
+  return warp.aligned_collective(k, lambda lanes: None, goes_on=True)
 
 
 def _nanosleep(k, ins):

@@ -118,7 +118,11 @@ def run_piece(k, lanes):
           else:   # divergence: every group waits; the lowest runs first
             for at, group in groups.items():
               pending.setdefault(at, []).extend(group)
-            lanes = []
+            if not groups and all(moved[t] is BLOCK and t.state == "run" for t in lanes):
+              nxt = pc + 1   # (every lane blocked, and the last one's arrival resumed them
+              lanes = _rejoin(k, [], nxt, queued, th)   # all: a warp collective's meeting)
+            else:
+              lanes = []
         if lanes and len(k.runnable) > queued:
           lanes = _rejoin(k, lanes, nxt, queued)   # warp-mates it resumed
       if lanes and nxt <= pc:   # a backward jump (a loop that never ends: the budget)
@@ -188,13 +192,15 @@ def _one_warp(k, lanes, pc, yielded):
   return mine
 
 
-def _rejoin(k, lanes, pc, queued):
-  """``lanes`` with the lanes of their warp that the last instruction resumed at ``pc``
-  (``k.runnable[queued:]``; e.g. the lane whose arrival completes a ``bar.sync`` goes
-  on while it resumes its warp-mates), taken out of the run queue; of every warp of
-  their CTA where ``pc`` is ``Program.wide`` (the warps a barrier released run their
-  own computations together, up to the next instruction that is not: ``_one_warp``)."""
-  cta, warp = lanes[0].cta, lanes[0].tid >> 5
+def _rejoin(k, lanes, pc, queued, like=None):
+  """``lanes`` with the lanes of their warp (``like``'s, where ``lanes`` is empty) that the
+  last instruction resumed at ``pc`` (``k.runnable[queued:]``; e.g. the lane whose
+  arrival completes a ``bar.sync`` goes on while it resumes its warp-mates), taken out
+  of the run queue; of every warp of their CTA where ``pc`` is ``Program.wide`` (the
+  warps a barrier released run their own computations together, up to the next
+  instruction that is not: ``_one_warp``)."""
+  like = lanes[0] if like is None else like
+  cta, warp = like.cta, like.tid >> 5
   if k.program.wide[pc]:
     back = [t for t in k.runnable[queued:] if t.pc == pc and t.cta == cta]
   else:

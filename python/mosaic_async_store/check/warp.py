@@ -26,13 +26,17 @@ how it is run:
     warp whose lanes wait at two different ones, or whose lanes exited while others
     wait at one, is reported as ``aligned-divergence``.
 
-A lane that reaches a collective blocks with its ``Meeting`` (a ``waits.Wait``); ``run``
-calls ``meet`` with the waiting lanes when a meeting may complete.  A piece
-(``lockstep``) that holds the whole meeting, every non-exited member lane of its warp
-and no lane of it waiting at another collective, completes it at once instead (each
-collective's warp form, ``Program.vcode``) and its lanes yield: the run in which the
-last lane's arrival completes the meeting at once, its lanes going to the back of the
-run queue as resumed lanes do (test_warp_batches compares the two).
+A lane that reaches a collective blocks with its ``Meeting`` (a ``waits.Wait``); the
+last member lane's arrival completes the meeting (``meet``) and resumes its lanes, which
+go on together (``lockstep`` rejoins them; ``run`` calls ``meet`` too, where an exit
+completes a meeting).  A piece that holds the whole meeting, every non-exited member
+lane of its warp and no lane of it waiting at another collective, completes it at once
+instead (each collective's warp form, ``Program.vcode``) and goes on: the same run
+(test_warp_batches compares the two).  Nothing another warp can see happens at a
+``.sync`` collective, ``wgmma.fence`` or ``wgmma.commit_group``, so the schedule
+chooses no other warp there; after the ``.aligned`` matrix loads and stores and
+``wgmma.mma_async`` the lanes yield (they complete at ``run``'s ``meet``, or at once in
+the warp form, and go to the back of the run queue either way).
 """
 
 from __future__ import annotations
@@ -62,21 +66,30 @@ class Meeting(Wait):
   ``resolve(lanes, values) -> results`` (one per lane, in lane order) and
   ``finish(th, result)`` (writes the lane's destinations)."""
 
-  __slots__ = ("sig", "mask", "value", "pc", "resolve", "finish", "aligned")
+  __slots__ = ("sig", "mask", "value", "pc", "resolve", "finish", "aligned", "goes_on")
   grouped = True
 
-  def __init__(self, sig, mask, value, pc, resolve, finish, aligned=False):
+  def __init__(self, sig, mask, value, pc, resolve, finish, aligned=False, goes_on=True):
     self.sig, self.mask, self.value, self.pc = sig, mask, value, pc
     self.resolve, self.finish, self.aligned = resolve, finish, aligned
+    self.goes_on = goes_on   # (else its lanes yield once it completes: ``aligned_collective``)
 
   def on_block(self, k, th) -> None:
-    """Marks the run dirty once every live member lane may wait (the member lanes,
-    less every exited thread of the CTA: at most the live ones, so the exact count is
-    needed only from there)."""
+    """Once every live member lane may wait (the member lanes, less every exited
+    thread of the CTA: at most the live ones, so the exact count is needed only from
+    there): a meeting that ``goes_on`` completes at this, its last lane's arrival,
+    which resumes its lanes, and they go on together (``lockstep``), as the warp form
+    does; else the run is marked dirty (``run`` calls ``meet``)."""
     key = (th.cta, th.tid // 32)
     n = k.group_waiting[key] = k.group_waiting.get(key, 0) + 1
     if n >= (self.mask & warp_lanes(k, th.tid // 32)).bit_count() - k.block + k.alive[th.cta] \
        and n >= len(live_lanes(k, th.cta, th.tid // 32, self.mask)):
+      if self.goes_on:
+        base = th.cta * k.block + (th.tid & ~31)
+        waiting = [t for t in k.threads[base:base + 32]
+                   if t.state == "block" and type(t.wait) is Meeting and t.wait.goes_on]
+        if meet(k, waiting):
+          return
       k.dirty = True
 
   def on_resume(self, k, th) -> None:
@@ -124,7 +137,6 @@ def sync_collective(k, opcode, mask_getter, contribution, resolve, finish):
     if finish is not None:
       for th, result in zip(lanes, results):
         finish(th, result)
-    return YIELD
   block.lanes = block_lanes
   return block
 
@@ -142,22 +154,25 @@ def _whole_meeting(k, lanes, mask):
   return lanes == live_lanes(k, th.cta, w, mask)
 
 
-def aligned_collective(k, resolve):
+def aligned_collective(k, resolve, goes_on=False):
   """The instruction of an ``.aligned`` collective at ``len(k.program.code)``: every lane of
-  the warp meets at it; ``resolve(lanes)`` runs with the 32 lanes in lane order."""
+  the warp meets at it; ``resolve(lanes)`` runs with the 32 lanes in lane order.  Its
+  lanes go on together (``goes_on``: nothing another warp can see happens there), or
+  yield (the matrix loads and stores, ``wgmma.mma_async``: the schedule chooses who
+  goes next after their memory accesses)."""
   pc = len(k.program.code)
 
   def block(th):
     th.wait = Meeting(("aligned", pc), FULL, None, pc,
                       lambda lanes, values: resolve(lanes) or [None] * len(lanes),
-                      None, aligned=True)
+                      None, aligned=True, goes_on=goes_on)
     return BLOCK
 
   def block_lanes(lanes):   # all 32 lanes in one piece: at once (module doc)
     if len(lanes) != 32:
       return FALLBACK
     resolve(lanes)
-    return YIELD
+    return None if goes_on else YIELD
   block.lanes = block_lanes
   return block
 

@@ -146,7 +146,7 @@ def _fence(k, ins):
   def resolve(lanes):
     wg, w = _state(k, lanes[0])
     wg.warps[w].touched = set()
-  return warp.aligned_collective(k, resolve)
+  return warp.aligned_collective(k, resolve, goes_on=True)
 
 
 def _commit(k, ins):
@@ -156,7 +156,7 @@ def _commit(k, ins):
   def resolve(lanes):
     wg, w = _state(k, lanes[0])
     wg.warps[w].committed += 1
-  return warp.aligned_collective(k, resolve)
+  return warp.aligned_collective(k, resolve, goes_on=True)
 
 
 # -- wgmma.mma_async ------------------------------------------------------------------
