@@ -4,7 +4,8 @@
 int (every lane jumps there), ``FALLBACK``, ``YIELD`` (every lane yields), or
 {lane: YIELD or BLOCK} for the lanes that yield or block (the others go on); a lane
 it blocks, the form has made waiting itself (its program counter, state "block",
-``waits.block``), as ``lockstep`` does for a lane-by-lane BLOCK.  Lanes of the piece's warp that the instruction resumed rejoin it."""
+``waits.block``), as ``lockstep`` does for a lane-by-lane BLOCK.  Lanes of the piece's
+warp that the instruction resumed rejoin it."""
 
 __all__ = ["BLOCK", "YIELD", "EXIT", "FALLBACK"]
 

@@ -72,7 +72,7 @@ class Meeting(Wait):
   def __init__(self, sig, mask, value, pc, resolve, finish, aligned=False, goes_on=True):
     self.sig, self.mask, self.value, self.pc = sig, mask, value, pc
     self.resolve, self.finish, self.aligned = resolve, finish, aligned
-    self.goes_on = goes_on   # (else its lanes yield once it completes: ``aligned_collective``)
+    self.goes_on = goes_on   # (else its lanes yield once it completes: aligned_collective)
 
   def on_block(self, k, th) -> None:
     """Once every live member lane may wait (the member lanes, less every exited
