@@ -166,7 +166,7 @@ def _stmatrix(k, trans, space, addr, regs):
       return
     for i in range(4):
       for j in range(8):
-        row = _row(data, i, j, trans) if memory_rows is None else memory_rows[i][j]
+        row = _row(data, i, j, trans) if memory_rows is None else bytes(memory_rows[i, j])
         writer = lanes[8 * i + j]
         buf, off = addresses.mem(k, writer, space, rows[8 * i + j], 16)
         access_core.thread_access(k, writer, buf, off, 16, write=True, insn=pc)
@@ -175,7 +175,7 @@ def _stmatrix(k, trans, space, addr, regs):
 
 
 def _store_rows_at_once(k, lanes, space, addrs, memory_rows, pc):
-  """The 32 rows' stores (lane ``8i + j``: ``memory_rows[i][j]`` at ``addrs[8i + j]``)
+  """The 32 rows' stores (lane ``8i + j``: ``memory_rows[i, j]`` at ``addrs[8i + j]``)
   checked, recorded and written at once (``shadow_runs.record_disjoint``: the verdict
   of row by row, their bytes being disjoint) where every row is the plain case in the
   own CTA's shared memory at a distinct offset; else nothing done, False."""
@@ -192,17 +192,16 @@ def _store_rows_at_once(k, lanes, space, addrs, memory_rows, pc):
                          slots=[slots[i] for i in order], clocks=[clocks[i] for i in order],
                          insn=pc):
     return False
-  buf = k.smem[cta]
-  for lane, off in enumerate(offs):
-    buf[off:off + 16] = memory_rows[lane // 8][lane % 8]
+  where = (np.asarray(offs)[:, None] + np.arange(16)).ravel()   # (lane 8i + j: row [i, j])
+  np.frombuffer(k.smem[cta], np.uint8)[where] = memory_rows.reshape(-1)
   k.epoch += len(lanes)
   return True
 
 
 def _rows_at_once(data, trans):
-  """Every memory row of the four matrices (``[i][j]``: 16 bytes) from the lanes' register
-  values, with NumPy; None where a value is not a known int (``shfl``'s undefined:
-  ``_row`` then says where its bits are used)."""
+  """Every memory row of the four matrices (``[i, j]``: 16 bytes, uint8) from the lanes'
+  register values, with NumPy; None where a value is not a known int (``shfl``'s
+  undefined: ``_row`` then says where its bits are used)."""
   if set(map(type, chain.from_iterable(data))) != {int}:
     return None
   # halves[l, i, h]: half h of lane l's register i; matrix i's element (r, 2q + h) is
@@ -211,7 +210,7 @@ def _rows_at_once(data, trans):
   matrices = halves.reshape(32, 4, 2).transpose(1, 0, 2).reshape(4, 8, 8)
   if trans:
     matrices = matrices.transpose(0, 2, 1)
-  return [[m[j].tobytes() for j in range(8)] for m in matrices]
+  return np.ascontiguousarray(matrices).view(np.uint8).reshape(4, 8, 16)
 
 
 def _row(data, i, j, trans):

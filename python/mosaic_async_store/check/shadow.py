@@ -128,6 +128,7 @@ class Shadow:
     # or {slot: (clock, instruction, tag)}; morally strong ones do not conflict with
     # each other, but each must come after the last plain write
     self.atomics: list[dict | None] = [None] * nbytes
+    self.strong = False   # whether any was ever recorded (else every entry is None)
     # every read since the last plain write: None, or {slot: (clock, instruction,
     # tag)}, ``tag`` None for a weak read (see ``conflict``); the bytes of an access
     # share one (``AccessSet``)
@@ -140,6 +141,11 @@ class Shadow:
     # every slot that recorded an access here -> the latest clock it recorded (for
     # the exit rule: what other CTAs and asynchronous operations did here)
     self.latest: dict[int, int] = {}
+
+  def no_strong(self, lo: int, hi: int) -> bool:
+    """Whether no strong write is recorded on bytes [lo, hi) since their last plain
+    write (at once where none was ever recorded here)."""
+    return not self.strong or self.atomics[lo:hi].count(None) == hi - lo
 
   def barrier_bytes(self, off: int, n: int) -> bool:
     """Whether any of these bytes belongs to an initialised mbarrier."""
@@ -202,7 +208,7 @@ class Shadow:
     end = off + n
     inflight, inflight_red = self.inflight[off:end], self.inflight_red[off:end]
     if not inflight.any() and (both_atomic or not inflight_red.any()) and \
-       atomics[off:end].count(None) == n and (not write or readers[off:end].count(None) == n):
+       self.no_strong(off, end) and (not write or readers[off:end].count(None) == n):
       # the common case at once: only the last writes to judge, the first unordered
       # one named (as byte by byte, below)
       ordered = np.asarray(vc)[w_slot[off:end]] >= w_clk[off:end]
@@ -236,7 +242,7 @@ class Shadow:
     judged by their distinct last writers and reader sets; False where that does not
     show it (``conflict`` then goes byte by byte, to name the first conflict)."""
     n = end - off
-    if self.inflight[off:end].any() or self.atomics[off:end].count(None) != n or \
+    if self.inflight[off:end].any() or not self.no_strong(off, end) or \
        (not both_atomic and self.inflight_red[off:end].any()):
       return False
     if any(vc[s] < c for s, c in self.last_writes(((off, end),))):
@@ -256,6 +262,7 @@ class Shadow:
     # A slot keeps its latest access: a thread's clock only grows, a barrier's phase at
     # landing too; a bulk group's number does not (two groups' copies land in any
     # order), so an entry is replaced only by one at least as late.
+    self.strong |= write
     self._join(self.atomics if write else self.readers, ((off, off + n),), slot,
                (clk, insn, tag))
 

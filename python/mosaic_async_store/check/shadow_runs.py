@@ -48,7 +48,7 @@ def _quiet(sh, lo, hi, own_inflight):
   each, no strong write and no mbarrier."""
   size, inflight = hi - lo, sh.inflight[lo:hi]
   return (bool((inflight == own_inflight).all()) if own_inflight else not inflight.any()) \
-      and not sh.inflight_red[lo:hi].any() and sh.atomics[lo:hi].count(None) == size \
+      and not sh.inflight_red[lo:hi].any() and sh.no_strong(lo, hi) \
       and sh.mbar_bytes.count(0, lo, hi) == size
 
 

@@ -204,15 +204,7 @@ def _mma(k, ins):
       findings.report(k, _fail("wgmma-fence", wg, w, "wgmma.mma_async with no wgmma.fence "
                                "before it (the warpgroup's first one needs one)"))
     j, group = ws.issued, ws.committed + 1
-    sources, chains = [], {}   # (chains: entry -> whether it is of this shape)
-    for name in d_names:
-      held = ws.inflight.get(name)
-      if held is not None and held[1] == "d" and held[0] not in chains:
-        chains[held[0]] = wg.entries[held[0]].form.shape == shape
-      if held is not None and held[1] == "d" and chains[held[0]]:
-        sources.append(held[0])   # a same-shape accumulator chain: ordered by default
-      else:
-        sources.append(None)
+    sources = _sources(wg, ws, d_names, shape)
     _check_registers(k, wg, w, ws, d_names, sources, a_names)
     # (C's registers are read only where D takes them: scale-d 1, not a chain's result)
     c = _registers(lanes, d_names, d_get) if operands[2] and None in sources else None
@@ -232,15 +224,30 @@ def _mma(k, ins):
     entry.inputs[w] = (d_names, sources, c, a)
     entry.vcs[w] = k.lane_clocks(lanes).max(axis=0)
     ws.issued += 1
-    for name in d_names:
-      ws.inflight[name] = (j, "d")
-    for name in a_names:
-      ws.inflight[name] = (j, "a")
+    ws.inflight.update(dict.fromkeys(d_names, (j, "d")))
+    ws.inflight.update(dict.fromkeys(a_names, (j, "a")))
     k.tick(k.lane_rows(lanes))   # (its later accesses are not before the operation's)
     if all(x is not None for x in entry.inputs):
       wgmma_exec.execute(k, wg, j)
       k.dirty = True
   return warp.aligned_collective(k, resolve)
+
+
+def _sources(wg, ws, d_names, shape):
+  """Per accumulator register, the operation whose result it takes as C: the one that
+  has it in flight where that is a same-shape accumulator chain (ordered by default),
+  else None (the register's value at issue)."""
+  held = list(map(ws.inflight.get, d_names))
+  first = held[0]
+  if held.count(first) == len(held):   # (one operation's registers, or none in flight:
+    chained = first is not None and first[1] == "d" and \
+        wg.entries[first[0]].form.shape == shape   # the common case, at once)
+    return [first[0] if chained else None] * len(held)
+  chains = {}   # entry -> whether it is of this shape
+  for h in held:
+    if h is not None and h[1] == "d" and h[0] not in chains:
+      chains[h[0]] = wg.entries[h[0]].form.shape == shape
+  return [h[0] if h is not None and h[1] == "d" and chains[h[0]] else None for h in held]
 
 
 def _registers(lanes, names, get):
@@ -265,6 +272,8 @@ def _uniform(values):
 def _check_registers(k, wg, w, ws, d_names, sources, a_names):
   """``wgmma-registers`` for a register in flight that is not a same-shape accumulator
   chain; ``wgmma-fence`` for one accessed since the warp's last wgmma.fence."""
+  if sources.count(None) == 0 and not a_names:   # (every register a chain's: none taken
+    return                                       # at issue)
   for name, src in zip(d_names + a_names, sources + [None] * len(a_names)):
     if src is None and name in ws.inflight:
       findings.report(k, _fail("wgmma-registers", wg, w, f"wgmma.mma_async takes {name}, "
@@ -333,13 +342,17 @@ def _write_back(wg, w, last, lanes, limit):
   """The results of warp ``w``'s operations up to ``last`` reach its lanes' registers;
   those registers are no longer in flight; the lanes know the groups' reads."""
   ws = wg.warps[w]
-  results = {}   # register -> its lanes' values (a later operation's replace an earlier's)
-  for j in range(ws.written, last + 1):
-    results.update(wg.entries[j].out[w])
-  if results:
-    names, rows = list(results), np.array(list(results.values())).T.tolist()   # (by lane)
-    for th, row in zip(lanes, rows):
-      th.regs.update(zip(names, row))
+  outs = [wg.entries[j].out[w] for j in range(ws.written, last + 1)]
+  if len(outs) == 1:   # (one operation's: its array, by lane)
+    names, rows = outs[0].names, outs[0].bits.tolist()
+  else:   # register -> its lanes' values (a later operation's replace an earlier's)
+    results = {}
+    for out in outs:
+      results.update(out)
+    names = list(results)
+    rows = np.stack(list(results.values()), axis=1).tolist() if results else []
+  for th, row in zip(lanes, rows):
+    th.regs.update(zip(names, row))
   ws.written = max(ws.written, last + 1)
   wg.forget()
   ws.inflight = {n: held for n, held in ws.inflight.items() if held[0] > last}
