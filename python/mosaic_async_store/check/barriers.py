@@ -308,8 +308,8 @@ def _named_complete(k, key, current=None) -> bool:
   value = {None: 0, "popc": bar.trues, "and": int(bar.trues == bar.votes),
            "or": int(bar.trues > 0)}[bar.red]
   # (every waiter's clock at once: a thread's clock is row slot - 1 of ``k.clocks``)
-  rows = np.fromiter((th.slot - 1 for th, _ in bar.waiters), np.intp, len(bar.waiters))
-  k.clocks[rows] = np.maximum(k.clocks[rows], bar.vc)
+  rows = np.sort(np.array([th.slot for th, _ in bar.waiters], np.intp)) - 1
+  k.acquire_rows(rows, bar.vc)
   k.tick(rows)
   for th, put in bar.waiters:
     if put is not None:

@@ -10,6 +10,8 @@ by run, which judges each byte as move by move would.
 
 from __future__ import annotations
 
+import numpy as np
+
 from mosaic_async_store.check import access_core, asyncops, bulk_groups, findings
 from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.ops import bits_of
@@ -143,6 +145,8 @@ def _write(k, op):
                                  proxy_kind="async", atomic=red is not None)
   if red is None:   # (access_core.write_values of each move's bytes, as they are)
     k.epoch += len(landing)
+    if not k.flags and _written_at_once(mem, landing):
+      return
     for (d, s, n), data in landing:
       if k.flags:
         access_core.forget_flags(k, mem, d, n)
@@ -152,3 +156,24 @@ def _write(k, op):
   for (d, s, n), data in landing:   # element by element, each a read-modify-write
     access_core.write_values(k, mem, d, size, [int.from_bytes(data[i:i + size], "little")
                                                for i in range(0, n, size)], red, weak=False)
+
+
+def _written_at_once(mem, landing) -> bool:
+  """Writes the bytes of ``landing`` ((move, its data or None: zeros) pairs) into
+  ``mem`` (a bytearray) with one NumPy store where the moves are of one size and their
+  destinations disjoint (then the order of the writes does not matter); returns whether
+  it did (else nothing is written)."""
+  sizes = {n for (_, _, n), _ in landing}
+  if len(sizes) != 1 or type(mem) is not bytearray:
+    return False
+  n = sizes.pop()
+  dsts = np.fromiter((d for (d, _, _), _ in landing), np.intp, len(landing))
+  if len(dsts) > 1 and not (np.diff(np.sort(dsts)) >= n).all():
+    return False
+  zeros = bytes(n)
+  data = b"".join([data or zeros for _, data in landing])
+  if len(data) != n * len(dsts):
+    return False
+  np.frombuffer(mem, np.uint8)[(dsts[:, None] + np.arange(n)).ravel()] = \
+      np.frombuffer(data, np.uint8)
+  return True

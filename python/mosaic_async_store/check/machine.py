@@ -225,6 +225,19 @@ class Machine:
     first = lanes[0].slot - 1
     return first if lanes[-1].slot - first == len(lanes) else None
 
+  def acquire_rows(self, rows, vc):
+    """Each thread of ``rows`` (rows of ``clocks``, ascending, an index array) acquires
+    ``vc``: its clock becomes the join of both (in place where the rows are consecutive:
+    a barrier's waiters are mostly whole warps in order)."""
+    if not len(rows):
+      return
+    first, end = int(rows[0]), int(rows[-1]) + 1
+    if end - first == len(rows):
+      view = self.clocks[first:end]
+      np.maximum(view, vc, out=view)
+    else:
+      self.clocks[rows] = np.maximum(self.clocks[rows], vc)
+
   def tick(self, rows):
     """Each thread of ``rows`` (rows of ``clocks``, an index array) ticks its own slot
     (row ``r`` is slot ``r + 1``): its later accesses are not before what it did."""

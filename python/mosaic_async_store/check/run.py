@@ -33,6 +33,7 @@ finding nor a crash.
 from __future__ import annotations
 
 import gc
+from itertools import filterfalse
 
 import numpy as np
 
@@ -135,9 +136,8 @@ def _launch(k, buffers, cluster, smem_bytes, block, max_timeouts, schedule,
       lanes = lockstep.piece(k, k.runnable[k.sched.pick_index(len(k.runnable))])
       if len(lanes) == len(k.runnable):
         k.runnable = []
-      else:
-        running = set(lanes)
-        k.runnable = [t for t in k.runnable if t not in running]
+      else:   # (the others keep their order: a C loop, the queue may be a whole CTA)
+        k.runnable = list(filterfalse(set(lanes).__contains__, k.runnable))
       for th in lockstep.run_piece(k, lanes):   # the lanes that yielded: to the back of the
         if th.polled:                   # queue, so that a spin lets others run
           _polled(k, th)
