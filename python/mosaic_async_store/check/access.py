@@ -15,6 +15,7 @@ from mosaic_async_store.check import (access_core, addresses, asyncops, program,
                                       sync, warp_memory)
 from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.opcodes import Opcode
+from mosaic_async_store.check.ops import ints_array
 from mosaic_async_store.check.outcomes import YIELD
 from mosaic_async_store.check.shadow_runs import record_disjoint
 
@@ -206,7 +207,7 @@ def _rows_at_once(data, trans):
     return None
   # halves[l, i, h]: half h of lane l's register i; matrix i's element (r, 2q + h) is
   # lane 4r + q's half h, so each matrix is its 32 lanes' halves as 8 x 8
-  halves = (np.array(data, np.uint64) & 0xFFFFFFFF).astype("<u4").view("<u2")
+  halves = (ints_array(data) & 0xFFFFFFFF).astype("<u4").view("<u2")
   matrices = halves.reshape(32, 4, 2).transpose(1, 0, 2).reshape(4, 8, 8)
   if trans:
     matrices = matrices.transpose(0, 2, 1)

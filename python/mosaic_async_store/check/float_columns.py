@@ -23,6 +23,8 @@ import itertools
 import ml_dtypes
 import numpy as np
 
+from mosaic_async_store.check.ops import ints_array
+
 __all__ = ["lanes_form", "on_lists"]
 
 _SIGN = 0x80000000
@@ -93,7 +95,7 @@ def on_lists(form, *lists):
   int (``shfl``'s undefined: the lane function says where its bits are used)."""
   if form is None or set(map(type, itertools.chain.from_iterable(lists))) != {int}:
     return None
-  return form(np.array(lists, np.uint64))   # ([operand, lane]: one call for them all)
+  return form(ints_array(lists))   # ([operand, lane]: one call for them all)
 
 
 def _fma_columns(a, b, c):

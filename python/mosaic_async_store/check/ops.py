@@ -4,11 +4,14 @@ arithmetic of the instructions the store kernels use (no state, no memory)."""
 from __future__ import annotations
 
 import re
+from itertools import chain
+
+import numpy as np
 
 from mosaic_async_store.check.floats import reduce_add
 
 __all__ = ["TYPE", "ALU", "RED", "bits_of", "sign_extend", "immediate", "split_operands",
-           "RED_FORMS", "reduce_op", "bfe", "bfi", "prmt", "UNDEFINED"]
+           "RED_FORMS", "reduce_op", "bfe", "bfi", "prmt", "UNDEFINED", "ints_array"]
 
 UNDEFINED = 0xA5C3A5C3A5C3A5C3  # what an unwritten register holds (setters mask it)
 
@@ -16,6 +19,15 @@ TYPE = re.compile(r"^[busf](8|16|32|64)$|^(bf16|f16x2|bf16x2|pred)$")
 ALU = ("add", "sub", "and", "or", "xor", "not", "neg", "shl", "shr", "min", "max", "mul",
         "mad", "selp", "bfe", "bfi", "prmt")
 RED = ("add", "min", "max", "and", "or", "xor", "inc", "dec")
+
+
+def ints_array(rows) -> np.ndarray:
+  """``rows`` (equally long sequences of Python ints in [0, 2**64): lanes' register
+  values) as a uint64 array [len(rows), len(rows[0])], as ``np.array(rows, np.uint64)``
+  makes it, without its search for the nesting (a warp's values, read often)."""
+  width = len(rows[0]) if len(rows) else 0
+  return np.fromiter(chain.from_iterable(rows), np.uint64,
+                     len(rows) * width).reshape(len(rows), width)
 
 
 def bits_of(t):

@@ -76,9 +76,21 @@ def _pairs(slots, clocks) -> set:
   if not slots.size:
     return set()
   if slots.min() == slots.max():   # (one writer slot, the common case)
-    return set(zip(itertools.repeat(int(slots[0])), np.unique(clocks).tolist()))
-  both = np.unique((slots.astype(np.int64) << 32) | clocks.astype(np.int64))
+    if clocks.min() == clocks.max():   # (one write: a copy's landing, the initial contents)
+      return {(int(slots[0]), int(clocks[0]))}
+    return set(zip(itertools.repeat(int(slots[0])), _distinct_sorted(clocks).tolist()))
+  both = _distinct_sorted((slots.astype(np.int64) << 32) | clocks.astype(np.int64))
   return set(zip((both >> 32).tolist(), (both & 0xFFFFFFFF).tolist()))
+
+
+def _distinct_sorted(values):
+  """The distinct values of a 1-d integer array, ascending (``np.unique``'s result, by
+  sorting: NumPy 2's hashing ``unique`` is the slower for these thousands of bytes)."""
+  ordered = np.sort(values)
+  keep = np.empty(len(ordered), bool)
+  keep[0] = True
+  np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+  return ordered[keep]
 
 
 def _joined(accesses, mine, slot, entry):

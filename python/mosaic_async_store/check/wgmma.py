@@ -44,7 +44,7 @@ from mosaic_async_store.check import findings, program, warp, waits, wgmma_exec
 from mosaic_async_store.check import wgmma_layout as layout
 from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.opcodes import Opcode
-from mosaic_async_store.check.ops import UNDEFINED
+from mosaic_async_store.check.ops import UNDEFINED, ints_array
 from mosaic_async_store.check.outcomes import BLOCK, FALLBACK, YIELD
 from mosaic_async_store.check.waits import Wait
 from mosaic_async_store.check.wgmma_guard import RegisterGuard, failure as _fail
@@ -257,7 +257,7 @@ def _registers(lanes, names, get):
     rows = [get(th.regs) for th in lanes]
   except KeyError:
     rows = [[th.regs.get(n, UNDEFINED) for n in names] for th in lanes]
-  return (np.array(rows, np.uint64).reshape(len(lanes), len(names)) & 0xFFFFFFFF
+  return (ints_array(rows).reshape(len(lanes), len(names)) & 0xFFFFFFFF
           ).astype(np.uint32)
 
 
