@@ -239,9 +239,16 @@ class Machine:
       self.clocks[rows] = np.maximum(self.clocks[rows], vc)
 
   def tick(self, rows):
-    """Each thread of ``rows`` (rows of ``clocks``, an index array) ticks its own slot
-    (row ``r`` is slot ``r + 1``): its later accesses are not before what it did."""
-    self.clocks[rows, rows + 1] += 1
+    """Each thread of ``rows`` (rows of ``clocks``, ascending and distinct, an index
+    array) ticks its own slot (row ``r`` is slot ``r + 1``): its later accesses are not
+    before what it did."""
+    first, count = int(rows[0]) if len(rows) else 0, len(rows)
+    if count and int(rows[-1]) - first + 1 == count and self.clocks.flags.c_contiguous:
+      stride = self.clocks.shape[1] + 1   # (consecutive, a warp's lanes: a strided view
+      start = first * stride + 1
+      self.clocks.reshape(-1)[start:start + count * stride:stride] += 1   # of the diagonal)
+    else:
+      self.clocks[rows, rows + 1] += 1
 
   def lane_rows(self, lanes):
     """The rows of ``clocks`` of ``lanes`` (threads of one warp in lane order), an

@@ -95,12 +95,16 @@ def block(k, th) -> None:
 def block_all(k, threads, pc, wait) -> None:
   """``block`` of each of ``threads`` at ``pc`` with one shared ``wait`` (a warp's lanes
   at a barrier), in order."""
-  blocked, hook = k.blocked, type(wait).on_block is not Wait.on_block
+  blocked = k.blocked
+  if type(wait).on_block is Wait.on_block:   # (nothing to do on blocking: at once)
+    for th in threads:
+      th.pc, th.state, th.wait = pc, "block", wait
+    blocked.update((th.slot, th) for th in threads)
+    return
   for th in threads:
     th.pc, th.state, th.wait = pc, "block", wait
     blocked[th.slot] = th
-    if hook:
-      wait.on_block(k, th)
+    wait.on_block(k, th)
 
 
 def resume(k, th) -> None:
@@ -110,10 +114,11 @@ def resume(k, th) -> None:
 
 def resume_all(k, threads) -> None:
   """``resume`` of each of ``threads``, in order (the waiters a barrier releases)."""
-  blocked, runnable = k.blocked, k.runnable
+  blocked, runnable, plain = k.blocked, k.runnable, Wait.on_resume
   for th in threads:
     wait = th.wait
-    wait.on_resume(k, th)
+    if type(wait).on_resume is not plain:   # (a barrier's hundreds of waiters: most
+      wait.on_resume(k, th)                 # waits have nothing to do)
     del blocked[th.slot]
     th.pc, th.state, th.wait = th.pc + wait.advance, "run", None
     runnable.append(th)
