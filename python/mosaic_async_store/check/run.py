@@ -136,8 +136,8 @@ def _launch(k, buffers, cluster, smem_bytes, block, max_timeouts, schedule,
       lanes = lockstep.piece(k, k.runnable[k.sched.pick_index(len(k.runnable))])
       if len(lanes) == len(k.runnable):
         k.runnable = []
-      else:   # (the others keep their order: a C loop, the queue may be a whole CTA)
-        k.runnable = list(filterfalse(set(lanes).__contains__, k.runnable))
+      else:   # (the others keep their order)
+        _dequeue(k, lanes)
       for th in lockstep.run_piece(k, lanes):   # the lanes that yielded: to the back of the
         if th.polled:                   # queue, so that a spin lets others run
           _polled(k, th)
@@ -166,6 +166,21 @@ def _launch(k, buffers, cluster, smem_bytes, block, max_timeouts, schedule,
     for th in pollers:
       th.wait.time_out(k, th)
       waits.resume(k, th)
+
+
+def _dequeue(k, lanes) -> None:
+  """Takes ``lanes`` (distinct threads) out of the run queue, the others keeping their
+  order: one slice where they stand together in it in lane order (a warp queued
+  together, the common case), else a filter (C loops: the queue may hold a whole CTA)."""
+  queue = k.runnable
+  try:
+    at = queue.index(lanes[0])
+  except ValueError:
+    at = -1
+  if at >= 0 and queue[at:at + len(lanes)] == lanes:
+    del queue[at:at + len(lanes)]
+  else:
+    k.runnable = list(filterfalse(set(lanes).__contains__, queue))
 
 
 def _grid_note(k, blocked) -> str:
