@@ -216,8 +216,10 @@ def test_stmatrix_rows_at_once_equal_the_rows_value_by_value(trans):
   from mosaic_async_store.check.access import _row, _rows_at_once
   rng = np.random.default_rng(int(trans))
   data = [[int(v) for v in rng.integers(0, 2**32, 4)] for _ in range(32)]
-  at_once = _rows_at_once(data, trans)
-  assert at_once == [[_row(data, i, j, trans) for j in range(8)] for i in range(4)]
+  at_once = _rows_at_once(data, trans)   # uint8 [matrix, row, byte]
+  assert at_once.shape == (4, 8, 16)
+  assert [[bytes(at_once[i, j]) for j in range(8)] for i in range(4)] == \
+      [[_row(data, i, j, trans) for j in range(8)] for i in range(4)]
 
 
 def test_an_unsigned_setp_compares_a_negative_immediates_bits():
