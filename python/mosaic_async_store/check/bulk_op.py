@@ -168,8 +168,9 @@ def _written_at_once(mem, landing) -> bool:
     return False
   n = sizes.pop()
   dsts = np.fromiter((d for (d, _, _), _ in landing), np.intp, len(landing))
-  if len(dsts) > 1 and not (np.diff(np.sort(dsts)) >= n).all():
-    return False
+  if not len(dsts) or dsts.min() < 0 or dsts.max() + n > len(mem) or \
+     (len(dsts) > 1 and not (np.diff(np.sort(dsts)) >= n).all()):
+    return False   # (a slice past the end would grow ``mem``: as move by move)
   zeros = bytes(n)
   data = b"".join([data or zeros for _, data in landing])
   if len(data) != n * len(dsts):
