@@ -77,3 +77,12 @@ def test_a_copy_lands_at_once_only_where_move_by_move_gives_the_same(case):
     assert mem == want
   else:
     assert mem == bytearray(b"\xcd" * 128)   # (declined: nothing written)
+
+
+@pytest.mark.parametrize("taken", [[3, 4, 5], [5, 4], [0], [2, 6, 7], [7]])
+def test_dequeue_takes_the_threads_out_and_keeps_the_others_order(taken):
+  k = Machine()
+  queue = [object() for _ in range(8)]
+  k.runnable = list(queue)
+  k.dequeue([queue[i] for i in taken])
+  assert k.runnable == [t for i, t in enumerate(queue) if i not in taken]

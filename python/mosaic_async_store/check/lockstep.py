@@ -208,6 +208,5 @@ def _rejoin(k, lanes, pc, queued, like=None):
             if t.pc == pc and t.cta == cta and t.tid >> 5 == warp]
   if not back:
     return lanes
-  joined = set(back)
-  k.runnable = [t for t in k.runnable if t not in joined]
+  k.dequeue(back)
   return sorted(lanes + back, key=_tid)

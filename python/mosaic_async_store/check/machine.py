@@ -53,6 +53,7 @@ scheduler in ``run``.  Its state, by what it models (each attribute is set by
 from __future__ import annotations
 
 import functools
+from itertools import filterfalse
 
 import numpy as np
 
@@ -225,30 +226,52 @@ class Machine:
     first = lanes[0].slot - 1
     return first if lanes[-1].slot - first == len(lanes) else None
 
-  def acquire_rows(self, rows, vc):
-    """Each thread of ``rows`` (rows of ``clocks``, ascending, an index array) acquires
-    ``vc``: its clock becomes the join of both (in place where the rows are consecutive:
-    a barrier's waiters are mostly whole warps in order)."""
+  @staticmethod
+  def _first_of_run(rows):
+    """The first of ``rows`` (ascending and distinct, an index array) where they are
+    consecutive (a warp's lanes, whole warps in order), else None."""
     if not len(rows):
-      return
-    first, end = int(rows[0]), int(rows[-1]) + 1
-    if end - first == len(rows):
-      view = self.clocks[first:end]
+      return None
+    first = int(rows[0])
+    return first if int(rows[-1]) - first + 1 == len(rows) else None
+
+  def acquire_rows(self, rows, vc):
+    """Each thread of ``rows`` (rows of ``clocks``, ascending and distinct, an index
+    array) acquires ``vc``: its clock becomes the join of both (in place where the rows
+    are consecutive)."""
+    first = self._first_of_run(rows)
+    if first is not None:
+      view = self.clocks[first:first + len(rows)]
       np.maximum(view, vc, out=view)
-    else:
+    elif len(rows):
       self.clocks[rows] = np.maximum(self.clocks[rows], vc)
 
   def tick(self, rows):
     """Each thread of ``rows`` (rows of ``clocks``, ascending and distinct, an index
     array) ticks its own slot (row ``r`` is slot ``r + 1``): its later accesses are not
     before what it did."""
-    first, count = int(rows[0]) if len(rows) else 0, len(rows)
-    if count and int(rows[-1]) - first + 1 == count and self.clocks.flags.c_contiguous:
-      stride = self.clocks.shape[1] + 1   # (consecutive, a warp's lanes: a strided view
+    first = self._first_of_run(rows)
+    if first is not None and self.clocks.flags.c_contiguous:   # (a strided view of the
+      stride = self.clocks.shape[1] + 1                         # diagonal)
       start = first * stride + 1
-      self.clocks.reshape(-1)[start:start + count * stride:stride] += 1   # of the diagonal)
+      self.clocks.reshape(-1)[start:start + len(rows) * stride:stride] += 1
     else:
       self.clocks[rows, rows + 1] += 1
+
+  def dequeue(self, threads) -> None:
+    """Takes ``threads`` (distinct, each in the run queue) out of the run queue, the
+    others keeping their order: one slice where they stand together in it in this order
+    (a warp queued together, the common case), else a filter (C loops: the queue may
+    hold a whole CTA)."""
+    queue = self.runnable
+    try:
+      at = queue.index(threads[0])
+    except ValueError:
+      at = -1
+    if at >= 0 and queue[at:at + len(threads)] == threads:
+      del queue[at:at + len(threads)]
+    else:
+      self.runnable = list(filterfalse(set(threads).__contains__, queue))
 
   def lane_rows(self, lanes):
     """The rows of ``clocks`` of ``lanes`` (threads of one warp in lane order), an

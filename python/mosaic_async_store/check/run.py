@@ -33,7 +33,6 @@ finding nor a crash.
 from __future__ import annotations
 
 import gc
-from itertools import filterfalse
 
 import numpy as np
 
@@ -137,7 +136,7 @@ def _launch(k, buffers, cluster, smem_bytes, block, max_timeouts, schedule,
       if len(lanes) == len(k.runnable):
         k.runnable = []
       else:   # (the others keep their order)
-        _dequeue(k, lanes)
+        k.dequeue(lanes)
       for th in lockstep.run_piece(k, lanes):   # the lanes that yielded: to the back of the
         if th.polled:                   # queue, so that a spin lets others run
           _polled(k, th)
@@ -166,21 +165,6 @@ def _launch(k, buffers, cluster, smem_bytes, block, max_timeouts, schedule,
     for th in pollers:
       th.wait.time_out(k, th)
       waits.resume(k, th)
-
-
-def _dequeue(k, lanes) -> None:
-  """Takes ``lanes`` (distinct threads) out of the run queue, the others keeping their
-  order: one slice where they stand together in it in lane order (a warp queued
-  together, the common case), else a filter (C loops: the queue may hold a whole CTA)."""
-  queue = k.runnable
-  try:
-    at = queue.index(lanes[0])
-  except ValueError:
-    at = -1
-  if at >= 0 and queue[at:at + len(lanes)] == lanes:
-    del queue[at:at + len(lanes)]
-  else:
-    k.runnable = list(filterfalse(set(lanes).__contains__, queue))
 
 
 def _grid_note(k, blocked) -> str:

@@ -148,13 +148,9 @@ def _observe(k, lanes, bar, scope):
     rows, slot = k.lane_rows(lanes), bar.slot
     k.seen[rows, slot] = np.maximum(k.seen[rows, slot], q + 1)
     k.clocks[rows, slot] = np.maximum(k.clocks[rows, slot], q + 1)
-    clocks = k.lane_clocks(lanes)   # (a view where the lanes are consecutive)
     for (cta, rscope), vc in bar.records[q].by_origin.items():   # (Releases.acquire_into)
       if morally_strong(cta, rscope, lanes[0].cta, scope):
-        if clocks.base is k.clocks:
-          np.maximum(clocks, vc, out=clocks)
-        else:
-          k.clocks[rows] = np.maximum(k.clocks[rows], vc)
+        k.acquire_rows(rows, vc)
       else:
         for th in lanes:
           np.maximum(th.unscoped, vc, out=th.unscoped)
