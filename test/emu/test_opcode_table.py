@@ -291,9 +291,9 @@ def _operand_values(stmt, rng, case):
   return regs
 
 
-class _Thread:   # what a register-to-register instruction touches
-  def __init__(self, regs):
-    self.regs, self.products = dict(regs), {}   # (products: contraction.py)
+class _Thread:   # what a register-to-register instruction touches: its row of the
+  def __init__(self):   # machine's register columns, its float products (contraction.py)
+    self.row, self.products = 0, {}
 
 
 _VALUE_EXAMPLES = _examples(_VALUE_HANDLERS)
@@ -301,18 +301,20 @@ _VALUE_EXAMPLES = _examples(_VALUE_HANDLERS)
 
 @pytest.mark.parametrize("base,stmt", _VALUE_EXAMPLES, ids=[s for _, s in _VALUE_EXAMPLES])
 def test_value_examples_match_a_reference(base, stmt):
-  fn = PtxKernel(_kernel(stmt)).code[0]
+  kernel = PtxKernel(_kernel(stmt))
+  fn, registers = kernel.code[0], kernel.machine.registers
   rng = np.random.default_rng(7)
   for case in range(300):
     regs = _operand_values(stmt, rng, case)
     want = _reference(stmt, regs)
-    th = _Thread(regs)
+    registers.reset(1, {r: [v] for r, v in regs.items()})   # (one thread: row 0)
+    th = _Thread()
     if None in want.values():   # a NaN result, or min/max of +0 and -0
       with pytest.raises(NotImplementedError):
         fn(th)
       continue
     fn(th)
-    got = {r: th.regs[r] for r in want}
+    got = {r: registers.get(r, th) for r in want}
     assert got == want, f"{stmt} with {regs}"
 
 

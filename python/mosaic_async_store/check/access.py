@@ -131,7 +131,7 @@ def _ldmatrix(k, trans, space, dests, addr):
   address of row ``j`` of matrix ``i``; register ``ri`` of lane ``l`` receives row
   ``l // 4``, columns ``2 (l % 4)`` and ``+1`` (low half first) of matrix ``i``;
   ``.trans`` loads each matrix transposed (register row ``r`` = memory column ``r``)."""
-  puts, pc = [program.setter(o, 32) for o in dests], len(k.program.code)
+  puts, pc = [program.setter(k, o, 32) for o in dests], len(k.program.code)
 
   def resolve(lanes):
     rows = []                                  # rows[8 i + j]: row j of matrix i

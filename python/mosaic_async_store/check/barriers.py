@@ -115,7 +115,7 @@ def _bar_op(k, ins):
                                             ["or", "pred"]) and \
      mods.count("cta") <= 1 and mods.count("aligned") <= 1 and len(ops) in (3, 4) and \
      ops[0][0] == "reg" and all(src[1:]):
-    put = program.setter(ops[0], 32 if plain[1] == "popc" else 1)
+    put = program.setter(k, ops[0], 32 if plain[1] == "popc" else 1)
     return _named(k, True, src[1], src[2] if len(ops) == 4 else None, pc, aligned,
                   (plain[1], src[-1], put))
   if plain in (["sync"], ["arrive"]) and mods.count("cta") <= 1 and \

@@ -9,7 +9,8 @@ scheduler in ``run``.  Its state, by what it models (each attribute is set by
 
   * the program: ``program`` (``program.Program``: the compiled instructions, their
     text, PTX lines and source lines);
-  * the threads: ``threads`` (``Thread``, in CTA then thread order), ``block``,
+  * the threads: ``threads`` (``Thread``, in CTA then thread order), ``registers``
+    (every thread's registers, one column per register: ``registers.Registers``), ``block``,
     ``alive`` / ``alive_total`` / ``exited`` (non-exited threads per CTA, in all,
     exited CTAs), ``warps_per_cta``, ``warp_alive`` (non-exited threads of warp ``w``
     of CTA ``c`` at ``c * warps_per_cta + w``);
@@ -63,13 +64,17 @@ from mosaic_async_store.check.memory import CLOCK, Releases
 from mosaic_async_store.check.shadow import Shadow
 from mosaic_async_store.check.schedule import Schedule
 from mosaic_async_store.check.params import Memref, ParamMismatch   # (the launch's
-from mosaic_async_store.check.slots import SlotTable                   #  arguments)
+                                                                    #  arguments)
+from mosaic_async_store.check.registers import Registers
+from mosaic_async_store.check.slots import SlotTable
 
 __all__ = ["Machine", "Memref", "ParamMismatch", "Thread"]
 
 
 class Thread:
-  """One thread: registers, where it is, and its memory-model state (``vc``: its
+  """One thread: where it is (``row``: its index in ``Machine.threads``, which is its
+  place in every register's column, ``registers.Registers``), and its memory-model
+  state (``vc``: its
   vector clock; ``unscoped``: clocks it saw through pairs whose scopes do not
   include each other, ``unscoped_pair`` the (release, acquire) scopes of the last;
   ``seen``: the phases it observed complete, whatever the wait's semantics (the exit
@@ -90,13 +95,13 @@ class Thread:
   has already had a stale read after (strong.py: a retry reads the newest)).  ``wait`` says what
   a blocked thread waits for: a ``waits.Wait``)."""
 
-  __slots__ = ("regs", "pc", "cta", "tid", "state", "wait", "cluster_arrived", "local",
+  __slots__ = ("row", "pc", "cta", "tid", "state", "wait", "cluster_arrived", "local",
                "slot", "vc", "unscoped", "unscoped_pair", "seen", "fence_rel", "pending_obs",
                "remote_since", "polled", "poll_pc", "poll_seen", "poll_epoch",
                "poll_what", "tried_wait", "released", "products", "spin_epoch", "stale_read")
 
-  def __init__(self, cta, tid, special, local_bytes, slot, vc, seen):
-    self.regs, self.pc, self.cta, self.tid = dict(special), 0, cta, tid
+  def __init__(self, cta, tid, local_bytes, slot, vc, seen):
+    self.row, self.pc, self.cta, self.tid = slot - 1, 0, cta, tid
     self.state, self.wait, self.cluster_arrived = "run", None, 0
     self.local = bytearray(local_bytes)
     nslots = len(vc)
@@ -113,17 +118,24 @@ def _dims(value, default_yz=1) -> tuple[int, int, int]:
   return tuple(value) if isinstance(value, tuple) else (int(value), default_yz, default_yz)
 
 
-def _special_registers(c, t, cluster, block, first, grid):
-  """The preset registers of thread ``t`` of the cluster's CTA ``c`` (its rank: x
-  fastest, PTX ISA %cluster_ctarank) in a cluster of shape ``cluster`` whose first CTA
-  is at ``first`` of a grid of ``grid`` CTAs, each (x, y, z); blocks are x only."""
-  shared = _cta_registers(c, tuple(cluster), block, tuple(first), tuple(grid))
-  return {**shared, "%tid.x": t, "%laneid": t % 32, "%warpid": t // 32}
+def _special_columns(ctas, cluster, block, first, grid):
+  """The preset registers of every thread of the ``ctas`` CTAs of a cluster of shape
+  ``cluster`` whose first CTA is at ``first`` of a grid of ``grid`` CTAs (each (x, y,
+  z); blocks are x only), as columns (``registers.Registers.reset``): name -> one
+  value per thread, CTA by CTA (its rank: x fastest, PTX ISA %cluster_ctarank)."""
+  tids = range(block)
+  columns = {"%tid.x": list(tids) * ctas, "%laneid": [t % 32 for t in tids] * ctas,
+             "%warpid": [t // 32 for t in tids] * ctas}
+  per_cta = [_cta_registers(c, tuple(cluster), block, tuple(first), tuple(grid))
+             for c in range(ctas)]
+  for name in per_cta[0]:
+    columns[name] = [v for regs in per_cta for v in [regs[name]] * block]
+  return columns
 
 
 @functools.lru_cache(maxsize=256)
 def _cta_registers(c, cluster, block, first, grid):
-  """The preset registers every thread of CTA ``c`` shares (``_special_registers``; the
+  """The preset registers every thread of CTA ``c`` shares (``_special_columns``; the
   shapes as tuples, which the cache keys on)."""
   cx, cy, _ = cluster
   at = (c % cx, c // cx % cy, c // (cx * cy))   # the CTA's place in its cluster
@@ -144,6 +156,8 @@ class Machine:
   def __init__(self):
     self.program = None
     self.threads, self.block, self.alive, self.alive_total, self.exited = [], 0, [], 0, []
+    self.registers = Registers()   # (one for the machine's life: compiled code holds its
+                                   #  columns)
     self.warps_per_cta, self.warp_alive = 0, []
     self.smem, self.shadow, self.smem_cta = [], [], {}
     self.gbufs, self.gshadow, self.param_buf = [], None, b""
@@ -169,6 +183,7 @@ class Machine:
     self.threads, self.runnable, self.blocked, self.parked, self.inflight = [], [], {}, [], []
     self.shadow, self.gshadow, self.clocks, self.mbar, self.flags = [], None, None, {}, {}
     self.seen = None
+    self.registers.reset(0, {})
 
   def reset(self, buffers, *, cluster, smem_bytes, block, schedule, barrier_slots,
             trace_stores, smem_init, first_cta, grid_ctas):
@@ -200,10 +215,11 @@ class Machine:
     # reads the clocks of all its lanes at once
     self.clocks = np.zeros((cluster * block, nslots), CLOCK)
     self.seen = np.zeros((cluster * block, nslots), CLOCK)   # (the same: Thread.seen)
-    self.threads = [Thread(c, t, _special_registers(c, t, shape, block, first, grid),
-                           self.program.local_bytes, c * block + t + 1,
+    self.threads = [Thread(c, t, self.program.local_bytes, c * block + t + 1,
                            self.clocks[c * block + t], self.seen[c * block + t])
                     for c in range(cluster) for t in range(block)]
+    self.registers.reset(cluster * block, _special_columns(cluster, shape, block, first,
+                                                           grid))
     self.slots = SlotTable(self.threads, nslots)
     self.alive, self.alive_total = [block] * cluster, cluster * block   # not exited
     self.warps_per_cta = -(-block // 32)

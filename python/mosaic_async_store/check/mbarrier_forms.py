@@ -88,12 +88,13 @@ def form(mods, ops, space):
   return form
 
 
-def pending_count(ops, src):
-  """``mbarrier.pending_count.b64 count, state``: the pending count before the arrive-on
-  that returned ``state`` (PTX ISA, mbarrier.pending_count), decoded from the state a
-  .noComplete arrive made (``encode_state``); any other state is refused (the ISA
-  defines the count only for a state of ``arrive{_drop}.noComplete``)."""
-  put, state = program.setter(ops[0], 32), src[1]
+def pending_count(k, ops, src):
+  """``mbarrier.pending_count.b64 count, state`` (machine ``k``): the pending count
+  before the arrive-on that returned ``state`` (PTX ISA, mbarrier.pending_count),
+  decoded from the state a .noComplete arrive made (``encode_state``); any other state
+  is refused (the ISA defines the count only for a state of
+  ``arrive{_drop}.noComplete``)."""
+  put, state = program.setter(k, ops[0], 32), src[1]
   def pending_count(th):
     s = state(th)
     if not s & STATE_MARK or not s & NO_COMPLETE_MARK:

@@ -73,7 +73,7 @@ def _check_form(ins, groups, form, operands):
 def _mapa(k, ins):
   """``mapa{.shared::cluster}.type d, a, rank``: ``a`` in CTA ``rank``'s window."""
   _check_form(ins, _MAPA, "mapa", 3)
-  put, a, rank = program.setter(ins.ops[0], ins.bits), ins.src[1], ins.src[2]
+  put, a, rank = program.setter(k, ins.ops[0], ins.bits), ins.src[1], ins.src[2]
   def mapa(th):
     addr, r = a(th), rank(th)
     if addr >> 24 or not 0 <= r < len(k.smem):
@@ -95,12 +95,12 @@ def _ld(k, ins):
   if ins.space == "const" or (ins.t[0] == "s" and ins.bits < 32):
     raise NotImplementedError(f"opcode {ins.opcode}")
   dests = ins.ops[0][1] if ins.ops[0][0] == "vec" else [ins.ops[0]]
-  puts, addr, size, space = [program.setter(o, ins.bits) for o in dests], ins.src[1], \
+  puts, addr, size, space = [program.setter(k, o, ins.bits) for o in dests], ins.src[1], \
       ins.bits // 8, ins.space
   insn = len(k.program.code)   # this instruction's index (it is being compiled)
   mem, n = addresses.mem_fn(k, space, size * len(puts)), size * len(puts)
   if len(dests) == 1 and dests[0][0] == "reg":   # the common case, inlined
-    reg, mask = dests[0][1], (1 << ins.bits) - 1
+    mask, put = (1 << ins.bits) - 1, puts[0]
     glob, smem = space == "global", space not in addresses.NOT_SHARED   # (no shadow)
     def load1(th):
       buf, off = mem(th, addr(th))
@@ -110,11 +110,11 @@ def _ld(k, ins):
           access_core.global_race(k, th, buf, off, n, False, bad, None, insn)
       elif smem:
         access_core.thread_access(k, th, buf, off, n, write=False, insn=insn)
-      th.regs[reg] = int.from_bytes(buf[off:off + n], "little") & mask
+      put(th, int.from_bytes(buf[off:off + n], "little"))
     if glob:
-      load1.lanes = warp_memory.global_load(k, addr, n, reg, mask, insn)
+      load1.lanes = warp_memory.global_load(k, addr, n, put, mask, insn)
     elif space in warp_memory.SHARED:
-      load1.lanes = warp_memory.shared_load(k, addr, n, reg, mask, insn)
+      load1.lanes = warp_memory.shared_load(k, addr, n, put, mask, insn)
     return load1
   def load(th):
     buf, off = mem(th, addr(th))
@@ -122,7 +122,7 @@ def _ld(k, ins):
     for i, p in enumerate(puts):
       p(th, int.from_bytes(buf[off + i * size:off + (i + 1) * size], "little"))
   if space in warp_memory.SHARED and all(d[0] == "reg" for d in dests):   # (.v2 / .v4)
-    load.lanes = warp_memory.shared_load_vector(k, addr, size, [d[1] for d in dests], insn)
+    load.lanes = warp_memory.shared_load_vector(k, addr, size, puts, insn)
   return load
 
 
@@ -158,7 +158,7 @@ def _ld_nc(k, ins):
   if any(d[0] != "reg" for d in dests):
     raise NotImplementedError(f"opcode {ins.opcode} (a sink in its vector: sm_100 forms)")
   size = ins.bits // 8
-  puts, addr, n = [program.setter(d, ins.bits) for d in dests], ins.src[1], size * len(dests)
+  puts, addr, n = [program.setter(k, d, ins.bits) for d in dests], ins.src[1], size * len(dests)
   insn = len(k.program.code)   # this instruction's index (it is being compiled)
   mem, line = addresses.mem_fn(k, "global", n), k.program.lines[-1]
 

@@ -16,10 +16,10 @@ import re
 
 from mosaic_async_store.check import lineinfo, opcodes, params
 from mosaic_async_store.check.addresses import LOCAL_BASE, SHARED_BASE
-from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.opcodes import decode
 from mosaic_async_store.check.ops import UNDEFINED, immediate, split_operands
 from mosaic_async_store.check.outcomes import FALLBACK, YIELD
+from mosaic_async_store.check.registers import read, write
 
 __all__ = ["Program", "setter", "lanes_getter", "negation_allowed"]
 
@@ -54,7 +54,25 @@ def _is_register(tok, scopes):
   return tok.startswith("%") or any(tok in sc[1] for sc in scopes)
 
 
-def _guarded(fn, guard):
+def _predicate(regs, name):
+  """The reads of predicate ``name``'s values, (th -> 0 or 1, lanes -> [0 or 1], or
+  None where a lane's is undefined: its caller goes lane by lane, which names the
+  lane).  A predicate never written (LLVM's undef) has no truth value to branch or
+  guard on, so the checker refuses it, by name, rather than pick one."""
+  col = regs.column(name)
+  def one(th):
+    v = col[th.row] if col else UNDEFINED
+    if v == UNDEFINED:
+      raise NotImplementedError(f"predicate {name} read before any write: its value "
+                                "is undefined")
+    return v
+  def lanes_form(lanes):
+    values = read(col, lanes)
+    return None if UNDEFINED in values else values
+  return one, lanes_form
+
+
+def _guarded(regs, fn, guard):
   """``@%p`` / ``@!%p``: the instruction does nothing unless the predicate matches.
   Its warp form (``Program.vcode``) runs ``fn``'s on the lanes whose predicate
   matches (a ``YIELD`` of theirs is theirs alone; ``fn`` is not a branch: its warp
@@ -63,16 +81,17 @@ def _guarded(fn, guard):
   if guard is None:
     return fn
   pname, want = guard
+  pred, pred_lanes = _predicate(regs, pname)
   def guarded(th):
-    return fn(th) if th.regs[pname] == want else None
+    return fn(th) if pred(th) == want else None
   guarded.guard = guard   # (a wrapper that looks at the registers first: wgmma_guard.RegisterGuard)
   inner = getattr(fn, "lanes", None)
   if inner is not None:
     def guarded_lanes(lanes):
-      try:
-        on = [th for th in lanes if th.regs[pname] == want]
-      except ProtocolError:   # (an undefined predicate: lane by lane names its lane)
+      values = pred_lanes(lanes)
+      if values is None:
         return FALLBACK
+      on = [th for th, v in zip(lanes, values) if v == want]
       if not on:
         return None
       r = inner(on)
@@ -80,17 +99,13 @@ def _guarded(fn, guard):
     guarded.lanes, guarded_lanes.wide = guarded_lanes, getattr(inner, "wide", False)
   else:
     def skipped_lanes(lanes):   # (no warp form: nothing where no lane's guard holds,
-      try:                      # e.g. an initialisation one thread of the CTA does)
-        if not any(th.regs[pname] == want for th in lanes):
-          return None
-      except ProtocolError:   # (an undefined predicate: lane by lane names its lane)
-        pass
-      return FALLBACK
+      values = pred_lanes(lanes)        # e.g. an initialisation one thread of the CTA does)
+      return None if values is not None and want not in values else FALLBACK
     guarded.lanes = skipped_lanes
   return guarded
 
 
-def _branch(target, guard):
+def _branch(regs, target, guard):
   """``{@%p} bra target``: a function of the thread, with its warp form (every lane
   jumps, none does, or the lanes diverge: lane by lane)."""
   if guard is None:
@@ -99,13 +114,14 @@ def _branch(target, guard):
     jump.lanes, jump.wide = jump, True
     return jump
   pname, want = guard
+  pred, pred_lanes = _predicate(regs, pname)
   def branch(th):
-    return target if th.regs[pname] == want else None
+    return target if pred(th) == want else None
   def branch_lanes(lanes):
-    try:
-      taken = len([th for th in lanes if th.regs[pname] == want])   # (each one's truth)
-    except ProtocolError:   # (an undefined predicate: lane by lane names its lane)
+    values = pred_lanes(lanes)
+    if values is None:
       return FALLBACK
+    taken = values.count(want)   # (each one's truth)
     return target if taken == len(lanes) else None if not taken else FALLBACK
   branch.lanes, branch_lanes.wide = branch_lanes, True
   return branch
@@ -120,20 +136,25 @@ def _callee(rest):
   return m.group(1)
 
 
-def setter(op, bits):
-  """A setter (th, value) for a destination register (``_`` discards); its ``lanes``
-  attribute is its warp form, (lanes, values) -> None, one value per lane."""
+def setter(k, op, bits):
+  """A setter (th, value) of machine ``k`` for a destination register (``_``
+  discards); its ``lanes`` attribute is its warp form, (lanes, values) -> None, one
+  value per lane; ``column`` / ``registers`` its register's column and the machine's
+  ``registers.Registers``)."""
   if op[0] == "sink":
     def sink(th, v):
       return None
-    sink.lanes = lambda lanes, values: None
+    sink.lanes, sink.column = (lambda lanes, values: None), None
     return sink
-  def put(th, v, n=op[1], mask=(1 << bits) - 1):
-    th.regs[n] = v & mask
-  def put_lanes(lanes, values, n=op[1], mask=(1 << bits) - 1):
-    for th, v in zip(lanes, values):
-      th.regs[n] = v & mask
-  put.lanes = put_lanes
+  regs, mask = k.registers, (1 << bits) - 1
+  col = regs.column(op[1])
+  def put(th, v):
+    if not col:
+      col.extend(regs.blank)
+    col[th.row] = v & mask
+  def put_lanes(lanes, values):
+    write(regs, col, lanes, [v & mask for v in values])
+  put.lanes, put.column, put.registers = put_lanes, col, regs
   return put
 
 
@@ -212,7 +233,7 @@ class Program:
       target = next((sc[2][label] for sc in reversed(chain) if label in sc[2]),
                     None)
       target = self.labels[label] if target is None else target
-      self.code[k] = _branch(target, guard)
+      self.code[k] = _branch(self.machine.registers, target, guard)
     for finish in self.finishers.values():   # what a family does once all is compiled
       finish(self)
     self.vcode = [getattr(fn, "lanes", None) for fn in self.code]
@@ -280,16 +301,16 @@ class Program:
     """A getter th -> int for a source operand; its ``lanes`` attribute is its warp
     form, lanes -> [int] (``lanes_getter``)."""
     if op[0] == "reg":  # a never-written register (LLVM's undef) reads as garbage:
-      n = op[1]         # bytes built from it show
+      col = self.machine.registers.column(op[1])   # bytes built from it show
       def reg(th):
-        return th.regs.get(n, UNDEFINED)
-      reg.lanes = lambda lanes: [th.regs.get(n, UNDEFINED) for th in lanes]
+        return col[th.row] if col else UNDEFINED
+      reg.lanes = lambda lanes: read(col, lanes)
       return reg
     if op[0] == "npred":   # !%p: the negation of the predicate's one bit
-      n = op[1]
+      col = self.machine.registers.column(op[1])
       def negated(th):
-        return (th.regs.get(n, UNDEFINED) & 1) ^ 1
-      negated.lanes = lambda lanes: [(th.regs.get(n, UNDEFINED) & 1) ^ 1 for th in lanes]
+        return ((col[th.row] if col else UNDEFINED) & 1) ^ 1
+      negated.lanes = lambda lanes: [(v & 1) ^ 1 for v in read(col, lanes)]
       return negated
     if op[0] in ("imm", "sym"):
       v = op[1]
@@ -303,10 +324,10 @@ class Program:
     if op[0] == "addr":
       base, off = self.getter(op[1]), op[2]
       if op[1][0] == "reg":   # one call per address, not two (a hot path)
-        n = op[1][1]
+        col = self.machine.registers.column(op[1][1])
         def reg_address(th):
-          return th.regs.get(n, UNDEFINED) + off
-        reg_address.lanes = lambda lanes: [th.regs.get(n, UNDEFINED) + off for th in lanes]
+          return (col[th.row] if col else UNDEFINED) + off
+        reg_address.lanes = lambda lanes: [v + off for v in read(col, lanes)]
         return reg_address
       def address(th):
         return base(th) + off
@@ -334,7 +355,7 @@ class Program:
         if op[0] == "npred" and not negation_allowed(opcode, i, len(ops)):
           raise NotImplementedError(f"operand '!{op[1]}' of {opcode}: a negated predicate "
                                     "is not a source operand of this instruction")
-    return _guarded(self._semantics(opcode, ops), guard)
+    return _guarded(self.machine.registers, self._semantics(opcode, ops), guard)
 
   def _semantics(self, opcode, ops):
     """The function th -> None (next), int (jump), BLOCK or EXIT of one instruction,

@@ -205,9 +205,7 @@ def _polled(k, th):
     th.poll_epoch, th.poll_seen = k.epoch, set()
   else:   # it polled before and nothing changed since: it spins (_all_spinning)
     th.spin_epoch = k.epoch
-  # (the registers' values alone: a thread's registers are only ever added, never
-  # removed, so two of its states with as many have the same names in the same order)
-  state = (th.pc, tuple(th.regs.values()), bytes(th.local))
+  state = (th.pc, k.registers.state(th), bytes(th.local))
   if state not in th.poll_seen:
     if len(th.poll_seen) < POLL_STATES:   # (a loop that counts its tries never repeats a
       th.poll_seen.add(state)             # state: it runs to its end, in bounded memory)

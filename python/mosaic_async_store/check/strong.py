@@ -99,7 +99,7 @@ def _strong_ld(k, ins, sem, scope):
   later acquire fence (relaxed); then it yields (a poll)."""
   if ins.ops[0][0] == "vec" or ins.t[0] == "s" and ins.bits < 32:
     raise NotImplementedError(f"opcode {ins.opcode}")
-  put, addr = program.setter(ins.ops[0], ins.bits), ins.src[1]
+  put, addr = program.setter(k, ins.ops[0], ins.bits), ins.src[1]
   size, space = ins.bits // 8, ins.space
   insn = len(k.program.code)
   def load(th):
@@ -127,7 +127,7 @@ def _atom(k, ins):
   if not ok or ins.ops[0][0] != "reg":
     raise NotImplementedError(f"opcode {ins.opcode}")
   size, t, space, addr = ins.bits // 8, ins.t, ins.space, ins.src[1]
-  put, b = program.setter(ins.ops[0], ins.bits), ins.src[2]
+  put, b = program.setter(k, ins.ops[0], ins.bits), ins.src[2]
   c, mask = ins.src[3] if op == "cas" else None, (1 << ins.bits) - 1
   insn = len(k.program.code)
   def atom(th):

@@ -71,7 +71,7 @@ def _mbarrier(k, mods, ops, src, space):
   if form in ("arrive", "arrive_drop"):
     return _arrive(k, mods, ops, src, space)
   if form == "pending_count":
-    return mbarrier_forms.pending_count(ops, src)
+    return mbarrier_forms.pending_count(k, ops, src)
   if form == "expect_tx":
     def expect(th, addr=src[0], tx=src[1]):
       bar = mbarrier_of(k, th, th.vc, space, addr(th), pc=pc, form=form)
@@ -99,7 +99,7 @@ def _arrive(k, mods, ops, src, space):
   expect, zero, one = "expect_tx" in mods, (lambda th: 0), (lambda th: 1)
   zero.lanes, one.lanes = (lambda lanes: [0] * len(lanes)), (lambda lanes: [1] * len(lanes))
   no_complete, drop = "noComplete" in mods, mods[0] == "arrive_drop"
-  addr, put = src[1], program.setter(ops[0], 64)
+  addr, put = src[1], program.setter(k, ops[0], 64)
   tx = src[2] if expect and len(ops) == 3 else zero
   count = src[2] if not expect and len(ops) == 3 else one
   sem, scope, pc = *sem_scope(mods, "release"), len(k.program.code)
@@ -159,10 +159,11 @@ def _wait(k, mods, ops, src, space):
     instance = (pc, bar.key, par, bar.phase)
     if done and (th.tried_wait == instance or th.seen[bar.slot] >= bar.phase):
       _observe(k, th, bar, sem, scope)
-      th.regs[pred] = 1
+      k.registers.put(pred, th, 1)
       return None
     if th.tried_wait != instance or not blocking:
-      th.tried_wait, th.regs[pred] = instance, 0
+      th.tried_wait = instance
+      k.registers.put(pred, th, 0)
       if done or not blocking:
         th.polled = True   # (a poll: the run parks it if nothing changes)
         return YIELD
@@ -191,11 +192,11 @@ class MbarrierWait(Wait):
 
   def complete(self, k, th) -> None:
     _observe(k, th, k.mbar[self.key], self.sem, self.scope)
-    th.regs[self.pred] = 1
+    k.registers.put(self.pred, th, 1)
 
   def time_out(self, k, th) -> None:
     th.poll_what = (th.pc, self)   # what it polls, if it then parks (a hang report)
-    th.regs[self.pred] = 0
+    k.registers.put(self.pred, th, 0)
 
   def describe(self, k, th) -> tuple[int, str]:
     return th.pc, f"parity {self.parity} of {k.mbar[self.key].describe()}"

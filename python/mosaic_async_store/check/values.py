@@ -19,6 +19,7 @@ from mosaic_async_store.check.floats_cvt import float_cvt, float_cvt_lanes
 from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.outcomes import FALLBACK
+from mosaic_async_store.check.registers import read, write
 from mosaic_async_store.check.ops import (ALU, TYPE, UNDEFINED, bfe, bfi, bits_of, prmt,
                                           sign_extend)
 
@@ -47,44 +48,47 @@ def _fused(put, dest, bits, fn, ops, getters):
     return _with_lanes(general, _computed_first(
         lambda lanes: [fn(*values) for values in zip(*(c(lanes) for c in columns))],
         put.lanes))
-  d, mask, U = dest[1], (1 << bits) - 1, UNDEFINED
+  col, regs, mask, U = put.column, put.registers, (1 << bits) - 1, UNDEFINED
   def store(lanes, out):
-    for th, v in zip(lanes, out):
-      th.regs[d] = v
+    write(regs, col, lanes, out)
+  def own(th):   # (th's place in the column, which its first write fills)
+    if not col:
+      col.extend(regs.blank)
+    return th.row
   if len(ops) == 1:
     a = ops[0][1]
     if kinds[0] == "imm":
       value = fn(a) & mask
       def f1c(th):
-        th.regs[d] = value
+        col[own(th)] = value
       def f1c_lanes(lanes):
-        for th in lanes:
-          th.regs[d] = value
+        write(regs, col, lanes, [value] * len(lanes))
       return _with_lanes(f1c, f1c_lanes)
+    ca = regs.column(a)
     def f1(th):
-      regs = th.regs
-      regs[d] = fn(regs.get(a, U)) & mask
+      col[own(th)] = fn(ca[th.row] if ca else U) & mask
     return _with_lanes(f1, _computed_first(
-        lambda lanes: [fn(th.regs.get(a, U)) & mask for th in lanes], store))
+        lambda lanes: [fn(x) & mask for x in read(ca, lanes)], store))
   a, b = ops[0][1], ops[1][1]
   if kinds == ["reg", "reg"]:
+    ca, cb = regs.column(a), regs.column(b)
     def frr(th):
-      regs = th.regs
-      regs[d] = fn(regs.get(a, U), regs.get(b, U)) & mask
+      row = th.row
+      col[own(th)] = fn(ca[row] if ca else U, cb[row] if cb else U) & mask
     return _with_lanes(frr, _computed_first(
-        lambda lanes: [fn(th.regs.get(a, U), th.regs.get(b, U)) & mask for th in lanes],
+        lambda lanes: [fn(x, y) & mask for x, y in zip(read(ca, lanes), read(cb, lanes))],
         store))
   if kinds == ["reg", "imm"]:
+    ca = regs.column(a)
     def fri(th):
-      regs = th.regs
-      regs[d] = fn(regs.get(a, U), b) & mask
+      col[own(th)] = fn(ca[th.row] if ca else U, b) & mask
     return _with_lanes(fri, _computed_first(
-        lambda lanes: [fn(th.regs.get(a, U), b) & mask for th in lanes], store))
+        lambda lanes: [fn(x, b) & mask for x in read(ca, lanes)], store))
+  cb = regs.column(b)
   def fir(th):   # ["imm", "reg"]
-    regs = th.regs
-    regs[d] = fn(a, regs.get(b, U)) & mask
+    col[own(th)] = fn(a, cb[th.row] if cb else U) & mask
   return _with_lanes(fir, _computed_first(
-      lambda lanes: [fn(a, th.regs.get(b, U)) & mask for th in lanes], store))
+      lambda lanes: [fn(a, y) & mask for y in read(cb, lanes)], store))
 
 
 # What a lane's own computation may raise (an undefined operand's use, an operand the
@@ -151,20 +155,20 @@ def _mov(k, ins):
   d, s = ins.ops
   bits = ins.bits
   if s[0] == "vec":   # pack {lo, ..., hi} into one register
-    w, parts, put = bits // len(s[1]), [k.program.getter(o) for o in s[1]], program.setter(d, bits)
+    w, parts, put = bits // len(s[1]), [k.program.getter(o) for o in s[1]], program.setter(k, d, bits)
     return lambda th: put(th, sum((g(th) & ((1 << w) - 1)) << (w * i)
                                   for i, g in enumerate(parts)))
   if d[0] == "vec":   # unpack one register into pieces
     w, g = bits // len(d[1]), ins.src[1]
-    puts = [program.setter(o, w) for o in d[1]]
+    puts = [program.setter(k, o, w) for o in d[1]]
     return lambda th: [p(th, g(th) >> (w * i)) for i, p in enumerate(puts)] and None
   if ins.base == "cvta" and "param" in extras:   # the parameters' own generic window
     if bits != 64:
       _refuse(ins, "a 32-bit generic address of a parameter: the checker's parameter "
               "window, addresses.PARAM_BASE, lies above 4 GiB")
-    return _fused(program.setter(d, bits), d, bits, _param_to_generic if "to" not in extras
+    return _fused(program.setter(k, d, bits), d, bits, _param_to_generic if "to" not in extras
                   else addresses.param_offset, [s], ins.src[1:])
-  return _fused(program.setter(d, bits), d, bits, _identity, [s], ins.src[1:])
+  return _fused(program.setter(k, d, bits), d, bits, _identity, [s], ins.src[1:])
 
 
 def _param_to_generic(v):
@@ -177,7 +181,7 @@ def _arith(k, ins):
   float type, else the integer ALU."""
   if any(FLOAT_TYPE.match(m) for m in ins.mods):
     fn = float_op(ins.base, ins.mods, ins.opcode)   # exact, or refused by name
-    put, args = program.setter(ins.ops[0], ins.bits), ins.src[1:]
+    put, args = program.setter(k, ins.ops[0], ins.bits), ins.src[1:]
     vec = float_columns.lanes_form(ins.base, ins.mods)   # (None: lane by lane)
     if not any(m in contraction.ROUNDING for m in ins.mods):   # may be fused with an fma
       if ins.base == "mul":
@@ -220,7 +224,7 @@ def _alu(k, ins):
   if not signed and base in ("min", "max", "mul"):
     fn = {"min": min, "max": max, "mul": operator.mul}[base]
   dbits = 2 * bits if "wide" in extras else bits
-  return _fused(program.setter(ins.ops[0], dbits), ins.ops[0], dbits, fn, ins.ops[1:],
+  return _fused(program.setter(k, ins.ops[0], dbits), ins.ops[0], dbits, fn, ins.ops[1:],
                 ins.src[1:])
 
 
@@ -242,13 +246,13 @@ def _setp(k, ins):
       srcs[i] = _constant(ops[i][1])
   a, b = srcs
   if ins.ops[0][0] == "reg" and boolop is None:
-    put = program.setter(ins.ops[0], 1)
+    put = program.setter(k, ins.ops[0], 1)
     if not ins.signed:   # the same comparison of two ints, inlined
       return _fused(put, ins.ops[0], 1, getattr(operator, method.strip("_")), ops, srcs)
     return lambda th: put(th, getattr(sign_extend(a(th), bits), method)(
         sign_extend(b(th), bits)))
   dests = ins.ops[0][1:] if ins.ops[0][0] == "pair" else (ins.ops[0],)
-  puts = [program.setter(d, 1) for d in dests]
+  puts = [program.setter(k, d, 1) for d in dests]
   sv = (lambda v: sign_extend(v, bits)) if ins.signed else (lambda v: v)
   combine = {None: lambda t, c: t, "and": operator.and_, "or": operator.or_,
              "xor": operator.xor}[boolop]
@@ -266,7 +270,7 @@ def _cvt(k, ins):
   ``.sat``), or between float types (``floats_cvt.float_cvt``)."""
   if any(FLOAT_TYPE.match(m) for m in ins.mods):
     fn, dbits = float_cvt(ins.mods, ins.opcode, len(ins.ops) - 1)   # or refused
-    put, args = program.setter(ins.ops[0], dbits), ins.src[1:]
+    put, args = program.setter(k, ins.ops[0], dbits), ins.src[1:]
     def cvt(th):
       put(th, fn(*(a(th) for a in args)))
     vec = float_cvt_lanes(ins.mods, len(ins.ops) - 1)
@@ -284,7 +288,7 @@ def _cvt(k, ins):
   types = ins.types
   if len(types) != 2 or len(ins.mods) != 2 or "f" in types[0][0] + types[1][0]:
     _refuse(ins)
-  sbits, put = bits_of(types[1]), program.setter(ins.ops[0], bits_of(types[0]))
+  sbits, put = bits_of(types[1]), program.setter(k, ins.ops[0], bits_of(types[0]))
   dbits, smask = bits_of(types[0]), (1 << sbits) - 1
   if types[1][0] == "s":   # sign-extend, then wrap to the destination
     return _fused(put, ins.ops[0], dbits, lambda v: sign_extend(v, sbits), ins.ops[1:2],

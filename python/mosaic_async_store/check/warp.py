@@ -233,7 +233,7 @@ def shfl(k, ins):
   if ins.mods not in (["sync", "idx", "b32"], ["sync", "bfly", "b32"]) or len(ins.ops) != 5:
     raise NotImplementedError(f"opcode {ins.opcode}")
   dest = ins.ops[0][1:] if ins.ops[0][0] == "pair" else (ins.ops[0],)
-  puts = [program.setter(dest[0], 32)] + [program.setter(o, 1) for o in dest[1:]]
+  puts = [program.setter(k, dest[0], 32)] + [program.setter(k, o, 1) for o in dest[1:]]
   a, b, c, mask = ins.src[1], ins.src[2], ins.src[3], ins.src[4]
   bfly, line = ins.mods[1] == "bfly", k.program.lines[-1]
 
@@ -270,7 +270,7 @@ def vote(k, ins):
                                   ("ballot", "b32")) or len(ins.ops) != 3 or \
      ins.ops[0][0] != "reg" or ins.src[1] is None:
     raise NotImplementedError(f"opcode {ins.opcode}")
-  put, pred = program.setter(ins.ops[0], 32 if mode == "ballot" else 1), ins.src[1]
+  put, pred = program.setter(k, ins.ops[0], 32 if mode == "ballot" else 1), ins.src[1]
 
   def resolve(lanes, bits):
     value = {"all": int(all(bits)), "any": int(any(bits)), "uni": int(len(set(bits)) == 1),
@@ -285,7 +285,7 @@ def elect(k, ins):
   if ins.mods != ["sync"] or len(ins.ops) != 2 or ins.ops[0][0] not in ("pair", "reg", "sink"):
     raise NotImplementedError(f"opcode {ins.opcode}")
   dest = ins.ops[0][1:] if ins.ops[0][0] == "pair" else (ins.ops[0],)
-  puts = [program.setter(dest[0], 32)] + [program.setter(o, 1) for o in dest[1:]]
+  puts = [program.setter(k, dest[0], 32)] + [program.setter(k, o, 1) for o in dest[1:]]
 
   def resolve(lanes, values):
     leader = lanes[k.sched.pick_leader(len(lanes))]
@@ -312,7 +312,7 @@ def redux(k, ins):
   if form not in _REDUX or len(ins.ops) != 3 or ins.ops[0][0] != "reg" or ins.src[1] is None:
     raise NotImplementedError(f"opcode {ins.opcode}")
   op, t = form
-  put, src = program.setter(ins.ops[0], 32), ins.src[1]
+  put, src = program.setter(k, ins.ops[0], 32), ins.src[1]
   sv = (lambda v: v - (1 << 32) if v >> 31 else v) if t == "s32" else (lambda v: v)
   fold = {"add": sum, "min": min, "max": max,
           "and": lambda vs: functools.reduce(operator.and_, vs),
@@ -335,7 +335,7 @@ def match(k, ins):
      ins.src[1] is None or ins.ops[0][0] not in (("reg",) if mode == "any" else ("reg", "pair")):
     raise NotImplementedError(f"opcode {ins.opcode}")
   dest = ins.ops[0][1:] if ins.ops[0][0] == "pair" else (ins.ops[0],)
-  puts = [program.setter(dest[0], 32)] + [program.setter(o, 1) for o in dest[1:]]
+  puts = [program.setter(k, dest[0], 32)] + [program.setter(k, o, 1) for o in dest[1:]]
   a, vmask = ins.src[1], (1 << ins.bits) - 1
 
   def resolve(lanes, values):

@@ -128,14 +128,15 @@ def wait(k, space, addr, parity, pred, sem, scope, blocking, pc, by_state):
     slots, clocks = k.lane_stamps(lanes)   # (sync.mbarrier_of's users)
     bar.users.update(zip(slots, zip(clocks, repeat(pc))))
     yielded = {}
-    for th, instance, polls in tries:   # a failed try (a poll where it yields)
-      th.tried_wait, th.regs[pred] = instance, 0
+    if tries:   # a failed try (a poll where it yields)
+      k.registers.put_lanes(pred, [t[0] for t in tries], [0] * len(tries))
+    for th, instance, polls in tries:
+      th.tried_wait = instance
       if polls:
         th.polled, yielded[th] = True, YIELD
     if observers:
       _observe(k, observers, bar, scope)
-      for th in observers:
-        th.regs[pred] = 1
+      k.registers.put_lanes(pred, observers, [1] * len(observers))
     return yielded or None
   return lanes_form
 

@@ -30,6 +30,7 @@ from mosaic_async_store.check.addresses import plain_global_lanes, plain_shared_
 from mosaic_async_store.check.global_memory import PAGE
 from mosaic_async_store.check.outcomes import FALLBACK, YIELD
 from mosaic_async_store.check.program import lanes_getter
+from mosaic_async_store.check.registers import write
 from mosaic_async_store.check.shadow_runs import record_disjoint
 
 __all__ = ["SHARED", "shared_load", "shared_store", "global_load", "global_store",
@@ -61,19 +62,20 @@ def _words(buf, size):
   return np.frombuffer(buf, _DTYPES[size], len(buf) // size)
 
 
-def _load_lanes(reg, n, mask):
+def _load_lanes(k, put, n, mask):
   """Loads of ``n`` bytes each by lanes at disjoint offsets (multiples of ``n``) into
-  register ``reg`` at once, as ``load`` does lane by lane (None where NumPy has no
-  integer of ``n`` bytes: then lane by lane)."""
+  the register of setter ``put`` (``program.setter``, masking to ``mask``) at once, as
+  ``load`` does lane by lane (None where NumPy has no integer of ``n`` bytes: then
+  lane by lane)."""
   if n not in _DTYPES:
     return None
-  masked = mask < (1 << (8 * n)) - 1
+  masked, regs, col = mask < (1 << (8 * n)) - 1, k.registers, put.column
   def load(lanes, buf, offs):
     words = _words(buf, n)[_index(offs) // n]
     if masked:
       words &= mask
-    for th, v in zip(lanes, words.tolist()):
-      th.regs[reg] = v
+    if col is not None:   # (None: the sink, ``_``)
+      write(regs, col, lanes, words.tolist())
   return load
 
 
@@ -140,34 +142,36 @@ def _shared_access(k, addr, n, write, insn, act, lanes_act):
   return lanes_form
 
 
-def shared_load(k, addr, n, reg, mask, insn):
-  """``ld{.weak}.shared{::cta}`` of ``n`` bytes at ``addr`` into register ``reg``."""
+def shared_load(k, addr, n, put, mask, insn):
+  """``ld{.weak}.shared{::cta}`` of ``n`` bytes at ``addr`` into the register of setter
+  ``put`` (masking to ``mask``)."""
   def load(th, buf, off):
-    th.regs[reg] = int.from_bytes(buf[off:off + n], "little") & mask
-  return _shared_access(k, addr, n, False, insn, load, _load_lanes(reg, n, mask))
+    put(th, int.from_bytes(buf[off:off + n], "little"))
+  return _shared_access(k, addr, n, False, insn, load, _load_lanes(k, put, n, mask))
 
 
-def shared_load_vector(k, addr, size, regs, insn):
+def shared_load_vector(k, addr, size, puts, insn):
   """``ld{.weak}.shared{::cta}.v2`` / ``.v4`` of ``size``-byte parts at ``addr`` into
-  registers ``regs`` (part i from byte i * size; each zero-extended)."""
+  the registers of setters ``puts`` (``program.setter``; part i from byte i * size)."""
   def load(th, buf, off):
-    for i, reg in enumerate(regs):
-      th.regs[reg] = int.from_bytes(buf[off + i * size:off + (i + 1) * size], "little")
-  return _shared_access(k, addr, size * len(regs), False, insn, load,
-                        _load_vector_lanes(regs, size))
+    for i, put in enumerate(puts):
+      put(th, int.from_bytes(buf[off + i * size:off + (i + 1) * size], "little"))
+  return _shared_access(k, addr, size * len(puts), False, insn, load,
+                        _load_vector_lanes(k, puts, size))
 
 
-def _load_vector_lanes(regs, size):
+def _load_vector_lanes(k, puts, size):
   """``shared_load_vector``'s loads by lanes at disjoint aligned offsets at once: each
-  part's words for every lane, then each lane's registers (None where NumPy has no
+  part's words for every lane into its register's column (None where NumPy has no
   integer of ``size`` bytes: then lane by lane)."""
   if size not in _DTYPES:
     return None
+  regs = k.registers
   def load(lanes, buf, offs):
     words, at = _words(buf, size), _index(offs) // size
-    parts = [words[at + i].tolist() for i in range(len(regs))]
-    for th, values in zip(lanes, zip(*parts)):
-      th.regs.update(zip(regs, values))
+    for i, put in enumerate(puts):
+      if put.column is not None:   # (None: the sink, ``_``)
+        write(regs, put.column, lanes, words[at + i].tolist())
   return load
 
 
@@ -255,11 +259,12 @@ def _global_access(k, addr, n, write, insn, act, lanes_act):
   return lanes_form
 
 
-def global_load(k, addr, n, reg, mask, insn):
-  """``ld{.weak}.global`` of ``n`` bytes at ``addr`` into register ``reg``."""
+def global_load(k, addr, n, put, mask, insn):
+  """``ld{.weak}.global`` of ``n`` bytes at ``addr`` into the register of setter ``put``
+  (masking to ``mask``)."""
   def load(th, buf, off):
-    th.regs[reg] = int.from_bytes(buf[off:off + n], "little") & mask
-  return _global_access(k, addr, n, False, insn, load, _load_lanes(reg, n, mask))
+    put(th, int.from_bytes(buf[off:off + n], "little"))
+  return _global_access(k, addr, n, False, insn, load, _load_lanes(k, put, n, mask))
 
 
 def global_store(k, addr, value, n, insn):

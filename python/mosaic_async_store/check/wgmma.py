@@ -36,16 +36,15 @@ there, ``wgmma_layout.RULES``):
 
 from __future__ import annotations
 
-import operator
-
 import numpy as np
 
 from mosaic_async_store.check import findings, program, warp, waits, wgmma_exec
 from mosaic_async_store.check import wgmma_layout as layout
 from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.opcodes import Opcode
-from mosaic_async_store.check.ops import UNDEFINED, ints_array
+from mosaic_async_store.check.ops import ints_array
 from mosaic_async_store.check.outcomes import BLOCK, FALLBACK, YIELD
+from mosaic_async_store.check.registers import read, write
 from mosaic_async_store.check.waits import Wait
 from mosaic_async_store.check.wgmma_guard import RegisterGuard, failure as _fail
 
@@ -186,7 +185,8 @@ def _mma(k, ins):
   trans_a, trans_b = (0, *trans) if form.a_regs and trans else (tuple(trans) or (0, 0))
   if {scale_a, scale_b} - {1, -1} or {trans_a, trans_b} - {0, 1}:
     raise NotImplementedError("(imm-scale-a / imm-scale-b are 1 or -1, the transposes 0 or 1)")
-  d_get, a_get = operator.itemgetter(*d_names), operator.itemgetter(*a_names or ["-"])
+  d_cols, a_cols = [k.registers.column(n) for n in d_names], \
+      [k.registers.column(n) for n in a_names]
   guard = k.program.finishers.setdefault("wgmma", RegisterGuard(k))
   guard.registers.update(d_names, a_names)
   shape = form.shape
@@ -207,8 +207,8 @@ def _mma(k, ins):
     sources = _sources(wg, ws, d_names, shape)
     _check_registers(k, wg, w, ws, d_names, sources, a_names)
     # (C's registers are read only where D takes them: scale-d 1, not a chain's result)
-    c = _registers(lanes, d_names, d_get) if operands[2] and None in sources else None
-    a = _registers(lanes, a_names, a_get) if a_names else None
+    c = _registers(lanes, d_cols) if operands[2] and None in sources else None
+    a = _registers(lanes, a_cols) if a_names else None
     if j == len(wg.entries):
       wg.entries.append(Entry(pc, form, group, operands))
     entry = wg.entries[j]
@@ -250,15 +250,12 @@ def _sources(wg, ws, d_names, shape):
   return [h[0] if h is not None and h[1] == "d" and chains[h[0]] else None for h in held]
 
 
-def _registers(lanes, names, get):
-  """The 32-bit values of registers ``names`` in each of ``lanes``: uint32 [lanes,
-  names] (a register never written reads as ``ops.UNDEFINED``'s low bits)."""
-  try:
-    rows = [get(th.regs) for th in lanes]
-  except KeyError:
-    rows = [[th.regs.get(n, UNDEFINED) for n in names] for th in lanes]
-  return (ints_array(rows).reshape(len(lanes), len(names)) & 0xFFFFFFFF
-          ).astype(np.uint32)
+def _registers(lanes, columns):
+  """The 32-bit values of the registers of ``columns`` (``registers.Registers``) in
+  each of ``lanes``: uint32 [lanes, registers] (a register never written reads as
+  ``ops.UNDEFINED``'s low bits)."""
+  values = ints_array([read(col, lanes) for col in columns])   # [registers, lanes]
+  return (values.T & 0xFFFFFFFF).astype(np.uint32, order="C")
 
 
 def _uniform(values):
@@ -323,7 +320,7 @@ class WgmmaWait(Wait):
       last = wg.executed_through(wi, first.limit)
       if last is None:
         continue
-      _write_back(wg, wi, last, lanes, first.limit)
+      _write_back(k, wg, wi, last, lanes, first.limit)
       for th in lanes:
         waits.resume(k, th)
       woke = True
@@ -338,21 +335,21 @@ class WgmmaWait(Wait):
                    f"number {wg.done + 1})")
 
 
-def _write_back(wg, w, last, lanes, limit):
+def _write_back(k, wg, w, last, lanes, limit):
   """The results of warp ``w``'s operations up to ``last`` reach its lanes' registers;
   those registers are no longer in flight; the lanes know the groups' reads."""
   ws = wg.warps[w]
   outs = [wg.entries[j].out[w] for j in range(ws.written, last + 1)]
-  if len(outs) == 1:   # (one operation's: its array, by lane)
-    names, rows = outs[0].names, outs[0].bits.tolist()
+  if len(outs) == 1:   # (one operation's: its array [lanes, registers])
+    names, columns = outs[0].names, outs[0].bits.T.tolist()
   else:   # register -> its lanes' values (a later operation's replace an earlier's)
     results = {}
     for out in outs:
       results.update(out)
-    names = list(results)
-    rows = np.stack(list(results.values()), axis=1).tolist() if results else []
-  for th, row in zip(lanes, rows):
-    th.regs.update(zip(names, row))
+    names, columns = list(results), [np.asarray(v).tolist() for v in results.values()]
+  regs = k.registers
+  for name, values in zip(names, columns):
+    write(regs, regs.column(name), lanes, values)
   ws.written = max(ws.written, last + 1)
   wg.forget()
   ws.inflight = {n: held for n, held in ws.inflight.items() if held[0] > last}
@@ -380,7 +377,7 @@ def _wait(k, ins):
     last = wg.executed_through(w, limit)
     if last is None:
       return FALLBACK
-    _write_back(wg, w, last, lanes, limit)
+    _write_back(k, wg, w, last, lanes, limit)
     return YIELD
   wait.lanes = wait_lanes
   return wait

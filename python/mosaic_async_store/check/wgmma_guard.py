@@ -39,7 +39,7 @@ class RegisterGuard:
     k, guard = self.k, getattr(fn, "guard", None)
 
     def touch(th):
-      if guard is not None and th.regs.get(guard[0]) != guard[1]:
+      if guard is not None and k.registers.get(guard[0], th) != guard[1]:
         return
       wg = k.wgmma.get((th.cta, th.tid // 128))
       if wg is None:
