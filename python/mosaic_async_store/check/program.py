@@ -16,6 +16,7 @@ import re
 
 from mosaic_async_store.check import lineinfo, opcodes, params
 from mosaic_async_store.check.addresses import LOCAL_BASE, SHARED_BASE
+from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.opcodes import decode
 from mosaic_async_store.check.ops import UNDEFINED, immediate, split_operands
 from mosaic_async_store.check.outcomes import FALLBACK, YIELD
@@ -57,7 +58,7 @@ def _is_register(tok, scopes):
 def _predicate(regs, name):
   """The reads of predicate ``name``'s values, (th -> 0 or 1, lanes -> [0 or 1], or
   None where a lane's is undefined: its caller goes lane by lane, which names the
-  lane).  A predicate never written (LLVM's undef) has no truth value to branch or
+  lane, or reports ``undefined.Undefined``'s finding there).  A predicate never written (LLVM's undef) has no truth value to branch or
   guard on, so the checker refuses it, by name, rather than pick one."""
   col = regs.column(name)
   def one(th):
@@ -68,7 +69,10 @@ def _predicate(regs, name):
     return v
   def lanes_form(lanes):
     values = read(col, lanes)
-    return None if UNDEFINED in values else values
+    try:
+      return None if UNDEFINED in values else values
+    except ProtocolError:   # (a lane's undefined.Undefined: lane by lane names its lane)
+      return None
   return one, lanes_form
 
 

@@ -68,10 +68,17 @@ class Registers:
   def state(self, th) -> tuple:
     """Thread ``th``'s registers as a hashable value (a poll's state, ``run._polled``):
     (name, value) of each register whose value is not ``UNDEFINED`` (a register that
-    holds it reads as one never written does)."""
-    row = th.row
-    return tuple((name, v) for name, col in self.columns.items()
-                 if col and (v := col[row]) != UNDEFINED)
+    holds it reads as one never written does); an ``undefined.Undefined`` (which has
+    no bits to hash or compare) as its description."""
+    row, state = th.row, []
+    for name, col in self.columns.items():
+      if col:
+        v = col[row]
+        if type(v) is not int:   # (an undefined.Undefined)
+          state.append((name, repr(v)))
+        elif v != UNDEFINED:
+          state.append((name, v))
+    return tuple(state)
 
 
 def read(col: list, lanes) -> list:
