@@ -58,16 +58,17 @@ def test_a_launch_empties_the_columns_in_place():
   assert col == [] and regs.get("%r1", _Lane(1)) == UNDEFINED
 
 
-def test_a_poll_state_skips_unwritten_and_describes_undefined_values():
+def test_a_poll_state_is_every_register_and_describes_undefined_values():
   regs = Registers()
   regs.reset(2, {})
   lane = _Lane(1)
   regs.put("%r1", _Lane(0), 3)   # (another lane's write: lane 1's %r1 stays unwritten)
-  assert regs.state(lane) == ()
+  assert regs.state(lane) == (UNDEFINED,)
   regs.put("%r2", lane, 7)
+  assert regs.state(lane) == (UNDEFINED, 7)
   regs.put("%r3", lane, Undefined("shfl.sync from lane 20"))
   state = regs.state(lane)
-  assert state[0] == ("%r2", 7) and state[1][0] == "%r3" and "lane 20" in state[1][1]
+  assert state[:2] == (UNDEFINED, 7) and "lane 20" in state[2]
   assert hash(state) == hash(regs.state(lane))
 
 

@@ -276,11 +276,13 @@ def _warp_arrives(k, wkey, current, rec=None):
   bar.trues += rec.trues
   bar.votes += len(rec.lanes)
   wait = NamedWait(key)   # (one for every waiting lane: it holds only the key)
-  for th, waits, put in rec.lanes.values():
-    if waits:
-      th.wait = wait
-      bar.waiters.append((th, put))
-  _wake(k, [th for th, waits, _ in rec.lanes.values() if not waits], current)
+  lanes = rec.lanes.values()
+  waiting = [(th, put) for th, waits, put in lanes if waits]
+  for th, _ in waiting:
+    th.wait = wait
+  bar.waiters += waiting
+  if len(waiting) < len(lanes):   # (.arrive lanes: they go on)
+    _wake(k, [th for th, waits, _ in lanes if not waits], current)
   if _named_complete(k, key, current) and k.held:
     pairings.release(k, key)   # a held warp arrives on the next instance
 
@@ -311,8 +313,8 @@ def _named_complete(k, key, current=None) -> bool:
   rows = np.sort(np.array([th.slot for th, _ in bar.waiters], np.intp)) - 1
   k.acquire_rows(rows, bar.vc)
   k.tick(rows)
-  for th, put in bar.waiters:
-    if put is not None:
+  if bar.red is not None:   # (bar.red's destinations; a .sync / .arrive has none)
+    for th, put in bar.waiters:
       put(th, value)
   _wake(k, [th for th, _ in bar.waiters], current)
   return True

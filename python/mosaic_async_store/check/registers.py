@@ -18,6 +18,7 @@ consecutive rows from its first and last lane.
 
 from __future__ import annotations
 
+from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.ops import UNDEFINED
 
 __all__ = ["Registers", "read", "write", "read_rows"]
@@ -67,18 +68,16 @@ class Registers:
 
   def state(self, th) -> tuple:
     """Thread ``th``'s registers as a hashable value (a poll's state, ``run._polled``):
-    (name, value) of each register whose value is not ``UNDEFINED`` (a register that
-    holds it reads as one never written does); an ``undefined.Undefined`` (which has
-    no bits to hash or compare) as its description."""
-    row, state = th.row, []
-    for name, col in self.columns.items():
-      if col:
-        v = col[row]
-        if type(v) is not int:   # (an undefined.Undefined)
-          state.append((name, repr(v)))
-        elif v != UNDEFINED:
-          state.append((name, v))
-    return tuple(state)
+    its value in every column, in ``columns``' order (names are only ever added, so
+    two states with as many values name the same registers); an
+    ``undefined.Undefined`` (which has no bits to hash) as its description."""
+    row, undefined = th.row, UNDEFINED
+    values = tuple([col[row] if col else undefined for col in self.columns.values()])
+    try:
+      hash(values)
+    except ProtocolError:   # (an undefined.Undefined's hash is its finding)
+      values = tuple(v if type(v) is int else repr(v) for v in values)
+    return values
 
 
 def read(col: list, lanes) -> list:

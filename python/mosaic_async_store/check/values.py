@@ -67,6 +67,9 @@ def _fused(put, dest, bits, fn, ops, getters):
     ca = regs.column(a)
     def f1(th):
       col[own(th)] = fn(ca[th.row] if ca else U) & mask
+    if fn is _identity:   # (a move: no call per lane)
+      return _with_lanes(f1, _computed_first(
+          lambda lanes: [x & mask for x in read(ca, lanes)], store))
     return _with_lanes(f1, _computed_first(
         lambda lanes: [fn(x) & mask for x in read(ca, lanes)], store))
   a, b = ops[0][1], ops[1][1]

@@ -117,8 +117,15 @@ def live_lanes(k, cta, warp, mask):
 
 def sync_collective(k, opcode, mask_getter, contribution, resolve, finish):
   """The instruction ``opcode`` of a ``.sync`` collective at ``len(k.program.code)``: the lane
-  checks it is in the membermask, then blocks with its Meeting."""
+  checks it is in the membermask, then blocks with its Meeting.  Where the whole
+  meeting is one piece its warp form reads the lanes' operands through the
+  ``lanes`` forms ``contribution`` and ``finish`` have (``_lanes_form``: else one
+  call per lane)."""
   pc = len(k.program.code)
+  masks_of = program.lanes_getter(mask_getter)
+  contributions = program.lanes_getter(contribution)
+  finish_lanes = None if finish is None else getattr(
+      finish, "lanes", lambda lanes, results: [finish(th, r) for th, r in zip(lanes, results)])
 
   def block(th):
     mask = mask_getter(th) & FULL
@@ -129,16 +136,37 @@ def sync_collective(k, opcode, mask_getter, contribution, resolve, finish):
     return BLOCK
 
   def block_lanes(lanes):   # the whole meeting in one piece: at once (module doc)
-    mask = mask_getter(lanes[0]) & FULL
-    if any(mask_getter(th) & FULL != mask or not mask >> (th.tid & 31) & 1
-           for th in lanes) or not _whole_meeting(k, lanes, mask):
+    masks = masks_of(lanes)
+    mask = masks[0] & FULL
+    if any(m & FULL != mask for m in masks) or \
+       not all(mask >> (th.tid & 31) & 1 for th in lanes) or \
+       not _whole_meeting(k, lanes, mask):
       return FALLBACK
-    results = resolve(lanes, [contribution(th) for th in lanes])
-    if finish is not None:
-      for th, result in zip(lanes, results):
-        finish(th, result)
+    results = resolve(lanes, contributions(lanes))
+    if finish_lanes is not None:
+      finish_lanes(lanes, results)
   block.lanes = block_lanes
   return block
+
+
+def _lanes_form(fn, lanes_form):
+  """``fn`` with its warp form ``lanes_form`` (its ``lanes`` attribute)."""
+  fn.lanes = lanes_form
+  return fn
+
+
+def _pair_finish(puts):
+  """The ``finish`` of a collective whose lanes each get (value, predicate): into the
+  registers of ``puts`` (the predicate's, if there is one), with its warp form."""
+  def finish(th, result):
+    puts[0](th, result[0])
+    if len(puts) > 1:
+      puts[1](th, result[1])
+  def finish_lanes(lanes, results):
+    puts[0].lanes(lanes, [r[0] for r in results])
+    if len(puts) > 1:
+      puts[1].lanes(lanes, [r[1] for r in results])
+  return _lanes_form(finish, finish_lanes)
 
 
 def _whole_meeting(k, lanes, mask):
@@ -254,12 +282,11 @@ def shfl(k, ins):
       out.append((got, ok))
     return out
 
-  def finish(th, result):
-    puts[0](th, result[0])
-    if len(puts) > 1:
-      puts[1](th, result[1])
-  return sync_collective(k, ins.opcode, ins.src[4],
-                         lambda th: (a(th), b(th) & 31, c(th) & 0x1F1F), resolve, finish)
+  a_of, b_of, c_of = map(program.lanes_getter, (a, b, c))
+  operands = _lanes_form(lambda th: (a(th), b(th) & 31, c(th) & 0x1F1F),
+                         lambda lanes: list(zip(a_of(lanes), [v & 31 for v in b_of(lanes)],
+                                                [v & 0x1F1F for v in c_of(lanes)])))
+  return sync_collective(k, ins.opcode, ins.src[4], operands, resolve, _pair_finish(puts))
 
 
 def vote(k, ins):
@@ -290,12 +317,11 @@ def elect(k, ins):
   def resolve(lanes, values):
     leader = lanes[k.sched.pick_leader(len(lanes))]
     return [(leader.tid % 32, th is leader) for th in lanes]
+  return sync_collective(k, ins.opcode, ins.src[1], _NOTHING, resolve, _pair_finish(puts))
 
-  def finish(th, result):
-    puts[0](th, result[0])
-    if len(puts) > 1:
-      puts[1](th, result[1])
-  return sync_collective(k, ins.opcode, ins.src[1], lambda th: None, resolve, finish)
+
+# What a lane brings to a collective that takes nothing from it (elect, bar.warp.sync).
+_NOTHING = _lanes_form(lambda th: None, lambda lanes: [None] * len(lanes))
 
 
 _REDUX = {("add", "u32"), ("add", "s32"), ("min", "u32"), ("min", "s32"), ("max", "u32"),
@@ -345,10 +371,8 @@ def match(k, ins):
     same = int(len(set(values)) == 1)
     return [(sum(bits) if same else 0, same)] * len(lanes)
 
-  def finish(th, result):
-    for put, v in zip(puts, result):
-      put(th, v)
-  return sync_collective(k, ins.opcode, ins.src[2], lambda th: a(th) & vmask, resolve, finish)
+  return sync_collective(k, ins.opcode, ins.src[2], lambda th: a(th) & vmask, resolve,
+                         _pair_finish(puts))
 
 
 def warp_sync(k, mask):
@@ -361,7 +385,7 @@ def warp_sync(k, mask):
       th.vc[:] = joined
       th.vc[th.slot] += 1
     return [None] * len(lanes)
-  return sync_collective(k, "bar.warp.sync", mask, lambda th: None, resolve, None)
+  return sync_collective(k, "bar.warp.sync", mask, _NOTHING, resolve, None)
 
 
 # The opcodes this family runs (``opcodes.Opcode``: the handler, statements it runs,
