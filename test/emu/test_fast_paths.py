@@ -5,10 +5,14 @@ and declines (returns False, changes nothing) where it cannot."""
 import numpy as np
 import pytest
 
+from mosaic_async_store.check.bulk_groups import _waited_lanes
 from mosaic_async_store.check.bulk_op import _written_at_once
+from mosaic_async_store.check.interp import PtxKernel
 from mosaic_async_store.check.machine import Machine
 from mosaic_async_store.check.ops import UNDEFINED, ints_array
 from mosaic_async_store.check.shadow import _pairs
+
+from test_interp_features import kernel
 
 
 @pytest.mark.parametrize("rows", [np.arange(3, 35), np.array([0, 2, 5]), np.arange(0, 1),
@@ -86,3 +90,69 @@ def test_dequeue_takes_the_threads_out_and_keeps_the_others_order(taken):
   k.runnable = list(queue)
   k.dequeue([queue[i] for i in taken])
   assert k.runnable == [t for i, t in enumerate(queue) if i not in taken]
+
+
+_FENCES = """
+  mov.u32 %r3, __dynamic_shmem__0;
+  setp.eq.u32 %p1, %r1, 0;
+  @%p1 mbarrier.init.shared::cta.b64 [%r3], 1;
+  fence.mbarrier_init.release.cluster;
+  fence.proxy.async.shared::cta;
+  add.u32 %r4, %r1, 1;
+  fence.proxy.async;
+  bar.sync 0;
+"""
+
+
+def _fence_state(warp_forms):
+  """The machine after a launch of ``_FENCES`` (two warps), its fences' warp forms
+  used or not (lane by lane)."""
+  kern = PtxKernel(kernel(_FENCES))
+  if not warp_forms:
+    for i, text in enumerate(kern.texts):
+      if text.startswith("fence."):
+        kern.program.vcode[i] = None
+  kern.launch([np.zeros(4, np.uint32)], cluster=1, smem_bytes=16, block=64)
+  return kern.machine
+
+
+def test_fences_at_once_leave_the_state_lane_by_lane_leaves():
+  at_once, lane_by_lane = _fence_state(True), _fence_state(False)
+  assert (at_once.clocks == lane_by_lane.clocks).all()
+  for a, b in zip(at_once.threads, lane_by_lane.threads):
+    assert a.fence_rel[1] == b.fence_rel[1] and (a.fence_rel[0] == b.fence_rel[0]).all()
+  assert at_once.proxy_fences.keys() == lane_by_lane.proxy_fences.keys()
+  assert len(at_once.proxy_fences) == 2 * 64   # (shared: two fences; global: one)
+  for key, (clks, vcs) in at_once.proxy_fences.items():
+    want_clks, want_vcs = lane_by_lane.proxy_fences[key]
+    assert clks == want_clks and all((v == w).all() for v, w in zip(vcs, want_vcs))
+
+
+class _Groups:   # what _waited reads of a thread's bulk groups
+  def __init__(self, reads_slot, writes_slot, committed):
+    self.reads_slot, self.writes_slot, self.committed = reads_slot, writes_slot, committed
+
+
+class _Lane:
+  def __init__(self, row):
+    self.row, self.slot = row, row + 1
+
+
+@pytest.mark.parametrize("read_only", [True, False])
+def test_bulk_waits_at_once_equal_lane_by_lane(read_only):
+  rng = np.random.default_rng(3)
+  k = Machine()
+  k.clocks = rng.integers(0, 6, (8, 40)).astype(np.int64)
+  lanes = [_Lane(r) for r in range(8)]
+  k.threads = lanes
+  held = [(th, _Groups(None if r == 2 else 20 + 2 * r, 21 + 2 * r, int(rng.integers(0, 9))))
+          for r, th in enumerate(lanes)]
+  want = k.clocks.copy()
+  for th, groups in held:   # (as _waited, with the thread's clock a row of ``want``)
+    limit = groups.committed - 1
+    if groups.reads_slot is not None and limit >= 1:
+      want[th.row, groups.reads_slot] = max(want[th.row, groups.reads_slot], limit)
+      if not read_only:
+        want[th.row, groups.writes_slot] = max(want[th.row, groups.writes_slot], limit)
+  _waited_lanes(k, held, 1, read_only)
+  assert (k.clocks == want).all()

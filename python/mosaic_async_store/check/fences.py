@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mosaic_async_store.check import proxy
+from mosaic_async_store.check import program, proxy
 from mosaic_async_store.check.memory import SCOPES, sem_scope
 from mosaic_async_store.check.opcodes import Opcode, check_qualifiers
 from mosaic_async_store.check.slots import MBARRIER_INIT
@@ -61,7 +61,10 @@ def _fence(k, base, mods):
   every other proxy fence is refused (``_fence_op``)."""
   if mods and mods[0].startswith("proxy"):
     space = mods[2] if len(mods) > 2 else None
-    return lambda th: proxy.fence(k, th, space)
+    def proxy_fence(th):
+      proxy.fence(k, th, space)
+    proxy_fence.lanes = lambda lanes: proxy.fence_lanes(k, lanes, space)
+    return proxy_fence
   restrict = next((m for m in mods if m.startswith("sync_restrict")), None)
   if mods and mods[0] == "mbarrier_init":
     if mods[1:] != ["release", "cluster"]:
@@ -106,7 +109,22 @@ def _fence(k, base, mods):
     elif release == "all":
       th.fence_rel = (th.vc.copy(), scope)
     th.vc[th.slot] += 1
-  return fence
+  if release == "inits":   # (fence.mbarrier_init: no acquire, not .sc)
+    fence.lanes = lambda lanes: _init_fence_lanes(k, lanes, scope)
+    return fence
+  return program.each_lane(fence)
+
+
+def _init_fence_lanes(k, lanes, scope):
+  """``fence.mbarrier_init.release.cluster`` by each of ``lanes`` (threads of one warp,
+  in lane order) at once: what each releases is its clock's entries for the mbarrier
+  initialisations (rows of one new array), then its own slot ticks."""
+  rows, init_slots = k.lane_rows(lanes), k.slots.indices(MBARRIER_INIT)
+  released = np.zeros((len(lanes), k.clocks.shape[1]), k.clocks.dtype)
+  released[:, init_slots] = k.clocks[np.ix_(rows, init_slots)]
+  for th, vc in zip(lanes, released):
+    th.fence_rel = (vc, scope)
+  k.tick(rows)
 
 
 # The opcodes this family runs (``opcodes.Opcode``: the handler, statements it runs,

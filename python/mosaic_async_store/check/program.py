@@ -22,7 +22,7 @@ from mosaic_async_store.check.ops import UNDEFINED, immediate, split_operands
 from mosaic_async_store.check.outcomes import FALLBACK, YIELD
 from mosaic_async_store.check.registers import read, write
 
-__all__ = ["Program", "setter", "lanes_getter", "negation_allowed"]
+__all__ = ["Program", "setter", "lanes_getter", "each_lane", "negation_allowed"]
 
 
 def lanes_getter(getter):
@@ -30,6 +30,17 @@ def lanes_getter(getter):
   per lane)."""
   form = getattr(getter, "lanes", None)
   return form if form is not None else lambda lanes: [getter(th) for th in lanes]
+
+
+def each_lane(fn):
+  """``fn`` (th -> None: a lane's own bookkeeping that always goes on and reports
+  nothing, a fence or a bulk group's commit) with its warp form: each lane in lane
+  order, as lane by lane, without a return to the scheduler per lane."""
+  def lanes_form(lanes):
+    for th in lanes:
+      fn(th)
+  fn.lanes = lanes_form
+  return fn
 
 
 def negation_allowed(opcode, index, count):

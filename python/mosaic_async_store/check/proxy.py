@@ -38,7 +38,7 @@ from mosaic_async_store.check import findings
 from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.slots import THREAD
 
-__all__ = ["fence", "fenced", "check_source", "check_source_runs", "check_global_source",
+__all__ = ["fence", "fence_lanes", "fenced", "check_source", "check_source_runs", "check_global_source",
            "SPACES"]
 
 # What each .space of fence.proxy.async orders (none: all spaces).
@@ -55,6 +55,22 @@ def fence(k, th, space):
     clks.append(int(th.vc[th.slot]))
     vcs.append(th.vc.copy())
   th.vc[th.slot] += 1
+
+
+def fence_lanes(k, lanes, space):
+  """``fence`` by each of ``lanes`` (threads of one warp, in lane order) at once: their
+  clocks copied with one NumPy call (one copy serves every memory: the fences' clocks
+  are only read), then each one's own slot ticks."""
+  rows = k.lane_rows(lanes)
+  copies = k.clocks[rows]
+  own = copies[np.arange(len(lanes)), rows + 1].tolist()   # (row r: slot r + 1)
+  fences = k.proxy_fences
+  for memory in SPACES[space]:
+    for th, clk, vc in zip(lanes, own, copies):
+      clks, vcs = fences.setdefault((memory, th.slot), ([], []))
+      clks.append(clk)
+      vcs.append(vc)
+  k.tick(rows)
 
 
 def fenced(k, vc, memory="shared"):
