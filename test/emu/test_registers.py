@@ -46,6 +46,15 @@ def test_read_and_write_match_a_lane_by_lane_dict(rows):
   assert [regs.get("%r1", th) for th in _lanes(range(8))] == [want[r] for r in range(8)]
 
 
+def test_a_write_of_too_few_values_is_an_error_not_a_shorter_column():
+  regs = Registers()
+  regs.reset(4, {})
+  col = regs.column("%r1")
+  with pytest.raises(ValueError, match="3 values for 4 lanes"):
+    write(regs, col, _lanes(range(4)), [1, 2, 3])
+  assert len(col) == 4
+
+
 def test_a_launch_empties_the_columns_in_place():
   regs = Registers()
   regs.reset(4, {})

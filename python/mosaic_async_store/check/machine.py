@@ -74,9 +74,9 @@ __all__ = ["Machine", "Memref", "ParamMismatch", "Thread"]
 class Thread:
   """One thread: where it is (``row``: its index in ``Machine.threads``, which is its
   place in every register's column, ``registers.Registers``), and its memory-model
-  state (``vc``: its
-  vector clock; ``unscoped``: clocks it saw through pairs whose scopes do not
-  include each other, ``unscoped_pair`` the (release, acquire) scopes of the last;
+  state (``vc``: its vector clock; ``unscoped``: clocks it saw through pairs whose
+  scopes do not include each other, ``unscoped_pair`` the (release, acquire) scopes of
+  the last;
   ``seen``: the phases it observed complete, whatever the wait's semantics (the exit
   rule counts their operations as completed);
   ``fence_rel``: the clock its last fence releases with a later relaxed arrive;

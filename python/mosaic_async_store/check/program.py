@@ -69,8 +69,9 @@ def _is_register(tok, scopes):
 def _predicate(regs, name):
   """The reads of predicate ``name``'s values, (th -> 0 or 1, lanes -> [0 or 1], or
   None where a lane's is undefined: its caller goes lane by lane, which names the
-  lane, or reports ``undefined.Undefined``'s finding there).  A predicate never written (LLVM's undef) has no truth value to branch or
-  guard on, so the checker refuses it, by name, rather than pick one."""
+  lane, or reports ``undefined.Undefined``'s finding there).  A predicate never
+  written (LLVM's undef) has no truth value to branch or guard on, so the checker
+  refuses it, by name, rather than pick one."""
   col = regs.column(name)
   def one(th):
     v = col[th.row] if col else UNDEFINED

@@ -103,6 +103,8 @@ def write(regs: Registers, col: list, lanes, values) -> None:
     col.extend(regs.blank)
   first, n = lanes[0].row, len(lanes)
   if lanes[-1].row - first + 1 == n:   # (consecutive rows: ascending and distinct)
+    if len(values) != n:   # (a slice assignment would resize the column: never silently)
+      raise ValueError(f"{len(values)} values for {n} lanes")
     col[first:first + n] = values
   else:
     for th, v in zip(lanes, values):
