@@ -16,6 +16,7 @@ from mosaic_async_store.errors import AsyncStoreError
 from mosaic_async_store.tools import toolchain
 
 from test_interp_features import kernel
+from test_warp_rules import _shfl
 
 
 class _Lane:
@@ -116,26 +117,15 @@ def test_a_written_predicate_guards_each_lane(schedule, use):
   assert out.view(np.uint32).tolist() == [2, 1] * 32
 
 
-# Lanes 0..15 shuffle from lane 20, outside membermask 0xffff: %r3 is undefined and
-# never used; they then count 200 times round a loop (a poll-like yield every 64
-# backward jumps, whose state holds %r3) before overwriting it.
-_POLL_WITH_UNDEFINED = """
-  ld.param.u64 %rd1, [k_param_0];
-  mul.wide.u32 %rd2, %r1, 4;
-  add.s64 %rd3, %rd1, %rd2;
-  setp.lt.u32 %p1, %r1, 16;
-  mov.u32 %r3, 7;
-  @!%p1 bra DONE;
-  shfl.sync.idx.b32 %r3, %r1, 20, 31, 0xffff;
-  mov.u32 %r6, 0;
+# Lanes 0..15 shuffle from lane 20, outside membermask 0xffff (test_warp_rules' kernel):
+# %r3 is undefined and never used; they then count 200 times round a loop (a poll-like
+# yield every 64 backward jumps, whose state holds %r3) before overwriting it.
+_POLL_WITH_UNDEFINED = _shfl(20, """mov.u32 %r6, 0;
 LOOP:
   add.u32 %r6, %r6, 1;
   setp.lt.u32 %p2, %r6, 200;
   @%p2 bra LOOP;
-  mov.u32 %r3, %r6;
-DONE:
-  st.global.u32 [%rd3], %r3;
-"""
+  mov.u32 %r3, %r6;""")
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
