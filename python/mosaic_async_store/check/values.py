@@ -18,10 +18,10 @@ from mosaic_async_store.check.floats import FLOAT_TYPE, float_op
 from mosaic_async_store.check.floats_cvt import float_cvt, float_cvt_lanes
 from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.opcodes import Opcode
-from mosaic_async_store.check.outcomes import FALLBACK
-from mosaic_async_store.check.registers import read, write
 from mosaic_async_store.check.ops import (ALU, TYPE, UNDEFINED, bfe, bfi, bits_of, prmt,
                                           sign_extend)
+from mosaic_async_store.check.outcomes import FALLBACK
+from mosaic_async_store.check.registers import read, write
 
 __all__ = ["OPCODES"]
 
