@@ -166,7 +166,7 @@ def setter(k, op, bits):
   col = regs.column(op[1])
   def put(th, v):
     if not col:
-      col.extend(regs.blank)
+      regs.allocate(col)
     col[th.row] = v & mask
   def put_lanes(lanes, values):
     write(regs, col, lanes, [v & mask for v in values])

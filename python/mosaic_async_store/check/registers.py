@@ -18,6 +18,8 @@ consecutive rows from its first and last lane.
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.ops import UNDEFINED
 
@@ -27,12 +29,13 @@ __all__ = ["Registers", "read", "write", "read_rows"]
 class Registers:
   """The registers of every thread of a launch: ``columns`` (register name -> its list,
   one value per thread row; empty: never written), ``blank`` (a full column of
-  ``UNDEFINED``, which a column's first write copies)."""
+  ``UNDEFINED``, which a column's first write copies), ``written`` (the columns written
+  in this launch, in the order of their first writes: ``allocate``)."""
 
-  __slots__ = ("columns", "blank")
+  __slots__ = ("columns", "blank", "written")
 
   def __init__(self):
-    self.columns, self.blank = {}, []
+    self.columns, self.blank, self.written = {}, [], []
 
   def column(self, name: str) -> list:
     """The list of register ``name`` (made, empty, on first use; kept across launches)."""
@@ -46,9 +49,17 @@ class Registers:
     one value per row: the special registers, %tid.x, %ctaid.x, ...)."""
     for col in self.columns.values():
       col.clear()
-    self.blank = [UNDEFINED] * rows
+    self.blank, self.written = [UNDEFINED] * rows, []
     for name, values in preset.items():
-      self.column(name).extend(values)
+      col = self.column(name)
+      col.extend(values)
+      self.written.append(col)
+
+  def allocate(self, col: list) -> None:
+    """The first write into empty column ``col``: a value per thread, all
+    ``UNDEFINED``, and the column counted as written."""
+    col.extend(self.blank)
+    self.written.append(col)
 
   def get(self, name: str, th) -> int:
     """Thread ``th``'s value of register ``name``."""
@@ -59,7 +70,7 @@ class Registers:
     """Thread ``th``'s register ``name`` becomes ``value`` (already masked)."""
     col = self.column(name)
     if not col:
-      col.extend(self.blank)
+      self.allocate(col)
     col[th.row] = value
 
   def put_lanes(self, name: str, lanes, values) -> None:
@@ -68,11 +79,11 @@ class Registers:
 
   def state(self, th) -> tuple:
     """Thread ``th``'s registers as a hashable value (a poll's state, ``run._polled``):
-    its value in every column, in ``columns``' order (names are only ever added, so
-    two states with as many values name the same registers); an
+    its value in every column written in this launch, in ``written``'s order (columns
+    are only ever added to it, so two states with as many values name the same
+    registers; a column no thread wrote holds ``UNDEFINED`` for all); an
     ``undefined.Undefined`` (which has no bits to hash) as its description."""
-    row, undefined = th.row, UNDEFINED
-    values = tuple([col[row] if col else undefined for col in self.columns.values()])
+    values = tuple(map(itemgetter(th.row), self.written))
     try:
       hash(values)
     except ProtocolError:   # (an undefined.Undefined's hash is its finding)
@@ -100,7 +111,7 @@ def write(regs: Registers, col: list, lanes, values) -> None:
   """Each of ``lanes``' value in register column ``col`` becomes its value in
   ``values`` (a sequence as long as ``lanes``)."""
   if not col:
-    col.extend(regs.blank)
+    regs.allocate(col)
   first, n = lanes[0].row, len(lanes)
   if lanes[-1].row - first + 1 == n:   # (consecutive rows: ascending and distinct)
     if len(values) != n:   # (a slice assignment would resize the column: never silently)

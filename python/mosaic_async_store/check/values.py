@@ -53,7 +53,7 @@ def _fused(put, dest, bits, fn, ops, getters):
     write(regs, col, lanes, out)
   def own(th):   # (th's place in the column, which its first write fills)
     if not col:
-      col.extend(regs.blank)
+      regs.allocate(col)
     return th.row
   if len(ops) == 1:
     a = ops[0][1]
