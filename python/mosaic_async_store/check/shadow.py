@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from itertools import repeat
+from operator import is_
 
 import numpy as np
 
@@ -313,24 +315,27 @@ class Shadow:
     of ``ranges``, one access: its bytes share one set; a set that bytes outside the
     access may hold too (``AccessSet``) is left to them, and these bytes get a
     successor (shared as the earlier one was)."""
+    # The two common cases first, each with C loops over the bytes and no list of
+    # them all (an access may span kilobytes, a WGMMA operand's reads): none yet, or
+    # one set that only these bytes hold.
+    first, total = sets[ranges[0][0]], sum(hi - lo for lo, hi in ranges)
+    if first is None:
+      if all(sets[lo:hi].count(None) == hi - lo for lo, hi in ranges):   # one new set
+        fresh = AccessSet({slot: entry})
+        fresh.owners = total
+        for lo, hi in ranges:
+          sets[lo:hi] = [fresh] * (hi - lo)
+        return
+    elif type(first) is AccessSet and first.owners == total and \
+        all(sum(map(is_, sets[lo:hi], repeat(first))) == hi - lo for lo, hi in ranges):
+      if first.get(slot, _NO_ENTRY)[0] <= entry[0]:   # (by identity: in place)
+        first[slot] = entry
+      return
     held = []
     for lo, hi in ranges:
       held += sets[lo:hi]
-    if held.count(None) == len(held):   # none yet (the common case): one new set
-      fresh = AccessSet({slot: entry})
-      fresh.owners = len(held)
-      for lo, hi in ranges:
-        sets[lo:hi] = [fresh] * (hi - lo)
-      return
-    # (bytes by the identity of their set, counted and looked up with C loops: an
-    # access may span kilobytes, a WGMMA operand's reads)
+    # (bytes by the identity of their set, counted and looked up with C loops)
     ids = list(map(id, held))
-    first = held[0]
-    if ids.count(ids[0]) == len(ids) and type(first) is AccessSet and \
-       first.owners == len(ids):   # (one set, only these bytes hold it: in place)
-      if first.get(slot, _NO_ENTRY)[0] <= entry[0]:
-        first[slot] = entry
-      return
     counts, held = Counter(ids), dict(zip(ids, held))   # id -> bytes holding it, it
     nones = counts.pop(id(None), 0)
     held.pop(id(None), None)
