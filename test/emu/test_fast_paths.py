@@ -10,7 +10,7 @@ from mosaic_async_store.check.bulk_op import _written_at_once
 from mosaic_async_store.check.interp import PtxKernel
 from mosaic_async_store.check.machine import Machine
 from mosaic_async_store.check.ops import UNDEFINED, ints_array
-from mosaic_async_store.check.shadow import _pairs
+from mosaic_async_store.check.shadow import AccessSet, Shadow, _pairs
 
 from test_interp_features import kernel
 
@@ -156,3 +156,51 @@ def test_bulk_waits_at_once_equal_lane_by_lane(read_only):
         want[th.row, groups.writes_slot] = max(want[th.row, groups.writes_slot], limit)
   _waited_lanes(k, held, 1, read_only)
   assert (k.clocks == want).all()
+
+
+def _joined_by_hand(before, ranges, slot, entry):
+  """What each byte of ``ranges`` holds after one access joins ``slot: entry``: its set
+  before, with the entry where it is newer (``Shadow.record``)."""
+  want = {}
+  for lo, hi in ranges:
+    for b in range(lo, hi):
+      held = dict(before[b] or {})
+      if held.get(slot, (-1,))[0] <= entry[0]:
+        held[slot] = entry
+      want[b] = held
+  return want
+
+
+def _access_set(contents, owners):
+  made = AccessSet(contents)
+  made.owners = owners
+  return made
+
+
+@pytest.mark.parametrize("case", ["none-yet", "one-set-in-place", "one-set-seen-outside",
+                                  "equal-but-distinct", "mixed"])
+def test_a_join_gives_each_byte_its_set_plus_the_access(case):
+  ranges, slot, entry = [(0, 16), (32, 48)], 5, (7, 3, None)
+  sh = Shadow(64)
+  if case != "none-yet":
+    shared = _access_set({2: (1, 0, None)}, 32 if case != "one-set-seen-outside" else 33)
+    for lo, hi in ranges:
+      sh.readers[lo:hi] = [shared] * (hi - lo)
+    if case == "one-set-seen-outside":
+      sh.readers[60] = shared   # (a byte outside the access holds it too)
+    if case == "equal-but-distinct":   # (same contents, another object: not one set)
+      sh.readers[40:48] = [_access_set({2: (1, 0, None)}, 8)] * 8
+      shared.owners = 32
+    if case == "mixed":
+      sh.readers[8:16] = [None] * 8
+  before = list(sh.readers)
+  outside = {id(s): dict(s) for b, s in enumerate(before)
+             if s is not None and not any(lo <= b < hi for lo, hi in ranges)}
+  sh._join(sh.readers, ranges, slot, entry)
+  want = _joined_by_hand(before, ranges, slot, entry)
+  assert {b: dict(sh.readers[b]) for b in want} == want
+  for b, s in enumerate(sh.readers):   # (a set other bytes still hold is not changed)
+    if id(s) in outside:
+      assert dict(s) == outside[id(s)]
+  if case in ("none-yet", "one-set-in-place"):   # one set for the access's bytes
+    assert len({id(sh.readers[b]) for b in want}) == 1
