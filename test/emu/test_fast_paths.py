@@ -204,3 +204,10 @@ def test_a_join_gives_each_byte_its_set_plus_the_access(case):
       assert dict(s) == outside[id(s)]
   if case in ("none-yet", "one-set-in-place"):   # one set for the access's bytes
     assert len({id(sh.readers[b]) for b in want}) == 1
+
+
+def test_a_join_of_no_bytes_changes_nothing():
+  sh = Shadow(16)
+  sh._join(sh.readers, [(16, 16)], 5, (7, 3, None))
+  sh._join(sh.readers, [], 5, (7, 3, None))
+  assert sh.readers == [None] * 16

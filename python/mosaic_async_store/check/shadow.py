@@ -318,7 +318,10 @@ class Shadow:
     # The two common cases first, each with C loops over the bytes and no list of
     # them all (an access may span kilobytes, a WGMMA operand's reads): none yet, or
     # one set that only these bytes hold.
-    first, total = sets[ranges[0][0]], sum(hi - lo for lo, hi in ranges)
+    total = sum(hi - lo for lo, hi in ranges)
+    if not total:   # (no byte: nothing to join)
+      return
+    first = sets[ranges[0][0]]   # (ranges ascend: a byte of the access, or before one)
     if first is None:
       if all(sets[lo:hi].count(None) == hi - lo for lo, hi in ranges):   # one new set
         fresh = AccessSet({slot: entry})
