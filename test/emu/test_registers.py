@@ -10,7 +10,7 @@ from mosaic_async_store.check import check_ptx
 from mosaic_async_store.check.interp import PtxKernel
 from mosaic_async_store.check.memory import SCHEDULES
 from mosaic_async_store.check.ops import UNDEFINED
-from mosaic_async_store.check.registers import Registers, read, read_rows, write
+from mosaic_async_store.check.registers import Registers, read, write
 from mosaic_async_store.check.undefined import Undefined
 from mosaic_async_store.errors import AsyncStoreError
 from mosaic_async_store.tools import toolchain
@@ -43,7 +43,6 @@ def test_read_and_write_match_a_lane_by_lane_dict(rows):
   assert col == [want[r] for r in range(8)]
   assert read(col, lanes) == values
   assert read(regs.column("%tid.x"), lanes) == rows
-  assert read_rows(regs, ["%tid.x", "%r1"], lanes) == [[r, 100 + r] for r in rows]
   assert [regs.get("%r1", th) for th in _lanes(range(8))] == [want[r] for r in range(8)]
 
 

@@ -23,7 +23,7 @@ from operator import itemgetter
 from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.ops import UNDEFINED
 
-__all__ = ["Registers", "read", "write", "read_rows"]
+__all__ = ["Registers", "read", "write"]
 
 
 class Registers:
@@ -81,7 +81,7 @@ class Registers:
     """Thread ``th``'s registers as a hashable value (a poll's state, ``run._polled``):
     its value in every column written in this launch, in ``written``'s order (columns
     are only ever added to it, so two states with as many values name the same
-    registers; a column no thread wrote holds ``UNDEFINED`` for all); an
+    registers; a column not in it holds ``UNDEFINED`` for every thread); an
     ``undefined.Undefined`` (which has no bits to hash) as its description."""
     values = tuple(map(itemgetter(th.row), self.written))
     try:
@@ -99,12 +99,6 @@ def read(col: list, lanes) -> list:
   if lanes[-1].row - first + 1 == n:   # (consecutive rows: ascending and distinct)
     return col[first:first + n]
   return [col[th.row] for th in lanes]
-
-
-def read_rows(regs: Registers, names, lanes) -> list:
-  """Registers ``names`` of each of ``lanes``: one list per lane, in ``names``' order."""
-  columns = [read(regs.column(n), lanes) for n in names]
-  return [list(row) for row in zip(*columns)] if columns else [[] for _ in lanes]
 
 
 def write(regs: Registers, col: list, lanes, values) -> None:
