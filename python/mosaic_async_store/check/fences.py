@@ -61,10 +61,8 @@ def _fence(k, base, mods):
   every other proxy fence is refused (``_fence_op``)."""
   if mods and mods[0].startswith("proxy"):
     space = mods[2] if len(mods) > 2 else None
-    def proxy_fence(th):
-      proxy.fence(k, th, space)
-    proxy_fence.lanes = lambda lanes: proxy.fence_lanes(k, lanes, space)
-    return proxy_fence
+    return program.with_lanes(lambda th: proxy.fence(k, th, space),
+                              lambda lanes: proxy.fence_lanes(k, lanes, space))
   restrict = next((m for m in mods if m.startswith("sync_restrict")), None)
   if mods and mods[0] == "mbarrier_init":
     if mods[1:] != ["release", "cluster"]:
@@ -110,8 +108,7 @@ def _fence(k, base, mods):
       th.fence_rel = (th.vc.copy(), scope)
     th.vc[th.slot] += 1
   if release == "inits":   # (fence.mbarrier_init: no acquire, not .sc)
-    fence.lanes = lambda lanes: _init_fence_lanes(k, lanes, scope)
-    return fence
+    return program.with_lanes(fence, lambda lanes: _init_fence_lanes(k, lanes, scope))
   return program.each_lane(fence)
 
 

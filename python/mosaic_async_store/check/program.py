@@ -22,7 +22,8 @@ from mosaic_async_store.check.ops import UNDEFINED, immediate, split_operands
 from mosaic_async_store.check.outcomes import FALLBACK, YIELD
 from mosaic_async_store.check.registers import read, write
 
-__all__ = ["Program", "setter", "lanes_getter", "each_lane", "negation_allowed"]
+__all__ = ["Program", "setter", "lanes_getter", "with_lanes", "each_lane",
+           "negation_allowed"]
 
 
 def lanes_getter(getter):
@@ -32,6 +33,12 @@ def lanes_getter(getter):
   return form if form is not None else lambda lanes: [getter(th) for th in lanes]
 
 
+def with_lanes(fn, lanes_form):
+  """``fn`` with its warp form ``lanes_form`` (its ``lanes`` attribute)."""
+  fn.lanes = lanes_form
+  return fn
+
+
 def each_lane(fn):
   """``fn`` (th -> None: a lane's own bookkeeping that always goes on and reports
   nothing, a fence or a bulk group's commit) with its warp form: each lane in lane
@@ -39,8 +46,7 @@ def each_lane(fn):
   def lanes_form(lanes):
     for th in lanes:
       fn(th)
-  fn.lanes = lanes_form
-  return fn
+  return with_lanes(fn, lanes_form)
 
 
 def negation_allowed(opcode, index, count):

@@ -37,8 +37,9 @@ _CVTA_SPACES = {"to", "shared", "shared::cta", "shared::cluster", "global", "loc
 def _fused(put, dest, bits, fn, ops, getters):
   """th -> None: ``dest = fn(*sources)``, masked to ``bits``.  With a register
   destination and one or two register or immediate sources (nearly every ALU
-  instruction) the registers are read and written inline, not through a getter
-  and a setter call each (same values: ``_get`` / ``_set`` do the same)."""
+  instruction) the sources are read from their columns inline, not through a getter
+  call each, and the warp form writes the destination's column at once
+  (``registers.write``); lane by lane the result goes through ``put``."""
   kinds = [o[0] for o in ops]
   if dest[0] != "reg" or len(ops) not in (1, 2) or not set(kinds) <= {"reg", "imm"} or \
      kinds == ["imm", "imm"]:
@@ -51,22 +52,18 @@ def _fused(put, dest, bits, fn, ops, getters):
   col, regs, mask, U = put.column, put.registers, (1 << bits) - 1, UNDEFINED
   def store(lanes, out):
     write(regs, col, lanes, out)
-  def own(th):   # (th's place in the column, which its first write fills)
-    if not col:
-      regs.allocate(col)
-    return th.row
   if len(ops) == 1:
     a = ops[0][1]
     if kinds[0] == "imm":
       value = fn(a) & mask
       def f1c(th):
-        col[own(th)] = value
+        put(th, value)
       def f1c_lanes(lanes):
         write(regs, col, lanes, [value] * len(lanes))
       return _with_lanes(f1c, f1c_lanes)
     ca = regs.column(a)
     def f1(th):
-      col[own(th)] = fn(ca[th.row] if ca else U) & mask
+      put(th, fn(ca[th.row] if ca else U))
     if fn is _identity:   # (a move: no call per lane)
       return _with_lanes(f1, _computed_first(
           lambda lanes: [x & mask for x in read(ca, lanes)], store))
@@ -77,19 +74,19 @@ def _fused(put, dest, bits, fn, ops, getters):
     ca, cb = regs.column(a), regs.column(b)
     def frr(th):
       row = th.row
-      col[own(th)] = fn(ca[row] if ca else U, cb[row] if cb else U) & mask
+      put(th, fn(ca[row] if ca else U, cb[row] if cb else U))
     return _with_lanes(frr, _computed_first(
         lambda lanes: [fn(x, y) & mask for x, y in zip(read(ca, lanes), read(cb, lanes))],
         store))
   if kinds == ["reg", "imm"]:
     ca = regs.column(a)
     def fri(th):
-      col[own(th)] = fn(ca[th.row] if ca else U, b) & mask
+      put(th, fn(ca[th.row] if ca else U, b))
     return _with_lanes(fri, _computed_first(
         lambda lanes: [fn(x, b) & mask for x in read(ca, lanes)], store))
   cb = regs.column(b)
   def fir(th):   # ["imm", "reg"]
-    col[own(th)] = fn(a, cb[th.row] if cb else U) & mask
+    put(th, fn(a, cb[th.row] if cb else U))
   return _with_lanes(fir, _computed_first(
       lambda lanes: [fn(a, y) & mask for y in read(cb, lanes)], store))
 

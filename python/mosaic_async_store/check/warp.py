@@ -119,7 +119,7 @@ def sync_collective(k, opcode, mask_getter, contribution, resolve, finish):
   """The instruction ``opcode`` of a ``.sync`` collective at ``len(k.program.code)``: the lane
   checks it is in the membermask, then blocks with its Meeting.  Where the whole
   meeting is one piece its warp form reads the lanes' operands through the
-  ``lanes`` forms ``contribution`` and ``finish`` have (``_lanes_form``: else one
+  ``lanes`` forms ``contribution`` and ``finish`` have (``program.with_lanes``: else one
   call per lane)."""
   pc = len(k.program.code)
   masks_of = program.lanes_getter(mask_getter)
@@ -149,12 +149,6 @@ def sync_collective(k, opcode, mask_getter, contribution, resolve, finish):
   return block
 
 
-def _lanes_form(fn, lanes_form):
-  """``fn`` with its warp form ``lanes_form`` (its ``lanes`` attribute)."""
-  fn.lanes = lanes_form
-  return fn
-
-
 def _pair_finish(puts):
   """The ``finish`` of a collective whose lanes each get (value, predicate): into the
   registers of ``puts`` (the predicate's, if there is one), with its warp form."""
@@ -166,7 +160,7 @@ def _pair_finish(puts):
     puts[0].lanes(lanes, [r[0] for r in results])
     if len(puts) > 1:
       puts[1].lanes(lanes, [r[1] for r in results])
-  return _lanes_form(finish, finish_lanes)
+  return program.with_lanes(finish, finish_lanes)
 
 
 def _whole_meeting(k, lanes, mask):
@@ -283,7 +277,7 @@ def shfl(k, ins):
     return out
 
   a_of, b_of, c_of = map(program.lanes_getter, (a, b, c))
-  operands = _lanes_form(lambda th: (a(th), b(th) & 31, c(th) & 0x1F1F),
+  operands = program.with_lanes(lambda th: (a(th), b(th) & 31, c(th) & 0x1F1F),
                          lambda lanes: list(zip(a_of(lanes), [v & 31 for v in b_of(lanes)],
                                                 [v & 0x1F1F for v in c_of(lanes)])))
   return sync_collective(k, ins.opcode, ins.src[4], operands, resolve, _pair_finish(puts))
@@ -321,7 +315,7 @@ def elect(k, ins):
 
 
 # What a lane brings to a collective that takes nothing from it (elect, bar.warp.sync).
-_NOTHING = _lanes_form(lambda th: None, lambda lanes: [None] * len(lanes))
+_NOTHING = program.with_lanes(lambda th: None, lambda lanes: [None] * len(lanes))
 
 
 _REDUX = {("add", "u32"), ("add", "s32"), ("min", "u32"), ("min", "s32"), ("max", "u32"),
