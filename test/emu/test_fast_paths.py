@@ -10,7 +10,7 @@ from mosaic_async_store.check.bulk_op import _written_at_once
 from mosaic_async_store.check.interp import PtxKernel
 from mosaic_async_store.check.machine import Machine
 from mosaic_async_store.check.ops import UNDEFINED, ints_array
-from mosaic_async_store.check.shadow import AccessSet, Shadow, _pairs
+from mosaic_async_store.check.shadow import AccessSet, Shadow, _pairs, distinct
 
 from test_interp_features import kernel
 
@@ -54,16 +54,20 @@ def _moved(mem, landing):
     mem[d:d + n] = data or bytes(n)
 
 
-@pytest.mark.parametrize("case", ["disjoint", "zeros", "overlap", "sizes", "past_end",
-                                  "not_bytearray"])
+@pytest.mark.parametrize("case", ["disjoint", "zeros", "overlap", "sizes", "sizes_adjacent",
+                                  "sizes_overlap", "past_end", "not_bytearray"])
 def test_a_copy_lands_at_once_only_where_move_by_move_gives_the_same(case):
   rng = np.random.default_rng(1)
   dsts = [48, 0, 16, 96]
   sizes = [16, 16, 16, 16]
   if case == "overlap":
     dsts[1] = 40
-  if case == "sizes":
+  if case == "sizes":   # (moves of several sizes: a tile's runs split at its swizzle)
     sizes[2] = 8
+  if case == "sizes_adjacent":   # (each move ends where another begins)
+    sizes[1], sizes[2], dsts[3] = 16, 32, 64
+  if case == "sizes_overlap":   # (16..56 runs into the move at 48)
+    sizes[2] = 40
   if case == "past_end":
     dsts[3] = 120
   landing = [((d, None, n), bytes(rng.integers(0, 256, n, np.uint8)))
@@ -76,7 +80,7 @@ def test_a_copy_lands_at_once_only_where_move_by_move_gives_the_same(case):
     assert not _written_at_once(memoryview(mem), landing)
     return
   done = _written_at_once(mem, landing)
-  assert done == (case in ("disjoint", "zeros"))
+  assert done == (case in ("disjoint", "zeros", "sizes", "sizes_adjacent"))
   if done:
     assert mem == want
   else:
@@ -211,3 +215,18 @@ def test_a_join_of_no_bytes_changes_nothing():
   sh._join(sh.readers, [(16, 16)], 5, (7, 3, None))
   sh._join(sh.readers, [], 5, (7, 3, None))
   assert sh.readers == [None] * 16
+
+
+@pytest.mark.parametrize("case", ["one-set", "one-set-and-none", "equal-but-distinct",
+                                  "several", "first-and-last-one-set", "none", "empty"])
+def test_distinct_gives_every_entry_of_the_bytes_sets_from_sets_they_hold(case):
+  a, b = {2: (1, 0, None)}, {3: (4, 1, None), 2: (2, 5, None)}
+  sets = {"one-set": [a] * 6, "one-set-and-none": [None, a, a, None, a, None],
+          "equal-but-distinct": [a, a, dict(a), a], "several": [a, b, None, b, a],
+          "first-and-last-one-set": [a, b, a], "none": [None] * 4, "empty": []}[case]
+  got = list(distinct(sets))
+  entries = lambda many: {(r, e) for s in many if s for r, e in s.items()}
+  assert entries(got) == entries(sets)
+  assert all(any(g is s for s in sets) for g in got)   # (sets the bytes hold)
+  if case in ("several", "first-and-last-one-set"):
+    assert len(got) == 2   # (each once)

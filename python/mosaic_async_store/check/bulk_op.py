@@ -160,21 +160,24 @@ def _write(k, op):
 
 def _written_at_once(mem, landing) -> bool:
   """Writes the bytes of ``landing`` ((move, its data or None: zeros) pairs) into
-  ``mem`` (a bytearray) with one NumPy store where the moves are of one size and their
-  destinations disjoint (then the order of the writes does not matter); returns whether
-  it did (else nothing is written)."""
-  sizes = {n for (_, _, n), _ in landing}
-  if len(sizes) != 1 or type(mem) is not bytearray:
+  ``mem`` (a bytearray) with one NumPy store where the moves' destinations are disjoint
+  (then the order of the writes does not matter) and inside ``mem``; returns whether it
+  did (else nothing is written)."""
+  if type(mem) is not bytearray or not landing:
     return False
-  n = sizes.pop()
-  dsts = np.fromiter((d for (d, _, _), _ in landing), np.intp, len(landing))
-  if not len(dsts) or dsts.min() < 0 or dsts.max() + n > len(mem) or \
-     (len(dsts) > 1 and not (np.diff(np.sort(dsts)) >= n).all()):
+  count = len(landing)
+  dsts = np.fromiter((d for (d, _, _), _ in landing), np.intp, count)
+  sizes = np.fromiter((n for (_, _, n), _ in landing), np.intp, count)
+  ends = dsts + sizes
+  if dsts.min() < 0 or ends.max() > len(mem):
     return False   # (a slice past the end would grow ``mem``: as move by move)
-  zeros = bytes(n)
-  data = b"".join([data or zeros for _, data in landing])
-  if len(data) != n * len(dsts):
+  order = np.argsort(dsts, kind="stable")
+  if (dsts[order[1:]] < ends[order[:-1]]).any():
+    return False   # (overlapping moves: the later wins, as move by move)
+  data = b"".join([data or bytes(n) for (_, _, n), data in landing])
+  if len(data) != int(sizes.sum()):
     return False
-  np.frombuffer(mem, np.uint8)[(dsts[:, None] + np.arange(n)).ravel()] = \
-      np.frombuffer(data, np.uint8)
+  # (byte j of move i, in landing order: dsts[i] + j, counted from the move's first)
+  index = np.arange(len(data)) + np.repeat(dsts - np.cumsum(sizes) + sizes, sizes)
+  np.frombuffer(mem, np.uint8)[index] = np.frombuffer(data, np.uint8)
   return True
