@@ -252,3 +252,134 @@ def test_a_tensor_reduction_adds_the_box_and_drops_what_lies_outside(dtype):
   assert report.ok, str(report)
   got = report.outputs[0].view(dtype)
   assert got[:16].tolist() == [100] * 16 and got[16:].tolist() == [101 + t for t in range(16)]
+
+
+# A 2-D tensor copy whose box is 4 rows of a wider tensor: its global bytes are 4 runs
+# (16 bytes each, 64 apart), checked together where none needs a proxy fence
+# (access_core.check_and_record_runs), run by run where one does.  Load: 32 threads
+# each write one element of rows 2..5, columns 4..11 with st.global, (fence,) meet,
+# and thread 0 loads the box at row 2, column 4 into SMEM, waits, and stores it to
+# the second tensor's row 0.. by a second map.  Store: thread 0 stores an SMEM tile
+# into the box after thread 1 read one of its elements with ld.global (the test's doc).
+_TENSOR_2D = """.version 8.6
+.target sm_90a
+.address_size 64
+.visible .entry k(
+  .param .align 64 .b8 k_param_0[128],
+  .param .align 64 .b8 k_param_1[128],
+  .param .u64 k_param_2
+)
+{{
+  .reg .pred %p<8>;
+  .reg .b32 %r<32>;
+  .reg .b64 %rd<16>;
+  .shared .align 128 .b8 __dynamic_shmem__0;
+  mov.u32 %r1, %tid.x;
+  mov.b64 %rd2, __dynamic_shmem__0;
+  cvt.u32.u64 %r3, %rd2;
+  add.s32 %r10, %r3, 128;
+  mov.b64 %rd3, k_param_0;
+  cvta.param.u64 %rd4, %rd3;
+  mov.b64 %rd8, k_param_1;
+  cvta.param.u64 %rd5, %rd8;
+  setp.eq.u32 %p1, %r1, 0;
+  @%p1 mbarrier.init.shared::cta.b64 [%r10], 1;
+  mov.u32 %r8, 4;
+  mov.u32 %r9, 2;
+{body}
+"""
+_LOAD_2D = """  ld.param.u64 %rd1, [k_param_2];
+  shr.u32 %r11, %r1, 3;
+  add.s32 %r12, %r11, 2;
+  shl.b32 %r13, %r12, 4;
+  and.b32 %r14, %r1, 7;
+  add.s32 %r15, %r13, %r14;
+  add.s32 %r15, %r15, 4;
+  mul.wide.u32 %rd6, %r15, 4;
+  add.s64 %rd7, %rd1, %rd6;
+  add.s32 %r16, %r1, 1;
+  st.global.u32 [%rd7], %r16;
+  {fence}
+  bar.sync 0;
+  @%p1 mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r10], 64;
+  @%p1 cp.async.bulk.tensor.2d.shared::cta.global.mbarrier::complete_tx::bytes [%r3], [%rd4, {{%r8, %r9}}], [%r10];
+LOOP:
+  mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r10], 0;
+  @!%p2 bra LOOP;
+  mov.u32 %r17, 0;
+  @%p1 cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd5, {{%r17, %r17}}], [%r3];
+  cp.async.bulk.commit_group;
+  cp.async.bulk.wait_group 0;
+  ret;
+}}"""
+_STORE_2D = """  ld.param.u64 %rd1, [k_param_2];
+  shl.b32 %r4, %r1, 2;
+  add.s32 %r5, %r3, %r4;
+  add.s32 %r6, %r1, 1;
+  setp.lt.u32 %p3, %r1, 16;
+  @%p3 st.shared.u32 [%r5], %r6;
+  fence.proxy.async.shared::cta;
+  bar.sync 0;
+  setp.eq.u32 %p4, %r1, 1;
+  mov.u32 %r19, 1;
+  @%p4 ld.global.u32 %r18, [%rd1+{offset}];
+  @%p4 st.{flag_store}.gpu.global.u32 [%rd1], %r19;
+  @!%p1 bra DONE;
+WAIT:
+  ld.{flag_load}.gpu.global.u32 %r20, [%rd1];
+  setp.eq.u32 %p5, %r20, 0;
+  @%p5 bra WAIT;
+  cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd4, {{%r8, %r9}}], [%r3];
+  cp.async.bulk.commit_group;
+  cp.async.bulk.wait_group 0;
+DONE:
+  ret;
+}}"""
+
+
+def _maps_2d():
+  """Two 8 x 16 uint32 tensors with 4 x 4 boxes (rows of 64 bytes: a box is 4 runs),
+  their maps and the first one's array again (the threads' pointer: the same buffer)."""
+  from mosaic_async_store.check import TensorMap
+  x, y = np.zeros((8, 16), np.uint32), np.zeros((8, 16), np.uint32)
+  return x, y, [TensorMap.of(x, box=(4, 4)), TensorMap.of(y, box=(4, 4)), x]
+
+
+@pytest.mark.parametrize("fence", ["fence.proxy.async.global;", ""])
+def test_a_tensor_load_of_rows_threads_wrote_needs_a_global_proxy_fence(fence):
+  x, y, maps = _maps_2d()
+  ptx = _TENSOR_2D.format(body=_LOAD_2D.format(fence=fence))
+  report = check_ptx(ptx, maps, smem_bytes=256, block=(32, 1, 1), schedules=SCHEDULES)
+  if not fence:   # (every run's bytes a thread wrote: the first run is named)
+    assert "proxy-fence" in _rules_in_every_schedule(report), str(report)
+    assert "bytes 144..159" in str(report), str(report)   # (row 2, columns 4..7)
+    return
+  assert report.ok, str(report)
+  want = np.zeros((8, 16), np.uint32)
+  want[:4, :4] = [[8 * r + c + 1 for c in range(4)] for r in range(4)]
+  assert (report.outputs[1].view(np.uint32).reshape(8, 16) == want).all()
+
+
+@pytest.mark.parametrize("flag, offset, race", [
+    ("relaxed", 4 * (3 * 16 + 6), True),    # (row 3, column 6: in the box, unordered)
+    ("relaxed", 4 * (3 * 16 + 9), False),   # (column 9: outside the box)
+    ("release", 4 * (3 * 16 + 6), False)])  # (release / acquire: before the copy)
+def test_a_tensor_store_of_rows_races_with_an_unordered_thread_read(flag, offset, race):
+  """Thread 1 reads an element of the tensor, then sets a flag (element 0) that thread
+  0 polls before it stores an SMEM tile into the box: the copy lands after the read in
+  every schedule, so its own check (its 4 rows together: no thread wrote them, nothing
+  for a proxy fence) must find the read it is not ordered after."""
+  x, y, maps = _maps_2d()
+  ptx = _TENSOR_2D.format(body=_STORE_2D.format(
+      offset=offset, flag_store=flag, flag_load="relaxed" if flag == "relaxed" else "acquire"))
+  report = check_ptx(ptx, maps, smem_bytes=256, block=(32, 1, 1), schedules=SCHEDULES)
+  if race:
+    assert _rules_in_every_schedule(report) == {"race"}, str(report)
+    assert "bytes 208..223, read by CTA 0 thread 1" in str(report), str(report)
+    return
+  assert report.ok, str(report)
+  got = report.outputs[0].view(np.uint32).reshape(8, 16)
+  want = np.zeros((8, 16), np.uint32)
+  want[0, 0] = 1
+  want[2:6, 4:8] = np.arange(1, 17).reshape(4, 4)
+  assert (got == want).all()

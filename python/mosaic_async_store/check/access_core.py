@@ -29,8 +29,8 @@ from mosaic_async_store.check.memory import (SCOPES, Access, ProtocolError, show
 from mosaic_async_store.check.ops import reduce_op
 from mosaic_async_store.check.slots import MBARRIER_DATA, THREAD
 
-__all__ = ["check_and_record", "thread_access", "check_shared", "global_race",
-           "write_values", "forget_flags", "name_of", "access_of", "access_kind",
+__all__ = ["check_and_record", "check_and_record_runs", "thread_access", "check_shared",
+           "global_race", "write_values", "forget_flags", "name_of", "access_of", "access_kind",
            "insn_where", "conflict", "trace", "global_access", "MAX_STRONG"]
 
 _SCOPE_NAMES = {rank: name for name, rank in SCOPES.items()}
@@ -56,6 +56,26 @@ def check_and_record(k, who, vc, where, off, n, *, write, stamp, proxy_kind="gen
                          stamp[2], tag, stamp[1])
   if bad is not None:
     global_race(k, who, where, off, n, write, bad, tag, stamp[2])
+
+
+def check_and_record_runs(k, who, vc, where, runs, *, write, stamp, proxy_kind="generic",
+                          atomic=False):
+  """``check_and_record`` of each (offset, bytes) of ``runs`` (disjoint: an access of
+  none changes what another finds), in order.  A global buffer's runs through the
+  asynchronous proxy (a tile's rows in a larger tensor) are checked against the threads'
+  unfenced writes at once where none of their bytes has one (else run by run, where the
+  finding names its run), then each checked and recorded with one stamp."""
+  if type(where) is int or proxy_kind != "async" or len(runs) < 2 or \
+     not proxy.global_sources_fenced(k, who, where, runs):
+    for off, n in runs:
+      check_and_record(k, who, vc, where, off, n, write=write, stamp=stamp,
+                       proxy_kind=proxy_kind, atomic=atomic)
+    return
+  stamped, access = _Stamped(who, vc, stamp[0]), k.gshadow.access
+  for off, n in runs:
+    bad = access(stamped, where, off, n, write, atomic, stamp[2], None, stamp[1])
+    if bad is not None:
+      global_race(k, who, where, off, n, write, bad, None, stamp[2])
 
 
 class _Stamped:

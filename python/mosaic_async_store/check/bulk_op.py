@@ -106,9 +106,9 @@ def _read(k, op) -> list:
   stamp = (*_stamp(k, op, True), op.insn)
   kind, where = op.src
   mem = k.smem[where] if kind == "smem" else where
-  for lo, n in op.src_runs or _merged((s, n) for _, s, n in op.moves if s is not None):
-    access_core.check_and_record(k, op, op.vc, where, lo, n, write=False, stamp=stamp,
-                                 proxy_kind="async")
+  access_core.check_and_record_runs(
+      k, op, op.vc, where, op.src_runs or _merged((s, n) for _, s, n in op.moves if s is not None),
+      write=False, stamp=stamp, proxy_kind="async")
   return [None if s is None else bytes(mem[s:s + n]) for _, s, n in op.moves]
 
 
@@ -140,9 +140,10 @@ def _write(k, op):
   landing = [(move, data) for move, data in zip(op.moves, op.data)
              if data is not None or kind == "smem"]
   runs = op.dst_runs if kind == "smem" else None   # (a store's out-of-bounds moves drop)
-  for lo, n in runs or _merged((d, n) for (d, _, n), _ in landing):
-    access_core.check_and_record(k, op, op.vc, where, lo, n, write=True, stamp=stamp,
-                                 proxy_kind="async", atomic=red is not None)
+  access_core.check_and_record_runs(k, op, op.vc, where,
+                                    runs or _merged((d, n) for (d, _, n), _ in landing),
+                                    write=True, stamp=stamp, proxy_kind="async",
+                                    atomic=red is not None)
   if red is None:   # (access_core.write_values of each move's bytes, as they are)
     k.epoch += len(landing)
     if not k.flags and _written_at_once(mem, landing):

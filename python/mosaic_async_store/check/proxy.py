@@ -38,8 +38,8 @@ from mosaic_async_store.check import findings
 from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.slots import THREAD
 
-__all__ = ["fence", "fence_lanes", "fenced", "check_source", "check_source_runs", "check_global_source",
-           "SPACES"]
+__all__ = ["fence", "fence_lanes", "fenced", "check_source", "check_source_runs",
+           "global_sources_fenced", "check_global_source", "SPACES"]
 
 # What each .space of fence.proxy.async orders (none: all spaces).
 SPACES = {None: ("shared", "global"), "shared::cta": ("shared",),
@@ -131,6 +131,16 @@ def check_source_runs(k, op, sh, cta, ranges, writes):
     return
   for lo, hi in ranges:
     check_source(k, op, sh, cta, lo, hi - lo)
+
+
+def global_sources_fenced(k, op, buf, runs) -> bool:
+  """Whether no byte of ``runs`` ((offset, bytes) pairs) of global buffer ``buf`` was
+  last written by a thread with no proxy fence before ``op``'s issue (then
+  ``check_global_source`` finds nothing in any of them)."""
+  writes = set()
+  for off, n in runs:
+    writes |= k.gshadow.last_writes(buf, off, n)
+  return _unfenced(k, [(slot, clk) for slot, clk, _ in writes], op.fenced_global) is None
 
 
 def check_global_source(k, op, buf, off, n, verb="reads"):
