@@ -345,7 +345,7 @@ def _write_back(k, wg, w, last, lanes, limit):
   else:   # register -> its lanes' values (a later operation's replace an earlier's)
     results = {}
     for out in outs:
-      results.update(out)
+      results.update(out.items())
     names, columns = list(results), [np.asarray(v).tolist() for v in results.values()]
   regs = k.registers
   for name, values in zip(names, columns):

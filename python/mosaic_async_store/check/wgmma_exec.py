@@ -130,7 +130,7 @@ def _accumulator_in(wg, entry, form):
     elif chained:   # (``values`` None: every register chains)
       values = np.zeros((32, len(names)), np.uint32) if values is None else values.copy()
       for i in chained:
-        values[:, i] = wg.entries[sources[i]].out[w][names[i]]
+        values[:, i] = wg.entries[sources[i]].out[w].column(names[i])
     c[rows + 16 * w, cols] = _decode(values, form.dtype)
   return c
 
@@ -152,13 +152,21 @@ def _accumulator_out(d, names, form):
   return WarpResult(names, bits)
 
 
-class WarpResult(dict):
-  """A warp's results of one operation, register -> its lanes' values (uint32 [32]);
-  also as one array, ``bits`` (uint32 [32, registers], columns in the order of
-  ``names``), for the next operation of a chain."""
+class WarpResult:
+  """A warp's results of one operation: ``bits`` (uint32 [32, registers]: its lanes'
+  values, columns in the order of ``names``), as one array for the next operation of a
+  chain or the write-back; ``column(name)`` one register's lanes' values (uint32 [32]),
+  ``items()`` each register with them (a later operation's replace an earlier's:
+  ``wgmma._write_back``)."""
 
   __slots__ = ("names", "bits")
 
   def __init__(self, names, bits):
-    super().__init__(zip(names, bits.T))
     self.names, self.bits = names, bits
+
+  def column(self, name):
+    """Register ``name``'s lanes' values (named twice: its last place, as ``items``)."""
+    return self.bits[:, len(self.names) - 1 - self.names[::-1].index(name)]
+
+  def items(self):
+    return zip(self.names, self.bits.T)

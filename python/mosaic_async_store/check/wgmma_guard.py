@@ -61,7 +61,11 @@ class RegisterGuard:
     if inner is not None:
       def guarded_lanes(lanes):   # (a warp's state once, or each lane's guard; lanes
         warp = -1                 # of several warps where ``inner`` is ``wide``)
-        for th in lanes:
+        if guard is None and lanes[0].tid >> 5 == lanes[-1].tid >> 5:
+          lanes_of_warps = lanes[:1]   # (one warp, in lane order: its first lane)
+        else:
+          lanes_of_warps = lanes
+        for th in lanes_of_warps:
           if guard is not None or th.tid >> 5 != warp:
             warp = th.tid >> 5
             touch(th)
