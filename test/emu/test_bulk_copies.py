@@ -383,3 +383,38 @@ def test_a_tensor_store_of_rows_races_with_an_unordered_thread_read(flag, offset
   want[0, 0] = 1
   want[2:6, 4:8] = np.arange(1, 17).reshape(4, 4)
   assert (got == want).all()
+
+
+_EDGE_2D = """  mov.u32 %r8, {x};
+  mov.u32 %r9, {y};
+  bar.sync 0;
+  @%p1 mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r10], 64;
+  @%p1 cp.async.bulk.tensor.2d.shared::cta.global.mbarrier::complete_tx::bytes [%r3], [%rd4, {{%r8, %r9}}], [%r10];
+LOOP:
+  mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r10], 0;
+  @!%p2 bra LOOP;
+  mov.u32 %r17, 0;
+  @%p1 cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd5, {{%r17, %r17}}], [%r3];
+  cp.async.bulk.commit_group;
+  cp.async.bulk.wait_group 0;
+  ret;
+}}"""
+
+
+@pytest.mark.parametrize("x, y", [(14, 6), (-2, 1), (6, -3), (13, 5)])
+def test_a_tensor_load_over_the_edge_lands_zeros_where_the_box_lies_outside(x, y):
+  """A 4 x 4 box at column ``x``, row ``y`` of an 8 x 16 tensor, partly outside it:
+  the elements outside land as zeros, the others as the tensor's (then stored to the
+  second tensor's corner)."""
+  from mosaic_async_store.check import TensorMap
+  src, dst = np.arange(128, dtype=np.uint32).reshape(8, 16) + 1, np.zeros((8, 16), np.uint32)
+  maps = [TensorMap.of(src, box=(4, 4)), TensorMap.of(dst, box=(4, 4)), src]
+  ptx = _TENSOR_2D.format(body=_EDGE_2D.format(x=x & 0xFFFFFFFF, y=y & 0xFFFFFFFF))
+  report = check_ptx(ptx, maps, smem_bytes=256, block=(32, 1, 1), schedules=SCHEDULES)
+  assert report.ok, str(report)
+  want = np.zeros((8, 16), np.uint32)
+  for r in range(4):
+    for c in range(4):
+      if 0 <= y + r < 8 and 0 <= x + c < 16:
+        want[r, c] = src[y + r, x + c]
+  assert (report.outputs[1].view(np.uint32).reshape(8, 16) == want).all()

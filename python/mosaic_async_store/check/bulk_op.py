@@ -3,9 +3,11 @@ with a landing of its own) and its landing: the source bytes read and checked wh
 lands (shared memory through the asynchronous proxy), then each move's bytes written at
 its destination and checked against their history (``tma`` issues them).
 
-A copy's hundreds of moves (a swizzled tile's 16-byte chunks) are merged into runs once,
-at issue (``BulkOp.src_runs`` / ``dst_runs``): the in-flight marks and the checks go run
-by run, which judges each byte as move by move would.
+A copy's hundreds of moves (a swizzled tile's 16-byte chunks) are columns (``Moves``),
+merged into runs once, at issue (``BulkOp.src_runs`` / ``dst_runs``): the in-flight
+marks and the checks go run by run, which judges each byte as move by move would, and
+the bytes are read with one NumPy gather and written with one scatter where the moves'
+destinations are disjoint (else move by move, in order).
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ import numpy as np
 from mosaic_async_store.check import access_core, asyncops, bulk_groups, findings
 from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.ops import bits_of
-from mosaic_async_store.check.shadow import disjoint_runs
+from mosaic_async_store.check.shadow import byte_index_of, disjoint_runs_of
 
-__all__ = ["Span", "BulkOp"]
+__all__ = ["Span", "Moves", "BulkOp"]
 
 
 class Span:
@@ -31,10 +33,35 @@ class Span:
     self.cta, self.off, self.nbytes, self.red = cta, off, nbytes, red
 
 
+class Moves:
+  """A copy's moves as columns (int64 arrays, one entry per move, in the copy's order):
+  ``dst`` and ``src`` byte offsets (``src`` -1: an out-of-bounds element of a tensor
+  load, which lands as zeros) and ``nbytes``."""
+
+  __slots__ = ("dst", "src", "nbytes")
+
+  def __init__(self, dst, src, nbytes):
+    self.dst, self.src, self.nbytes = (np.asarray(c, np.int64) for c in (dst, src, nbytes))
+
+  def __len__(self) -> int:
+    return len(self.nbytes)
+
+  def read(self):
+    """(source offsets, bytes) of the moves that read (every one but a load's fills)."""
+    if (self.src >= 0).all():
+      return self.src, self.nbytes
+    keep = self.src >= 0
+    return self.src[keep], self.nbytes[keep]
+
+
+def _spans(offs, sizes) -> list:
+  """(offset, bytes) pairs of the columns, as Python ints."""
+  return list(zip(offs.tolist(), sizes.tolist()))
+
+
 class BulkOp:
   """One copy in flight (the interface of ``asyncops.AsyncOp``, landing itself):
-  ``moves``, (destination offset, source offset or None for an out-of-bounds element's
-  fill, bytes); ``src`` / ``dst``: ("smem", CTA) or ("global", buffer)."""
+  ``moves`` (``Moves``); ``src`` / ``dst``: ("smem", CTA) or ("global", buffer)."""
 
   __slots__ = ("th", "vc", "insn", "opcode", "writes", "reads", "proxy", "completion",
                "idx", "moves", "src", "dst", "fenced", "fenced_global", "data", "red",
@@ -46,15 +73,14 @@ class BulkOp:
     self.proxy, self.idx, self.data, self.red = "async", None, None, red
     # The bytes it reads and writes as runs (``disjoint_runs``: None where moves
     # overlap), once: a tile's hundreds of moves are a few runs.
-    src_spans = [(s, n) for _, s, n in moves if s is not None]
-    self.src_runs = disjoint_runs(src_spans)
+    self.src_runs = disjoint_runs_of(*moves.read())
     self.dst_runs, self.writes, self.reads = None, [], []
     if dst[0] == "smem":   # (every move lands: an out-of-bounds element as zeros)
-      dst_spans = [(d, n) for d, _, n in moves]
-      self.dst_runs = disjoint_runs(dst_spans)
-      self.writes = [Span(dst[1], d, n, red) for d, n in self.dst_runs or dst_spans]
+      self.dst_runs = disjoint_runs_of(moves.dst, moves.nbytes)
+      self.writes = [Span(dst[1], d, n, red) for d, n in
+                     self.dst_runs or _spans(moves.dst, moves.nbytes)]
     if src[0] == "smem":
-      self.reads = [Span(src[1], s, n) for s, n in self.src_runs or src_spans]
+      self.reads = [Span(src[1], s, n) for s, n in self.src_runs or _spans(*moves.read())]
     self.fenced = self.fenced_global = None   # (proxy.fenced, at issue)
 
   @property
@@ -99,33 +125,46 @@ def _stamp(k, op, reads):
   return c.stamp(k, op)
 
 
-def _read(k, op) -> list:
-  """The source bytes of each move (None for an out-of-bounds element of a load),
-  checked and recorded as read by the copy (in shared memory: through the asynchronous
-  proxy)."""
+def _read(k, op):
+  """The source bytes of the moves that read (``Moves.read``: all but a load's fills),
+  one after another (uint8), checked and recorded as read by the copy (in shared memory:
+  through the asynchronous proxy)."""
   stamp = (*_stamp(k, op, True), op.insn)
   kind, where = op.src
   mem = k.smem[where] if kind == "smem" else where
-  access_core.check_and_record_runs(
-      k, op, op.vc, where, op.src_runs or _merged((s, n) for _, s, n in op.moves if s is not None),
-      write=False, stamp=stamp, proxy_kind="async")
-  return [None if s is None else bytes(mem[s:s + n]) for _, s, n in op.moves]
+  offs, sizes = op.moves.read()
+  access_core.check_and_record_runs(k, op, op.vc, where, op.src_runs or _merged(offs, sizes),
+                                    write=False, stamp=stamp, proxy_kind="async")
+  return np.frombuffer(mem, np.uint8)[byte_index_of(offs, sizes)]   # (a copy: a snapshot)
 
 
-def _merged(spans):
-  """(offset, bytes) spans as the fewest runs covering the same bytes: checking a copy's
-  bytes run by run is the same as move by move (a move's bytes are checked alike)."""
-  spans = list(spans)
-  out = disjoint_runs(spans)
+def _merged(offs, sizes):
+  """The spans ``offs`` / ``sizes`` (columns) as the fewest runs covering the same bytes:
+  checking a copy's bytes run by run is the same as move by move (a move's bytes are
+  checked alike)."""
+  out = disjoint_runs_of(offs, sizes)
   if out is not None:
     return out
   out = []   # (moves that overlap: their union)
-  for lo, n in sorted(spans):
+  for lo, n in sorted(_spans(offs, sizes)):
     if out and lo <= out[-1][0] + out[-1][1]:
       out[-1][1] = max(out[-1][1], lo + n - out[-1][0])
     else:
       out.append([lo, n])
   return out
+
+
+def _landed_bytes(op):
+  """The bytes of every move, one after another (uint8): what it read, or zeros for a
+  load's out-of-bounds element (only a load into shared memory has those: a store's
+  were left out at issue)."""
+  moves, data = op.moves, op.data
+  filled = moves.src < 0
+  if not filled.any():
+    return data
+  full = np.zeros(int(moves.nbytes.sum()), np.uint8)
+  full[np.repeat(~filled, moves.nbytes)] = data
+  return full
 
 
 def _write(k, op):
@@ -137,48 +176,47 @@ def _write(k, op):
   if kind == "smem":
     k.shadow[where].mark_inflight_writes(op.writes, -1)
   mem = k.smem[where] if kind == "smem" else where
-  landing = [(move, data) for move, data in zip(op.moves, op.data)
-             if data is not None or kind == "smem"]
-  runs = op.dst_runs if kind == "smem" else None   # (a store's out-of-bounds moves drop)
-  access_core.check_and_record_runs(k, op, op.vc, where,
-                                    runs or _merged((d, n) for (d, _, n), _ in landing),
+  dsts, sizes, data = op.moves.dst, op.moves.nbytes, _landed_bytes(op)
+  access_core.check_and_record_runs(k, op, op.vc, where, op.dst_runs or _merged(dsts, sizes),
                                     write=True, stamp=stamp, proxy_kind="async",
                                     atomic=red is not None)
   if red is None:   # (access_core.write_values of each move's bytes, as they are)
-    k.epoch += len(landing)
-    if not k.flags and _written_at_once(mem, landing):
+    k.epoch += len(sizes)
+    if not k.flags and _written_at_once(mem, dsts, sizes, data):
       return
-    for (d, s, n), data in landing:
+    for d, n, chunk in _each_move(dsts, sizes, data):
       if k.flags:
         access_core.forget_flags(k, mem, d, n)
-      mem[d:d + n] = data or bytes(n)
+      mem[d:d + n] = chunk
     return
   size = bits_of(red[1]) // 8
-  for (d, s, n), data in landing:   # element by element, each a read-modify-write
-    access_core.write_values(k, mem, d, size, [int.from_bytes(data[i:i + size], "little")
-                                               for i in range(0, n, size)], red, weak=False)
+  for d, n, chunk in _each_move(dsts, sizes, data):   # element by element, each a
+    access_core.write_values(                          # read-modify-write
+        k, mem, d, size, [int.from_bytes(chunk[i:i + size], "little")
+                          for i in range(0, n, size)], red, weak=False)
 
 
-def _written_at_once(mem, landing) -> bool:
-  """Writes the bytes of ``landing`` ((move, its data or None: zeros) pairs) into
-  ``mem`` (a bytearray) with one NumPy store where the moves' destinations are disjoint
-  (then the order of the writes does not matter) and inside ``mem``; returns whether it
-  did (else nothing is written)."""
-  if type(mem) is not bytearray or not landing:
+def _each_move(dsts, sizes, data):
+  """(destination, bytes, its bytes) of each move, in order (``data``: theirs one
+  after another)."""
+  at = 0
+  for d, n in zip(dsts.tolist(), sizes.tolist()):
+    yield d, n, data[at:at + n].tobytes()
+    at += n
+
+
+def _written_at_once(mem, dsts, sizes, data) -> bool:
+  """Writes ``data`` (uint8: the moves' bytes one after another) at the destinations
+  ``dsts`` / ``sizes`` (columns) of ``mem`` (a bytearray) with one NumPy store where the
+  destinations are disjoint (then the order of the writes does not matter) and inside
+  ``mem``; returns whether it did (else nothing is written)."""
+  if type(mem) is not bytearray or not len(dsts) or len(data) != int(sizes.sum()):
     return False
-  count = len(landing)
-  dsts = np.fromiter((d for (d, _, _), _ in landing), np.intp, count)
-  sizes = np.fromiter((n for (_, _, n), _ in landing), np.intp, count)
   ends = dsts + sizes
   if dsts.min() < 0 or ends.max() > len(mem):
     return False   # (a slice past the end would grow ``mem``: as move by move)
   order = np.argsort(dsts, kind="stable")
   if (dsts[order[1:]] < ends[order[:-1]]).any():
     return False   # (overlapping moves: the later wins, as move by move)
-  data = b"".join([data or bytes(n) for (_, _, n), data in landing])
-  if len(data) != int(sizes.sum()):
-    return False
-  # (byte j of move i, in landing order: dsts[i] + j, counted from the move's first)
-  index = np.arange(len(data)) + np.repeat(dsts - np.cumsum(sizes) + sizes, sizes)
-  np.frombuffer(mem, np.uint8)[index] = np.frombuffer(data, np.uint8)
+  np.frombuffer(mem, np.uint8)[byte_index_of(dsts, sizes)] = data
   return True

@@ -21,7 +21,8 @@ import numpy as np
 
 from mosaic_async_store.check.memory import CLOCK, tags_morally_strong
 
-__all__ = ["Shadow", "AccessSet", "distinct", "disjoint_runs", "byte_index"]
+__all__ = ["Shadow", "AccessSet", "distinct", "disjoint_runs", "disjoint_runs_of", "byte_index",
+           "byte_index_of"]
 
 _NO_ENTRY = (-1,)   # (clock, ...) of a slot a byte's access set does not hold
 
@@ -40,7 +41,8 @@ def distinct(sets):
 def disjoint_runs(spans):
   """The bytes of (offset, bytes) spans as sorted maximal runs, (offset, bytes) pairs
   (empty spans hold none); None where two spans share a byte.  Past 32 spans with
-  NumPy's loops (a copy's hundreds of moves: a swizzled tile's 16-byte chunks)."""
+  NumPy's loops (``disjoint_runs_of``: a copy's hundreds of moves, a swizzled tile's
+  16-byte chunks)."""
   spans = [span for span in spans if span[1]]
   if len(spans) <= 32:
     runs = []
@@ -52,10 +54,21 @@ def disjoint_runs(spans):
       else:
         runs.append([off, n])
     return [tuple(run) for run in runs]
-  offs = np.fromiter((off for off, _ in spans), np.int64, len(spans))
-  ends = offs + np.fromiter((n for _, n in spans), np.int64, len(spans))
+  return disjoint_runs_of(np.fromiter((off for off, _ in spans), np.int64, len(spans)),
+                          np.fromiter((n for _, n in spans), np.int64, len(spans)))
+
+
+def disjoint_runs_of(offs, sizes):
+  """``disjoint_runs`` of the spans given as columns: ``offs`` and ``sizes`` (int64
+  arrays, one entry per span), with NumPy's loops."""
+  keep = sizes > 0
+  if not keep.all():
+    offs, sizes = offs[keep], sizes[keep]
+  if not len(offs):
+    return []
   order = np.argsort(offs, kind="stable")
-  offs, ends = offs[order], ends[order]
+  offs = offs[order]
+  ends = offs + sizes[order]
   if (offs[1:] < ends[:-1]).any():
     return None
   breaks = np.flatnonzero(offs[1:] != ends[:-1]) + 1
@@ -71,10 +84,14 @@ def byte_index(ranges):
     lo, hi = ranges[0]
     return np.arange(lo, hi)
   bounds = np.array(ranges, np.intp).reshape(-1, 2)
-  lengths = bounds[:, 1] - bounds[:, 0]
-  # (byte j of range r: first_r + j; as a running count, offset per range)
-  return np.arange(lengths.sum()) + np.repeat(bounds[:, 0] - np.cumsum(lengths) + lengths,
-                                              lengths)
+  return byte_index_of(bounds[:, 0], bounds[:, 1] - bounds[:, 0])
+
+
+def byte_index_of(firsts, sizes):
+  """The bytes of the spans ``firsts`` / ``sizes`` (integer arrays, one entry per span)
+  as one index array, span by span in their order."""
+  # (byte j of span r: first_r + j; as a running count, offset per span)
+  return np.arange(int(sizes.sum())) + np.repeat(firsts - np.cumsum(sizes) + sizes, sizes)
 
 
 def _pairs(slots, clocks) -> set:
@@ -259,7 +276,6 @@ class Shadow:
     among them is ordered after all their history (then ``conflict`` finds nothing),
     judged by their distinct last writers and reader sets; False where that does not
     show it (``conflict`` then goes byte by byte, to name the first conflict)."""
-    n = end - off
     if self.inflight[off:end].any() or not self.no_strong(off, end) or \
        (not both_atomic and self.inflight_red[off:end].any()):
       return False

@@ -34,9 +34,11 @@ The bulk groups (commit, wait, the clock slots a group's accesses are known by) 
 
 from __future__ import annotations
 
+import numpy as np
+
 from mosaic_async_store.check import (addresses, asyncops, bulk_groups, bulk_rules, proxy,
                                       sync, tma_forms, tma_geometry)
-from mosaic_async_store.check.bulk_op import BulkOp
+from mosaic_async_store.check.bulk_op import BulkOp, Moves
 from mosaic_async_store.check.memory import KernelFault, ProtocolError
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.ops import RED_FORMS
@@ -96,15 +98,13 @@ def _tensor(k, th, form, getter, smem_off):
 
 
 def _moves_of(runs, base, smem_off, load):
-  """Moves (destination, source, bytes) of a tensor copy's runs."""
-  out = []
-  for s, g, n, oob in zip(runs.smem_off.tolist(), runs.global_off.tolist(),
-                          runs.nbytes.tolist(), runs.oob.tolist()):
-    if load:
-      out.append((smem_off + s, None if oob else base + g, n))
-    elif not oob:
-      out.append((base + g, smem_off + s, n))
-  return out
+  """The ``bulk_op.Moves`` of a tensor copy's runs: a load's out-of-bounds runs read
+  nothing (source -1: they land as zeros), a store's are left out."""
+  smem, glob = smem_off + runs.smem_off, base + runs.global_off
+  if load:
+    return Moves(smem, np.where(runs.oob, -1, glob), runs.nbytes)
+  keep = ~runs.oob
+  return Moves(glob[keep], smem[keep], runs.nbytes[keep])
 
 
 def _issue(k, th, op):
@@ -165,7 +165,7 @@ def _copy(k, ins, form):
       if form.red_op is not None:   # a tensor reduction: its type is the map's
         reduction = _reduction(ins.opcode, form.red_op, _MAP_TYPES.get(tmap.dtype, "none"),
                                tensor=True)
-      if into_smem and tmap.oob_fill != "zero" and any(m[1] is None for m in moves):
+      if into_smem and tmap.oob_fill != "zero" and (moves.src < 0).any():
         tma_geometry.oob_fill_element(tmap)   # (refuses the NaN fill by name)
     else:
       n = size_get(th) & 0xFFFFFFFF
@@ -176,16 +176,16 @@ def _copy(k, ins, form):
       if form.src == "global":
         buf, g = _global(k, th, s, n)
         cta, smem_off = _smem(k, th, d, form.dst, n)
-        moves = [(smem_off, g, n)]
+        moves = Moves([smem_off], [g], [n])
       elif form.dst == "global":
         buf, g = _global(k, th, d, n)
         cta, smem_off = _smem(k, th, s, form.src, n)
-        moves = [(g, smem_off, n)]
+        moves = Moves([g], [smem_off], [n])
       else:   # shared::cta -> shared::cluster
         src_cta, src_off = _smem(k, th, s, form.src, n)
         _rule(k, "bulk-shared-cta", bulk_rules.shared_cta_is_own(src_cta, th.cta, "srcMem"))
         cta, smem_off = _smem(k, th, d, form.dst, n)
-        moves = [(smem_off, src_off, n)]
+        moves = Moves([smem_off], [src_off], [n])
     if not into_smem:
       _rule(k, "bulk-shared-cta", bulk_rules.shared_cta_is_own(cta, th.cta, "srcMem"))
       groups = bulk_groups.groups_of(k, th)
