@@ -43,7 +43,7 @@ PRODUCT = {
                                  "device_target", "host_tma", "host_eval"),
     "mosaic_async_store/check": ("__init__", "interp", "opcodes", "values", "run", "sync",
                                  "barriers", "access", "strong", "memory", "global_memory",
-                                 "ops", "floats", "lineinfo", "report", "warp", "machine",
+                                 "ops", "floats", "lineinfo", "report", "warp", "collectives", "machine",
                                  "program", "registers", "outcomes", "addresses", "memops", "asyncops",
                                  "control", "contraction", "fences", "warp_memory",
                                  "lockstep", "shadow", "shadow_runs", "schedule", "warp_mbarrier",

@@ -2,8 +2,9 @@
 handler compiles it, and examples of the forms it runs and of those it refuses.
 
 Each family module (``FAMILIES``: values, memops, strong, access, sync, fences,
-barriers, warp, control) ends with its own table, ``OPCODES = {base: Opcode(handler,
-examples, refused)}``; ``OPCODES`` here is their union, made on first use.  An
+barriers, collectives, control, tma, wgmma) ends with its own table, ``OPCODES =
+{base: Opcode(handler, examples, refused)}``; ``OPCODES`` here is their union, made on
+first use.  An
 instruction's base opcode (the text before the first ``.``) selects its
 ``Opcode``; the handler, ``handler(k, ins)`` with the machine ``k``
 (``machine.Machine``) and the decoded instruction ``ins`` (``Instr``), checks the
@@ -32,8 +33,8 @@ __all__ = ["Opcode", "Instr", "OPCODES", "FAMILIES", "EXAMPLE_REGISTERS", "REFUS
            "check_qualifiers"]
 
 # The family modules of mosaic_async_store.check, each with its OPCODES table.
-FAMILIES = ("values", "memops", "strong", "access", "sync", "fences", "barriers", "warp",
-            "control", "tma", "wgmma")
+FAMILIES = ("values", "memops", "strong", "access", "sync", "fences", "barriers",
+            "collectives", "control", "tma", "wgmma")
 
 # The registers the examples name (test/emu/test_opcode_table.py declares them).
 EXAMPLE_REGISTERS = (".reg .pred %p<8>;", ".reg .b16 %h<8>;", ".reg .b32 %r<32>;",

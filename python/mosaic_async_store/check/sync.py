@@ -14,8 +14,8 @@ the rules ``barrier-peer`` and ``phase-overrun`` are ``mbarrier_forms``'.
 
 from __future__ import annotations
 
-from mosaic_async_store.check import (access_core, addresses, mbarrier_forms, program, warp,
-                                      warp_mbarrier)
+from mosaic_async_store.check import (access_core, addresses, collectives, mbarrier_forms,
+                                      program, warp, warp_mbarrier)
 from mosaic_async_store.check.mbarrier_state import (Mbarrier, _note_remote, _observe, add_tx,
                                                      advance_phase)
 from mosaic_async_store.check.memory import TX_LIMIT, ProtocolError, Releases, sem_scope
@@ -277,7 +277,7 @@ def _mbarrier_op(k, ins):
   return _mbarrier(k, ins.mods, ins.ops, ins.src, ins.space)
 
 
-# -- warp collectives (warp.py) ---------------------------------------------------
+# -- warp collectives (warp.py, collectives.py) ---------------------------------------------------
 
 
 def _warp_collective_at(k, pc, resolve):
@@ -288,8 +288,8 @@ def _warp_collective_at(k, pc, resolve):
 
 
 def _warp_sync(k, mask):
-  """``bar.warp.sync membermask`` (warp.py)."""
-  return warp.warp_sync(k, mask)
+  """``bar.warp.sync membermask`` (collectives.py)."""
+  return collectives.warp_sync(k, mask)
 
 
 def mbarrier_key(k, th, space, addr, form=None):

@@ -1,5 +1,5 @@
 """The value a lane holds where the ISA leaves it undefined (``shfl.sync`` from a lane
-outside its membermask, or an exited one: ``warp.shfl``): carried through bitwise and
+outside its membermask, or an exited one: ``collectives.shfl``): carried through bitwise and
 arithmetic operations, and the finding ``undefined-value`` wherever its bits are used.
 """
 
