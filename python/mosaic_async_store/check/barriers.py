@@ -173,7 +173,8 @@ def _named(k, waits, bar_id, count, pc, aligned, red=None):
        (count is not None and counts(lanes).count(b) != len(lanes)):
       return FALLBACK   # (lane by lane: a finding, or warp-mates elsewhere)
     rows = k.lane_rows(lanes)
-    rec = k.warp_arrivals[wkey] = WarpArrival(b, len(lanes), k.clocks[rows].max(axis=0), op)
+    rec = k.warp_arrivals[wkey] = WarpArrival(b, len(lanes), k.lane_clocks(lanes).max(axis=0),
+                                              op)   # (a view where the lanes are consecutive)
     if red is not None:
       rec.trues = sum(red[1](t) & 1 for t in lanes)
     rec.lanes = {t.tid: (t, waits, None if red is None else red[2]) for t in lanes}
