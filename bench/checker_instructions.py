@@ -13,7 +13,7 @@ prints the verdict.
   python bench/checker_instructions.py hopper_matmul --count
   python bench/checker_instructions.py flash_attention --runs 1
 
-docs/benchmarks.md ("eighth pass", "ninth pass") has the method, the machine and the numbers.
+docs/benchmarks.md ("eighth pass" to "tenth pass") has the method, the machine and the numbers.
 """
 
 from __future__ import annotations
