@@ -288,6 +288,20 @@ _TENSOR_2D = """.version 8.6
   mov.u32 %r9, 2;
 {body}
 """
+# (after the CTA meets) thread 0 loads the box at column %r8, row %r9 into SMEM, waits
+# for it, and stores it to the second tensor's corner
+_BOX_THERE_AND_BACK_2D = """  bar.sync 0;
+  @%p1 mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r10], 64;
+  @%p1 cp.async.bulk.tensor.2d.shared::cta.global.mbarrier::complete_tx::bytes [%r3], [%rd4, {{%r8, %r9}}], [%r10];
+LOOP:
+  mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r10], 0;
+  @!%p2 bra LOOP;
+  mov.u32 %r17, 0;
+  @%p1 cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd5, {{%r17, %r17}}], [%r3];
+  cp.async.bulk.commit_group;
+  cp.async.bulk.wait_group 0;
+  ret;
+}}"""
 _LOAD_2D = """  ld.param.u64 %rd1, [k_param_2];
   shr.u32 %r11, %r1, 3;
   add.s32 %r12, %r11, 2;
@@ -300,18 +314,7 @@ _LOAD_2D = """  ld.param.u64 %rd1, [k_param_2];
   add.s32 %r16, %r1, 1;
   st.global.u32 [%rd7], %r16;
   {fence}
-  bar.sync 0;
-  @%p1 mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r10], 64;
-  @%p1 cp.async.bulk.tensor.2d.shared::cta.global.mbarrier::complete_tx::bytes [%r3], [%rd4, {{%r8, %r9}}], [%r10];
-LOOP:
-  mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r10], 0;
-  @!%p2 bra LOOP;
-  mov.u32 %r17, 0;
-  @%p1 cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd5, {{%r17, %r17}}], [%r3];
-  cp.async.bulk.commit_group;
-  cp.async.bulk.wait_group 0;
-  ret;
-}}"""
+""" + _BOX_THERE_AND_BACK_2D
 _STORE_2D = """  ld.param.u64 %rd1, [k_param_2];
   shl.b32 %r4, %r1, 2;
   add.s32 %r5, %r3, %r4;
@@ -387,18 +390,7 @@ def test_a_tensor_store_of_rows_races_with_an_unordered_thread_read(flag, offset
 
 _EDGE_2D = """  mov.u32 %r8, {x};
   mov.u32 %r9, {y};
-  bar.sync 0;
-  @%p1 mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r10], 64;
-  @%p1 cp.async.bulk.tensor.2d.shared::cta.global.mbarrier::complete_tx::bytes [%r3], [%rd4, {{%r8, %r9}}], [%r10];
-LOOP:
-  mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r10], 0;
-  @!%p2 bra LOOP;
-  mov.u32 %r17, 0;
-  @%p1 cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd5, {{%r17, %r17}}], [%r3];
-  cp.async.bulk.commit_group;
-  cp.async.bulk.wait_group 0;
-  ret;
-}}"""
+""" + _BOX_THERE_AND_BACK_2D
 
 
 @pytest.mark.parametrize("x, y", [(14, 6), (-2, 1), (6, -3), (13, 5)])
