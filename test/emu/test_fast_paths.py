@@ -219,15 +219,17 @@ def test_a_join_of_no_bytes_changes_nothing():
 
 
 @pytest.mark.parametrize("case", ["one-set", "one-set-and-none", "equal-but-distinct",
-                                  "several", "first-and-last-one-set", "none", "empty"])
+                                  "several", "first-and-last-one-set", "ends-and-middle-one-set",
+                                  "none", "empty"])
 def test_distinct_gives_every_entry_of_the_bytes_sets_from_sets_they_hold(case):
   a, b = {2: (1, 0, None)}, {3: (4, 1, None), 2: (2, 5, None)}
   sets = {"one-set": [a] * 6, "one-set-and-none": [None, a, a, None, a, None],
           "equal-but-distinct": [a, a, dict(a), a], "several": [a, b, None, b, a],
-          "first-and-last-one-set": [a, b, a], "none": [None] * 4, "empty": []}[case]
+          "first-and-last-one-set": [a, b, a], "ends-and-middle-one-set": [a, b, a, a, a],
+          "none": [None] * 4, "empty": []}[case]
   got = list(distinct(sets))
   entries = lambda many: {(r, e) for s in many if s for r, e in s.items()}
   assert entries(got) == entries(sets)
   assert all(any(g is s for s in sets) for g in got)   # (sets the bytes hold)
-  if case in ("several", "first-and-last-one-set"):
+  if case in ("several", "first-and-last-one-set", "ends-and-middle-one-set"):
     assert len(got) == 2   # (each once)

@@ -33,7 +33,8 @@ def distinct(sets):
   where every byte holds one set (or sets equal to it: the same entries), that set
   alone, by one comparison per byte (``id`` makes an int per byte: ten times that)."""
   held = list(filter(None, sets))
-  if held and held[-1] is held[0] and held.count(held[0]) == len(held):
+  if held and held[-1] is held[0] is held[len(held) // 2] and \
+     held.count(held[0]) == len(held):   # (first, middle and last: likely one set)
     return (held[0],)
   return dict(zip(map(id, held), held)).values()
 
