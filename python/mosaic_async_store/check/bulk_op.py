@@ -43,9 +43,6 @@ class Moves:
   def __init__(self, dst, src, nbytes):
     self.dst, self.src, self.nbytes = (np.asarray(c, np.int64) for c in (dst, src, nbytes))
 
-  def __len__(self) -> int:
-    return len(self.nbytes)
-
   def read(self):
     """(source offsets, bytes) of the moves that read (every one but a load's fills)."""
     if (self.src >= 0).all():
