@@ -6,6 +6,7 @@ layout upstream's inference rejects, run in the PTX checker in both semantics) a
 inferred layouts in test/lit/pallas.py."""
 
 import dataclasses
+import math
 
 import pytest
 
@@ -20,17 +21,10 @@ OPTIMIZED = compat.transfer_optimized_values()
 
 def _storable(layout, shape, dtype, tiling, swizzle, strides=None, optimized="required",
               atomic=None):
-  strides = strides or tuple(int(s) for s in _row_major(shape))
+  strides = strides or tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
   return pl.storable(resolve_layout(layout, shape, dtype), shape, strides, tiling, swizzle,
                      dtype, atomic, OPTIMIZED[optimized])
 
-
-def _row_major(shape):
-  out, acc = [], 1
-  for s in reversed(shape):
-    out.append(acc)
-    acc *= s
-  return tuple(reversed(out))
 
 
 @pytest.mark.parametrize("layout, dtype", [("WGMMA", "float64"), ("WGMMA_UPCAST_4X", "int32"),

@@ -25,6 +25,7 @@ op, that grows with every op Mosaic's host code comes to use.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 
 from mosaic_async_store.check.tensor_map import TENSOR_MAP_BYTES, TensorMap
@@ -222,19 +223,8 @@ def _alloca(ev, rest):
 
 def _memref_alloca(ev, rest):
   shape, elem, _ = _memref_type(rest)
-  count = 1
-  for d in shape:
-    count *= d
-  strides = tuple(_row_major(shape))
-  return _Memref(ev.alloc(count * elem), 0, shape, strides, elem)
-
-
-def _row_major(shape):
-  out, step = [], 1
-  for d in reversed(shape):
-    out.append(step)
-    step *= d
-  return list(reversed(out))
+  strides = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))   # (row-major)
+  return _Memref(ev.alloc(math.prod(shape) * elem), 0, shape, strides, elem)
 
 
 def _memref_store(ev, rest):
