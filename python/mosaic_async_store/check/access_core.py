@@ -64,18 +64,13 @@ def check_and_record_runs(k, who, vc, where, runs, *, write, stamp, proxy_kind="
   none changes what another finds), in order.  A global buffer's runs through the
   asynchronous proxy (a tile's rows in a larger tensor) are checked against the threads'
   unfenced writes at once where none of their bytes has one (else run by run, where the
-  finding names its run), then each checked and recorded with one stamp."""
-  if type(where) is int or proxy_kind != "async" or len(runs) < 2 or \
-     not proxy.global_sources_fenced(k, who, where, runs):
-    for off, n in runs:
-      check_and_record(k, who, vc, where, off, n, write=write, stamp=stamp,
-                       proxy_kind=proxy_kind, atomic=atomic)
-    return
-  stamped, access = _Stamped(who, vc, stamp[0]), k.gshadow.access
+  finding names its run), then each checked and recorded."""
+  if type(where) is not int and proxy_kind == "async" and len(runs) > 1 and \
+     proxy.global_sources_fenced(k, who, where, runs):
+    proxy_kind = "generic"   # (in global memory it says only whether to check the proxy)
   for off, n in runs:
-    bad = access(stamped, where, off, n, write, atomic, stamp[2], None, stamp[1])
-    if bad is not None:
-      global_race(k, who, where, off, n, write, bad, None, stamp[2])
+    check_and_record(k, who, vc, where, off, n, write=write, stamp=stamp,
+                     proxy_kind=proxy_kind, atomic=atomic)
 
 
 class _Stamped:

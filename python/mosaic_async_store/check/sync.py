@@ -277,7 +277,7 @@ def _mbarrier_op(k, ins):
   return _mbarrier(k, ins.mods, ins.ops, ins.src, ins.space)
 
 
-# -- warp collectives (warp.py, collectives.py) ---------------------------------------------------
+# -- warp collectives (warp.py, collectives.py) -------------------------------------
 
 
 def _warp_collective_at(k, pc, resolve):

@@ -115,8 +115,7 @@ def _with_lanes(fn, lanes_form):
   """``fn`` with its warp form (``program.Program.vcode``): the same, for each lane;
   a lane's own computation, so it runs lanes of several warps at once (``wide``)."""
   lanes_form.wide = True
-  fn.lanes = lanes_form
-  return fn
+  return program.with_lanes(fn, lanes_form)
 
 
 def _constant(v):
