@@ -1,6 +1,6 @@
 """Everything that depends on the jax version lives here.
 
-CI runs jax 0.10.2, 0.11.2 and 0.12.0.1 (docs/jax-versions.md).  Every import of
+CI runs jax 0.10.2, 0.11.2, 0.12.0.1 and 0.12.1 (docs/jax-versions.md).  Every import of
 a private ``jax._src`` module, and every upstream name that moved or changed
 shape between those versions, goes through a function in this file so that the
 rest of the project imports only from here.  Imports are lazy: the planner must work (and
