@@ -44,7 +44,7 @@ PRODUCT = {
     "mosaic_async_store/check": ("__init__", "interp", "opcodes", "values", "run", "sync",
                                  "barriers", "access", "strong", "memory", "global_memory",
                                  "ops", "floats", "lineinfo", "report", "warp", "collectives", "machine",
-                                 "program", "registers", "outcomes", "addresses", "memops", "asyncops",
+                                 "program", "poll_state", "registers", "outcomes", "addresses", "memops", "asyncops",
                                  "control", "contraction", "fences", "warp_memory",
                                  "lockstep", "shadow", "shadow_runs", "schedule", "warp_mbarrier",
                                  "budget", "cluster_barrier", "pairings", "mbarrier_forms",

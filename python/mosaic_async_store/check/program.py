@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from mosaic_async_store.check import lineinfo, opcodes, params
+from mosaic_async_store.check import lineinfo, opcodes, params, poll_state
 from mosaic_async_store.check.addresses import LOCAL_BASE, SHARED_BASE
 from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.opcodes import decode
@@ -211,6 +211,7 @@ class Program:
     self.sources = []         # its "file:line" from the last .loc before it, or None
     self._loc = None
     self.finishers = {}       # name -> f(program), run once every instruction is compiled
+    self.named = []           # per instruction, the registers it names (poll_state)
     start = text.index("{", m.end())
     self._first_line = text.count("\n", 0, start) + 1
     self._parse(text[start:])
@@ -247,17 +248,21 @@ class Program:
           self.texts.append(stmt)
           self.lines.append(line)
           self.sources.append(self._loc)
+          self.named.append(set())
           try:
             self.code.append(self._compile(stmt, scopes, fixups))
           except NotImplementedError as e:   # say where
             raise NotImplementedError(f"PTX line {line}: `{stmt}`: {e}") from None
+    targets = {}
     for k, label, chain, guard in fixups:  # branches, once every label is known
       target = next((sc[2][label] for sc in reversed(chain) if label in sc[2]),
                     None)
-      target = self.labels[label] if target is None else target
-      self.code[k] = _branch(self.machine.registers, target, guard)
+      targets[k] = self.labels[label] if target is None else target
+      self.code[k] = _branch(self.machine.registers, targets[k], guard)
     for finish in self.finishers.values():   # what a family does once all is compiled
       finish(self)
+    self.poll_columns = poll_state.columns_by_pc(self.texts, self.named, targets,
+                                                 self.machine.registers.column)
     self.vcode = [getattr(fn, "lanes", None) for fn in self.code]
     self.wide = [getattr(f, "wide", False) for f in self.vcode]
 
@@ -311,7 +316,10 @@ class Program:
         raise NotImplementedError(f"operand {tok!r}: only a predicate register is negated")
       return ("npred", inner[1])
     if _is_register(tok, scopes):  # special registers (%tid.x, ...) are preset ones
-      return ("reg", next((sc[1][tok] for sc in reversed(scopes) if tok in sc[1]), tok))
+      name = next((sc[1][tok] for sc in reversed(scopes) if tok in sc[1]), tok)
+      if self.named:   # (the registers each statement names: poll_state)
+        self.named[-1].add(name)
+      return ("reg", name)
     if tok in self.symbols:
       return ("sym", tok)
     try:

@@ -18,9 +18,6 @@ consecutive rows from its first and last lane.
 
 from __future__ import annotations
 
-from operator import itemgetter
-
-from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.ops import UNDEFINED
 
 __all__ = ["Registers", "read", "write"]
@@ -76,19 +73,6 @@ class Registers:
   def put_lanes(self, name: str, lanes, values) -> None:
     """Each of ``lanes``' register ``name`` becomes its value in ``values`` (a list)."""
     write(self, self.column(name), lanes, values)
-
-  def state(self, th) -> tuple:
-    """Thread ``th``'s registers as a hashable value (a poll's state, ``run._polled``):
-    its value in every column written in this launch, in ``written``'s order (columns
-    are only ever added to it, so two states with as many values name the same
-    registers; a column not in it holds ``UNDEFINED`` for every thread); an
-    ``undefined.Undefined`` (which has no bits to hash) as its description."""
-    values = tuple(map(itemgetter(th.row), self.written))
-    try:
-      hash(values)
-    except ProtocolError:   # (an undefined.Undefined's hash is its finding)
-      values = tuple(v if type(v) is int else repr(v) for v in values)
-    return values
 
 
 def read(col: list, lanes) -> list:

@@ -15,8 +15,10 @@ not rest on it: races are judged by happens-before, per lane.
 
 Polling.  A thread that spins on a strong load (``strong``) or ``nanosleep`` yields
 after each poll, and a warp's piece after ``lockstep.LOOP_YIELD`` backward jumps in a row (a
-spin on a weak load).  When it yields again in the same state (program counter and
-registers) and nothing another thread could see has changed since (``k.epoch``,
+spin on a weak load).  When it yields again in the same state (program counter,
+registers and local memory; of the registers, those that the path back to that
+program counter can write: ``poll_state``) and nothing another thread could see has
+changed since (``k.epoch``,
 bumped by every write, mbarrier change, barrier arrival and exit), it would only
 repeat itself: it is parked (``waits.PollWait``) until the epoch moves.  So a spin
 loop costs a few iterations per change, and one that nothing will ever end is
@@ -36,7 +38,7 @@ import gc
 
 import numpy as np
 
-from mosaic_async_store.check import asyncops, findings, lockstep, pairings, waits
+from mosaic_async_store.check import asyncops, findings, lockstep, pairings, poll_state, waits
 from mosaic_async_store.check import budget as budget_mod
 from mosaic_async_store.check.machine import ParamMismatch
 from mosaic_async_store.check.memory import CheckerError, ProtocolError
@@ -205,7 +207,8 @@ def _polled(k, th):
     th.poll_epoch, th.poll_seen = k.epoch, set()
   else:   # it polled before and nothing changed since: it spins (_all_spinning)
     th.spin_epoch = k.epoch
-  state = (th.pc, k.registers.state(th), bytes(th.local))
+  state = (th.pc, poll_state.state(k.registers, th, k.program.poll_columns[th.pc]),
+           bytes(th.local))
   if state not in th.poll_seen:
     if len(th.poll_seen) < POLL_STATES:   # (a loop that counts its tries never repeats a
       th.poll_seen.add(state)             # state: it runs to its end, in bounded memory)
