@@ -1,23 +1,27 @@
-"""Which registers a poll's state needs (``run._polled``): those that can change
-between two polls of one thread at one program counter.
+"""Which registers a poll's state needs (``run._polled``): those that can change between
+two polls of one thread at one program counter.
 
 A thread that polls twice in the same state, with nothing another thread could see
-changed in between (one epoch), parks (``run``'s doc).  Its state was every register the
-launch had written, which for a WGMMA kernel is hundreds of values per poll.  Between two polls that resume at the same program counter ``p`` the thread ran a
-path from ``p`` back to ``p``: every instruction on it lies in ``p``'s strongly connected
-component of the branch graph (``bra`` targets and fall-throughs; the checker runs no
-other jumps, no calls but vprintf's report and no indirect branches).  A register no
-instruction of that component writes holds the same value at both polls, so comparing
-the others is the same test as comparing them all.
+changed in between (one epoch), parks (``run``'s doc). Its state was every register the
+launch had written, which for a WGMMA kernel is hundreds of values per poll. Between two
+polls that resume at the same program counter ``p`` the thread ran a path from ``p``
+back to ``p``: every instruction on it lies in ``p``'s strongly connected component of
+the branch graph (``bra`` targets and fall-throughs; the checker runs no other jumps, no
+calls but vprintf's report and no indirect branches). A register no instruction of that
+component writes holds the same value at both polls, so comparing the others is the same
+test as comparing them all.
 
 What an instruction writes is taken from its statement as compiled: every register it
 names (``Program.named``: the destinations and the sources, a safe superset), under the
-names compiling gave them (an inline-asm block's registers are renamed there).  One instruction writes registers it does not name: ``wgmma.wait_group``
-writes back the accumulators of the ``wgmma.mma_async`` operations it waits for (its
-warp's own, at its own wait), so a component that holds a WGMMA instruction counts the
-registers of every WGMMA instruction.  The state keeps the number of columns written in
-the launch too, as the full state's length did, so the two tests agree exactly (not only
-on whether the thread can make progress).
+names compiling gave them (an inline-asm block's registers are renamed there). What a
+thread receives while it waits (a ``bar.red`` result, an ``mbarrier.try_wait``
+predicate, a collective's value) is written into registers of the instruction it waits
+at, which names them. One instruction writes registers it does not name: ``wgmma.wait_group`` writes back the
+accumulators of the ``wgmma.mma_async`` operations it waits for (its warp's own, at its
+own wait), so a component that holds a WGMMA instruction counts the registers of every
+WGMMA instruction. The state keeps the number of columns written in the launch too, as
+the full state's length did, so the two tests agree exactly (not only on whether the
+thread can make progress).
 """
 
 from __future__ import annotations
@@ -70,20 +74,20 @@ def components(successors) -> list[int]:
   return comp
 
 
-def columns_by_pc(texts, touched, targets, column):
+def columns_by_pc(texts, named, targets, column):
   """Per program counter, the register columns a poll that resumes there compares
-  (module doc): ``texts`` (each instruction's statement), ``touched`` (the register names
-  each one's compilation asked for), ``targets`` (instruction -> its branch target),
-  ``column(name)``: the name's column (``Registers.column``)."""
+  (module doc): ``texts`` (each instruction's statement), ``named`` (the registers each
+  one names, as compiled: ``Program.named``), ``targets`` (instruction -> its branch
+  target), ``column(name)``: the name's column (``Registers.column``)."""
   n = len(texts)
   successors = [[pc + 1] if pc + 1 < n else [] for pc in range(n)]
   for pc, target in targets.items():
     successors[pc].append(target)
   comp = components(successors)
-  names = {}   # component -> the names its instructions touch
+  names = {}   # component -> the registers its instructions name
   for pc, c in enumerate(comp):
-    names.setdefault(c, set()).update(touched[pc])
-  wgmma = set().union(*(touched[pc] for pc in range(n) if texts[pc].startswith("wgmma.")))
+    names.setdefault(c, set()).update(named[pc])
+  wgmma = set().union(*(named[pc] for pc in range(n) if texts[pc].startswith("wgmma.")))
   for pc in range(n):
     if texts[pc].startswith("wgmma."):
       names[comp[pc]] |= wgmma
