@@ -13,19 +13,18 @@ collectives, bulk groups).  Lockstep is an interleaving a warp may run in
 (every lane's instruction i before any lane's i + 1); what the checker reports does
 not rest on it: races are judged by happens-before, per lane.
 
-Polling.  A thread that spins on a strong load (``strong``) or ``nanosleep`` yields
-after each poll, and a warp's piece after ``lockstep.LOOP_YIELD`` backward jumps in a row (a
-spin on a weak load).  When it yields again in the same state (program counter,
-registers and local memory; of the registers, those that the path back to that
-program counter can write: ``poll_state``) and nothing another thread could see has
-changed since (``k.epoch``,
-bumped by every write, mbarrier change, barrier arrival and exit), it would only
-repeat itself: it is parked (``waits.PollWait``) until the epoch moves.  So a spin
-loop costs a few iterations per change, and one that nothing will ever end is
-reported as a hang instead of running forever.  A loop that counts its tries never
-repeats a state: when every runnable thread has polled twice since the last change
-(it spins), asynchronous operations in flight land (``_land_for_spinners``), as they
-do on hardware in finite time, so a correct poll ends with its phase, not its count.
+Polling. A thread that spins on a strong load (``strong``) or ``nanosleep`` yields after
+each poll, and a warp's piece after ``lockstep.LOOP_YIELD`` backward jumps in a row (a
+spin on a weak load). When it yields again in the same state (program counter, registers
+and local memory; of the registers, those that the path back to that program counter can
+write: ``poll_state``) and nothing another thread could see has changed since
+(``k.epoch``, bumped by every write, mbarrier change, barrier arrival and exit), it
+would only repeat itself: it is parked (``waits.PollWait``) until the epoch moves. So a
+spin loop costs a few iterations per change, and one that nothing will ever end is
+reported as a hang instead of running forever. A loop that counts its tries never
+repeats a state: when every runnable thread has polled twice since the last change (it
+spins), asynchronous operations in flight land (``_land_for_spinners``), as they do on
+hardware in finite time, so a correct poll ends with its phase, not its count.
 
 Budget.  ``launch`` stops a run past its ``budget.Budget`` (thread-instructions, the
 memory it grew by; a MemoryError too) with ``BudgetExceeded``: unfinished, neither a
