@@ -6,7 +6,7 @@ whose thread holds an undefined shfl result runs to its end."""
 import numpy as np
 import pytest
 
-from mosaic_async_store.check import check_ptx
+from mosaic_async_store.check import check_ptx, poll_state
 from mosaic_async_store.check.interp import PtxKernel
 from mosaic_async_store.check.memory import SCHEDULES
 from mosaic_async_store.check.ops import UNDEFINED
@@ -67,18 +67,20 @@ def test_a_launch_empties_the_columns_in_place():
   assert col == [] and regs.get("%r1", _Lane(1)) == UNDEFINED
 
 
-def test_a_poll_state_is_every_register_and_describes_undefined_values():
+def test_a_poll_state_holds_its_written_registers_and_describes_undefined_values():
   regs = Registers()
   regs.reset(2, {})
   lane = _Lane(1)
+  cols = tuple(regs.column(name) for name in ("%r1", "%r2", "%r3"))   # (its loop's)
+  assert poll_state.state(regs, lane, cols) == (0,)   # (none written: left out)
   regs.put("%r1", _Lane(0), 3)   # (another lane's write: lane 1's %r1 stays unwritten)
-  assert regs.state(lane) == (UNDEFINED,)
+  assert poll_state.state(regs, lane, cols) == (1, UNDEFINED)
   regs.put("%r2", lane, 7)
-  assert regs.state(lane) == (UNDEFINED, 7)
+  assert poll_state.state(regs, lane, cols) == (2, UNDEFINED, 7)
   regs.put("%r3", lane, Undefined("shfl.sync from lane 20"))
-  state = regs.state(lane)
-  assert state[:2] == (UNDEFINED, 7) and "lane 20" in state[2]
-  assert hash(state) == hash(regs.state(lane))
+  state = poll_state.state(regs, lane, cols)
+  assert state[:3] == (3, UNDEFINED, 7) and "lane 20" in state[3]
+  assert hash(state) == hash(poll_state.state(regs, lane, cols))
 
 
 _UNWRITTEN = """
