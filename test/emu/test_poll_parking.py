@@ -10,7 +10,7 @@ import pytest
 
 from mosaic_async_store.check import Budget, check, check_ptx, poll_state
 from mosaic_async_store.check.interp import PtxKernel
-from mosaic_async_store.check.memory import ProtocolError
+from mosaic_async_store.check.memory import SCHEDULES, ProtocolError
 from mosaic_async_store.tools import toolchain
 
 import tma_kernels
@@ -45,16 +45,17 @@ def _counted_poll(**kw):
 
 
 def test_a_loop_that_counts_its_tries_runs_to_its_count_in_every_schedule():
-  report = _counted_poll(schedules=3)
-  assert report.ok, str(report)
+  report = _counted_poll(schedules=len(SCHEDULES))
+  assert report.ok and not report.unfinished, str(report)
   assert list(report.outputs[0]) == [0, 50]
 
 
 def test_without_the_count_in_its_state_the_loop_would_park_as_a_hang(monkeypatch):
   # the mutation this guards against: a state that leaves out the loop's registers
   monkeypatch.setattr(poll_state, "state", lambda registers, th, columns: ())
-  report = _counted_poll(schedules=1)
-  assert not report.ok and [f.rule for f in report.findings] == ["hang"], str(report)
+  report = _counted_poll(schedules=len(SCHEDULES))
+  assert not report.ok and {f.rule for f in report.findings} == {"hang"}, str(report)
+  assert {f.schedule for f in report.findings} == set(range(len(SCHEDULES)))
 
 
 def _full_state(registers, th, columns):
