@@ -2,7 +2,8 @@
 
 Test folders import each other's helpers plainly (``from configs import ...``,
 ``from demo_kernels import ...``): pyproject's ``[tool.pytest.ini_options] pythonpath``
-puts test/emu, test/gpu, test/unit and test/harness on ``sys.path``; nothing here imports
+puts test/checker, test/emu, test/gpu, test/unit and test/harness on ``sys.path``
+(test/checker/ptx_harness.py: what the checker's tests share); nothing here imports
 bench/ (the benchmark scripts reach test/harness through bench/harness_path.py). The lit
 suites (test/lit) get their environment from test/lit/lit.cfg.py.
 """
@@ -33,6 +34,32 @@ if not _has_cuda_plugin():
 # many tests.  The controller makes the directory and removes it at the end; the
 # workers inherit its path.  MAS_TEST_TOOL_CACHE=0 turns it off.
 _made_cache = None
+
+
+# Where the jax-free tests live (test/checker/test_no_jax.py keeps jax out of them).
+JAX_FREE_FOLDERS = ("test/checker/",)
+
+
+def pytest_addoption(parser):
+  parser.addoption(
+      "--jax-versioned", action="store_true", default=False,
+      help="run only the tests that can differ between jax versions (everything that "
+           "lowers, compiles or captures a kernel, compat, the CLI): the jax-free tests "
+           f"({', '.join(JAX_FREE_FOLDERS)}) are deselected.  .ci/run's later stages use it.")
+
+
+def pytest_collection_modifyitems(config, items):
+  if not config.getoption("--jax-versioned"):
+    return
+  root = str(config.rootpath).replace("\\", "/").rstrip("/") + "/"
+  keep, drop = [], []
+  for item in items:
+    path = str(item.path).replace("\\", "/")
+    relative = path[len(root):] if path.startswith(root) else path
+    (drop if relative.startswith(JAX_FREE_FOLDERS) else keep).append(item)
+  if drop:
+    config.hook.pytest_deselected(items=drop)
+    items[:] = keep
 
 
 def pytest_configure(config):

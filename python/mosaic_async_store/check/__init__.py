@@ -13,19 +13,21 @@ memory accesses), ``memory`` (the model: rules, scopes, the per-byte shadow, sch
 ``ops`` and ``floats`` (values), ``params`` and ``tensor_map`` (the kernel's
 parameters: arrays, ``Memref``s and ``TensorMap``s, laid out as the PTX declares
 them), ``lineinfo`` (the PTX's ``.file`` / ``.loc``: each instruction's source line),
-``report`` (``check_ptx``, ``Report``, ``Finding``).
+``findings`` (``Finding``: one broken rule, as data), ``report`` (``check_ptx``,
+``Report``).
 ``check`` (a Pallas or Mosaic kernel lowered, compiled and bound) is
 ``tools/check_kernel.py``'s: it needs the deviceless toolchain.
 """
 
 from mosaic_async_store.check.budget import Budget
 from mosaic_async_store.check.interp import Memref, PtxKernel
-from mosaic_async_store.check.memory import RULES, Access, CheckerError, ProtocolError
-from mosaic_async_store.check.report import Finding, Report, Unfinished, check_ptx
+from mosaic_async_store.check.findings import Finding
+from mosaic_async_store.check.memory import RULES, Access, CheckerError
+from mosaic_async_store.check.report import Report, Unfinished, check_ptx
 from mosaic_async_store.check.tensor_map import TensorMap
 
 __all__ = ["check", "check_ptx", "Report", "Finding", "Unfinished", "Budget", "Access",
-           "Memref", "TensorMap", "PtxKernel", "ProtocolError", "CheckerError", "RULES"]
+           "Memref", "TensorMap", "PtxKernel", "CheckerError", "RULES"]
 
 
 def check(fn, *args, schedules: int = 3, budget: Budget | None = None) -> Report:

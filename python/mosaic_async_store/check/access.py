@@ -13,7 +13,7 @@ import numpy as np
 
 from mosaic_async_store.check import (access_core, addresses, asyncops, program, strong,
                                       sync, warp_memory)
-from mosaic_async_store.check.memory import ProtocolError
+from mosaic_async_store.check.findings import Finding, Stop
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.ops import ints_array
 from mosaic_async_store.check.outcomes import YIELD
@@ -88,11 +88,11 @@ def async_store_fn(k, addr, vals, size, red, mbar):
     if len(k.smem) == 1 or key[0] != cta or (red and cta == th.cta):
       where = f"CTA {th.cta} thread {th.tid}: {text} into CTA {cta}"
       if len(k.smem) == 1:
-        raise ProtocolError("st.async-cluster-of-one", where)
+        raise Stop(Finding("st.async-cluster-of-one", where))
       if key[0] != cta:
-        raise ProtocolError("barrier-elsewhere", f"{where} completing on CTA {key[0]}'s "
-                            "mbarrier")
-      raise ProtocolError("red.async-self", where)
+        raise Stop(Finding("barrier-elsewhere", f"{where} completing on CTA {key[0]}'s "
+                            "mbarrier"))
+      raise Stop(Finding("red.async-self", where))
     values = [g(th) & mask for g in vals]
     if red is None:
       asyncops.issue_store(k, th, insn, text, cta, off, size, values, key)

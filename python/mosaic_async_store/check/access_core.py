@@ -24,8 +24,8 @@ buffers' history), ``flags`` (strong locations' release states), ``threads`` and
 from __future__ import annotations
 
 from mosaic_async_store.check import findings, proxy
-from mosaic_async_store.check.memory import (SCOPES, Access, ProtocolError, shown_source,
-                                             tags_morally_strong)
+from mosaic_async_store.check.findings import Finding, Stop
+from mosaic_async_store.check.memory import SCOPES, Access, shown_source, tags_morally_strong
 from mosaic_async_store.check.ops import reduce_op
 from mosaic_async_store.check.slots import MBARRIER_DATA, THREAD
 
@@ -184,9 +184,9 @@ def check_shared(k, vc, th, cta, off, n, *, write, atomic, who, stamp, tag=None)
   sh = k.shadow[cta]
   if any(sh.mbar_bytes[off:off + n]):   # (sh.barrier_bytes, inline: a hot path)
     who = name_of(who)
-    raise ProtocolError("barrier-memory", f"{who} {'writes' if write else 'reads'} CTA "
+    raise Stop(Finding("barrier-memory", f"{who} {'writes' if write else 'reads'} CTA "
                         f"{cta} SMEM bytes {off}..{off + n - 1}, which hold an initialised "
-                        "mbarrier")
+                        "mbarrier"))
   bad = sh.conflict(vc, off, n, write=write, atomic=atomic, tag=tag)
   if bad is not None:
     memory = f"CTA {cta} SMEM bytes {off}..{off + n - 1}"
@@ -196,7 +196,7 @@ def check_shared(k, vc, th, cta, off, n, *, write, atomic, who, stamp, tag=None)
         "asynchronous read")
     mine = access_of(k, who, kind, memory, stamp[2])
     if bad[0] == "in flight":
-      findings.report(k, ProtocolError("early-read", f"{what} while an asynchronous store "
+      findings.report(k, Finding("early-read", f"{what} while an asynchronous store "
                                        "into them is in flight", access=mine))
     else:
       conflict(k, what, *bad, th if th is not None else who.th, tag,
@@ -250,7 +250,7 @@ def conflict(k, what, how, slot, clk, insn, other_tag, th, tag, *, reads=None, m
     stores = f"the asynchronous stores of phase {clk - 1} of {bar.describe()}"
     other = Access(stores, None, None, "asynchronous store", None, line, text, other_source)
     missing = f"an observation of phase {clk - 1} of that mbarrier (a wait on it)"
-    findings.report(k, ProtocolError(
+    findings.report(k, Finding(
         "early-read", f"{what}, {how} {stores} (one issued at {insn_where(k, insn)}), "
         "which it has not observed", other_source=other_source, access=mine, other=other,
         missing=missing))
@@ -260,7 +260,7 @@ def conflict(k, what, how, slot, clk, insn, other_tag, th, tag, *, reads=None, m
     who, missing = owner.obj.describe_access(slot, clk)
     other = Access(who, None, None, "asynchronous " + ("write" if how == "written by" else
                    "read"), None, line, text, other_source)
-    findings.report(k, ProtocolError(
+    findings.report(k, Finding(
         "race", f"{what}, {how} {who} (one issued at {insn_where(k, insn)}), with no "
         f"happens-before between them; missing: {missing}", other_source=other_source,
         access=mine, other=other, missing=missing))
@@ -270,7 +270,7 @@ def conflict(k, what, how, slot, clk, insn, other_tag, th, tag, *, reads=None, m
   missing = _missing(by, slot, clk, th, tag, other_tag)
   other = Access(f"CTA {by.cta} thread {by.tid}", by.cta, by.tid,
                  access_kind(how == "written by", other_tag), None, line, text, other_source)
-  findings.report(k, ProtocolError(
+  findings.report(k, Finding(
       "race", f"{kind}{what}, {how} CTA {by.cta} thread {by.tid} at {insn_where(k, insn)}, "
       f"with no happens-before between them; {missing}", other_source=other_source,
       access=mine, other=other, missing=missing))

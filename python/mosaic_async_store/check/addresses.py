@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from operator import attrgetter
 
-from mosaic_async_store.check.memory import KernelFault, ProtocolError
+from mosaic_async_store.check.findings import Finding, Stop, fault
 from mosaic_async_store.check.tensor_map import TENSOR_MAP_BYTES
 
 __all__ = ["SHARED_BASE", "LOCAL_BASE", "PARAM_BASE", "GLOBAL_SHIFT", "NOT_SHARED", "mem",
@@ -44,20 +44,20 @@ def mem(k, th, space, addr, n):
              "param" if PARAM_BASE <= addr < PARAM_BASE + len(k.param_buf) else
              "shared::cluster" if addr >> 24 else "shared")
   if addr % n:
-    raise KernelFault(f"misaligned {n}-byte {space} access at {addr:#x}")
+    raise fault(f"misaligned {n}-byte {space} access at {addr:#x}")
   if space == "global":
     idx, off = (addr >> GLOBAL_SHIFT) - 1, addr & ((1 << GLOBAL_SHIFT) - 1)
     buf = k.gbufs[idx] if 0 <= idx < len(k.gbufs) else b""
   elif space.startswith("shared"):
     if addr >> 24 and space != "shared::cluster":
-      raise KernelFault(f"cluster address {addr:#x} used as a shared::cta address")
+      raise fault(f"cluster address {addr:#x} used as a shared::cta address")
     rank = (addr >> 24) - 1 if addr >> 24 else th.cta
     if rank >= len(k.smem):
-      raise KernelFault(f"shared::cluster address {addr:#x}: no such CTA")
+      raise fault(f"shared::cluster address {addr:#x}: no such CTA")
     if rank != th.cta:
       if k.exited[rank]:
-        raise ProtocolError("exit", f"CTA {th.cta} thread {th.tid} accesses the shared "
-                            f"memory of CTA {rank}, which has exited")
+        raise Stop(Finding("exit", f"CTA {th.cta} thread {th.tid} accesses the shared "
+                            f"memory of CTA {rank}, which has exited"))
       if th.remote_since is None:   # see fences._fence (.sync_restrict::shared::cta)
         th.remote_since = int(th.vc[th.slot])
     buf, off = k.smem[rank], (addr & 0xFFFFFF) - SHARED_BASE
@@ -69,7 +69,7 @@ def mem(k, th, space, addr, n):
   else:
     raise NotImplementedError(f"state space {space}")
   if off < 0 or off + n > len(buf):
-    raise KernelFault(f"{n}-byte {space} access at {addr:#x} is out of bounds")
+    raise fault(f"{n}-byte {space} access at {addr:#x} is out of bounds")
   return buf, off
 
 
@@ -99,12 +99,12 @@ def tensor_map(k, th, addr):
     raise NotImplementedError(f"a tensor map in global memory ({addr:#x}): the checker "
                               "takes tensor maps as kernel parameters only")
   if addr < PARAM_BASE and addr >> 24 or LOCAL_BASE <= addr < LOCAL_BASE + len(th.local):
-    raise KernelFault(f"CTA {th.cta} thread {th.tid}: tensor-map address {addr:#x} is not "
+    raise fault(f"CTA {th.cta} thread {th.tid}: tensor-map address {addr:#x} is not "
                       "in the parameter space")
   tmap = k.tensor_maps.get(param_offset(addr))
   if tmap is None:
     starts = sorted(k.tensor_maps)
-    raise KernelFault(f"CTA {th.cta} thread {th.tid}: no tensor map parameter starts at "
+    raise fault(f"CTA {th.cta} thread {th.tid}: no tensor map parameter starts at "
                       f"{addr:#x} (parameter offset {param_offset(addr)}; the maps start "
                       f"at offsets {starts or 'nowhere: the kernel has none'})")
   return tmap

@@ -38,7 +38,8 @@ from __future__ import annotations
 import numpy as np
 
 from mosaic_async_store.check import access_core, findings, mbarrier_state, sync
-from mosaic_async_store.check.memory import SCOPES, TX_LIMIT, ProtocolError
+from mosaic_async_store.check.findings import Stop
+from mosaic_async_store.check.memory import SCOPES, TX_LIMIT
 from mosaic_async_store.check.shadow_runs import record_disjoint, runs
 
 __all__ = ["AsyncOp", "StoreGroup", "Write", "Read", "MbarrierTx", "issue", "issue_store",
@@ -249,8 +250,8 @@ def _land_one(k, op):
       access_core.check_shared(k, op.vc, None, w.cta, w.off, n, write=True, atomic=w.red is not None,
                     who=op, stamp=(slot, clock, op.insn),
                     tag=w.red and (op.th.cta, SCOPES["cluster"], w.off, n))
-  except ProtocolError as e:   # (a finding that stops the run) the issue is where
-    raise at_issue(k, op, e) from e
+  except Stop as e:   # (a finding that stops the run) the issue is where
+    raise at_issue(k, op, e) from None
   if k.unplaced:   # (a race or early read: reported; the data lands all the same)
     findings.place_landing(k, op)
   for w in op.writes:   # red.async is a read-modify-write (it continues a release state)
@@ -258,13 +259,10 @@ def _land_one(k, op):
   op.completion.complete(k, op)
 
 
-def at_issue(k, op, e) -> ProtocolError:
-  """A finding ``e`` raised while ``op`` landed, placed at its issue (thread and
-  instruction)."""
-  line, text = k.program.lines[op.insn], k.program.texts[op.insn]
-  return ProtocolError(e.rule, f"{e.detail} (issued at PTX line {line}: `{text}`)",
-                       cta=op.th.cta, thread=op.th.tid, ptx_line=line, instruction=text,
-                       **e.data())
+def at_issue(k, op, e: Stop) -> Stop:
+  """The ``Stop`` ``e`` raised while ``op`` landed, its finding placed at the issue
+  (thread and instruction)."""
+  return Stop(findings.locate(k, e.finding, op.insn, op.th, issued=True))
 
 
 def land_many(k, ops):

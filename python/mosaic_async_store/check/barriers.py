@@ -56,7 +56,7 @@ import numpy as np
 from mosaic_async_store.check import cluster_barrier, pairings, program, sync
 from mosaic_async_store.check.waits import Wait, block_all, resume_all
 from mosaic_async_store.check.waits import block as block_thread
-from mosaic_async_store.check.memory import KernelFault, ProtocolError
+from mosaic_async_store.check.findings import Finding, Stop, fault
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.outcomes import BLOCK, FALLBACK
 
@@ -139,10 +139,10 @@ def _named(k, waits, bar_id, count, pc, aligned, red=None):
   def arrive(th):
     a, b = bar_id(th), None if count is None else count(th)
     if not 0 <= a < _NAMED_BARRIERS:
-      raise KernelFault(f"barrier id {a}: the ISA allows 0..{_NAMED_BARRIERS - 1}")
+      raise fault(f"barrier id {a}: the ISA allows 0..{_NAMED_BARRIERS - 1}")
     if b is not None and (b <= 0 or b % WARP):
-      raise ProtocolError("barrier-count", f"barrier {a} of CTA {th.cta} with thread "
-                          f"count {b}")
+      raise Stop(Finding("barrier-count", f"barrier {a} of CTA {th.cta} with thread "
+                          f"count {b}"))
     wkey = (th.cta, a, th.tid // WARP)
     rec = k.warp_arrivals.get(wkey)
     if rec is None:
@@ -208,10 +208,10 @@ def _lane_joins(k, rec, wkey, th, pc, aligned, b, op):
         f"warp-mates gave {'the CTA' if rec.count is None else rec.count}")
   other = next((q for q in rec.pcs if q != pc), None)
   if other is not None and (aligned or rec.aligned):
-    raise ProtocolError("aligned-divergence", (
+    raise Stop(Finding("aligned-divergence", (
         f"CTA {th.cta} warp {wkey[2]}: lane {th.tid % WARP} arrives on barrier "
         f"{wkey[1]} at {_where(k, pc)} while lane {rec.pcs[other] % WARP} of its warp "
-        f"arrived on the same barrier instance at {_where(k, other)}"))
+        f"arrived on the same barrier instance at {_where(k, other)}")))
 
 
 def _red_name(op) -> str:
@@ -227,7 +227,7 @@ def _same_red(have, op, who, others, key):
   what = (f"barrier {key[1]} of CTA {key[0]}: {who} arrives with {_red_name(op)} while "
           f"{others} arrived on the same instance with {_red_name(have)}")
   if have is None or op is None:
-    raise ProtocolError("bar-red-mixed", what)
+    raise Stop(Finding("bar-red-mixed", what))
   raise NotImplementedError(f"{what} (two reductions on one barrier instance: the PTX ISA "
                             "does not say how they combine)")
 
@@ -331,9 +331,9 @@ def _barriers_after_exit(k, th):
     rec = k.warp_arrivals[wkey]
     if rec.aligned:
       pc, tid = next(iter(rec.pcs.items()))
-      raise ProtocolError("aligned-divergence", (
+      raise Stop(Finding("aligned-divergence", (
           f"CTA {c} warp {w}: lane {th.tid % WARP} exits while lane {tid % WARP} of its "
-          f"warp waits at {_where(k, pc)} on barrier {wkey[1]}"))
+          f"warp waits at {_where(k, pc)} on barrier {wkey[1]}")))
     rec.live -= 1
     if len(rec.lanes) >= rec.live:
       _warp_arrives(k, wkey, None)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from mosaic_async_store.check import access_core, asyncops, bulk_groups, findings
-from mosaic_async_store.check.memory import ProtocolError
+from mosaic_async_store.check.findings import Stop
 from mosaic_async_store.check.ops import bits_of
 from mosaic_async_store.check.shadow import byte_index_of, disjoint_runs_of
 
@@ -105,8 +105,8 @@ class BulkOp:
           return
       asyncops.dequeue(k, self)
       _write(k, self)
-    except ProtocolError as e:
-      raise asyncops.at_issue(k, self, e) from e
+    except Stop as e:
+      raise asyncops.at_issue(k, self, e) from None
     finally:
       if k.unplaced:
         findings.place_landing(k, self)

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from mosaic_async_store.check import barriers, sync
 from mosaic_async_store.check.waits import Wait, resume
-from mosaic_async_store.check.memory import SCOPES, ProtocolError, Releases, sem_scope
+from mosaic_async_store.check.findings import Finding, Stop
+from mosaic_async_store.check.memory import SCOPES, Releases, sem_scope
 from mosaic_async_store.check.outcomes import BLOCK
 
 __all__ = ["arrive", "wait", "lanes_exit"]
@@ -38,10 +39,10 @@ def arrive(k, mods, pc, aligned):
   def arrive_lane(th):
     nth = th.cluster_arrived
     if nth and not _cluster_completed(k, nth):
-      raise ProtocolError("cluster-rearrive", (
+      raise Stop(Finding("cluster-rearrive", (
           f"CTA {th.cta} thread {th.tid} arrives on barrier.cluster (arrive number "
           f"{nth + 1}) before the barrier its arrive number {nth} joined completed "
-          f"(not every non-exited thread of the cluster has arrived {nth} times)"))
+          f"(not every non-exited thread of the cluster has arrived {nth} times)")))
     _cluster_lane(k, th, "arrive", nth + 1, pc, aligned)
     while len(k.cluster_gens) <= nth:
       k.cluster_gens.append(Releases())
@@ -132,10 +133,10 @@ def _cluster_lane(k, th, kind, nth, pc, aligned):
   if rec is None:
     rec = k.cluster_lanes[key] = [pc, th.tid, aligned, set(), barriers._warp_live(k, th.cta, w)]
   elif rec[0] != pc and (aligned or rec[2]):
-    raise ProtocolError("aligned-divergence", (
+    raise Stop(Finding("aligned-divergence", (
         f"CTA {th.cta} warp {w}: lane {th.tid % barriers.WARP} executes its {_nth(kind, nth)} at "
         f"{barriers._where(k, pc)} while lane {rec[1] % barriers.WARP} of its warp executed it at "
-        f"{barriers._where(k, rec[0])}"))
+        f"{barriers._where(k, rec[0])}")))
   rec[2] |= aligned
   rec[3].add(th.tid)
   if len(rec[3]) >= rec[4]:
@@ -154,10 +155,10 @@ def lanes_exit(k, th):
   for key in [key for key in k.cluster_lanes if key[0] == c and key[1] == w]:
     rec = k.cluster_lanes[key]
     if rec[2] and th.tid not in rec[3]:
-      raise ProtocolError("aligned-divergence", (
+      raise Stop(Finding("aligned-divergence", (
           f"CTA {c} warp {w}: lane {th.tid % barriers.WARP} exits without its "
           f"{_nth(*key[2:])}, which lane {rec[1] % barriers.WARP} of its warp executed at "
-          f"{barriers._where(k, rec[0])}"))
+          f"{barriers._where(k, rec[0])}")))
     rec[3].discard(th.tid)
     rec[4] -= 1
     if len(rec[3]) >= rec[4]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from mosaic_async_store.check import barriers, findings
-from mosaic_async_store.check.memory import ProtocolError
+from mosaic_async_store.check.findings import Finding, Stop
 from mosaic_async_store.check.shadow import distinct
 from mosaic_async_store.check.slots import INITIAL, MBARRIER_DATA, THREAD
 
@@ -39,7 +39,7 @@ def thread_exits(k, th):
     return
   k.exited[c] = True
   def _exit_error(c, th, who):   # (reported: the CTA exits all the same)
-    findings.report(k, ProtocolError(
+    findings.report(k, Finding(
         "exit", f"CTA {c} exits (its last thread: {th.tid}) with no thread of it knowing "
         f"that {who} completed (no morally strong release/acquire orders it before the "
         "exit, nor an observed phase that counts it)"))
@@ -52,7 +52,7 @@ def thread_exits(k, th):
   known[data] = np.maximum(known[data], phases[data])   # landed stores of observed phases
   for op in k.inflight:   # (raised: the operation would write into memory that is gone)
     if c in op.ctas:
-      raise ProtocolError("exit", f"CTA {c} exits while {op.text} is in flight")
+      raise Stop(Finding("exit", f"CTA {c} exits while {op.text} is in flight"))
   # Thread slots of other CTAs; and the slots of asynchronous data (an mbarrier's:
   # landed stores count as known once a thread observed their phase).
   def owner(slot):

@@ -1,69 +1,156 @@
-"""Findings as data: where a rule is broken, the finding is appended to the machine.
+"""Findings as data: one record (``Finding``) per broken rule, built where the rule is
+broken and appended to the machine.
 
-A rule's site makes a ``memory.ProtocolError`` (the finding's data: rule, message, the
-two accesses of a race...) and either
+A rule's site builds a ``Finding`` (rule, message, and what it knows: the thread, the
+two accesses of a race, what was missing) and either
 
   * ``report(k, finding)``: the run goes on, as the kernel would on hardware (a race,
     an early read, a write to data read through the non-coherent cache, a CTA that
     exits too early: the instruction still does what it says); or
-  * raises it: the run cannot go on meaningfully (a fault, an mbarrier used in a way
-    whose result the ISA leaves undefined, a hang).  The scheduler catches it, and it
-    becomes the schedule's last finding (``stop``).
+  * ``raise Stop(finding)``: the run cannot go on meaningfully (a fault, an mbarrier
+    used in a way whose result the ISA leaves undefined, a hang).  The scheduler
+    catches it, and its finding becomes the run's last (``stop``).
 
-A reported finding does not know its instruction yet: ``lockstep`` places it after the
-instruction ran (``place``: the PTX line, its text, the thread: the lane the access
-names for a warp form), and ``asyncops`` after an operation landed (``place_landing``:
-the issuing thread and instruction).  A finding is kept unless one of the same rule was
-kept at the same instruction, or with the same other access (its source line where the
-PTX has line info, else its PTX line): a race in a loop over 128 threads is one finding,
-and so is an unrolled loop's every load racing with one store; at most
-``MAX_PER_RULE`` of a rule are kept.  Past ``MAX_FINDINGS`` the schedule stops
-(``FindingLimit``, one of the checker's own limits).
+A finding that does not know its instruction yet gets it from ``locate``, the one
+function that attaches a location: ``lockstep`` after the instruction ran (``place``,
+and for a ``Stop`` raised inside it), ``asyncops`` after an operation landed
+(``place_landing``, and for a ``Stop`` raised while it landed: the issuing thread and
+instruction).  A finding is kept unless one of the same rule was kept at the same
+instruction, or with the same other access (its source line where the PTX has line
+info, else its PTX line): a race in a loop over 128 threads is one finding, and so is
+an unrolled loop's every load racing with one store; at most ``MAX_PER_RULE`` of a rule
+are kept.  Past ``MAX_FINDINGS`` the schedule stops (``FindingLimit``, one of the
+checker's own limits).  ``PtxKernel.launch`` returns the findings; ``check_ptx`` gives
+each its schedule.
 """
 
 from __future__ import annotations
 
-from mosaic_async_store.check.memory import ProtocolError
+import dataclasses
 
-__all__ = ["MAX_FINDINGS", "FindingLimit", "report", "place", "place_landing", "stop", "flush"]
+from mosaic_async_store.check.memory import RULES, Access, shown_source
+
+__all__ = ["MAX_FINDINGS", "Finding", "Stop", "FindingLimit", "fault", "report", "locate",
+           "place", "place_landing", "stop", "flush"]
 
 MAX_FINDINGS = 16   # distinct findings a schedule collects before it stops
 MAX_PER_RULE = 4    # findings of one rule a schedule keeps (the first ones)
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+  """One broken rule.
+
+  Attributes:
+    rule: a key of ``mosaic_async_store.check.RULES`` ("race", "hang", "exit", ...), or
+      "fault" for a memory fault of the kernel (out of bounds, misaligned, a runaway loop).
+    message: what happened, in the checker's words (once located: "at `instruction`
+      (PTX line N): ..." or "... (issued at PTX line N: `instruction`)").
+    cta, thread: the thread whose instruction broke it (None for a hang or a landing
+      asynchronous store, whose message names the parties).
+    ptx_line: that instruction's line in the PTX text (1-based), or None.
+    schedule: the schedule's seed (``check_ptx``'s findings; None in a machine's own).
+    source: that instruction's line in the user's source, "path/to/file.py:42", from
+      the PTX's line info (``.file`` / ``.loc``: ``check`` compiles with it), or None.
+    other_source: the same for the earlier access it conflicts with (a race, an early
+      read: the message names that access), or None.
+    access, other: a race's or an early read's two accesses as data
+      (``memory.Access``: who, CTA, thread, kind, memory, PTX line, instruction,
+      source): this one and the earlier one it conflicts with; None for other rules.
+    missing: what would have ordered them (a race, an early read), or None.
+    instruction: the text of the instruction at ``ptx_line``, or None.
+  """
+
+  rule: str
+  message: str
+  cta: int | None = None
+  thread: int | None = None
+  ptx_line: int | None = None
+  schedule: int | None = None
+  source: str | None = None
+  other_source: str | None = None
+  access: Access | None = None
+  other: Access | None = None
+  missing: str | None = None
+  instruction: str | None = None
+
+  def __post_init__(self):
+    if self.rule not in RULES:
+      raise KeyError(f"finding of an unknown rule {self.rule!r} (memory.RULES)")
+
+  @property
+  def explained(self) -> str:
+    """The message with the rule and the rule's ISA source: "... [rule: source]"."""
+    return f"{self.message} [{self.rule}: {RULES[self.rule]}]"
+
+  def __str__(self) -> str:
+    where = "" if self.cta is None else f"CTA {self.cta} thread {self.thread}, "
+    at = [] if self.ptx_line is None else [f"PTX line {self.ptx_line}"]
+    if self.source is not None:   # the user's line, next to the PTX line
+      at.append(f"({shown_source(self.source)})" if at else shown_source(self.source))
+    line = f"{' '.join(at)}, " if at else ""
+    seed = "" if self.schedule is None else f"schedule {self.schedule}: "
+    return f"[{self.rule}] {where}{line}{seed}{self.message}"
+
+
+class Stop(Exception):
+  """Ends a run: raised with the ``Finding`` of a rule whose breaking leaves nothing
+  meaningful to run (a fault, an undefined mbarrier state, a hang).  ``finding`` is
+  the record; the scheduler keeps it (``stop``)."""
+
+  def __init__(self, finding: Finding):
+    self.finding = finding
+    super().__init__(finding.explained)
+
+
+def fault(message: str, **where) -> Stop:
+  """The kernel faults (rule "fault": an access out of bounds or misaligned, an address
+  no CTA of the cluster has; where hardware would stop the kernel with an error): the
+  ``Stop`` to raise."""
+  return Stop(Finding("fault", message, **where))
 
 
 class FindingLimit(Exception):
   """A schedule collected ``MAX_FINDINGS`` distinct findings: it stops there."""
 
 
-def report(k, finding: ProtocolError) -> None:
+def report(k, finding: Finding) -> None:
   """A broken rule the run goes on after: kept until its instruction places it."""
   k.unplaced.append(finding)
+
+
+def locate(k, f: Finding, pc: int, th, *, issued: bool = False) -> Finding:
+  """``f`` placed at instruction ``pc`` run by thread ``th`` (the one place a location
+  is attached): its PTX line, text and source line, the thread (the lane a warp form's
+  access names, else ``th``), and the message saying where ("at `...` (PTX line N):
+  ...").  ``issued``: ``pc`` issued an asynchronous operation whose landing broke the
+  rule; the finding names the issuing thread ("... (issued at PTX line N: `...`)").  A
+  finding already placed (it has a PTX line) is returned as it is."""
+  if f.ptx_line is not None:
+    return f
+  cta, thread = (th.cta, th.tid) if issued else _thread_of(f, th)
+  text, line = k.program.texts[pc], k.program.lines[pc]
+  message = (f"{f.message} (issued at PTX line {line}: `{text}`)" if issued else
+             f"at `{text}` (PTX line {line}): {f.message}")
+  return dataclasses.replace(f, message=message, cta=cta, thread=thread, ptx_line=line,
+                             instruction=text, source=f.source or k.program.sources[pc])
 
 
 def place(k, pc, th) -> None:
   """Gives each unplaced finding the instruction ``pc`` it broke its rule at and the
   thread (``th``, or the lane a warp form's access names), then keeps it."""
-  text, line = k.program.texts[pc], k.program.lines[pc]
   for e in _take(k):
-    if e.ptx_line is None:
-      who = e.access if e.access is not None and e.access.thread is not None else None
-      cta, tid = (who.cta, who.thread) if who is not None else (th.cta, th.tid)
-      e = _placed(e, f"at `{text}` (PTX line {line}): {e.detail}", cta=cta, thread=tid,
-                  ptx_line=line, instruction=text, source=k.program.sources[pc])
-    _keep(k, e)
+    _keep(k, locate(k, e, pc, th))
 
 
 def place_landing(k, op) -> None:
   """As ``place``, for findings of an asynchronous operation's landing: they name the
   issuing thread and its instruction."""
-  line, text = k.program.lines[op.insn], k.program.texts[op.insn]
   for e in _take(k):
-    _keep(k, _placed(e, f"{e.detail} (issued at PTX line {line}: `{text}`)",
-                     cta=op.th.cta, thread=op.th.tid, ptx_line=line, instruction=text,
-                     source=k.program.sources[op.insn]))
+    _keep(k, locate(k, e, op.insn, op.th, issued=True))
 
 
-def stop(k, finding: ProtocolError) -> None:
+def stop(k, finding: Finding) -> None:
   """The finding that ended the run (raised): kept after the reported ones."""
   _take(k)   # (reported by the instruction that then raised: its own finding says where)
   _keep(k, finding, limit=False)
@@ -76,15 +163,18 @@ def flush(k) -> None:
     _keep(k, e, limit=False)
 
 
+def _thread_of(e: Finding, th) -> tuple[int, int]:
+  """The thread a finding at ``th``'s instruction names: the lane its access names
+  (a warp form runs the lanes together), else ``th``."""
+  who = e.access
+  if who is not None and who.thread is not None:
+    return who.cta, who.thread
+  return th.cta, th.tid
+
+
 def _take(k) -> list:
   taken, k.unplaced = k.unplaced, []
   return taken
-
-
-def _placed(e, detail, *, source, **where) -> ProtocolError:
-  placed = ProtocolError(e.rule, detail, **where, source=e.source or source, **e.data())
-  placed.__cause__ = e
-  return placed
 
 
 def _keep(k, e, *, limit=True) -> None:

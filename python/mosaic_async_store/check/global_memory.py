@@ -42,7 +42,8 @@ never looks here.
 
 from __future__ import annotations
 
-from mosaic_async_store.check.memory import ProtocolError, tags_morally_strong
+from mosaic_async_store.check.findings import Finding, Stop
+from mosaic_async_store.check.memory import tags_morally_strong
 
 __all__ = ["PAGE", "GlobalShadow"]
 
@@ -141,10 +142,10 @@ class GlobalShadow:
     hit = marks and next((b for b in range(off, off + n) if b in marks), None)
     if hit is not None:
       cta, tid, line = marks[hit]
-      raise ProtocolError("nc-written", f"CTA {th.cta} thread {th.tid} writes "
+      raise Stop(Finding("nc-written", f"CTA {th.cta} thread {th.tid} writes "
                           f"{self.describe(buf, off, n)}, which CTA {cta} thread {tid} "
                           f"reads with ld.global.nc (PTX line {line}): data read through "
-                          "the non-coherent cache must be read-only for the whole kernel")
+                          "the non-coherent cache must be read-only for the whole kernel"))
 
   def last_writes(self, buf, off: int, n: int) -> set:
     """(slot, clock, instruction) of the last weak write of each byte in [off, off + n)

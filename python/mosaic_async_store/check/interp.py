@@ -32,8 +32,8 @@ Model:
   * asynchronous operations (``st.async`` / ``red.async``) and their completions
     land when the schedule says, in any order (``schedule.Schedule``); memory
     ordering is checked by vector clocks with scopes, per byte of shared and
-    global memory (``memory``, ``global_memory``), and every violated rule raises
-    ``ProtocolError``;
+    global memory (``memory``, ``global_memory``), and every violated rule is a
+    ``findings.Finding`` (the run goes on after a race; a fault or a hang ends it);
   * ``mbarrier.test_wait`` / ``try_wait`` may return false, and the checker lets
     them (sync.py, ``_wait``): the first try of a wait the thread could have run
     before the phase completed returns false; ``try_wait`` retried on an
@@ -48,11 +48,22 @@ Model:
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from mosaic_async_store.check import run
 from mosaic_async_store.check.machine import Machine, Memref
 from mosaic_async_store.check.program import Program
 
-__all__ = ["PtxKernel", "Memref"]
+__all__ = ["PtxKernel", "Memref", "Launched"]
+
+
+class Launched(NamedTuple):
+  """What ``PtxKernel.launch`` gives: ``outputs``, the buffers' contents after the run
+  (uint8 arrays, in argument order; None where a finding was made), and ``findings``,
+  every broken rule the run found (``findings.Finding``), in order."""
+
+  outputs: list | None
+  findings: tuple
 
 
 class PtxKernel:
@@ -64,18 +75,12 @@ class PtxKernel:
     self.machine = Machine()
     self.program = Program(text, self.machine)
 
-  def launch(self, buffers, **kwargs):
-    """Runs one cluster (``run.launch``'s arguments) and returns its outputs; raises the
-    first finding, if any (``run`` gives them all: ``machine.findings``)."""
-    out = self.run(buffers, **kwargs)
-    if self.machine.findings:
-      raise self.machine.findings[0]
-    return out
-
-  def run(self, buffers, **kwargs):
-    """Runs one cluster; see ``run.launch`` for the arguments and the result (None where
-    a finding stopped the run); its findings, as data, are ``findings``."""
-    return run.launch(self.machine, buffers, **kwargs)
+  def launch(self, buffers, **kwargs) -> Launched:
+    """Runs one cluster (``run.launch``'s arguments: cluster, smem_bytes, block,
+    schedule, ...) and returns its outputs and findings (``Launched``); a broken rule is
+    never raised."""
+    out = run.launch(self.machine, buffers, **kwargs)
+    return Launched(out, tuple(self.machine.findings))
 
   # What tests, tools and reports read of a kernel and of its last run.
   code = property(lambda self: self.program.code)
@@ -86,7 +91,7 @@ class PtxKernel:
   executed = property(lambda self: self.machine.executed,
                       doc="thread-instructions run by the last launch")
   findings = property(lambda self: tuple(self.machine.findings),
-                      doc="the last launch's findings (memory.ProtocolError), in order")
+                      doc="the last launch's findings (findings.Finding), in order")
   calls = property(lambda self: self.machine.calls,
                    doc="(CTA, thread, opcode) of each call the last launch made")
   timeouts = property(lambda self: self.machine.timeouts,

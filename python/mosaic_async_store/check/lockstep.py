@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from mosaic_async_store.check import exit_rule, findings, waits
 from mosaic_async_store.check.budget import BudgetExceeded
-from mosaic_async_store.check.memory import CheckerError, ProtocolError
+from mosaic_async_store.check.findings import Stop
+from mosaic_async_store.check.memory import CheckerError
 from mosaic_async_store.check.outcomes import BLOCK, EXIT, FALLBACK, YIELD
 
 __all__ = ["piece", "run_piece"]
@@ -144,17 +145,10 @@ def run_piece(k, lanes):
       if len(lanes) > 1:
         lanes.sort(key=_tid)
       low = min(pending) if pending else None
-  except ProtocolError as e:  # say where, keep the rule
-    if e.ptx_line is not None:
+  except Stop as e:  # say where, keep the rule
+    if e.finding.ptx_line is not None:
       raise
-    text, line = k.program.texts[pc], k.program.lines[pc]
-    if e.access is not None and e.access.thread is not None:   # (a warp form: the lane
-      cta, tid = e.access.cta, e.access.thread                  # it names)
-    else:
-      cta, tid = th.cta, th.tid
-    raise ProtocolError(e.rule, f"at `{text}` (PTX line {line}): {e.detail}", cta=cta,
-                        thread=tid, ptx_line=line, instruction=text,
-                        **e.data()) from e
+    raise Stop(findings.locate(k, e.finding, pc, th)) from None
   except NotImplementedError as e:   # the checker cannot run it: not a verdict
     text, line = k.program.texts[pc], k.program.lines[pc]
     raise NotImplementedError(f"CTA {th.cta} thread {th.tid} at `{text}` (PTX line {line}): "

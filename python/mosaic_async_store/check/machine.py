@@ -44,7 +44,7 @@ scheduler in ``run``.  Its state, by what it models (each attribute is set by
     synchronisation may complete), ``epoch`` (bumped by every change another thread
     can see: polling), ``step`` (counts the instructions a piece ran: the lanes of
     one step issue one ``StoreGroup``), ``timeouts``, ``grid_clusters``;
-  * what a run reports: ``findings`` (``memory.ProtocolError`` s, each a broken rule
+  * what a run reports: ``findings`` (``findings.Finding`` s, each a broken rule
     as data, placed at its instruction; ``findings.py``), ``finding_keys`` (what
     makes two findings one), ``unplaced`` (findings reported by the instruction that
     is running, not yet placed), ``executed`` (thread-instructions), ``calls`` (the

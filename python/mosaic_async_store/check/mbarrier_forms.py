@@ -23,7 +23,8 @@ forms):
 from __future__ import annotations
 
 from mosaic_async_store.check import program
-from mosaic_async_store.check.memory import SCOPES, SEMS, TX_LIMIT, ProtocolError
+from mosaic_async_store.check.findings import Finding, Stop
+from mosaic_async_store.check.memory import SCOPES, SEMS, TX_LIMIT
 
 __all__ = ["form", "encode_state", "pending_count", "peer", "overrun_suspect",
            "check_overrun", "STATE_MARK", "NO_COMPLETE_MARK"]
@@ -114,9 +115,9 @@ def peer(th, place, form, addr, space):
     raise NotImplementedError(f"mbarrier.{form} through a generic address in CTA "
                               f"{place[0]}'s window (use .shared::cluster)")
   how = "a generic address" if space is None else f"a .{space} address"
-  raise ProtocolError("barrier-peer", f"CTA {th.cta} thread {th.tid}: mbarrier.{form} "
+  raise Stop(Finding("barrier-peer", f"CTA {th.cta} thread {th.tid}: mbarrier.{form} "
                       f"through {how} ({addr:#x}) of CTA {place[0]}'s mbarrier at offset "
-                      f"{place[1]:#x}")
+                      f"{place[1]:#x}"))
 
 
 def overrun_suspect(th, bar, raw, by_state) -> bool:
@@ -158,7 +159,7 @@ def check_overrun(th, bar, raw, by_state):
     if meant >= phase - 1:
       return
   what = "state of an arrive in" if by_state else f"parity {raw & 1}, meaning"
-  raise ProtocolError("phase-overrun", (
+  raise Stop(Finding("phase-overrun", (
       f"CTA {th.cta} thread {th.tid} waits with {what} phase {meant} of {bar.describe()}, "
       f"which has completed phase {meant} and {phase - 1 - meant} phase(s) after it: the "
-      f"wait resolves to phase {phase if (phase ^ meant) & 1 == 0 else phase - 1}"))
+      f"wait resolves to phase {phase if (phase ^ meant) & 1 == 0 else phase - 1}")))

@@ -21,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from mosaic_async_store.check import lineinfo
-from mosaic_async_store.check.memory import CLOCK, TX_LIMIT, ProtocolError, Releases, shown_source
+from mosaic_async_store.check.findings import Finding, Stop
+from mosaic_async_store.check.memory import CLOCK, TX_LIMIT, Releases, shown_source
 
 __all__ = ["Mbarrier", "add_tx", "advance_phase"]
 
@@ -73,7 +74,7 @@ def add_tx(k, bar, delta):
   k.epoch += 1
   bar.tx += delta
   if abs(bar.tx) > TX_LIMIT:
-    raise ProtocolError("tx-range", f"tx-count {bar.tx} on {bar.describe()}")
+    raise Stop(Finding("tx-range", f"tx-count {bar.tx} on {bar.describe()}"))
 
 
 def advance_phase(k, bar):

@@ -9,7 +9,8 @@ and atomic stores, race checks), ``asyncops`` (``st.async`` / ``red.async``),
 from __future__ import annotations
 
 from mosaic_async_store.check import access, access_core, addresses, program, strong, warp_memory
-from mosaic_async_store.check.memory import SCOPES, KernelFault, ProtocolError
+from mosaic_async_store.check.findings import Finding, Stop, fault
+from mosaic_async_store.check.memory import SCOPES
 from mosaic_async_store.check.opcodes import Opcode, check_qualifiers
 from mosaic_async_store.check.ops import RED, RED_FORMS
 from mosaic_async_store.check.strong import strong_semantics
@@ -77,7 +78,7 @@ def _mapa(k, ins):
   def mapa(th):
     addr, r = a(th), rank(th)
     if addr >> 24 or not 0 <= r < len(k.smem):
-      raise KernelFault(f"mapa of {addr:#x} to rank {r}")
+      raise fault(f"mapa of {addr:#x} to rank {r}")
     put(th, (r + 1) << 24 | addr)
   return mapa
 
@@ -168,12 +169,12 @@ def _ld_nc(k, ins):
     if written is not None:
       slot, at = written
       by = k.threads[slot - 1]
-      raise ProtocolError("nc-written", f"CTA {th.cta} thread {th.tid} reads "
+      raise Stop(Finding("nc-written", f"CTA {th.cta} thread {th.tid} reads "
                           f"{k.gshadow.describe(buf, off, n)} with ld.global.nc, which CTA "
                           f"{by.cta} thread {by.tid} wrote in this kernel (`"
                           f"{k.program.texts[at]}`, PTX line {k.program.lines[at]}): data "
                           "read through the non-coherent cache must be read-only for the "
-                          "whole kernel")
+                          "whole kernel"))
     access_core.global_access(k, th, buf, off, n, write=False, insn=insn)
     for i, put in enumerate(puts):
       put(th, int.from_bytes(buf[off + i * size:off + (i + 1) * size], "little"))

@@ -26,8 +26,8 @@ atomic write and every read since (slot -> clock: full sets, so a later access
 that is not ordered after *any* of them is reported whatever the interleaving),
 how many asynchronous writes to it are in flight, and whether it belongs to an
 initialised mbarrier (then only mbarrier operations may touch it).  A read or
-write not ordered after the conflicting accesses raises ``ProtocolError``
-(concurrent atomics do not conflict).  ``global_memory.GlobalShadow`` keeps the
+write not ordered after the conflicting accesses is a finding (``findings.Finding``;
+concurrent atomics do not conflict).  ``global_memory.GlobalShadow`` keeps the
 same history for the bytes of the global buffers (no asynchronous writes, no
 mbarriers there), a record per run of bytes accessed together.
 """
@@ -41,7 +41,7 @@ import numpy as np
 
 from mosaic_async_store.check import bulk_rules, wgmma_layout
 
-__all__ = ["CLOCK", "Access", "ProtocolError", "KernelFault", "CheckerError",
+__all__ = ["CLOCK", "Access", "CheckerError",
            "RULES", "SCOPES", "SEMS", "sem_scope", "Releases", "SCHEDULES",
            "CI_SCHEDULES", "SLOW_SCHEDULES",
            "morally_strong", "tags_morally_strong"]
@@ -167,52 +167,6 @@ class Access:
   ptx_line: int | None
   instruction: str | None
   source: str | None = None
-
-
-class ProtocolError(RuntimeError):
-  """A violated synchronisation rule; ``rule`` is a key of RULES.  Where one thread's
-  instruction broke it: ``cta``, ``thread``, ``ptx_line`` (1-based, in the PTX text)
-  and ``instruction``; else they are None (a hang, a landing asynchronous store).
-  ``source`` / ``other_source``: the user's "file:line" (the PTX's ``.loc``) of that
-  instruction and of the earlier access it conflicts with (a race, an early read),
-  or None (``check_ptx`` reads a missing ``source`` off ``ptx_line``).  A race or an
-  early read also carries its two accesses as data (``access``, ``other``: ``Access``)
-  and ``missing``, what would have ordered them.  Whoever
-  re-raises it to say where raises ``from`` it, so that ``along_causes`` still finds
-  what the first one knew."""
-
-  def __init__(self, rule: str, detail: str, *, cta=None, thread=None, ptx_line=None,
-               instruction=None, source=None, other_source=None, access=None, other=None,
-               missing=None):
-    self.rule, self.detail = rule, detail
-    self.cta, self.thread, self.ptx_line, self.instruction = cta, thread, ptx_line, instruction
-    self.source, self.other_source = source, other_source
-    self.access, self.other, self.missing = access, other, missing
-    super().__init__(f"{detail} [{rule}: {RULES[rule]}]")
-
-  def data(self) -> dict:
-    """What a re-raise to say where keeps: the conflict's data and the other source."""
-    return {"other_source": self.other_source, "access": self.access, "other": self.other,
-            "missing": self.missing}
-
-  def along_causes(self, name: str):
-    """The first ``name`` that is not None, of this error or of the ProtocolErrors
-    it was raised from."""
-    e = self
-    while isinstance(e, ProtocolError):
-      if getattr(e, name, None) is not None:
-        return getattr(e, name)
-      e = e.__cause__
-    return None
-
-
-class KernelFault(ProtocolError):
-  """The kernel faults (rule "fault"): an access out of bounds or misaligned, an
-  address no CTA of the cluster has; where hardware would stop the
-  kernel with an error.  A finding, like every ProtocolError."""
-
-  def __init__(self, detail: str, **where):
-    super().__init__("fault", detail, **where)
 
 
 class CheckerError(Exception):

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from operator import itemgetter
 
-from mosaic_async_store.check.memory import ProtocolError
+from mosaic_async_store.check.findings import Stop
 
 __all__ = ["components", "columns_by_pc", "state"]
 
@@ -104,6 +104,6 @@ def state(registers, th, columns) -> tuple:
   values = (len(registers.written), *map(itemgetter(th.row), filter(None, columns)))
   try:
     hash(values)
-  except ProtocolError:   # (an undefined.Undefined's hash is its finding)
+  except Stop:   # (an undefined.Undefined's hash is its finding)
     values = tuple(v if type(v) is int else repr(v) for v in values)
   return values

@@ -16,7 +16,7 @@ import re
 
 from mosaic_async_store.check import lineinfo, opcodes, params, poll_state
 from mosaic_async_store.check.addresses import LOCAL_BASE, SHARED_BASE
-from mosaic_async_store.check.memory import ProtocolError
+from mosaic_async_store.check.findings import Stop
 from mosaic_async_store.check.opcodes import decode
 from mosaic_async_store.check.ops import UNDEFINED, immediate, split_operands
 from mosaic_async_store.check.outcomes import FALLBACK, YIELD
@@ -89,7 +89,7 @@ def _predicate(regs, name):
     values = read(col, lanes)
     try:
       return None if UNDEFINED in values else values
-    except ProtocolError:   # (a lane's undefined.Undefined: lane by lane names its lane)
+    except Stop:   # (a lane's undefined.Undefined: lane by lane names its lane)
       return None
   return one, lanes_form
 

@@ -35,7 +35,7 @@ import bisect
 import numpy as np
 
 from mosaic_async_store.check import findings
-from mosaic_async_store.check.memory import ProtocolError
+from mosaic_async_store.check.findings import Finding
 from mosaic_async_store.check.slots import THREAD
 
 __all__ = ["fence", "fence_lanes", "fenced", "check_source", "check_source_runs",
@@ -98,7 +98,7 @@ def _unfenced(k, writes, fenced_vc):
 def _report(k, op, verb, memory, by_slot, insn, fence_form):
   by = k.slots.owner(by_slot).obj
   known = insn is not None and insn >= 0
-  findings.report(k, ProtocolError(
+  findings.report(k, Finding(
       "proxy-fence", f"{op.text} {verb} {memory} through the asynchronous proxy, "
       f"written by CTA {by.cta} thread {by.tid} through the generic proxy (PTX line "
       f"{k.program.lines[insn] if known else '?'}) with no {fence_form} between the write "

@@ -20,7 +20,7 @@ import numpy as np
 
 from mosaic_async_store.check.budget import DEFAULT, Budget, BudgetExceeded
 from mosaic_async_store.check.interp import Memref, PtxKernel
-from mosaic_async_store.check.memory import Access, ProtocolError, shown_source
+from mosaic_async_store.check.findings import Finding
 from mosaic_async_store.check.params import array_of, buffer_slots
 from mosaic_async_store.check.tensor_map import TensorMap
 from mosaic_async_store.errors import refuse, refuse_type
@@ -29,49 +29,6 @@ __all__ = ["Finding", "Report", "Unfinished", "check_ptx", "MAX_BLOCK", "MAX_CLU
            "MAX_SMEM_BYTES"]
 
 MAX_BLOCK, MAX_CLUSTER, MAX_SMEM_BYTES = 1024, 16, 227 * 1024
-
-
-@dataclasses.dataclass(frozen=True)
-class Finding:
-  """One broken rule in one schedule.
-
-  Attributes:
-    rule: a key of ``mosaic_async_store.check.RULES`` ("race", "hang", "exit", ...), or
-      "fault" for a memory fault of the kernel (out of bounds, misaligned, a runaway loop).
-    message: what happened, in the checker's words.
-    cta, thread: the thread whose instruction broke it (None for a hang or a landing
-      asynchronous store, whose message names the parties).
-    ptx_line: that instruction's line in the PTX text (1-based), or None.
-    schedule: the schedule's seed.
-    source: that instruction's line in the user's source, "path/to/file.py:42", from
-      the PTX's line info (``.file`` / ``.loc``: ``check`` compiles with it), or None.
-    other_source: the same for the earlier access it conflicts with (a race, an early
-      read: the message names that access), or None.
-    access, other: a race's or an early read's two accesses as data
-      (``memory.Access``: who, CTA, thread, kind, memory, PTX line, instruction,
-      source): this one and the earlier one it conflicts with; None for other rules.
-    missing: what would have ordered them (a race, an early read), or None.
-  """
-
-  rule: str
-  message: str
-  cta: int | None
-  thread: int | None
-  ptx_line: int | None
-  schedule: int
-  source: str | None = None
-  other_source: str | None = None
-  access: Access | None = None
-  other: Access | None = None
-  missing: str | None = None
-
-  def __str__(self) -> str:
-    where = "" if self.cta is None else f"CTA {self.cta} thread {self.thread}, "
-    at = [] if self.ptx_line is None else [f"PTX line {self.ptx_line}"]
-    if self.source is not None:   # the user's line, next to the PTX line
-      at.append(f"({shown_source(self.source)})" if at else shown_source(self.source))
-    line = f"{' '.join(at)}, " if at else ""
-    return f"[{self.rule}] {where}{line}schedule {self.schedule}: {self.message}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -256,8 +213,8 @@ def _checked(kernel, args, dims, smem_bytes, schedules, budget) -> Report:
     base = first[0] + gs[0] * (first[1] + gs[1] * first[2])   # its first CTA's index
     for seed in range(int(schedules)):
       try:
-        out = kernel.run(current, cluster=cs, smem_bytes=int(smem_bytes), block=bx,
-                         schedule=seed, first_cta=first, grid_ctas=gs, budget=budget)
+        out, _ = kernel.launch(current, cluster=cs, smem_bytes=int(smem_bytes), block=bx,
+                               schedule=seed, first_cta=first, grid_ctas=gs, budget=budget)
       except BudgetExceeded as e:
         unfinished.append(Unfinished(seed, e.reason, e.executed, e.detail, base))
         continue
@@ -285,12 +242,10 @@ def _clusters(cs, gs):
           for x in range(0, gs[0], cs[0])]
 
 
-def _finding(kernel, e: ProtocolError, seed: int) -> Finding:
-  """The report's ``Finding`` of the machine's finding ``e`` in schedule ``seed``."""
-  return Finding(e.rule, e.detail, e.cta, e.thread, e.ptx_line, seed,
-                 e.source or kernel.source_at(e.ptx_line), e.along_causes("other_source"),
-                 e.along_causes("access"), e.along_causes("other"),
-                 e.along_causes("missing"))
+def _finding(kernel, f: Finding, seed: int) -> Finding:
+  """The machine's finding ``f`` as ``check_ptx`` reports it: of schedule ``seed``, with
+  the user's source line read off its PTX line where it has none."""
+  return dataclasses.replace(f, schedule=seed, source=f.source or kernel.source_at(f.ptx_line))
 
 
 def _like(raw: np.ndarray, arg) -> np.ndarray:

@@ -40,7 +40,8 @@ import numpy as np
 from mosaic_async_store.check import asyncops, findings, lockstep, pairings, poll_state, waits
 from mosaic_async_store.check import budget as budget_mod
 from mosaic_async_store.check.machine import ParamMismatch
-from mosaic_async_store.check.memory import CheckerError, ProtocolError
+from mosaic_async_store.check.findings import Finding, Stop
+from mosaic_async_store.check.memory import CheckerError
 
 __all__ = ["launch"]
 
@@ -99,8 +100,8 @@ def _run_once(k, *args):
   out = None
   try:
     out = _launch(k, *args)
-  except ProtocolError as e:
-    findings.stop(k, e)
+  except Stop as e:
+    findings.stop(k, e.finding)
   except findings.FindingLimit:
     pass
   findings.flush(k)
@@ -159,9 +160,9 @@ def _launch(k, buffers, cluster, smem_bytes, block, max_timeouts, schedule,
     blocked = [k.blocked[s] for s in sorted(k.blocked)]
     pollers = [th for th in blocked if th.wait.can_time_out]
     if not pollers or k.timeouts >= max_timeouts:
-      raise ProtocolError("hang", f"deadlock after {k.timeouts} timed-out polls; "
+      raise Stop(Finding("hang", f"deadlock after {k.timeouts} timed-out polls; "
                           f"waiting: {_describe_waits(k, blocked)}"
-                          + _grid_note(k, blocked))
+                          + _grid_note(k, blocked)))
     k.timeouts += 1   # nothing can change any more: these polls time out
     for th in pollers:
       th.wait.time_out(k, th)

@@ -18,7 +18,8 @@ from mosaic_async_store.check import (access_core, addresses, collectives, mbarr
                                       program, warp, warp_mbarrier)
 from mosaic_async_store.check.mbarrier_state import (Mbarrier, _note_remote, _observe, add_tx,
                                                      advance_phase)
-from mosaic_async_store.check.memory import TX_LIMIT, ProtocolError, Releases, sem_scope
+from mosaic_async_store.check.findings import Finding, Stop
+from mosaic_async_store.check.memory import TX_LIMIT, Releases, sem_scope
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.outcomes import BLOCK, YIELD
 from mosaic_async_store.check.slots import MBARRIER_DATA, MBARRIER_INIT
@@ -42,10 +43,10 @@ def _mbarrier(k, mods, ops, src, space):
     def init(th, addr=src[0], count=src[1]):
       key, n = mbarrier_key(k, th, space, addr(th), form), count(th)
       if not 1 <= n <= TX_LIMIT:
-        raise ProtocolError("count-range", f"mbarrier.init with count {n}")
+        raise Stop(Finding("count-range", f"mbarrier.init with count {n}"))
       if key in k.mbar:
-        raise ProtocolError("barrier-reinit", f"mbarrier.init on {k.mbar[key].describe()}"
-                            ", which is initialised and not invalidated")
+        raise Stop(Finding("barrier-reinit", f"mbarrier.init on {k.mbar[key].describe()}"
+                            ", which is initialised and not invalidated"))
       # Two clock slots per barrier: its asynchronous data, and its initialisation
       # (so that fence.mbarrier_init can release the inits alone).
       slot = k.slots.allocate(MBARRIER_DATA)
@@ -109,9 +110,9 @@ def _arrive(k, mods, ops, src, space):
     if drop:
       bar.count -= n
       if bar.count < 0:
-        raise ProtocolError("arrival-overflow", f"CTA {th.cta} thread {th.tid}'s "
+        raise Stop(Finding("arrival-overflow", f"CTA {th.cta} thread {th.tid}'s "
                             f"arrive_drop of {n} drops below zero expected arrivals on "
-                            f"{bar.describe()}")
+                            f"{bar.describe()}"))
     _note_remote(k, th, bar, pc)   # (before the release moves th's clock on)
     bar.arrivals[th.slot] = int(th.vc[th.slot])
     _release(k, th, sem, scope, bar.releases)
@@ -119,11 +120,11 @@ def _arrive(k, mods, ops, src, space):
     before = bar.pending
     bar.pending -= n
     if bar.pending < 0:
-      raise ProtocolError("arrival-overflow", f"CTA {th.cta} thread {th.tid} arrives on "
-                          f"{bar.describe()}")
+      raise Stop(Finding("arrival-overflow", f"CTA {th.cta} thread {th.tid} arrives on "
+                          f"{bar.describe()}"))
     if no_complete and bar.pending == 0 and bar.tx == 0:
-      raise ProtocolError("arrive-nocomplete", f"CTA {th.cta} thread {th.tid}'s "
-                          f"arrive.noComplete completes the phase of {bar.describe()}")
+      raise Stop(Finding("arrive-nocomplete", f"CTA {th.cta} thread {th.tid}'s "
+                          f"arrive.noComplete completes the phase of {bar.describe()}"))
     put(th, mbarrier_forms.encode_state(bar.phase, before if no_complete else None))
     advance_phase(k, bar)
     return YIELD if k.sched.pauses(k.step) else None
@@ -210,13 +211,13 @@ def mbarrier_of(k, th_or_none, vc, space_or_key, addr=None, *, pc=None, form=Non
          mbarrier_key(k, th_or_none, space_or_key, addr, form))
   bar = k.mbar.get(key)
   if bar is None:
-    raise ProtocolError("barrier-uninit", f"no mbarrier.init at CTA {key[0]} offset "
-                        f"{key[1]:#x}")
+    raise Stop(Finding("barrier-uninit", f"no mbarrier.init at CTA {key[0]} offset "
+                        f"{key[1]:#x}"))
   slot, clk = bar.init
   if vc.item(slot) < clk:
     who = "an asynchronous operation" if th_or_none is None else \
         f"CTA {th_or_none.cta} thread {th_or_none.tid}"
-    raise ProtocolError("barrier-init", f"{who} uses {bar.describe()}")
+    raise Stop(Finding("barrier-init", f"{who} uses {bar.describe()}"))
   if th_or_none is not None:
     bar.users[th_or_none.slot] = (vc.item(th_or_none.slot), pc)
   return bar
@@ -229,15 +230,15 @@ def _inval_ordered(k, th, bar, pc):
   every asynchronous operation that completes on it."""
   for op in k.inflight:
     if op.completion.mbarrier == bar.key:
-      raise ProtocolError("race", f"CTA {th.cta} thread {th.tid} invalidates "
+      raise Stop(Finding("race", f"CTA {th.cta} thread {th.tid} invalidates "
                           f"{bar.describe()} while {op.text}, which completes on it, is in "
-                          "flight")
+                          "flight"))
   for slot, (clk, other_pc) in sorted(bar.users.items()):
     if slot != th.slot and th.vc[slot] < clk:
       by = k.threads[slot - 1]
       memory = f"CTA {bar.key[0]} SMEM bytes {bar.key[1]}..{bar.key[1] + 7}"
       missing = "the other thread arrives on it, or a bar.sync, before the inval"
-      raise ProtocolError(
+      raise Stop(Finding(
           "race", f"CTA {th.cta} thread {th.tid} invalidates {bar.describe()} with no "
           f"happens-before from CTA {by.cta} thread {by.tid}'s operation on it at "
           f"{access_core.insn_where(k, -1 if other_pc is None else other_pc)}, which may still "
@@ -245,7 +246,7 @@ def _inval_ordered(k, th, bar, pc):
           other_source=None if other_pc is None else k.program.sources[other_pc],
           access=access_core.access_of(k, th, "mbarrier.inval", memory, pc),
           other=access_core.access_of(k, by, "mbarrier operation", memory, other_pc),
-          missing=missing)
+          missing=missing))
 
 
 def _object_write(k, th, key, pc):

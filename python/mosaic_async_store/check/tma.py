@@ -39,7 +39,7 @@ import numpy as np
 from mosaic_async_store.check import (addresses, asyncops, bulk_groups, bulk_rules, proxy,
                                       sync, tma_forms, tma_geometry)
 from mosaic_async_store.check.bulk_op import BulkOp, Moves
-from mosaic_async_store.check.memory import KernelFault, ProtocolError
+from mosaic_async_store.check.findings import Finding, Stop, fault
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.ops import RED_FORMS
 from mosaic_async_store.check.outcomes import YIELD
@@ -54,14 +54,14 @@ def _rule(k, name, message):
   """A broken size or alignment rule (``bulk_rules.RULES``): the copy is undefined, so
   the run stops with it."""
   if message is not None:
-    raise ProtocolError(name, message)
+    raise Stop(Finding(name, message))
 
 
 def _smem(k, th, addr, space, n):
   """(CTA, offset) of ``n`` bytes of shared memory at ``addr`` in ``space``."""
   buf, off = addresses.mem(k, th, space, addr, 1)
   if off + n > len(buf):
-    raise KernelFault(f"CTA {th.cta} thread {th.tid}: {n} bytes of shared memory at "
+    raise fault(f"CTA {th.cta} thread {th.tid}: {n} bytes of shared memory at "
                       f"{addr:#x} run past the end of CTA {k.smem_cta[id(buf)]}'s "
                       f"{len(buf)} bytes")
   return k.smem_cta[id(buf)], off
@@ -71,7 +71,7 @@ def _global(k, th, addr, n):
   """(buffer, offset) of ``n`` bytes of global memory at ``addr``."""
   buf, off = addresses.mem(k, th, "global", addr, 1)
   if off + n > len(buf):
-    raise KernelFault(f"CTA {th.cta} thread {th.tid}: {n} bytes of global memory at "
+    raise fault(f"CTA {th.cta} thread {th.tid}: {n} bytes of global memory at "
                       f"{addr:#x} run past the end of "
                       f"{k.gshadow.describe(buf, off, 1).split(' bytes')[0]}")
   return buf, off

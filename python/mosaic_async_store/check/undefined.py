@@ -5,7 +5,7 @@ arithmetic operations, and the finding ``undefined-value`` wherever its bits are
 
 from __future__ import annotations
 
-from mosaic_async_store.check.memory import ProtocolError
+from mosaic_async_store.check.findings import Finding, Stop
 
 __all__ = ["Undefined"]
 
@@ -31,9 +31,9 @@ class Undefined:
     return 0 if type(other) is int and other == 0 else self
 
   def _use(self, *other):
-    raise ProtocolError("undefined-value", f"a value that is undefined ({self.origin}) is "
+    raise Stop(Finding("undefined-value", f"a value that is undefined ({self.origin}) is "
                         "used where its bits matter (a store, an address, a branch or "
-                        "predicate, a comparison)")
+                        "predicate, a comparison)"))
 
   __add__ = __radd__ = __sub__ = __rsub__ = __or__ = __ror__ = __xor__ = __rxor__ = _carry
   __lshift__ = __rlshift__ = __rshift__ = __rrshift__ = __invert__ = __neg__ = _carry

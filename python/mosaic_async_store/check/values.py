@@ -14,9 +14,9 @@ from __future__ import annotations
 import operator
 
 from mosaic_async_store.check import addresses, contraction, float_columns, program
+from mosaic_async_store.check.findings import Stop
 from mosaic_async_store.check.floats import FLOAT_TYPE, float_op
 from mosaic_async_store.check.floats_cvt import float_cvt, float_cvt_lanes
-from mosaic_async_store.check.memory import ProtocolError
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.ops import (ALU, TYPE, UNDEFINED, bfe, bfi, bits_of, prmt,
                                           sign_extend)
@@ -95,7 +95,7 @@ def _fused(put, dest, bits, fn, ops, getters):
 # checker does not run): the warp forms above compute every lane's value before they
 # store any, and on these go lane by lane (``FALLBACK``), so the finding names the
 # lane, not the piece's first (a piece may span the warps of a CTA: ``Program.wide``).
-_LANE_ERRORS = (ProtocolError, NotImplementedError)
+_LANE_ERRORS = (Stop, NotImplementedError)
 
 
 def _computed_first(compute, store):

@@ -33,7 +33,7 @@ the warp form, and go to the back of the run queue either way).
 from __future__ import annotations
 
 from mosaic_async_store.check import program, waits
-from mosaic_async_store.check.memory import ProtocolError
+from mosaic_async_store.check.findings import Finding, Stop
 from mosaic_async_store.check.outcomes import BLOCK, FALLBACK, YIELD
 from mosaic_async_store.check.waits import Wait
 
@@ -114,8 +114,8 @@ def sync_collective(k, opcode, mask_getter, contribution, resolve, finish):
   def block(th):
     mask = mask_getter(th) & FULL
     if not mask >> (th.tid % 32) & 1:
-      raise ProtocolError("collective-mask", f"lane {th.tid % 32} executes {opcode} with "
-                          f"membermask {mask:#010x}, which does not name it")
+      raise Stop(Finding("collective-mask", f"lane {th.tid % 32} executes {opcode} with "
+                          f"membermask {mask:#010x}, which does not name it"))
     th.wait = Meeting((opcode, mask), mask, contribution(th), pc, resolve, finish)
     return BLOCK
 
@@ -187,10 +187,10 @@ def meet(k, waiting) -> bool:
         continue
       if first.aligned and len(group) != 32:
         text, line = k.program.texts[first.pc], k.program.lines[first.pc]
-        raise ProtocolError("aligned-divergence", f"CTA {cta} warp {w} meets at `{text}` "
+        raise Stop(Finding("aligned-divergence", f"CTA {cta} warp {w} meets at `{text}` "
                             f"(PTX line {line}) with {len(group)} lanes: an .aligned "
                             "instruction needs all 32", cta=cta, thread=group[0].tid,
-                            ptx_line=line, instruction=text)
+                            ptx_line=line, instruction=text))
       results = first.resolve(group, [th.wait.value for th in group])
       for th, result in zip(group, results):
         finish = th.wait.finish
@@ -207,8 +207,8 @@ def _check_aligned(k, cta, w, lanes):
   if len(pcs) > 1:
     texts, lines = k.program.texts, k.program.lines
     a, b = pcs[:2]
-    raise ProtocolError("aligned-divergence", f"CTA {cta} warp {w}: lanes wait at "
+    raise Stop(Finding("aligned-divergence", f"CTA {cta} warp {w}: lanes wait at "
                         f"`{texts[a]}` (PTX line {lines[a]}) and at `{texts[b]}` "
                         f"(PTX line {lines[b]}); an .aligned instruction must be executed "
                         "by all threads of the warp together", cta=cta, ptx_line=lines[b],
-                        instruction=texts[b])
+                        instruction=texts[b]))

@@ -40,7 +40,7 @@ import numpy as np
 
 from mosaic_async_store.check import findings, program, warp, waits, wgmma_exec
 from mosaic_async_store.check import wgmma_layout as layout
-from mosaic_async_store.check.memory import ProtocolError
+from mosaic_async_store.check.findings import Finding, Stop
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.ops import ints_array
 from mosaic_async_store.check.outcomes import BLOCK, FALLBACK, YIELD
@@ -312,10 +312,10 @@ class WgmmaWait(Wait):
       first = lanes[0].wait
       if len(lanes) != 32 or any(th.wait.pc != first.pc for th in lanes):
         text, line = k.program.texts[first.pc], k.program.lines[first.pc]
-        raise ProtocolError("aligned-divergence", f"CTA {cta} warp {w} meets at `{text}` "
+        raise Stop(Finding("aligned-divergence", f"CTA {cta} warp {w} meets at `{text}` "
                             f"(PTX line {line}) with {len(lanes)} lanes: an .aligned "
                             "instruction needs all 32", cta=cta, thread=lanes[0].tid,
-                            ptx_line=line, instruction=text)
+                            ptx_line=line, instruction=text))
       wg, wi = _state(k, lanes[0])
       last = wg.executed_through(wi, first.limit)
       if last is None:

@@ -20,7 +20,7 @@ import numpy as np
 from mosaic_async_store.check import access_core, proxy
 from mosaic_async_store.check import wgmma_layout as layout
 from mosaic_async_store.check.addresses import SHARED_BASE
-from mosaic_async_store.check.memory import KernelFault
+from mosaic_async_store.check.findings import fault
 from mosaic_async_store.check.shadow import byte_index, disjoint_runs
 from mosaic_async_store.check.shadow_runs import read_at_once
 
@@ -72,7 +72,7 @@ def _read(k, wg, op, vc, stamp, desc, rows, form, atype, mn_major):
   addrs, ranges, index = _operand_bytes(desc, rows, form.k, size, bool(mn_major))
   smem = k.smem[wg.cta]
   if ranges[0][0] < 0 or ranges[-1][1] > len(smem):
-    raise KernelFault(f"CTA {wg.cta} warpgroup {wg.index}: wgmma.mma_async's descriptor "
+    raise fault(f"CTA {wg.cta} warpgroup {wg.index}: wgmma.mma_async's descriptor "
                       f"{desc:#x} reads outside the CTA's {len(smem)} bytes of shared memory")
   sh = k.shadow[wg.cta]
   writes = sh.last_writes(ranges, index)

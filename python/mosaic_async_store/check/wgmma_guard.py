@@ -10,14 +10,14 @@ from __future__ import annotations
 import re
 
 from mosaic_async_store.check import findings
-from mosaic_async_store.check.memory import ProtocolError
+from mosaic_async_store.check.findings import Finding
 
 __all__ = ["RegisterGuard", "failure"]
 
 
 def failure(rule, wg, w, text):
   """The finding ``rule`` of warp ``w`` of warpgroup ``wg`` (a ``wgmma.Warpgroup``)."""
-  return ProtocolError(rule, f"CTA {wg.cta} warpgroup {wg.index} warp {w}: {text}")
+  return Finding(rule, f"CTA {wg.cta} warpgroup {wg.index} warp {w}: {text}")
 
 
 class RegisterGuard:

@@ -1,0 +1,112 @@
+"""What the checker's jax-free tests share: a kernel builder, launching with and without
+findings, and "a rule reported in every CI schedule".
+
+Every test in test/checker runs hand-written PTX (or the checker's own parts) without
+jax (``test_no_jax.py`` fails where one imports it); these helpers are the one copy.
+
+    ptx = kernel('''  st.global.u32 [%rd1], %r1;''')
+    out = outputs(ptx, [np.zeros(4, np.uint32)], cluster=1, smem_bytes=16, block=4)
+    f = finding(ptx, buffers, ...)          # the first finding; fails where none
+    assert "race" in rules_in_every_schedule(check_ptx(ptx, ...))
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from mosaic_async_store.check.findings import Finding
+from mosaic_async_store.check.interp import Launched, PtxKernel
+from mosaic_async_store.check.memory import CI_SCHEDULES, SCHEDULES
+
+__all__ = ["kernel", "assemble", "launch", "outputs", "output", "finding", "findings_of",
+           "expect", "rules_in_every_schedule", "SCHEDULES", "CI_SCHEDULES"]
+
+
+def kernel(body: str, nparams: int = 1, regs: str = "") -> str:
+  """A one-entry sm_90a kernel ``k`` around ``body``: ``nparams`` u64 parameters
+  (``k_param_0`` ...), registers ``%p<8>``, ``%r<32>``, ``%rd<32>`` and ``regs``, a
+  dynamic shared buffer ``__dynamic_shmem__0``, ``%r1`` = tid.x, ``%r2`` = the CTA's
+  rank in its cluster."""
+  params = ",\n".join(f"  .param .u64 k_param_{i}" for i in range(nparams))
+  return f""".version 8.6
+.target sm_90a
+.address_size 64
+.visible .entry k(
+{params}
+)
+{{
+  .reg .pred %p<8>;
+  .reg .b32 %r<32>;
+  .reg .b64 %rd<32>;
+  {regs}
+  .shared .align 16 .b8 __dynamic_shmem__0;
+  mov.u32 %r1, %tid.x;
+  mov.u32 %r2, %cluster_ctarank;
+{body}
+  ret;
+}}
+"""
+
+
+def assemble(ptx: str) -> str:
+  """Assembles ``ptx`` with ptxas for sm_90a (a test kernel must be valid PTX); returns it."""
+  from mosaic_async_store.tools import toolchain
+  toolchain.ptx_to_cubin(ptx, "sm_90a")
+  return ptx
+
+
+def launch(ptx: str | PtxKernel, buffers, **kwargs) -> Launched:
+  """Runs one cluster of ``ptx`` (text or a ``PtxKernel``) over ``buffers``
+  (``PtxKernel.launch``'s keywords); its outputs and findings."""
+  k = ptx if isinstance(ptx, PtxKernel) else PtxKernel(ptx)
+  return k.launch(buffers, **kwargs)
+
+
+def outputs(ptx: str | PtxKernel, buffers, **kwargs) -> list[np.ndarray]:
+  """``launch``'s outputs (uint8 arrays); fails the test on any finding."""
+  out, found = launch(ptx, buffers, **kwargs)
+  assert not found, "\n".join(f.explained for f in found)
+  return out
+
+
+def output(ptx: str | PtxKernel, buffers, dtype=np.uint32, **kwargs) -> np.ndarray:
+  """The first buffer's contents as ``dtype`` (``outputs``: fails on any finding)."""
+  return outputs(ptx, buffers, **kwargs)[0].view(dtype)
+
+
+def findings_of(ptx: str | PtxKernel, buffers, **kwargs) -> tuple[Finding, ...]:
+  """``launch``'s findings; fails the test where there is none."""
+  _, found = launch(ptx, buffers, **kwargs)
+  assert found, "the run found no broken rule"
+  return found
+
+
+def finding(ptx: str | PtxKernel, buffers, *, rule: str | None = None,
+            match: str | None = None, **kwargs) -> Finding:
+  """The first finding of a run (of ``rule`` where given); fails the test where there is
+  none.  ``match``: a regular expression searched in its message with the rule
+  (``Finding.explained``), as ``pytest.raises(match=...)`` did."""
+  found = findings_of(ptx, buffers, **kwargs)
+  return expect(found, rule=rule, match=match)
+
+
+def expect(found, *, rule: str | None = None, match: str | None = None) -> Finding:
+  """The first of ``found`` of ``rule`` (any rule where None); fails the test where there
+  is none, or where ``match`` is not in its explained message."""
+  of_rule = [f for f in found if rule is None or f.rule == rule]
+  if not of_rule:
+    pytest.fail(f"no {rule} finding among: " + "; ".join(f.explained for f in found))
+  f = of_rule[0]
+  if match is not None and not re.search(match, f.explained):
+    pytest.fail(f"{match!r} not in {f.explained!r}")
+  return f
+
+
+def rules_in_every_schedule(report, schedules=len(CI_SCHEDULES)) -> set[str]:
+  """The rules a ``check_ptx`` report found in each of its first ``schedules`` schedules
+  (the CI's): empty unless every one found something."""
+  by = {s: {f.rule for f in report.findings if f.schedule == s} for s in range(schedules)}
+  return set.intersection(*by.values()) if all(by.values()) else set()
