@@ -12,9 +12,10 @@ import pytest
 
 from mosaic_async_store.check import Memref, TensorMap, check_ptx
 from mosaic_async_store.check import addresses, params
+from mosaic_async_store.check.findings import Stop
 from mosaic_async_store.check.interp import PtxKernel
-from mosaic_async_store.check.memory import KernelFault
 from mosaic_async_store.errors import AsyncStoreError
+from ptx_harness import outputs
 
 
 def test_parameters_are_laid_out_by_size_and_alignment():
@@ -79,7 +80,7 @@ def test_words_after_a_map_block_and_the_parameter_window():
   x, y, out = np.zeros((8, 16), np.float32), np.ones((4, 8), np.int32), np.zeros(5, np.int64)
   a, b = _maps(x, y)
   kernel = PtxKernel(WINDOW)
-  got = kernel.launch([a, b, x, out], cluster=1, smem_bytes=0, block=32)
+  got = outputs(kernel, [a, b, x, out], cluster=1, smem_bytes=0, block=32)
   k = kernel.machine
   assert len(got) == 3   # x is one buffer: the map's array and the pointer alias
   words = got[2].view(np.int64).tolist()
@@ -92,8 +93,9 @@ def test_words_after_a_map_block_and_the_parameter_window():
   assert addresses.tensor_map(k, th, addresses.PARAM_BASE) is a
   assert addresses.tensor_map(k, th, addresses.PARAM_BASE + 128) is b
   assert addresses.tensor_map(k, th, 128) is b   # a .param address
-  with pytest.raises(KernelFault, match=r"no tensor map parameter starts at 0x100000040"):
+  with pytest.raises(Stop, match=r"no tensor map parameter starts at 0x100000040") as fault:
     addresses.tensor_map(k, th, addresses.PARAM_BASE + 64)
+  assert fault.value.finding.rule == "fault", fault.value.finding
   with pytest.raises(NotImplementedError, match="global memory"):
     addresses.tensor_map(k, th, 1 << 40)
 

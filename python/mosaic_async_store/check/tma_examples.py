@@ -4,7 +4,7 @@ Three tables of PTX statements, over test_opcode_table's registers: ``EXAMPLES``
 more of each form the grammar decodes (the forms Mosaic GPU emits among them);
 ``REFUSED``, forms the PTX ISA has and the checker does not run, which ``decode_bulk``
 refuses by name (NotImplementedError, not ``NotInIsa``); ``NOT_IN_ISA``, statements the
-ISA's grammar has not (``NotInIsa``).  test/unit/test_tma_forms.py walks all three.
+ISA's grammar has not (``NotInIsa``).  test/checker/test_tma_forms.py walks all three.
 
 Apart from ``tma_forms`` because they are the grammar's test corpus, not its rules: the
 decoder reads none of them, and a new form or a new refusal adds a line here without

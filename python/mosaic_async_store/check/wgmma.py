@@ -218,9 +218,9 @@ def _mma(k, ins):
                                   "between the warps of the warpgroup: the checker runs "
                                   "warpgroup-uniform ones)")
       what = "instruction" if entry.pc != pc else "group"
-      raise _fail("wgmma-aligned", wg, w, f"its wgmma.mma_async number {j + 1} differs "
-                  f"from another warp's in its {what}: all threads of the warpgroup must "
-                  "execute the same one")
+      raise Stop(_fail("wgmma-aligned", wg, w, f"its wgmma.mma_async number {j + 1} "
+                       f"differs from another warp's in its {what}: all threads of the "
+                       "warpgroup must execute the same one"))
     entry.inputs[w] = (d_names, sources, c, a)
     entry.vcs[w] = k.lane_clocks(lanes).max(axis=0)
     ws.issued += 1

@@ -9,7 +9,7 @@ layouts; ``cute/atom/mma_traits_sm90_gmma.hpp``: the fragment layouts) and by ot
 public descriptions of the descriptor (Modular's ``WGMMADescriptor``), and the ISA's
 sentences as recalled where marked "(ISA, recalled)".  Every layout here is also
 checked against the kernels Mosaic GPU emits: their outputs equal NumPy's
-(test/emu/test_wgmma.py), which a wrong field or stride would break.
+(test/checker/test_wgmma.py), which a wrong field or stride would break.
 
 * The matrix descriptor (64 bits): start address ``(d & 0x3FFF) << 4``, leading-dimension
   byte offset (LBO) ``((d >> 16) & 0x3FFF) << 4``, stride-dimension byte offset (SBO)

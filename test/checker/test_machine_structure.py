@@ -12,7 +12,7 @@ import numpy as np
 from mosaic_async_store.check import asyncops, opcodes
 from mosaic_async_store.check.interp import PtxKernel
 from mosaic_async_store.check.machine import Machine
-from test_interp_features import kernel
+from ptx_harness import kernel, outputs
 
 CHECK = pathlib.Path(opcodes.__file__).parent
 
@@ -32,14 +32,14 @@ def test_each_family_owns_its_table_and_its_handlers():
 
 def test_no_class_in_the_checker_is_a_mixin():
   # Every class stands alone (an exception, or a container such as shadow.AccessSet,
-  # derives from its Python base only; a kernel fault is a kind of protocol finding; a
-  # kind of wait implements the protocol waits.Wait, whose defaults are its only code).
+  # derives from its Python base only; a record such as interp.Launched is a NamedTuple;
+  # a kind of wait implements the protocol waits.Wait, whose defaults are its only code).
   for path in sorted(CHECK.glob("*.py")):
     for node in ast.walk(ast.parse(path.read_text())):
       if isinstance(node, ast.ClassDef):
         bases = [ast.unparse(b) for b in node.bases]
         assert bases in ([], ["RuntimeError"], ["Exception"], ["ValueError"], ["dict"],
-                         ["ProtocolError"], ["Wait"], ["NotImplementedError"]), \
+                         ["NamedTuple"], ["Wait"], ["NotImplementedError"]), \
             f"{path.name}: class {node.name}{bases}"
 
 
@@ -73,7 +73,7 @@ class _Recorder:
 
 def test_an_asynchronous_operation_lands_through_any_completion():
   kern = PtxKernel(kernel(""))
-  kern.launch([np.zeros(4, np.int32)], cluster=2, smem_bytes=16, block=32)
+  outputs(kern, [np.zeros(4, np.int32)], cluster=2, smem_bytes=16, block=32)
   k = kern.machine
   th, done = k.threads[0], _Recorder(cta=1)
   op = asyncops.AsyncOp(th, 0, "test.async",

@@ -15,10 +15,8 @@ sm_90a.
 import numpy as np
 import pytest
 
-from mosaic_async_store.check import ProtocolError, PtxKernel
-from mosaic_async_store.check.memory import SCHEDULES
-from mosaic_async_store.tools import toolchain
-from test_interp_features import kernel
+from mosaic_async_store.check import Finding, PtxKernel
+from ptx_harness import SCHEDULES, assemble, kernel, launch, outputs
 
 # Thread 0 of each CTA initialises the mbarrier at SMEM 0 (count 1), writes 7 at SMEM
 # 16 and zeroes the flag at SMEM 8; a cluster barrier; then thread 0 of CTA 1 (%r6: CTA
@@ -68,13 +66,9 @@ def _exit_kernel(peer, home="", before_exit=""):
 
 
 def _run(ptx, schedule):
-  """None, or the ProtocolError the two-CTA kernel raised."""
-  try:
-    PtxKernel(ptx).launch([np.zeros(4, np.int32)], cluster=2, smem_bytes=64, block=32,
-                          schedule=schedule)
-  except ProtocolError as e:
-    return e
-  return None
+  """The two-CTA kernel's findings (empty where none)."""
+  return launch(ptx, [np.zeros(4, np.int32)], cluster=2, smem_bytes=64, block=32,
+                schedule=schedule).findings
 
 
 _EXIT_CASES = {
@@ -145,26 +139,28 @@ _ORDERED_CASES = {
 
 def test_the_exit_kernels_assemble():
   for peer, home in _EXIT_CASES.values():
-    toolchain.ptx_to_cubin(_exit_kernel(peer, home), "sm_90a")
+    assemble(_exit_kernel(peer, home))
   for peer, home, before in _ORDERED_CASES.values():
-    toolchain.ptx_to_cubin(_exit_kernel(peer, home, before), "sm_90a")
+    assemble(_exit_kernel(peer, home, before))
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("case", sorted(_EXIT_CASES))
 def test_an_operation_into_a_peer_unordered_with_its_exit_is_reported(case, schedule):
   peer, home = _EXIT_CASES[case]
-  err = _run(_exit_kernel(peer, home), schedule)
-  assert err is not None, f"{case}: no finding in schedule {schedule}"
+  found = _run(_exit_kernel(peer, home), schedule)
+  assert found, f"{case}: no finding in schedule {schedule}"
+  err = found[0]
   assert err.rule == "exit", err
-  assert "CTA 0" in err.detail, err.detail
+  assert "CTA 0" in err.message, err.message
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("case", sorted(_ORDERED_CASES))
 def test_an_operation_into_a_peer_ordered_before_its_exit_passes(case, schedule):
   peer, home, before = _ORDERED_CASES[case]
-  assert _run(_exit_kernel(peer, home, before), schedule) is None
+  found = _run(_exit_kernel(peer, home, before), schedule)
+  assert not found, [str(f) for f in found]
 
 
 # -- red / atom .add.f32: subnormals kept on shared memory, flushed on global ----------
@@ -222,7 +218,7 @@ def _float_red_kernel():
 
 
 def test_the_float_reduction_kernel_assembles():
-  toolchain.ptx_to_cubin(_float_red_kernel(), "sm_90a")
+  assemble(_float_red_kernel())
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -232,9 +228,8 @@ def test_red_and_atom_add_f32_keep_subnormals_on_shared_memory_only(schedule):
   memory supports subnormal inputs and results and doesn't flush them to zero"."""
   n = len(_SUBNORMAL_PAIRS)
   x = np.array(_SUBNORMAL_PAIRS, np.uint32).reshape(-1)
-  [_, out] = PtxKernel(_float_red_kernel()).launch(
-      [x.copy(), np.zeros(4 * n, np.uint32)], cluster=1, smem_bytes=8 * n, block=n,
-      schedule=schedule)
+  [_, out] = outputs(_float_red_kernel(), [x.copy(), np.zeros(4 * n, np.uint32)],
+                     cluster=1, smem_bytes=8 * n, block=n, schedule=schedule)
   out = out.view(np.uint32).reshape(n, 4)
   a, b = _f32(x[0::2]), _f32(x[1::2])
   shared = (a + b).view(np.uint32)                            # IEEE, one rounding
@@ -318,18 +313,16 @@ def _contracted_kernel():
 
 
 def _contracted(schedule):
-  """The kernel's word 3, or the ProtocolError it raised."""
-  try:
-    [out] = PtxKernel(_contracted_kernel()).launch(
-        [np.array(_TIE_WORDS, np.uint32)], cluster=1, smem_bytes=16, block=64,
-        schedule=schedule)
-  except ProtocolError as e:
-    return e
-  return int(out.view(np.uint32)[3])
+  """The kernel's word 3, or the first finding of its run."""
+  out, found = launch(_contracted_kernel(), [np.array(_TIE_WORDS, np.uint32)], cluster=1,
+                      smem_bytes=16, block=64, schedule=schedule)
+  if found:
+    return found[0]
+  return int(out[0].view(np.uint32)[3])
 
 
 def test_the_contraction_kernel_assembles():
-  toolchain.ptx_to_cubin(_contracted_kernel(), "sm_90a")
+  assemble(_contracted_kernel())
 
 
 def test_a_branch_on_the_unfused_result_takes_no_race_in_schedule_0():
@@ -338,7 +331,7 @@ def test_a_branch_on_the_unfused_result_takes_no_race_in_schedule_0():
 
 def test_a_branch_on_the_fused_result_into_a_race_is_reported_in_schedule_1():
   err = _contracted(1)
-  assert isinstance(err, ProtocolError) and err.rule == "race", err
+  assert isinstance(err, Finding) and err.rule == "race", err
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -347,7 +340,7 @@ def test_each_schedule_takes_the_branch_its_result_says(schedule):
   they fuse; the same seed chooses the same way every time."""
   first, again = _contracted(schedule), _contracted(schedule)
   assert type(first) is type(again)
-  if isinstance(first, ProtocolError):
+  if isinstance(first, Finding):
     assert first.rule == "race" and schedule != 0, first
   else:
     assert first == 0 and schedule != 1

@@ -8,14 +8,9 @@ import pytest
 
 from mosaic_async_store.check import check_ptx
 
-from test_interp_features import kernel
+from ptx_harness import CI_SCHEDULES, kernel, rules_in_every_schedule
 
-SCHEDULES = 3   # seeds 0, 1, 2: what CI runs
-
-
-def _rules_in_every_schedule(report):
-  by = {s: {f.rule for f in report.findings if f.schedule == s} for s in range(SCHEDULES)}
-  return set.intersection(*by.values()) if all(by.values()) else set()
+SCHEDULES = len(CI_SCHEDULES)   # seeds 0, 1, 2: what CI runs
 
 
 # 32 threads each store one element of a 128-byte SMEM tile, (optionally) fence the
@@ -53,7 +48,7 @@ def test_a_bulk_add_reduction_into_global_memory(fenced):
     assert report.ok, str(report)
     assert report.outputs[0].view(np.uint32).tolist() == [101 + t for t in range(32)]
   else:   # st.shared, then the copy reads through the asynchronous proxy: no fence
-    assert "proxy-fence" in _rules_in_every_schedule(report), str(report)
+    assert "proxy-fence" in rules_in_every_schedule(report), str(report)
 
 
 @pytest.mark.parametrize("bits, start, want", [
@@ -116,7 +111,7 @@ def test_a_bulk_load_completes_on_its_mbarrier(case):
     assert report.outputs[1].view(np.uint32).tolist() == x.tolist()
   else:
     rule = {"read_before_wait": "early-read", "size_not_16": "bulk-size"}[case]
-    assert rule in _rules_in_every_schedule(report), str(report)
+    assert rule in rules_in_every_schedule(report), str(report)
 
 
 # A bulk store of SMEM whose source is overwritten: after wait_group.read (correct) or
@@ -146,7 +141,7 @@ def test_a_bulk_stores_source_is_free_after_wait_group_read(wait_read):
     assert report.ok, str(report)
     assert report.outputs[0].view(np.uint32)[0] == 5
   else:
-    assert "race" in _rules_in_every_schedule(report), str(report)
+    assert "race" in rules_in_every_schedule(report), str(report)
 
 
 def test_a_cta_that_exits_before_waiting_for_its_bulk_store_is_reported():
@@ -162,7 +157,7 @@ def test_a_cta_that_exits_before_waiting_for_its_bulk_store_is_reported():
                .replace("st.shared.u32 [%r3], %r7;", ""))
   report = check_ptx(ptx, [np.zeros(4, np.uint32)], smem_bytes=64, block=(1, 1, 1),
                      schedules=SCHEDULES)
-  assert "exit" in _rules_in_every_schedule(report), str(report)
+  assert "exit" in rules_in_every_schedule(report), str(report)
 
 
 @pytest.mark.parametrize("fence", ["fence.proxy.async.global;", "fence.proxy.async;", "",
@@ -185,7 +180,7 @@ def test_a_bulk_load_of_global_memory_threads_wrote_needs_a_global_proxy_fence(f
     assert report.ok, str(report)
     assert report.outputs[1].view(np.uint32).tolist() == [3 * t for t in range(32)]
   else:
-    assert "proxy-fence" in _rules_in_every_schedule(report), str(report)
+    assert "proxy-fence" in rules_in_every_schedule(report), str(report)
 
 
 def test_a_bulk_group_not_waited_for_keeps_its_read_whatever_the_landing_order():
@@ -199,7 +194,7 @@ def test_a_bulk_group_not_waited_for_keeps_its_read_whatever_the_landing_order()
   ptx = kernel("  ld.param.u64 %rd5, [k_param_1];\n" + body, nparams=2)
   report = check_ptx(ptx, [np.zeros(4, np.uint32), np.zeros(4, np.uint32)], smem_bytes=64,
                      block=(1, 1, 1), schedules=SCHEDULES)
-  assert "race" in _rules_in_every_schedule(report), str(report)
+  assert "race" in rules_in_every_schedule(report), str(report)
 
 
 # A tensor reduction: 32 threads each store one element of a 1-D tile, fence, meet, and
@@ -354,7 +349,7 @@ def test_a_tensor_load_of_rows_threads_wrote_needs_a_global_proxy_fence(fence):
   ptx = _TENSOR_2D.format(body=_LOAD_2D.format(fence=fence))
   report = check_ptx(ptx, maps, smem_bytes=256, block=(32, 1, 1), schedules=SCHEDULES)
   if not fence:   # (every run's bytes a thread wrote: the first run is named)
-    assert "proxy-fence" in _rules_in_every_schedule(report), str(report)
+    assert "proxy-fence" in rules_in_every_schedule(report), str(report)
     assert "bytes 144..159" in str(report), str(report)   # (row 2, columns 4..7)
     return
   assert report.ok, str(report)
@@ -377,7 +372,7 @@ def test_a_tensor_store_of_rows_races_with_an_unordered_thread_read(flag, offset
       offset=offset, flag_store=flag, flag_load="relaxed" if flag == "relaxed" else "acquire"))
   report = check_ptx(ptx, maps, smem_bytes=256, block=(32, 1, 1), schedules=SCHEDULES)
   if race:
-    assert _rules_in_every_schedule(report) == {"race"}, str(report)
+    assert rules_in_every_schedule(report) == {"race"}, str(report)
     assert "bytes 208..223, read by CTA 0 thread 1" in str(report), str(report)
     return
   assert report.ok, str(report)

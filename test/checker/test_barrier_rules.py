@@ -14,29 +14,27 @@ every schedule, next to a correct neighbour that passes in every schedule.
   barrier{.cta}.arrive using the same active barrier" (``bar-red-mixed``).
 """
 
+import functools
+
 import numpy as np
 import pytest
 
-from mosaic_async_store.check import ProtocolError, PtxKernel
-from mosaic_async_store.check.memory import SCHEDULES
-from mosaic_async_store.tools import toolchain
-from test_interp_features import kernel
+from ptx_harness import SCHEDULES, assemble, finding, kernel, output
 
 
-def _run(body, schedule, *, block, cluster=1, words=256):
-  """Assembles ``body`` with ptxas, runs it; returns the output words (int32)."""
-  ptx = kernel(body)
-  toolchain.ptx_to_cubin(ptx, "sm_90a")
-  [out] = PtxKernel(ptx).launch([np.zeros(words, np.int32)], cluster=cluster,
-                                smem_bytes=512, block=block, schedule=schedule)
-  return out.view(np.int32)
+def _run(body, schedule, *, block, cluster=1, words=256,
+         of=functools.partial(output, dtype=np.int32)):
+  """Assembles ``body`` with ptxas, runs it; returns the output words (int32; ``of`` the
+  harness's ``output``: fails on any finding) or its first finding (``finding``)."""
+  return of(assemble(kernel(body)), [np.zeros(words, np.int32)], cluster=cluster,
+            smem_bytes=512, block=block, schedule=schedule)
 
 
 def _finding(body, schedule, rule, **kw):
-  with pytest.raises(ProtocolError) as err:
-    _run(body, schedule, **kw)
-  assert err.value.rule == rule, err.value
-  return err.value
+  """The run's first finding, which must be of ``rule``."""
+  err = _run(body, schedule, of=finding, **kw)
+  assert err.rule == rule, err
+  return err
 
 
 # Stores %r5 to output word tid + 64 * %cluster_ctarank.
@@ -82,7 +80,7 @@ def test_a_second_cluster_arrive_before_the_barrier_completes_is_reported(arrive
                                                                          schedule):
   body = _REARRIVE.replace("{A}", arrive).replace("{PRE}", "\n  ".join([_ROUND] * pre))
   err = _finding(body, schedule, "cluster-rearrive", block=64, cluster=2)
-  assert f"arrive number {pre + 2}" in str(err) and err.thread is not None
+  assert f"arrive number {pre + 2}" in err.explained and err.thread is not None
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -246,7 +244,7 @@ END:
 def test_bar_red_beside_bar_sync_on_one_instance_is_reported(other, schedule):
   body = _MIXED.replace("{W01}", "bar.red.popc.u32 %r5, 1, %p1;").replace("{W23}", other)
   err = _finding(body, schedule, "bar-red-mixed", block=128)
-  assert "barrier 1 of CTA 0" in str(err)
+  assert "barrier 1 of CTA 0" in err.explained
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -304,7 +302,7 @@ def test_pairs_sharing_one_counted_barrier_race(pairs, bar, schedule):
   arrive, so a producer may meet the other producer and its consumer read unordered
   data.  Reported in every schedule, whatever pairing its order makes."""
   err = _finding(_PAIRS.replace("{BAR}", bar), schedule, "race", block=64 * pairs)
-  assert "CTA 0 SMEM bytes" in str(err)   # a pair's buffer
+  assert "CTA 0 SMEM bytes" in err.explained   # a pair's buffer
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -340,4 +338,4 @@ def test_warps_sharing_a_counted_barrier_twice_may_hang(schedule):
   bar.sync 1, 64;
   mov.u32 %r5, 5;
 """ + _STORE_R5, schedule, "hang", block=128)
-  assert "bar.sync 1, 64" in str(err) and "1 arrived" in str(err)
+  assert "bar.sync 1, 64" in err.explained and "1 arrived" in err.explained

@@ -9,22 +9,21 @@ sm_90a first (docs/checker.md quotes the ISA sentences behind each verdict).
 import numpy as np
 import pytest
 
-from mosaic_async_store.check import ProtocolError, PtxKernel
-from mosaic_async_store.check.memory import SCHEDULES
-from mosaic_async_store.tools import toolchain
-from test_interp_features import kernel
+from ptx_harness import SCHEDULES, assemble, finding, kernel, output
 
 
 def _run(body, schedule, *, cluster=1, block=64):
-  """The kernel's output words (u32), or the ProtocolError it raised."""
-  ptx = kernel(body)
-  toolchain.ptx_to_cubin(ptx, "sm_90a")
-  try:
-    [out] = PtxKernel(ptx).launch([np.zeros(16, np.uint32)], cluster=cluster,
-                                  smem_bytes=64, block=block, schedule=schedule)
-  except ProtocolError as e:
-    return e
-  return out.view(np.uint32).tolist()
+  """The kernel's output words (u32), assembled by ptxas first; fails the test on any
+  finding."""
+  return output(assemble(kernel(body)), [np.zeros(16, np.uint32)], cluster=cluster,
+                smem_bytes=64, block=block, schedule=schedule).tolist()
+
+
+def _finding(body, schedule, *, cluster=1, block=64):
+  """The first finding of the kernel (assembled by ptxas first); fails the test where
+  there is none."""
+  return finding(assemble(kernel(body)), [np.zeros(16, np.uint32)], cluster=cluster,
+                 smem_bytes=64, block=block, schedule=schedule)
 
 
 # -- store buffering: Dekker's mutual exclusion ---------------------------------------
@@ -108,10 +107,9 @@ def _ids(v):
 def test_dekker_with_acq_rel_fences_is_a_race(variant, fence, schedule):
   """Store buffering: under fence.acq_rel both threads may read the other's flag as
   0, and both write the critical section's data."""
-  err = _run(_dekker(fence, **variant), schedule, cluster=variant.get("ctas", 1))
-  assert isinstance(err, ProtocolError), f"schedule {schedule}: no finding, output {err}"
+  err = _finding(_dekker(fence, **variant), schedule, cluster=variant.get("ctas", 1))
   assert err.rule == "race", err
-  assert "SMEM bytes 32..35" in err.detail, err.detail
+  assert "SMEM bytes 32..35" in err.message, err.message
 
 
 def _sc_fence(fence, variant):
@@ -127,16 +125,15 @@ def _sc_fence(fence, variant):
 def test_dekker_with_sc_fences_passes(variant, fence, schedule):
   """fence.sc (membar: its synonym) orders the two fences: the later one's thread
   sees the earlier one's flag, so at most one thread enters."""
-  out = _run(_dekker(_sc_fence(fence, variant), **variant), schedule,
-             cluster=variant.get("ctas", 1))
-  assert not isinstance(out, ProtocolError), f"schedule {schedule}: {out}"
+  _run(_dekker(_sc_fence(fence, variant), **variant), schedule,
+       cluster=variant.get("ctas", 1))   # (no finding)
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_sc_fences_of_narrow_scope_do_not_order_two_ctas(schedule):
   """fence.sc.cta in two CTAs: not morally strong, so no Fence-SC order between them."""
-  err = _run(_dekker("fence.sc.cta;", ctas=2), schedule, cluster=2)
-  assert isinstance(err, ProtocolError) and err.rule == "race", err
+  err = _finding(_dekker("fence.sc.cta;", ctas=2), schedule, cluster=2)
+  assert err.rule == "race", err
 
 
 # -- a relaxed poll, then an acquire ------------------------------------------------
@@ -205,8 +202,7 @@ _BAD = [(_REL, _RELAXED_AGAIN, 1), (_REL, _RELAXED_AGAIN, 2), (_RELAXED_PUB, _AC
 def test_relaxed_poll_then_acquire_passes(pub, after, ctas, schedule):
   """The acquire reads the release's value (or a later one of its release sequence):
   it synchronises with the release, and the data read is ordered."""
-  out = _run(_mp(pub, _POLL, after, ctas), schedule, cluster=ctas)
-  assert not isinstance(out, ProtocolError), f"schedule {schedule}: {out}"
+  out = _run(_mp(pub, _POLL, after, ctas), schedule, cluster=ctas)   # (no finding)
   assert out[0] == 42
 
 
@@ -215,9 +211,8 @@ def test_relaxed_poll_then_acquire_passes(pub, after, ctas, schedule):
 def test_relaxed_poll_without_release_acquire_is_a_race(pub, after, ctas, schedule):
   """No acquire (a second relaxed load), or no release (a relaxed store): the data
   read is not ordered after its write."""
-  err = _run(_mp(pub, _POLL, after, ctas), schedule, cluster=ctas)
-  assert isinstance(err, ProtocolError), f"schedule {schedule}: no finding, output {err}"
-  assert err.rule == "race" and "SMEM bytes 16..19" in err.detail, err
+  err = _finding(_mp(pub, _POLL, after, ctas), schedule, cluster=ctas)
+  assert err.rule == "race" and "SMEM bytes 16..19" in err.message, err
 
 
 # -- what a strong read may not return ----------------------------------------------
@@ -281,13 +276,11 @@ END:
 @pytest.mark.parametrize("body", [_AFTER_BAR_SYNC, _THROUGH_A_READER],
                          ids=["after-bar-sync", "through-a-reader"])
 def test_a_read_after_a_write_it_happens_after_is_not_stale(body, schedule):
-  out = _run(body, schedule, block=96)
-  assert not isinstance(out, ProtocolError), out
+  out = _run(body, schedule, block=96)   # (no finding)
   assert out[0] == 1
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_a_second_read_is_no_older_than_the_first(schedule):
-  out = _run(_TWICE, schedule, block=96)
-  assert not isinstance(out, ProtocolError), out
+  out = _run(_TWICE, schedule, block=96)   # (no finding)
   assert out[1] == 1 and out[0] in (0, 1)

@@ -10,18 +10,13 @@ import pytest
 
 from mosaic_async_store.check import check_ptx
 
-from test_interp_features import kernel
+from ptx_harness import CI_SCHEDULES, kernel, rules_in_every_schedule
 
-SCHEDULES = 3   # seeds 0, 1, 2: what CI runs
+SCHEDULES = len(CI_SCHEDULES)   # seeds 0, 1, 2: what CI runs
 _SWIZZLE_CODE = {0: 0, 128: 1, 64: 2, 32: 3}
 _TYPES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn,
           "e5m2": ml_dtypes.float8_e5m2, "s8": np.int8, "u8": np.uint8, "tf32": np.float32}
 _K = {"f16": 16, "bf16": 16, "tf32": 8, "e4m3": 32, "e5m2": 32, "s8": 32, "u8": 32}
-
-
-def _rules_in_every_schedule(report):
-  by = {s: {f.rule for f in report.findings if f.schedule == s} for s in range(SCHEDULES)}
-  return set.intersection(*by.values()) if all(by.values()) else set()
 
 
 def _place(image, base, mat, mn_major, swizzle):
@@ -348,7 +343,7 @@ def test_a_chain_that_takes_some_registers_in_flight_and_others_not():
 ])
 def test_each_rule_is_reported_in_every_schedule(edits, rule):
   report, _, _ = _run(edits=edits)
-  assert rule in _rules_in_every_schedule(report), str(report)
+  assert rule in rules_in_every_schedule(report), str(report)
 
 
 def test_warps_issuing_different_instructions_break_aligned():
@@ -358,12 +353,12 @@ def test_warps_issuing_different_instructions_break_aligned():
   mma = ("wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {" +
          ", ".join(f"%a{i}" for i in range(8)) + "}, %rd10, %rd11, %p2, 1, 1, 0, 0;")
   report, _, _ = _run(edits={"before_mma": other.format(mma=mma)})
-  assert "wgmma-aligned" in _rules_in_every_schedule(report), str(report)
+  assert "wgmma-aligned" in rules_in_every_schedule(report), str(report)
 
 
 def test_a_warp_that_never_issues_leaves_the_wait_hanging():
   report, _, _ = _run(edits={"before_mma": "setp.ge.u32 %p4, %r1, 96;\n  @%p4 ret;"})
-  assert "hang" in _rules_in_every_schedule(report), str(report)
+  assert "hang" in rules_in_every_schedule(report), str(report)
 
 
 def test_a_tf32_operand_with_low_mantissa_bits_is_refused_by_name():

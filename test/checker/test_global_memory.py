@@ -12,9 +12,8 @@ that passes under every one.
 import numpy as np
 import pytest
 
-from mosaic_async_store.check import ProtocolError, PtxKernel, check_ptx
-from mosaic_async_store.check.memory import SCHEDULES
-from test_interp_features import kernel
+from mosaic_async_store.check import Finding, check_ptx
+from ptx_harness import SCHEDULES, assemble, kernel, launch
 
 # Thread 0 (warp 0) and thread 32 (warp 1) of each CTA; rank 0 / 1 of the cluster.
 _WHO = """
@@ -81,26 +80,25 @@ def _ptx(template, **subs):
 
 
 def _run(ptx, schedule, *, cluster=1, block=64, words=4):
-  """The kernel's one output (int32 words), or the ProtocolError it raised."""
-  try:
-    [out] = PtxKernel(ptx).launch([np.zeros(words, np.int32)], cluster=cluster,
-                                  smem_bytes=16, block=block, schedule=schedule)
-  except ProtocolError as e:
-    return e
-  return out.view(np.int32).tolist()
+  """The kernel's one output (int32 words), or the first finding of its run."""
+  out, found = launch(ptx, [np.zeros(words, np.int32)], cluster=cluster, smem_bytes=16,
+                      block=block, schedule=schedule)
+  if found:
+    return found[0]
+  return out[0].view(np.int32).tolist()
 
 
 def _race(ptx, schedule, **kw):
   err = _run(ptx, schedule, **kw)
-  assert isinstance(err, ProtocolError), f"schedule {schedule}: no finding, output {err}"
+  assert isinstance(err, Finding), f"schedule {schedule}: no finding, output {err}"
   assert err.rule == "race", err
-  assert "global buffer 0 (argument 0, parameter k_param_0) bytes" in str(err), err
+  assert "global buffer 0 (argument 0, parameter k_param_0) bytes" in err.explained, err
   return err
 
 
 def _passes(ptx, schedule, **kw):
   out = _run(ptx, schedule, **kw)
-  assert not isinstance(out, ProtocolError), out
+  assert not isinstance(out, Finding), out
   return out
 
 
@@ -124,7 +122,7 @@ _WW_PASS = {"bar.sync between": (_ptx(_WRITE_WRITE, ORDER="bar.sync 0;", AT="0")
 def test_two_warps_writing_one_word_race(schedule):
   err = _race(_WW_RACE, schedule)
   # both accesses named: who, where (PTX line and instruction), which bytes, how
-  text = str(err)
+  text = err.explained
   assert "writes global buffer 0 (argument 0, parameter k_param_0) bytes 0..3, written by " \
       "CTA 0 thread " in text
   assert text.count("st.global.u32 [%rd1") == 2 and text.count("PTX line") == 2, text
@@ -149,8 +147,9 @@ def test_a_read_of_another_warps_write_races(schedule):
   """Whichever comes first in the run: a read not ordered after the write, or a
   write not ordered after the read (the shadow keeps every reader)."""
   err = _race(_WR_RACE, schedule)
-  assert "bytes 0..3" in str(err)
-  assert "read by CTA 0 thread 32" in str(err) or "written by CTA 0 thread 0" in str(err)
+  assert "bytes 0..3" in err.explained
+  assert "read by CTA 0 thread 32" in err.explained or \
+      "written by CTA 0 thread 0" in err.explained
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -197,14 +196,14 @@ def test_a_flag_without_release_and_acquire_races_on_the_data(name, schedule):
   happen in every schedule; the flag's accesses are strong and do not race, the
   data's are unordered."""
   err = _race(_flag(name, *_FLAG_RACE[name]), schedule)
-  assert "bytes 4..7" in str(err) and err.instruction == "ld.global.u32 %r5, [%rd1+4]", err
+  assert "bytes 4..7" in err.explained and err.instruction == "ld.global.u32 %r5, [%rd1+4]", err
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_a_weak_flag_races(schedule):
   """A plain store of the flag, polled by a strong load: not morally strong."""
   err = _race(_flag("weak st", "st.global.u32 [%rd1], 1;", _ACQUIRE), schedule)
-  assert "bytes 0..3" in str(err)
+  assert "bytes 0..3" in err.explained
 
 
 # -- (4) two CTAs of a cluster --------------------------------------------------------
@@ -216,8 +215,8 @@ _CROSS_PASS = _named("two CTAs, cluster barrier", _ptx(_CROSS_CTA, ORDER=_CLUSTE
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_two_ctas_writing_one_word_race(schedule):
   err = _race(_CROSS_RACE, schedule, cluster=2)
-  assert "CTA 0 thread 0" in str(err) and "CTA 1 thread 0" in str(err)
-  assert "at a scope that includes both CTAs" in str(err)
+  assert "CTA 0 thread 0" in err.explained and "CTA 1 thread 0" in err.explained
+  assert "at a scope that includes both CTAs" in err.explained
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -281,7 +280,7 @@ def test_vector_and_generic_accesses_race(name, schedule):
   """Named by the bytes of the access that found the race (the store's or the load's,
   whichever came second)."""
   write, read, where = _VECTOR_RACE[name]
-  text = str(_race(_named(name, _ptx(_UNORDERED, WRITE=write, READ=read)), schedule))
+  text = _race(_named(name, _ptx(_UNORDERED, WRITE=write, READ=read)), schedule).explained
   assert any(f"{w}, " in text for w in where), text
 
 
@@ -309,7 +308,7 @@ def test_a_race_far_into_a_large_buffer(schedule):
   """A 4 MiB buffer (its shadow is made a page at a time, where it is touched):
   the race at its last word is named by its offset."""
   err = _race(_LARGE, schedule, words=(_LAST + 4) // 4)
-  assert f"bytes {_LAST}..{_LAST + 3}" in str(err)
+  assert f"bytes {_LAST}..{_LAST + 3}" in err.explained
 
 
 _GRID = _named("grid", _ptx(_WHO + "@%p1 st.global.u32 [%rd1], %r2;"))
@@ -339,8 +338,7 @@ for _name, (_write, _read, _) in _VECTOR_RACE.items():
 @pytest.mark.parametrize("name", sorted(KERNELS))
 def test_the_kernels_assemble_for_sm_90a(name):
   """Every kernel of this file is PTX that ptxas accepts (it raises otherwise)."""
-  from mosaic_async_store.tools import toolchain
-  toolchain.ptx_to_cubin(KERNELS[name], "sm_90a")
+  assemble(KERNELS[name])
 
 
 class _Thread:

@@ -15,28 +15,23 @@ every schedule).  Every kernel also assembles with ptxas for sm_90a.
 import numpy as np
 import pytest
 
-from mosaic_async_store.check.interp import PtxKernel
-from mosaic_async_store.check.memory import SCHEDULES, ProtocolError
-from mosaic_async_store.tools import toolchain
-
-from test_interp_features import kernel
+from ptx_harness import SCHEDULES, assemble, finding, kernel, output
 
 _REGS = ".reg .b64 %state<4>;"
 
 
-def _launch(body, schedule, *, block=64, words=64):
-  """Runs ``body`` (assembled by ptxas first) on one CTA; returns the u32 output."""
-  ptx = kernel(body, regs=_REGS)
-  toolchain.ptx_to_cubin(ptx, "sm_90a")
-  [out] = PtxKernel(ptx).launch([np.zeros(words, np.uint32)], cluster=1, smem_bytes=64,
-                                block=block, schedule=schedule)
-  return out.view(np.uint32)
+def _launch(body, schedule, *, cluster=1, block=64, words=64, of=output):
+  """Runs ``body`` (with ``_REGS``, assembled by ptxas first) on one cluster (one CTA
+  unless ``cluster``); returns the u32 output (``of`` the harness's ``output``: fails
+  on any finding) or its first finding (``finding``).  test_mbarrier_rules runs its
+  kernels with it too."""
+  return of(assemble(kernel(body, regs=_REGS)), [np.zeros(words, np.uint32)],
+            cluster=cluster, smem_bytes=64, block=block, schedule=schedule)
 
 
 def _rule(body, schedule, **kw):
-  with pytest.raises(ProtocolError) as err:
-    _launch(body, schedule, **kw)
-  return err.value
+  """The run's first finding; fails the test where there is none."""
+  return _launch(body, schedule, of=finding, **kw)
 
 
 # -- mbarrier.arrive.noComplete ----------------------------------------------------
@@ -57,7 +52,7 @@ _ARRIVE_NC = "mbarrier.arrive.noComplete.shared.b64 %state1, [%r3], 1;"
 def test_a_no_complete_arrive_that_completes_the_phase_is_reported(schedule):
   """Both arrivals of the phase use .noComplete: the second completes it."""
   err = _rule(_NO_COMPLETE.format(first=_ARRIVE_NC), schedule)
-  assert err.rule == "arrive-nocomplete" and "completes the phase" in str(err)
+  assert err.rule == "arrive-nocomplete" and "completes the phase" in err.explained
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -92,7 +87,7 @@ _INIT = """
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_a_second_init_of_a_live_mbarrier_is_reported(schedule):
   err = _rule(_INIT.format(between=""), schedule)
-  assert err.rule == "barrier-reinit" and "not invalidated" in str(err)
+  assert err.rule == "barrier-reinit" and "not invalidated" in err.explained
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)

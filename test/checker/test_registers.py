@@ -7,15 +7,11 @@ import numpy as np
 import pytest
 
 from mosaic_async_store.check import check_ptx, poll_state
-from mosaic_async_store.check.interp import PtxKernel
-from mosaic_async_store.check.memory import SCHEDULES
 from mosaic_async_store.check.ops import UNDEFINED
 from mosaic_async_store.check.registers import Registers, read, write
 from mosaic_async_store.check.undefined import Undefined
 from mosaic_async_store.errors import AsyncStoreError
-from mosaic_async_store.tools import toolchain
-
-from test_interp_features import kernel
+from ptx_harness import SCHEDULES, assemble, kernel, output
 from test_warp_rules import _shfl
 
 
@@ -111,11 +107,10 @@ def test_a_never_written_predicate_is_refused_by_name(use):
 def test_a_written_predicate_guards_each_lane(schedule, use):
   """The neighbour: the same kernel with the predicate set (odd lanes true)."""
   body = _UNWRITTEN.replace("PRED", "and.b32 %r4, %r1, 1;\n  setp.ne.u32 %p3, %r4, 0;")
-  ptx = kernel(body.replace("USE", use))
-  toolchain.ptx_to_cubin(ptx, "sm_90a")
-  (out,) = PtxKernel(ptx).launch([np.zeros(64, np.uint32)], cluster=1, smem_bytes=16,
-                                 block=64, schedule=schedule)
-  assert out.view(np.uint32).tolist() == [2, 1] * 32
+  ptx = assemble(kernel(body.replace("USE", use)))
+  out = output(ptx, [np.zeros(64, np.uint32)], cluster=1, smem_bytes=16, block=64,
+               schedule=schedule)
+  assert out.tolist() == [2, 1] * 32
 
 
 # Lanes 0..15 shuffle from lane 20, outside membermask 0xffff (test_warp_rules' kernel):
@@ -131,8 +126,7 @@ LOOP:
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_a_loop_holding_an_undefined_value_it_never_uses_passes(schedule):
-  ptx = kernel(_POLL_WITH_UNDEFINED)
-  toolchain.ptx_to_cubin(ptx, "sm_90a")
-  (out,) = PtxKernel(ptx).launch([np.zeros(32, np.uint32)], cluster=1, smem_bytes=16,
-                                 block=32, schedule=schedule)
-  assert out.view(np.uint32).tolist() == [200] * 16 + [7] * 16
+  ptx = assemble(kernel(_POLL_WITH_UNDEFINED))
+  out = output(ptx, [np.zeros(32, np.uint32)], cluster=1, smem_bytes=16, block=32,
+               schedule=schedule)
+  assert out.tolist() == [200] * 16 + [7] * 16

@@ -14,31 +14,22 @@ ptxas for sm_90a.
   ``mbarrier.pending_count`` (the pending count before a .noComplete arrive-on).
 """
 
-import numpy as np
+import functools
+
 import pytest
 
-from mosaic_async_store.check.interp import PtxKernel
-from mosaic_async_store.check.memory import SCHEDULES, ProtocolError
-from mosaic_async_store.tools import toolchain
-
-from test_interp_features import kernel
-
-_REGS = ".reg .b64 %state<4>;"
+from ptx_harness import SCHEDULES, finding
+from test_isa_rules import _launch as _isa_launch
 
 
-def _launch(body, schedule, *, cluster=1, block=32):
-  """Runs ``body`` (assembled by ptxas first); returns the u32 output (64 words)."""
-  ptx = kernel(body, regs=_REGS)
-  toolchain.ptx_to_cubin(ptx, "sm_90a")
-  [out] = PtxKernel(ptx).launch([np.zeros(64, np.uint32)], cluster=cluster, smem_bytes=64,
-                                block=block, schedule=schedule)
-  return out.view(np.uint32)
+def _launch(body, schedule, *, block=32, **kw):
+  """test_isa_rules' ``_launch`` (assembled by ptxas first; the u32 output, 64 words,
+  failing on any finding, or with ``of=finding`` the first finding), one warp unless
+  ``block``."""
+  return _isa_launch(body, schedule, block=block, **kw)
 
 
-def _rule(body, schedule, **kw):
-  with pytest.raises(ProtocolError) as err:
-    _launch(body, schedule, **kw)
-  return err.value
+_rule = functools.partial(_launch, of=finding)   # the run's first finding (fails if none)
 
 
 # -- barrier-peer --------------------------------------------------------------------
@@ -94,7 +85,8 @@ def test_an_mbarrier_operation_on_a_peer_ctas_object_is_reported(op, schedule):
   """CTA 1 uses CTA 0's barrier through a generic address (mapa to rank 0)."""
   err = _rule(_PEER.format(rank=0, body="@%p3 bra END;\n  " + _WRONG[op]), schedule,
               cluster=2)
-  assert err.rule == "barrier-peer" and err.cta == 1 and "CTA 0's mbarrier" in str(err)
+  assert err.rule == "barrier-peer" and err.cta == 1
+  assert "CTA 0's mbarrier" in err.explained
 
 
 @pytest.mark.parametrize("form", ["expect_tx", "complete_tx"])
@@ -165,7 +157,8 @@ def _wait(par, test="try_wait"):
 @pytest.mark.parametrize("test", ["try_wait", "test_wait"])
 def test_a_producer_two_phases_ahead_of_the_waiter_is_reported(test, schedule):
   err = _rule(_OVERRUN.format(waits=_wait(0, test) + _wait(1, test)), schedule, block=64)
-  assert err.rule == "phase-overrun" and err.thread == 0 and "meaning phase 0" in str(err)
+  assert err.rule == "phase-overrun" and err.thread == 0
+  assert "meaning phase 0" in err.explained
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -174,7 +167,8 @@ def test_a_warp_two_phases_behind_is_reported_as_lane_by_lane(schedule):
   body = _OVERRUN.format(waits=_wait(0) + _wait(1)).replace(
       "@!%p1 bra END;", "setp.ge.u32 %p6, %r1, 32;\n  @%p6 bra END;")
   err = _rule(body, schedule, block=64)
-  assert err.rule == "phase-overrun" and err.thread == 0 and "meaning phase 0" in str(err)
+  assert err.rule == "phase-overrun" and err.thread == 0
+  assert "meaning phase 0" in err.explained
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -208,7 +202,7 @@ def test_a_state_two_phases_old_is_reported(schedule):
   mbarrier.arrive.shared.b64 %state2, [%r3];
   mbarrier.test_wait.shared.b64 %p4, [%r3], %state1;
 END:""", schedule)
-  assert err.rule == "phase-overrun" and "state of an arrive in phase 0" in str(err)
+  assert err.rule == "phase-overrun" and "state of an arrive in phase 0" in err.explained
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -364,14 +358,14 @@ def test_arriving_for_a_dropped_thread_overflows_a_later_phase(schedule):
   err = _rule(_DROP.format(drop=_DROPS["plain"],
                            second="mbarrier.arrive.shared.b64 %state2, [%r3], 2;"),
               schedule, block=64)
-  assert err.rule == "arrival-overflow" and "count 1" in str(err)
+  assert err.rule == "arrival-overflow" and "count 1" in err.explained
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_dropping_more_than_the_expected_count_is_reported(schedule):
   err = _rule(_DROP.format(drop="mbarrier.arrive_drop.shared.b64 %state1, [%r3], 3;",
                            second=""), schedule, block=64)
-  assert err.rule == "arrival-overflow" and "below zero" in str(err)
+  assert err.rule == "arrival-overflow" and "below zero" in err.explained
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)

@@ -11,8 +11,7 @@ import pytest
 
 from mosaic_async_store.check import check_ptx
 from mosaic_async_store.check.interp import PtxKernel
-from mosaic_async_store.check.memory import SCHEDULES, ProtocolError
-from test_interp_features import kernel
+from ptx_harness import SCHEDULES, finding, kernel, output, outputs
 
 _SETUP = """
   ld.param.u64 %rd1, [k_param_0];
@@ -45,11 +44,21 @@ POLL:
   {after}"""
 
 
+def _ptx(arrive, wait):
+  return kernel(_SETUP.format(arrive=arrive, wait=wait), regs=".reg .b64 %state;")
+
+
 def _run(arrive, wait, schedule):
-  ptx = kernel(_SETUP.format(arrive=arrive, wait=wait), regs=".reg .b64 %state;")
-  out = PtxKernel(ptx).launch([np.zeros(32, np.int32)], cluster=1, smem_bytes=32, block=32,
-                              schedule=schedule)[0].view(np.int32)
+  """The kernel runs with no finding and every consumer copies the word."""
+  out = output(_ptx(arrive, wait), [np.zeros(32, np.int32)], dtype=np.int32, cluster=1,
+               smem_bytes=32, block=32, schedule=schedule)
   assert out[1:].tolist() == [4242] * 31
+
+
+def _finding(arrive, wait, schedule):
+  """The first finding of the kernel's run (fails where there is none)."""
+  return finding(_ptx(arrive, wait), [np.zeros(32, np.int32)], cluster=1, smem_bytes=32,
+                 block=32, schedule=schedule)
 
 
 _ARRIVE = "mbarrier.arrive.shared::cta.b64 %state, [%r4];"
@@ -73,9 +82,7 @@ def test_waits_on_an_mbarrier_phase(wait, schedule):
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_a_relaxed_test_wait_alone_is_a_race(schedule):
   relaxed = _POLL.format(test="test_wait.parity.relaxed.cta", operand="0", after="")
-  with pytest.raises(ProtocolError) as err:
-    _run(_ARRIVE, relaxed, schedule)
-  assert err.value.rule == "race"
+  assert _finding(_ARRIVE, relaxed, schedule).rule == "race"
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -86,9 +93,7 @@ def test_complete_tx_completes_the_phase_tx_count(schedule):
   _run(arrive, _WAITS["try_wait.parity"], schedule)
   short = arrive.replace("complete_tx.shared::cta.b64 [%r4], 8", "complete_tx.shared::cta.b64 "
                          "[%r4], 4")
-  with pytest.raises(ProtocolError) as err:
-    _run(short, _WAITS["try_wait.parity"], schedule)
-  assert err.value.rule == "hang"
+  assert _finding(short, _WAITS["try_wait.parity"], schedule).rule == "hang"
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -108,13 +113,12 @@ def test_bar_warp_sync_orders_the_warp(schedule):
   st.global.u32 [%rd4], %r7;
 """
   ptx = kernel(body.format(sync="bar.warp.sync -1;"))
-  out = PtxKernel(ptx).launch([np.zeros(32, np.int32)], cluster=1, smem_bytes=16, block=32,
-                              schedule=schedule)[0].view(np.int32)
+  out = output(ptx, [np.zeros(32, np.int32)], dtype=np.int32, cluster=1, smem_bytes=16,
+               block=32, schedule=schedule)
   assert (out == 7).all()
-  with pytest.raises(ProtocolError) as err:
-    PtxKernel(kernel(body.format(sync=""))).launch(
-        [np.zeros(32, np.int32)], cluster=1, smem_bytes=16, block=32, schedule=schedule)
-  assert err.value.rule == "race"
+  err = finding(kernel(body.format(sync="")), [np.zeros(32, np.int32)], cluster=1,
+                smem_bytes=16, block=32, schedule=schedule)
+  assert err.rule == "race"
 
 
 @pytest.mark.parametrize("op", ["vote.all.pred %p2, %p1;", "activemask.b32 %r9;",
@@ -147,17 +151,15 @@ _INVAL = """
 
 def test_mbarrier_inval_turns_the_bytes_back_into_memory():
   ok = kernel(_INVAL.format(after="@%p1 st.shared.u32 [%r3], %r1;"), regs=".reg .b64 %state;")
-  PtxKernel(ok).launch([np.zeros(1, np.int32)], cluster=1, smem_bytes=16, block=32)
+  outputs(ok, [np.zeros(1, np.int32)], cluster=1, smem_bytes=16, block=32)
   early = kernel(_INVAL.replace("@%p1 mbarrier.inval.shared.b64 [%r3];", "").format(
       after="@%p1 st.shared.u32 [%r3], %r1;"), regs=".reg .b64 %state;")
-  with pytest.raises(ProtocolError) as err:
-    PtxKernel(early).launch([np.zeros(1, np.int32)], cluster=1, smem_bytes=16, block=32)
-  assert err.value.rule == "barrier-memory"
+  err = finding(early, [np.zeros(1, np.int32)], cluster=1, smem_bytes=16, block=32)
+  assert err.rule == "barrier-memory"
   used = kernel(_INVAL.format(after="@%p1 mbarrier.arrive.shared::cta.b64 %state, [%r3];"),
                 regs=".reg .b64 %state;")
-  with pytest.raises(ProtocolError) as err:
-    PtxKernel(used).launch([np.zeros(1, np.int32)], cluster=1, smem_bytes=16, block=32)
-  assert err.value.rule == "barrier-uninit"
+  err = finding(used, [np.zeros(1, np.int32)], cluster=1, smem_bytes=16, block=32)
+  assert err.rule == "barrier-uninit"
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -165,10 +167,9 @@ def test_a_hang_names_every_waiting_thread_and_the_barrier_state(schedule):
   """Nobody arrives: the consumers poll forever, the producer waits at bar.sync.  The
   report names both groups with their PTX lines and the barrier's CTA, offset, phase,
   pending arrivals and tx-count."""
-  with pytest.raises(ProtocolError) as err:
-    _run("", _WAITS["try_wait.parity"], schedule)
-  msg = str(err.value)
-  assert err.value.rule == "hang"
+  err = _finding("", _WAITS["try_wait.parity"], schedule)
+  msg = err.explained
+  assert err.rule == "hang"
   assert "CTA 0 threads 1..31 at PTX line" in msg and "mbarrier.try_wait.parity" in msg
   assert "[phase 0, pending 1, tx 0, count 1]" in msg and "offset 0x10" in msg
   assert "CTA 0 thread 0 at PTX line" in msg and "`bar.sync 0`" in msg
@@ -193,8 +194,8 @@ def test_vote_sync_gives_every_lane_the_warps_vote(below, want, schedule):
   add.s64 %rd3, %rd1, %rd2;
   st.global.v4.u32 [%rd3], {{%r3, %r4, %r5, %r6}};
 """)
-  [out] = PtxKernel(ptx).launch([np.zeros(32 * 4, np.uint32)], cluster=1, smem_bytes=16,
-                                block=32, schedule=schedule)
+  [out] = outputs(ptx, [np.zeros(32 * 4, np.uint32)], cluster=1, smem_bytes=16, block=32,
+                  schedule=schedule)
   assert out.view(np.uint32).reshape(32, 4).tolist() == [want] * 32
 
 
@@ -204,10 +205,9 @@ def test_vote_by_a_lane_outside_its_membermask_is_reported():
   setp.lt.u32 %p1, %r1, 5;
   vote.sync.any.pred %p2, %p1, 0xffff;
 """)
-  with pytest.raises(ProtocolError) as err:
-    PtxKernel(ptx).launch([np.zeros(4, np.uint32)], cluster=1, smem_bytes=16, block=32)
-  assert err.value.rule == "collective-mask"
-  assert "membermask 0x0000ffff, which does not name it" in str(err.value)
+  err = finding(ptx, [np.zeros(4, np.uint32)], cluster=1, smem_bytes=16, block=32)
+  assert err.rule == "collective-mask"
+  assert "membermask 0x0000ffff, which does not name it" in err.explained
 
 @pytest.mark.parametrize("trans", [False, True])
 def test_stmatrix_rows_at_once_equal_the_rows_value_by_value(trans):

@@ -18,9 +18,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from mosaic_async_store.check import ProtocolError, PtxKernel, asyncops
-from mosaic_async_store.check.memory import SCHEDULES
-from test_interp_features import kernel
+from mosaic_async_store.check import PtxKernel, asyncops
+from ptx_harness import SCHEDULES, finding, kernel, launch, outputs
 
 # Bytes per lane -> (the access's type, the registers it stores / loads), and the
 # shift that scales a word index to bytes.
@@ -36,30 +35,31 @@ def _place(dest, src, a, b, size, base="%r2"):
           f"  add.u32 {dest}, {dest}, {base};\n")
 
 
-def _verdict(ptx, schedule, batched, **launch):
+def _verdict(ptx, schedule, batched, **how):
   """("bytes", outputs, thread-instructions executed) or ("finding", rule, CTA, thread,
-  message) of one launch."""
+  message) of one launch (its first finding; ``how``: the launch's arguments)."""
   kern = PtxKernel(ptx)
   land_together = asyncops._land_together
   if not batched:
     kern.program.vcode[:] = [None] * len(kern.program.vcode)
     asyncops._land_together = lambda *args: False
   try:
-    outs = kern.launch(schedule=schedule, **launch)
-    return ("bytes", [o.tobytes() for o in outs], kern.executed)
-  except ProtocolError as e:
-    return ("finding", e.rule, e.cta, e.thread, str(e))
+    outs, found = launch(kern, schedule=schedule, **how)
   finally:
     asyncops._land_together = land_together
+  if found:
+    f = found[0]
+    return ("finding", f.rule, f.cta, f.thread, f.explained)
+  return ("bytes", [o.tobytes() for o in outs], kern.executed)
 
 
-def _same_verdicts(ptx, **launch):
+def _same_verdicts(ptx, **how):
   """The verdicts of every CI schedule (each the same with and without the batched
   paths)."""
   verdicts = []
   for schedule in SCHEDULES:
-    batched = _verdict(ptx, schedule, True, **launch)
-    assert batched == _verdict(ptx, schedule, False, **launch), (schedule, ptx)
+    batched = _verdict(ptx, schedule, True, **how)
+    assert batched == _verdict(ptx, schedule, False, **how), (schedule, ptx)
     verdicts.append(batched)
   return verdicts
 
@@ -327,10 +327,9 @@ def test_a_phase_completed_by_part_of_a_batch_splits_it(schedule):
   body = (_ASYNC.replace("{TX}", "128")
           .replace("{STORE}", _place("%r4", "%r1", 1, 0, 4, base="%r12"))
           .replace("{LOAD}", _place("%r5", "%r1", 1, 0, 4)))
-  with pytest.raises(ProtocolError) as err:
-    PtxKernel(kernel(body)).launch([np.zeros(128, np.uint32)], cluster=2, smem_bytes=264,
-                                   block=64, schedule=schedule, smem_init=[bytes(264)] * 2)
-  assert err.value.rule in ("early-read", "race"), err.value
+  err = finding(kernel(body), [np.zeros(128, np.uint32)], cluster=2, smem_bytes=264,
+                block=64, schedule=schedule, smem_init=[bytes(264)] * 2)
+  assert err.rule in ("early-read", "race"), err
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -338,7 +337,6 @@ def test_stores_that_fill_the_expected_bytes_pass(schedule):
   body = (_ASYNC.replace("{TX}", "256")
           .replace("{STORE}", _place("%r4", "%r1", 1, 0, 4, base="%r12"))
           .replace("{LOAD}", _place("%r5", "%r1", 1, 0, 4)))
-  [out] = PtxKernel(kernel(body)).launch([np.zeros(128, np.uint32)], cluster=2,
-                                         smem_bytes=264, block=64, schedule=schedule,
-                                         smem_init=[bytes(264)] * 2)
+  [out] = outputs(kernel(body), [np.zeros(128, np.uint32)], cluster=2, smem_bytes=264,
+                  block=64, schedule=schedule, smem_init=[bytes(264)] * 2)
   assert (out.view(np.uint32) == np.tile(np.arange(64), 2)).all()

@@ -11,10 +11,7 @@ import numpy as np
 import pytest
 
 from mosaic_async_store.check import check_ptx
-from mosaic_async_store.check.interp import PtxKernel
-from mosaic_async_store.check.memory import SCHEDULES
-from mosaic_async_store.tools import toolchain
-from test_interp_features import kernel
+from ptx_harness import SCHEDULES, assemble, kernel, output
 
 # a = b = 1 + 2**-12; c = -(1 + 2**-11): a * b rounds to 1 + 2**-11 (a tie, to even),
 # so the sum of the rounded product is 0, and the fused result 2**-24.
@@ -45,9 +42,8 @@ DONE:""", regs=".reg .f32 %f<8>;")
 
 
 def _run(ptx, words, schedule=0):
-  [out] = PtxKernel(ptx).launch([np.array(words + [0], np.uint32)], cluster=1,
-                                smem_bytes=16, block=32, schedule=schedule)
-  return int(out.view(np.uint32)[3])
+  return int(output(ptx, [np.array(words + [0], np.uint32)], cluster=1, smem_bytes=16,
+                    block=32, schedule=schedule)[3])
 
 
 _DIFFERING = {
@@ -110,4 +106,4 @@ def test_an_ftz_mul_feeding_a_plain_add_is_refused():
 
 def test_the_kernels_assemble():
   for ptx in [*_DIFFERING.values(), _ptx("mul.rn.f32"), _ptx(mul="mul.ftz.f32")]:
-    toolchain.ptx_to_cubin(ptx)
+    assemble(ptx)

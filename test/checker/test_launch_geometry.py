@@ -10,8 +10,7 @@ import pytest
 
 from mosaic_async_store.check import check_ptx
 from mosaic_async_store.errors import AsyncStoreError
-
-from test_interp_features import kernel
+from ptx_harness import kernel
 
 REGS = [f"%{r}.{a}" for r in ("ctaid", "nctaid", "clusterid", "nclusterid", "cluster_ctaid",
                               "cluster_nctaid") for a in "xyz"] + ["%cluster_ctarank",

@@ -5,8 +5,8 @@ instruction of each side, and what would have ordered them."""
 import numpy as np
 
 from mosaic_async_store.check import Access, check_ptx
+from ptx_harness import kernel
 from test_global_memory import _WRITE_READ, _WRITE_WRITE
-from test_interp_features import kernel
 
 
 def _findings(body, cluster=1):

@@ -15,25 +15,20 @@ that passes under every schedule.
 import numpy as np
 import pytest
 
-from mosaic_async_store.check import ProtocolError, PtxKernel
-from mosaic_async_store.check.memory import SCHEDULES
 from mosaic_async_store.tools import toolchain
-from test_interp_features import kernel
+from ptx_harness import SCHEDULES, finding, kernel, output
 
 
 def _run(ptx, schedule, *, block, cluster=1, words=64):
-  """The kernel's output words (int32), or the ProtocolError it raised."""
-  try:
-    [out] = PtxKernel(ptx).launch([np.zeros(words, np.int32)], cluster=cluster,
-                                  smem_bytes=512, block=block, schedule=schedule)
-  except ProtocolError as e:
-    return e
-  return out.view(np.int32).tolist()
+  """The kernel's output words (int32); fails the test on any finding."""
+  return output(ptx, [np.zeros(words, np.int32)], dtype=np.int32, cluster=cluster,
+                smem_bytes=512, block=block, schedule=schedule).tolist()
 
 
-def _finding(ptx, schedule, rule, **kw):
-  err = _run(ptx, schedule, **kw)
-  assert isinstance(err, ProtocolError), f"schedule {schedule}: no finding, output {err}"
+def _finding(ptx, schedule, rule, *, block, cluster=1, words=64):
+  """The run's first finding, which must be of ``rule``."""
+  err = finding(ptx, [np.zeros(words, np.int32)], cluster=cluster, smem_bytes=512,
+                block=block, schedule=schedule)
   assert err.rule == rule, err
   return err
 
@@ -79,8 +74,8 @@ def _two_places(bar, cond):
 def test_an_aligned_barrier_at_two_instructions_of_a_warp_is_reported(bar, schedule):
   """``bar.sync`` is aligned: lanes 0..15 and 16..31 of a warp at two of them."""
   err = _finding(_two_places(bar, _LANE_LOW), schedule, "aligned-divergence", block=64)
-  assert "warp" in err.detail and err.detail.count("PTX line") >= 2, err
-  assert "`" + bar[:-1] + "`" in err.detail, err
+  assert "warp" in err.message and err.message.count("PTX line") >= 2, err
+  assert "`" + bar[:-1] + "`" in err.message, err
 
 
 _WANT = [100 + (t ^ 16) for t in range(64)]
@@ -153,7 +148,8 @@ def test_an_aligned_cluster_barrier_at_two_instructions_of_a_warp_is_reported(sp
                                                                               schedule):
   err = _finding(_cluster_kernel(split, ".aligned"), schedule, "aligned-divergence",
                  block=32, cluster=2)
-  assert f"barrier.cluster.{split}" in err.detail and err.detail.count("PTX line") >= 2, err
+  assert f"barrier.cluster.{split}" in err.message, err
+  assert err.message.count("PTX line") >= 2, err
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -193,7 +189,7 @@ def test_a_lane_exiting_while_its_warp_waits_at_an_aligned_barrier(bar, schedule
     assert _run(ptx, schedule, block=32) == [0] * 64
   else:
     err = _finding(ptx, schedule, _SKIPPED[bar], block=32)
-    assert "exits" in err.detail and "PTX line" in err.detail, err
+    assert "exits" in err.message and "PTX line" in err.message, err
 
 
 # -- warps are counted ---------------------------------------------------------------------
@@ -245,13 +241,13 @@ def test_a_warp_with_exited_lanes_counts_as_a_warp(schedule):
 def test_a_count_beyond_the_warps_is_a_hang(schedule):
   """barrier.sync 1, 96 in a 64-thread CTA: its two warps are 64 threads."""
   err = _finding(_half_exited(96), schedule, "hang", block=64, words=32)
-  assert "barrier 1 of CTA 0 (64 arrived of 96 threads" in err.detail, err
+  assert "barrier 1 of CTA 0 (64 arrived of 96 threads" in err.message, err
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_a_count_not_a_multiple_of_the_warp_size_is_reported(schedule):
   err = _finding(_half_exited(48), schedule, "barrier-count", block=64, words=32)
-  assert "thread count 48" in err.detail, err
+  assert "thread count 48" in err.message, err
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)

@@ -7,9 +7,8 @@ the same choices whichever ran (test_warp_batches.py checks the verdicts)."""
 import numpy as np
 import pytest
 
-from mosaic_async_store.check import ProtocolError, PtxKernel, asyncops
-from mosaic_async_store.check.memory import SCHEDULES
-from test_interp_features import kernel
+from mosaic_async_store.check import PtxKernel, asyncops
+from ptx_harness import SCHEDULES, finding, kernel, launch
 from test_warp_batches import _ASYNC, _place
 
 
@@ -38,7 +37,8 @@ AGAIN:
 
 
 def _landings(ptx, schedule, *, warp_forms=True, smem_bytes=264):
-  """(the verdict, and each part of a group that landed: (CTA, issuing tids))."""
+  """(the verdict: "bytes", or the rule of the run's first finding; and each part of a
+  group that landed: (CTA, issuing tids))."""
   parts, land_part = [], asyncops._land_group_part
   def recording(k, group):
     count = asyncops._lanes_to_completion(k, group)
@@ -49,14 +49,11 @@ def _landings(ptx, schedule, *, warp_forms=True, smem_bytes=264):
     kern.program.vcode[:] = [None] * len(kern.program.vcode)
   asyncops._land_group_part = recording
   try:
-    kern.launch([np.zeros(128, np.uint32)], cluster=2, smem_bytes=smem_bytes, block=64,
-                schedule=schedule, smem_init=[bytes(smem_bytes)] * 2)
-    verdict = "bytes"
-  except ProtocolError as e:
-    verdict = e.rule
+    _, found = launch(kern, [np.zeros(128, np.uint32)], cluster=2, smem_bytes=smem_bytes,
+                      block=64, schedule=schedule, smem_init=[bytes(smem_bytes)] * 2)
   finally:
     asyncops._land_group_part = land_part
-  return verdict, parts
+  return (found[0].rule if found else "bytes"), parts
 
 
 def test_a_warp_instruction_lands_as_one_operation():
@@ -124,12 +121,11 @@ DONE:
   barrier.cluster.arrive.release;
   barrier.cluster.wait.acquire;
 """)
-  with pytest.raises(ProtocolError) as err:
-    PtxKernel(ptx).launch([np.zeros(4, np.uint32)], cluster=2, smem_bytes=136, block=32,
-                          schedule=1)
-  assert err.value.rule == "exit"
+  err = finding(ptx, [np.zeros(4, np.uint32)], cluster=2, smem_bytes=136, block=32,
+                schedule=1)
+  assert err.rule == "exit"
   assert ("CTA 1 exits while CTA 0 thread 0 (and 31 more lanes of its warp): st.async "
-          "into CTA 1 is in flight") in str(err.value), err.value
+          "into CTA 1 is in flight") in err.explained, err
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -144,10 +140,9 @@ def test_two_groups_into_the_same_bytes_in_flight_are_reported(schedule):
     kern = PtxKernel(ptx)
     if not warp_forms:
       kern.program.vcode[:] = [None] * len(kern.program.vcode)
-    with pytest.raises(ProtocolError) as err:
-      kern.launch([np.zeros(128, np.uint32)], cluster=2, smem_bytes=520, block=64,
+    err = finding(kern, [np.zeros(128, np.uint32)], cluster=2, smem_bytes=520, block=64,
                   schedule=schedule, smem_init=[bytes(520)] * 2)
-    findings.append(str(err.value))
-  assert err.value.rule == "early-read", err.value
+    findings.append(err.explained)
+  assert err.rule == "early-read", err
   assert "while an asynchronous store into them is in flight" in findings[0]
   assert findings[0] == findings[1]

@@ -11,9 +11,8 @@ that passes under every one.
 import numpy as np
 import pytest
 
-from mosaic_async_store.check import ProtocolError, PtxKernel, lockstep
-from mosaic_async_store.check.memory import SCHEDULES
-from test_interp_features import kernel
+from mosaic_async_store.check import PtxKernel, lockstep
+from ptx_harness import SCHEDULES, finding, kernel, outputs
 
 # Lanes below 16 add 100 to their tid, the others 200 (an if / else), then every lane
 # stores its value to global word tid: the store after the join.
@@ -43,8 +42,8 @@ def _counted_join_store(ptx):
 def test_divergent_lanes_merge_at_the_join(schedule):
   """The if / else splits warp 0; the store after it runs once for all 32 lanes."""
   kern, calls = _counted_join_store(kernel(_IF_ELSE))
-  [out] = kern.launch([np.zeros(64, np.uint32)], cluster=1, smem_bytes=64, block=64,
-                      schedule=schedule)
+  [out] = outputs(kern, [np.zeros(64, np.uint32)], cluster=1, smem_bytes=64, block=64,
+                  schedule=schedule)
   tid = np.arange(64)
   assert (out.view(np.uint32) == np.where(tid < 16, tid + 100, tid + 200)).all()
   assert sorted(map(tuple, calls)) == [tuple(range(32)), tuple(range(32, 64))]
@@ -71,21 +70,21 @@ _NEIGHBOUR = """
 """
 
 
-def _run(body, schedule, block=32):
-  return PtxKernel(kernel(body)).launch([np.zeros(block, np.uint32)], cluster=1,
-                                        smem_bytes=4 * block, block=block,
-                                        schedule=schedule)
+def _run(body, schedule, block=32, of=outputs):
+  """``of`` the run: its outputs (the harness's ``outputs``: fails on any finding), or
+  its first finding (``finding``)."""
+  return of(kernel(body), [np.zeros(block, np.uint32)], cluster=1, smem_bytes=4 * block,
+            block=block, schedule=schedule)
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_a_racing_lane_is_named_by_the_warp_form(schedule):
   """Lanes 5.. read the next lane's SMEM word with nothing between: the first race
   is lane 5's (lanes 0..4 read their own word), and the finding says so."""
-  with pytest.raises(ProtocolError) as err:
-    _run(_NEIGHBOUR.replace("{ORDER}", ""), schedule)
-  assert err.value.rule == "race"
-  assert err.value.thread == 5 and err.value.access.thread == 5
-  assert "CTA 0 thread 5 reads CTA 0 SMEM bytes 24..27" in str(err.value)
+  err = _run(_NEIGHBOUR.replace("{ORDER}", ""), schedule, of=finding)
+  assert err.rule == "race"
+  assert err.thread == 5 and err.access.thread == 5
+  assert "CTA 0 thread 5 reads CTA 0 SMEM bytes 24..27" in err.explained
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -111,10 +110,9 @@ _SAME_WORD = """
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_two_lanes_of_one_store_race_in_global_memory(schedule):
-  with pytest.raises(ProtocolError) as err:
-    _run(_SAME_WORD.replace("{LANE}", "5"), schedule)
-  assert err.value.rule == "race" and err.value.thread == 5
-  assert "global buffer 0" in str(err.value) and "thread 4" in str(err.value)
+  err = _run(_SAME_WORD.replace("{LANE}", "5"), schedule, of=finding)
+  assert err.rule == "race" and err.thread == 5
+  assert "global buffer 0" in err.explained and "thread 4" in err.explained
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -128,9 +126,9 @@ def test_a_misaligned_lane_is_reported_lane_by_lane(schedule):
   """Lane 7's address is misaligned: the warp form leaves it to the lane-by-lane path,
   whose error names lane 7."""
   body = _SAME_WORD.replace("{LANE}", "7").replace("selp.u32 %r3, 4, 0", "selp.u32 %r3, 2, 0")
-  with pytest.raises(ProtocolError, match="misaligned 4-byte global access") as err:
-    _run(body, schedule)
-  assert (err.value.rule, err.value.thread) == ("fault", 7)
+  err = _run(body, schedule, of=finding)
+  assert "misaligned 4-byte global access" in err.explained, err
+  assert (err.rule, err.thread) == ("fault", 7)
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -139,8 +137,8 @@ def test_a_warp_resumed_by_its_own_lane_runs_on_as_one_piece(schedule):
   be resumed: they rejoin it, so the store after the barrier runs once per warp."""
   body = _IF_ELSE.replace("JOIN:\n", "JOIN:\n  bar.sync 0;\n")
   kern, calls = _counted_join_store(kernel(body))
-  kern.launch([np.zeros(64, np.uint32)], cluster=1, smem_bytes=64, block=64,
-              schedule=schedule)
+  outputs(kern, [np.zeros(64, np.uint32)], cluster=1, smem_bytes=64, block=64,
+          schedule=schedule)
   assert sorted(map(tuple, calls)) == [tuple(range(32)), tuple(range(32, 64))]
 
 
@@ -167,10 +165,11 @@ END:
 """
 
 
-def _spin(poll, raise_flag, schedule):
+def _spin(poll, raise_flag, schedule, of=outputs):
+  """``of`` the run (``outputs``: fails on any finding; ``finding``: the first one)."""
   body = _SPIN_ON_A_WARP_MATE.replace("{POLL}", poll).replace("{RAISE}", raise_flag)
-  return PtxKernel(kernel(body)).launch([np.zeros(1, np.uint32)], cluster=1, smem_bytes=16,
-                                        block=32, schedule=schedule, smem_init=[bytes(16)])
+  return of(kernel(body), [np.zeros(1, np.uint32)], cluster=1, smem_bytes=16, block=32,
+            schedule=schedule, smem_init=[bytes(16)])
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -187,10 +186,9 @@ def test_a_weak_flag_between_warp_mates_races(schedule):
   """The same with a weak load and store of the flag: after ``LOOP_YIELD`` backward
   jumps the spinning piece yields, the warp-mate writes the flag, and that write is
   not ordered after the spinning lane's reads."""
-  with pytest.raises(ProtocolError) as err:
-    _spin("ld.shared.u32 %r3, [%r2];", "st.shared.u32 [%r2], 1;", schedule)
-  assert err.value.rule == "race" and err.value.thread == 1
-  assert "write-after-read" in str(err.value)
+  err = _spin("ld.shared.u32 %r3, [%r2];", "st.shared.u32 [%r2], 1;", schedule, of=finding)
+  assert err.rule == "race" and err.thread == 1
+  assert "write-after-read" in err.explained
 
 
 # Three warps meet at bar.sync, then compute the address of their word (each lane's
@@ -224,8 +222,8 @@ def test_warps_a_barrier_released_run_their_own_computations_together(schedule):
   lanes once; every word is right."""
   kern = PtxKernel(kernel(_AFTER_BARRIER))
   (mul_at, muls), (store_at, stores) = _counted(kern, "mul.wide"), _counted(kern, "st.global")
-  [out] = kern.launch([np.zeros(96, np.uint32)], cluster=1, smem_bytes=64, block=96,
-                      schedule=schedule)
+  [out] = outputs(kern, [np.zeros(96, np.uint32)], cluster=1, smem_bytes=64, block=96,
+                  schedule=schedule)
   assert (out.view(np.uint32) == np.arange(96)).all()
   assert kern.program.wide[mul_at] and not kern.program.wide[store_at]
   assert sorted(muls) == [list(range(96))]   # (the warp that completes the barrier
@@ -261,8 +259,8 @@ def test_a_warp_goes_on_past_its_collectives(schedule, lane_by_lane, monkeypatch
     pieces.append(sorted({th.tid >> 5 for th in lanes}))
     return run_piece(k, lanes)
   monkeypatch.setattr(lockstep, "run_piece", counted)
-  [out] = kern.launch([np.zeros(64, np.uint32)], cluster=1, smem_bytes=16, block=64,
-                      schedule=schedule)
+  [out] = outputs(kern, [np.zeros(64, np.uint32)], cluster=1, smem_bytes=16, block=64,
+                  schedule=schedule)
   assert (out.view(np.uint32) == np.arange(64) ^ 3).all()
   # (two pieces: the first takes both warps at ``mov``, a lane's own computation, and
   # one warp goes on at the load, the schedule's choice; the other warp is the second)
@@ -299,11 +297,10 @@ def test_a_race_across_warps_is_found_around_wide_pieces(schedule, barrier):
   kern = PtxKernel(kernel(_CROSS_WARP.replace("{BARRIER}", barrier)))
   args = ([np.zeros(64, np.uint32)],)
   if not barrier:
-    with pytest.raises(ProtocolError) as e:
-      kern.launch(*args, cluster=1, smem_bytes=128, block=64, schedule=schedule)
-    assert e.value.rule == "race"
+    e = finding(kern, *args, cluster=1, smem_bytes=128, block=64, schedule=schedule)
+    assert e.rule == "race"
     return
-  [out] = kern.launch(*args, cluster=1, smem_bytes=128, block=64, schedule=schedule)
+  [out] = outputs(kern, *args, cluster=1, smem_bytes=128, block=64, schedule=schedule)
   assert (out.view(np.uint32)[32:] == np.arange(32)).all()
 
 
@@ -339,7 +336,7 @@ def test_an_undefined_value_in_a_wide_piece_names_its_lane(schedule, use):
   """The use (a guard, a branch, a sign extension) runs warps 0 and 1 together; the
   finding names thread 32, the first lane whose value is undefined, not the piece's
   first lane (thread 0)."""
-  with pytest.raises(ProtocolError) as caught:
-    PtxKernel(kernel(_UNDEFINED_IN_WARP_1.replace("USE", use))).launch(
-        [np.zeros(64, np.uint32)], cluster=1, smem_bytes=64, block=64, schedule=schedule)
-  assert caught.value.rule == "undefined-value" and caught.value.thread == 32, caught.value
+  caught = finding(kernel(_UNDEFINED_IN_WARP_1.replace("USE", use)),
+                   [np.zeros(64, np.uint32)], cluster=1, smem_bytes=64, block=64,
+                   schedule=schedule)
+  assert caught.rule == "undefined-value" and caught.thread == 32, caught

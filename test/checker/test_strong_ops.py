@@ -12,9 +12,7 @@ import re
 import numpy as np
 import pytest
 
-from mosaic_async_store.check import ProtocolError, PtxKernel
-from mosaic_async_store.check.memory import SCHEDULES
-from test_interp_features import kernel
+from ptx_harness import SCHEDULES, finding, kernel, output
 
 # Thread 0 of each CTA zeroes the word at SMEM offset 0 (a flag or a counter); after a
 # cluster barrier every other thread goes to END.
@@ -59,25 +57,20 @@ def _flag_kernel(publish=_RELEASE, poll=_ACQUIRE, after=""):
 
 
 def _run(ptx, schedule, cluster=2, block=32, words=4):
-  """The kernel's one output (int32 words), or the ProtocolError it raised."""
-  try:
-    [out] = PtxKernel(ptx).launch([np.zeros(words, np.int32)], cluster=cluster,
-                                  smem_bytes=128, block=block, schedule=schedule)
-  except ProtocolError as e:
-    return e
-  return out.view(np.int32).tolist()
+  """The kernel's one output (int32 words); fails the test on any finding."""
+  return output(ptx, [np.zeros(words, np.int32)], dtype=np.int32, cluster=cluster,
+                smem_bytes=128, block=block, schedule=schedule).tolist()
 
 
 def _passes(ptx, schedule, want=42, **kw):
-  out = _run(ptx, schedule, **kw)
-  assert not isinstance(out, ProtocolError), out
+  out = _run(ptx, schedule, **kw)   # (no finding)
   assert out[0] == want
 
 
-def _finding(ptx, schedule, **kw):
-  err = _run(ptx, schedule, **kw)
-  assert isinstance(err, ProtocolError), f"schedule {schedule}: no finding, output {err}"
-  return err
+def _finding(ptx, schedule, cluster=2, block=32, words=4):
+  """The kernel's first finding; fails the test where there is none."""
+  return finding(ptx, [np.zeros(words, np.int32)], cluster=cluster, smem_bytes=128,
+                 block=block, schedule=schedule)
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -116,8 +109,8 @@ def test_a_broken_flag_protocol_is_a_race(publish, poll, after, why, schedule):
   finding = _finding(_flag_kernel(publish, poll, after), schedule)
   assert finding.rule == "race", finding
   # the data read, or (scopes that do not include each other) the flag itself
-  assert "`ld.shared.u32 %r5, [%r3+16]`" in str(finding) or \
-      "not morally strong" in str(finding), finding
+  assert "`ld.shared.u32 %r5, [%r3+16]`" in finding.explained or \
+      "not morally strong" in finding.explained, finding
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -137,7 +130,7 @@ def test_a_poll_nothing_will_end_is_a_hang(poll, where, schedule):
   finding = _finding(_flag_kernel(publish="", poll=poll), schedule)
   assert finding.rule == "hang"
   assert re.search(rf"CTA 0 thread 0 at PTX line \d+ \(`{re.escape(where)}`\) waiting for "
-                   "a value that no other thread", str(finding)), finding
+                   "a value that no other thread", finding.explained), finding
 
 
 # Thread 0 of cluster 1 raises a global flag; thread 0 of cluster 0 polls it.
@@ -173,7 +166,7 @@ def test_a_poll_on_another_cluster_is_a_hang_that_says_why():
     assert "CTA 0 thread 0" in str(f) and "The grid has 2 clusters" in str(f), f
     assert "launched cooperatively" in str(f)
   alone = _finding(_flag_kernel(publish=""), 0)
-  assert "The grid has" not in str(alone)
+  assert "The grid has" not in alone.explained
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -287,9 +280,11 @@ END:
 """
 
 
-def _named_run(arrive, wait, schedule, block=96):
+def _named_run(arrive, wait, schedule, block=96, of=_run):
+  """``of`` the named-barrier kernel: its output words (``_run``: no finding), or its
+  first finding (``_finding``)."""
   ptx = kernel(_NAMED.replace("ARRIVE", arrive).replace("WAIT", wait))
-  return _run(ptx, schedule, cluster=1, block=block, words=32)
+  return of(ptx, schedule, cluster=1, block=block, words=32)
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -305,16 +300,16 @@ def test_a_producer_arrive_orders_its_writes_for_the_consumer(arrive, wait, sche
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_a_consumer_without_the_barrier_races(schedule):
-  err = _named_run("bar.arrive 1, 64;", "", schedule)
-  assert isinstance(err, ProtocolError) and err.rule == "race", err
+  err = _named_run("bar.arrive 1, 64;", "", schedule, of=_finding)
+  assert err.rule == "race", err
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_a_barrier_count_no_one_reaches_is_a_hang(schedule):
   """Barrier 1 counts 96 threads; only warps 0 and 1 arrive."""
-  err = _named_run("bar.arrive 1, 96;", "bar.sync 1, 96;", schedule)
-  assert isinstance(err, ProtocolError) and err.rule == "hang", err
-  assert "barrier 1 of CTA 0 (64 arrived of 96 threads" in str(err)
+  err = _named_run("bar.arrive 1, 96;", "bar.sync 1, 96;", schedule, of=_finding)
+  assert err.rule == "hang", err
+  assert "barrier 1 of CTA 0 (64 arrived of 96 threads" in err.explained
 
 
 def test_different_counts_on_one_barrier_are_refused():
@@ -378,4 +373,4 @@ def test_a_lock_never_released_is_a_hang(schedule):
   """The three losers spin on a cas that fails without changing memory: parked, then
   reported (not run forever)."""
   finding = _finding(kernel(_LOCK.replace("{UNLOCK}", "")), schedule, cluster=1, block=128)
-  assert finding.rule == "hang" and "polls in a loop" in str(finding)
+  assert finding.rule == "hang" and "polls in a loop" in finding.explained

@@ -12,7 +12,7 @@ from mosaic_async_store.check.machine import Machine
 from mosaic_async_store.check.ops import UNDEFINED, ints_array
 from mosaic_async_store.check.shadow import AccessSet, Shadow, _pairs, distinct
 
-from test_interp_features import kernel
+from ptx_harness import kernel, outputs
 
 
 @pytest.mark.parametrize("rows", [np.arange(3, 35), np.array([0, 2, 5]), np.arange(0, 1),
@@ -117,7 +117,7 @@ def _fence_state(warp_forms):
     for i, text in enumerate(kern.texts):
       if text.startswith("fence."):
         kern.program.vcode[i] = None
-  kern.launch([np.zeros(4, np.uint32)], cluster=1, smem_bytes=16, block=64)
+  outputs(kern, [np.zeros(4, np.uint32)], cluster=1, smem_bytes=16, block=64)
   return kern.machine
 
 

@@ -10,27 +10,22 @@ import numpy as np
 import pytest
 
 from mosaic_async_store.check.interp import PtxKernel
-from mosaic_async_store.check.memory import SCHEDULES, ProtocolError
 from mosaic_async_store.tools import toolchain
+from ptx_harness import SCHEDULES, assemble, finding, kernel, output
 
-from test_interp_features import kernel
 
-
-def _launch(body, schedule, *, block=32, words=64, inputs=None):
+def _launch(body, schedule, *, block=32, words=64, inputs=None, of=output):
   """Runs ``body`` (assembled by ptxas first) on one CTA; returns the u32 output
-  (param 0) after a launch whose param 1 holds ``inputs``."""
-  ptx = kernel(body, nparams=2)
-  toolchain.ptx_to_cubin(ptx, "sm_90a")
+  (param 0) after a launch whose param 1 holds ``inputs`` (``of`` the harness's
+  ``output``: fails on any finding), or its first finding (``finding``)."""
   data = np.zeros(words, np.uint32) if inputs is None else np.asarray(inputs, np.uint32)
-  out, _ = PtxKernel(ptx).launch([np.zeros(words, np.uint32), data], cluster=1,
-                                 smem_bytes=16, block=block, schedule=schedule)
-  return out.view(np.uint32)
+  return of(assemble(kernel(body, nparams=2)), [np.zeros(words, np.uint32), data],
+            cluster=1, smem_bytes=16, block=block, schedule=schedule)
 
 
 def _rule(body, schedule, **kw):
-  with pytest.raises(ProtocolError) as err:
-    _launch(body, schedule, **kw)
-  return err.value
+  """The run's first finding; fails the test where there is none."""
+  return _launch(body, schedule, of=finding, **kw)
 
 
 # -- negated predicate sources ------------------------------------------------------
@@ -157,7 +152,7 @@ def test_a_write_to_bytes_read_with_ld_global_nc_is_reported(schedule, write_fir
   first, second = (_NC_WRITE, _NC_LOAD) if write_first else (_NC_LOAD, _NC_WRITE)
   err = _rule(_NC_WRITTEN.format(first=first, second=second), schedule)
   assert err.rule == "nc-written"
-  assert "global buffer 1" in str(err) and "bytes 20..23" in str(err)
+  assert "global buffer 1" in err.explained and "bytes 20..23" in err.explained
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -171,7 +166,7 @@ def test_a_thread_writing_what_it_read_with_nc_is_reported(schedule):
   add.u32 %r3, %r3, 1;
   st.global.u32 [%rd5], %r3;
 """, schedule)
-  assert err.rule == "nc-written" and "reads with ld.global.nc" in str(err)
+  assert err.rule == "nc-written" and "reads with ld.global.nc" in err.explained
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -274,7 +269,7 @@ def test_match_all_over_equal_values_sets_the_mask_and_predicate(schedule):
 def test_redux_or_match_by_a_lane_outside_its_membermask_is_reported(schedule, stmt):
   """Every lane runs it with the mask of lanes 0..15: lanes 16..31 are outside it."""
   err = _rule(f"  mov.u64 %rd1, 9;\n  {stmt}\n", schedule)
-  assert err.rule == "collective-mask" and "which does not name it" in str(err)
+  assert err.rule == "collective-mask" and "which does not name it" in err.explained
   assert err.thread is not None and err.thread % 32 >= 16
 
 
@@ -330,7 +325,7 @@ def test_a_shfl_from_a_lane_outside_membermask_is_undefined_where_used(schedule,
   hang, no made-up value stored)."""
   err = _rule(_shfl(20, use), schedule)
   assert err.rule == "undefined-value"
-  assert "reads lane 20, which is not in membermask 0x0000ffff" in str(err)
+  assert "reads lane 20, which is not in membermask 0x0000ffff" in err.explained
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)

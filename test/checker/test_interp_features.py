@@ -11,28 +11,7 @@ import numpy as np
 import pytest
 
 from mosaic_async_store.check.interp import Memref, PtxKernel
-
-
-def kernel(body, nparams=1, regs=""):
-  params = ",\n".join(f"  .param .u64 k_param_{i}" for i in range(nparams))
-  return f""".version 8.6
-.target sm_90a
-.address_size 64
-.visible .entry k(
-{params}
-)
-{{
-  .reg .pred %p<8>;
-  .reg .b32 %r<32>;
-  .reg .b64 %rd<32>;
-  {regs}
-  .shared .align 16 .b8 __dynamic_shmem__0;
-  mov.u32 %r1, %tid.x;
-  mov.u32 %r2, %cluster_ctarank;
-{body}
-  ret;
-}}
-"""
+from ptx_harness import kernel, launch, outputs
 
 
 # -- generic addresses -----------------------------------------------------------
@@ -52,7 +31,7 @@ def test_generic_global_loads_and_stores():
   st.u32 [%rd3+4], %r5;
 """)
   x = np.arange(2 * 4, dtype=np.int32)
-  [out] = PtxKernel(ptx).launch([x], cluster=1, smem_bytes=16, block=4)
+  [out] = outputs(ptx, [x], cluster=1, smem_bytes=16, block=4)
   pairs = x.reshape(4, 2)
   want = np.stack([pairs[:, 1] + 100, pairs[:, 0] + 1], axis=1).reshape(-1)
   assert np.array_equal(out.view(np.int32), want)
@@ -85,7 +64,7 @@ def test_generic_shared_and_cluster_addresses():
   barrier.cluster.wait.aligned;
 """)
   out0 = np.full(2 * 4, -1, np.int32)
-  [out] = PtxKernel(ptx).launch([out0], cluster=2, smem_bytes=16, block=4)
+  [out] = outputs(ptx, [out0], cluster=2, smem_bytes=16, block=4)
   # CTA c reads what CTA 1 - c wrote: (1 - c) * 1000 + t
   assert out.view(np.int32).tolist() == [1000, 1001, 1002, 1003, 0, 1, 2, 3]
 
@@ -101,10 +80,15 @@ SHARED_SNIPPETS = {
 
 
 def _outcome(ptx):
+  """("ok", "") or, where the run found a broken rule, the first finding's rule and its
+  explained message past "at `instruction` (PTX line N): " (the instruction spelled
+  without ``.shared``); or the name and text of what the launch raised."""
   try:
-    PtxKernel(ptx).launch([np.zeros(4, np.int32)], cluster=1, smem_bytes=16, block=4)
+    _, found = launch(ptx, [np.zeros(4, np.int32)], cluster=1, smem_bytes=16, block=4)
   except Exception as e:  # noqa: BLE001  (the outcome is what is compared)
     return type(e).__name__, str(e).split(": ", 1)[-1].replace(".shared", "")
+  if found:
+    return found[0].rule, found[0].explained.split(": ", 1)[-1].replace(".shared", "")
   return "ok", ""
 
 
@@ -123,7 +107,7 @@ def test_generic_shared_access_behaves_like_shared(name):
   generic = _outcome(kernel(body.format(access=access.format(sp=""))))
   assert shared == generic
   if name in ("misaligned", "out_of_bounds"):
-    assert shared[0] == "ProtocolError" and "[fault:" in shared[1]
+    assert shared[0] == "fault" and "[fault:" in shared[1]
     assert name.split("_")[0] in shared[1]
 
 
@@ -161,7 +145,7 @@ def test_bare_registers_of_inline_asm_blocks():
   }
   st.global.u32 [%rd3], %r3;
 """)
-  [out] = PtxKernel(ptx).launch([np.zeros(4, np.int32)], cluster=1, smem_bytes=16, block=4)
+  [out] = outputs(ptx, [np.zeros(4, np.int32)], cluster=1, smem_bytes=16, block=4)
   assert out.view(np.int32).tolist() == [1010, 10, 0, 10]
 
 
@@ -175,7 +159,7 @@ def test_top_level_bare_register():
   @Q mov.b32 %r3, 7;
   st.global.u32 [%rd3], %r3;
 """, regs=".reg .pred Q;")
-  [out] = PtxKernel(ptx).launch([np.zeros(2, np.int32)], cluster=1, smem_bytes=16, block=2)
+  [out] = outputs(ptx, [np.zeros(2, np.int32)], cluster=1, smem_bytes=16, block=2)
   assert out.view(np.int32).tolist() == [5, 7]
 
 
@@ -229,8 +213,8 @@ def test_memref_descriptor_parameters():
   The kernel reads a[2, 3] through the descriptor's strides."""
   a = np.arange(12, dtype=np.int32).reshape(3, 4)
   ptx = kernel(MEMREF_BODY, nparams=8)
-  got_a, out = PtxKernel(ptx).launch([Memref(a), np.zeros(8, np.int64)], cluster=1,
-                                     smem_bytes=16, block=2)
+  got_a, out = outputs(ptx, [Memref(a), np.zeros(8, np.int64)], cluster=1, smem_bytes=16,
+                       block=2)
   words = out.view(np.int64)
   assert words[:7].tolist() == [1 << 40, 1 << 40, 0, 3, 4, 4, 1]
   assert int(words[7]) & 0xFFFFFFFF == a[2, 3]
@@ -241,10 +225,9 @@ def test_memref_parameter_count_is_checked():
   ptx = kernel(MEMREF_BODY, nparams=8)
   with pytest.raises(ValueError, match=r"takes 8 parameters, the arguments make 2 .*"
                                        r"array: 1, array: 1.*3 \+ 2 \* ndim per Memref"):
-    PtxKernel(ptx).launch([np.zeros(3), np.zeros(8)], cluster=1, smem_bytes=16)
+    launch(ptx, [np.zeros(3), np.zeros(8)], cluster=1, smem_bytes=16)
   with pytest.raises(ValueError, match=r"make 10 \(Memref\(2, 3, 1\): 9, array: 1\)"):
-    PtxKernel(ptx).launch([Memref(np.zeros((2, 3, 1))), np.zeros(8)], cluster=1,
-                          smem_bytes=16)
+    launch(ptx, [Memref(np.zeros((2, 3, 1))), np.zeros(8)], cluster=1, smem_bytes=16)
 
 
 # -- ldmatrix (jax 0.11's loads from swizzled SMEM use it) ----------------------------
@@ -279,7 +262,7 @@ def test_ldmatrix_fragments(n, trans):
   shape = f"x{n}" + (".trans" if trans else "")
   ptx = kernel(LDMATRIX_BODY.format(shape=shape, dests=dests), nparams=2)
   out0 = np.zeros((32, 4), np.uint32)
-  _, out = PtxKernel(ptx).launch([mats, out0], cluster=1, smem_bytes=512, block=32)
+  _, out = outputs(ptx, [mats, out0], cluster=1, smem_bytes=512, block=32)
   got = out.view(np.uint32).reshape(32, 4)
   for lane in range(32):
     for i in range(n):

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from mosaic_async_store.check.interp import PtxKernel
-from test_interp_features import kernel
+from ptx_harness import finding, kernel, output
 
 
 def _round_f32(q: fractions.Fraction) -> int:
@@ -60,8 +60,7 @@ def _run_lanes(op: str, *sources: np.ndarray) -> np.ndarray:
   st.global.b32 [%rd3+{128 * len(sources)}], %r5;
 """)
   buf = np.concatenate([*sources, np.zeros(32, np.uint32)]).astype(np.uint32)
-  [out] = PtxKernel(ptx).launch([buf], cluster=1, smem_bytes=16, block=32)
-  return out.view(np.uint32)[32 * len(sources):]
+  return output(ptx, [buf], cluster=1, smem_bytes=16, block=32)[32 * len(sources):]
 
 
 def _run(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -345,7 +344,6 @@ def test_cvt_of_an_undefined_lane_names_that_lane():
   """The cvt warp form converts a piece's lanes at once; a lane whose source ``shfl``
   left undefined (lane 5 reads lane 20, outside membermask) goes lane by lane, so the
   finding ``undefined-value`` names thread 5, not the piece's first lane."""
-  from mosaic_async_store.check.memory import ProtocolError
   ptx = kernel("""
   ld.param.u64 %rd1, [k_param_0];
   mul.wide.u32 %rd2, %r1, 4;
@@ -362,6 +360,5 @@ def test_cvt_of_an_undefined_lane_names_that_lane():
 DONE:
   st.global.u32 [%rd3], %r3;
 """)
-  with pytest.raises(ProtocolError) as caught:
-    PtxKernel(ptx).launch([np.zeros(32, np.uint32)], cluster=1, smem_bytes=16, block=32)
-  assert caught.value.rule == "undefined-value" and caught.value.thread == 5, caught.value
+  f = finding(ptx, [np.zeros(32, np.uint32)], cluster=1, smem_bytes=16, block=32)
+  assert f.rule == "undefined-value" and f.thread == 5, f

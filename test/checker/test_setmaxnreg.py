@@ -7,8 +7,7 @@ import pytest
 
 from mosaic_async_store.check import check_ptx
 from mosaic_async_store.errors import AsyncStoreError
-
-from test_interp_features import kernel
+from ptx_harness import kernel
 
 # Warp 0 gives registers up, warp 1 takes them: a warp-uniform branch on %warpid. The
 # divergent variant splits warp 0 itself between the two instructions.
