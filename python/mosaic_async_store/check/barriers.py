@@ -6,9 +6,12 @@ memory-ordering effect and the ``.aligned`` rule.
 Functions of the machine ``k`` (``machine.Machine``), whose state they use:
 ``k.named`` (the named barriers' current instances, (CTA, id) -> ``NamedBarrier``),
 ``k.warp_arrivals`` (the warps arriving, (CTA, id, warp) -> ``WarpArrival``),
-``k.pair_users`` / ``k.held`` (``pairings``), ``k.threads`` / ``k.block`` /
-``k.alive`` (the threads, in CTA then thread order, and each CTA's non-exited ones)
-and ``k.epoch`` (bumped on every change another thread may see).
+``k.pair_users`` / ``k.held`` (``pairings``; ``release_held`` lets the held warps
+arrive), ``k.threads`` / ``k.block`` / ``k.alive`` (the threads, in CTA then thread
+order, and each CTA's non-exited ones) and ``k.epoch`` (bumped on every change another
+thread may see).  The warp size, a warp's non-exited lanes, the wait of a lane at a
+named barrier (``NamedWait``) and the messages' instruction names are
+``barrier_warps``'s, which ``cluster_barrier`` and ``pairings`` use too.
 
 What the ISA says, and how it is run (PTX ISA, bar / barrier):
   * Warps are counted: "The barrier{.cta} instruction causes executing thread to
@@ -54,16 +57,16 @@ from __future__ import annotations
 import numpy as np
 
 from mosaic_async_store.check import cluster_barrier, pairings, program, sync
-from mosaic_async_store.check.waits import Wait, block_all, resume_all
+from mosaic_async_store.check.barrier_warps import WARP, NamedWait, named_need, warp_live, where
+from mosaic_async_store.check.waits import block_all, resume_all
 from mosaic_async_store.check.waits import block as block_thread
 from mosaic_async_store.check.findings import Finding, Stop, fault
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.outcomes import BLOCK, FALLBACK
 
-__all__ = ["NamedBarrier", "WarpArrival", "WARP", "OPCODES"]
+__all__ = ["NamedBarrier", "WarpArrival", "OPCODES", "release_held"]
 
 _NAMED_BARRIERS = 16   # barrier ids 0..15 (PTX ISA, bar)
-WARP = 32
 _ALIGNED = ("PTX ISA, bar / barrier.cluster: .aligned (bar is barrier.aligned) requires "
             "all threads of the warp to execute the same barrier instruction")
 
@@ -146,7 +149,7 @@ def _named(k, waits, bar_id, count, pc, aligned, red=None):
     wkey = (th.cta, a, th.tid // WARP)
     rec = k.warp_arrivals.get(wkey)
     if rec is None:
-      live = _warp_live(k, th.cta, wkey[2])
+      live = warp_live(k, th.cta, wkey[2])
       rec = k.warp_arrivals[wkey] = WarpArrival(b, live, th.vc.copy(), op)
     else:
       _lane_joins(k, rec, wkey, th, pc, aligned, b, op)
@@ -168,7 +171,7 @@ def _named(k, waits, bar_id, count, pc, aligned, red=None):
     a, b = bar_id(th), None if count is None else count(th)
     wkey = (th.cta, a, th.tid // WARP)
     if not 0 <= a < _NAMED_BARRIERS or (b is not None and (b <= 0 or b % WARP)) or \
-       wkey in k.warp_arrivals or len(lanes) != _warp_live(k, th.cta, wkey[2]) or \
+       wkey in k.warp_arrivals or len(lanes) != warp_live(k, th.cta, wkey[2]) or \
        ids(lanes).count(a) != len(lanes) or \
        (count is not None and counts(lanes).count(b) != len(lanes)):
       return FALLBACK   # (lane by lane: a finding, or warp-mates elsewhere)
@@ -210,8 +213,8 @@ def _lane_joins(k, rec, wkey, th, pc, aligned, b, op):
   if other is not None and (aligned or rec.aligned):
     raise Stop(Finding("aligned-divergence", (
         f"CTA {th.cta} warp {wkey[2]}: lane {th.tid % WARP} arrives on barrier "
-        f"{wkey[1]} at {_where(k, pc)} while lane {rec.pcs[other] % WARP} of its warp "
-        f"arrived on the same barrier instance at {_where(k, other)}")))
+        f"{wkey[1]} at {where(k, pc)} while lane {rec.pcs[other] % WARP} of its warp "
+        f"arrived on the same barrier instance at {where(k, other)}")))
 
 
 def _red_name(op) -> str:
@@ -230,15 +233,6 @@ def _same_red(have, op, who, others, key):
     raise Stop(Finding("bar-red-mixed", what))
   raise NotImplementedError(f"{what} (two reductions on one barrier instance: the PTX ISA "
                             "does not say how they combine)")
-
-
-def _where(k, pc) -> str:
-  return f"PTX line {k.program.lines[pc]} (`{k.program.texts[pc]}`)"
-
-
-def _warp_live(k, cta, w) -> int:
-  """The non-exited lanes of warp ``w`` of ``cta`` (a short last warp has fewer)."""
-  return k.warp_alive[cta * k.warps_per_cta + w]
 
 
 def _wake(k, threads, current):
@@ -285,18 +279,17 @@ def _warp_arrives(k, wkey, current, rec=None):
   if len(waiting) < len(lanes):   # (.arrive lanes: they go on)
     _wake(k, [th for th, waits, _ in lanes if not waits], current)
   if _named_complete(k, key, current) and k.held:
-    pairings.release(k, key)   # a held warp arrives on the next instance
+    release_held(k, key)   # a held warp arrives on the next instance
 
 
-def _named_need(k, cta, count) -> int:
-  """The warps that complete a barrier of ``cta``: ``count`` / 32, or (None) every
-  warp of the CTA with a non-exited thread."""
-  if count is not None:
-    return count // WARP
-  warps = -(-k.block // WARP)
-  if k.alive[cta] == k.block:
-    return warps
-  return sum(_warp_live(k, cta, w) > 0 for w in range(warps))
+def release_held(k, key=None) -> bool:
+  """The warps ``pairings`` held back on barrier ``key`` (None: on every barrier, when no
+  thread can run: ``run`` calls it) arrive now; returns whether there were any."""
+  keys = list(k.held) if key is None else [key] if key in k.held else []
+  for bkey in keys:
+    for w, rec in k.held.pop(bkey):
+      _warp_arrives(k, (*bkey, w), None, rec)
+  return bool(keys)
 
 
 def _named_complete(k, key, current=None) -> bool:
@@ -304,7 +297,7 @@ def _named_complete(k, key, current=None) -> bool:
   acquires every arrival; the waiters other than ``current`` (the thread whose
   instruction completes it) resume.  Returns whether it completed."""
   bar = k.named.get(key)
-  if bar is None or bar.warps < _named_need(k, key[0], bar.count):
+  if bar is None or bar.warps < named_need(k, key[0], bar.count):
     return False
   del k.named[key]
   # bar.red: "The c predicate (or its complement) from all threads ... are combined"
@@ -333,47 +326,13 @@ def _barriers_after_exit(k, th):
       pc, tid = next(iter(rec.pcs.items()))
       raise Stop(Finding("aligned-divergence", (
           f"CTA {c} warp {w}: lane {th.tid % WARP} exits while lane {tid % WARP} of its "
-          f"warp waits at {_where(k, pc)} on barrier {wkey[1]}")))
+          f"warp waits at {where(k, pc)} on barrier {wkey[1]}")))
     rec.live -= 1
     if len(rec.lanes) >= rec.live:
       _warp_arrives(k, wkey, None)
   for key in [key for key, b in k.named.items() if key[0] == c and b.count is None]:
     _named_complete(k, key)
   cluster_barrier.lanes_exit(k, th)
-
-
-class NamedWait(Wait):
-  """A lane at a named CTA barrier: ``key`` is (CTA, id, warp) while it waits for its
-  warp-mates to arrive, (CTA, id) once its warp arrived (``.sync``), (CTA, id, warp,
-  "held") while ``pairings`` holds its warp's arrival back.  The arrival that
-  completes the barrier resumes it (``_named_complete``): never ready by itself."""
-
-  __slots__ = ("key",)
-
-  def __init__(self, key):
-    self.key = key
-
-  def describe(self, k, th) -> tuple[int, str]:
-    return th.pc, _named_state(k, self.key)
-
-
-def _named_state(k, key) -> str:
-  """A waiting thread's barrier, for a hang report: ``key`` (CTA, id) after its
-  warp arrived, (CTA, id, warp) while it waits for its warp-mates."""
-  if len(key) == 4:
-    return (f"barrier {key[1]} of CTA {key[0]}, on which warp {key[2]}'s arrival is held "
-            "back (another pairing of warps explored: pairings.py)")
-  bar, rec = k.named.get(key[:2]), k.warp_arrivals.get(key)
-  warps = 0 if bar is None else bar.warps
-  count = rec.count if bar is None else bar.count
-  need = (f"the CTA's {_named_need(k, key[0], None)} warps with a non-exited thread"
-          if count is None else f"{count} threads")
-  state = (f"barrier {key[1]} of CTA {key[0]} ({WARP * warps} arrived of {need}; "
-           f"warps count {WARP} each, {warps} arrived)")
-  if len(key) == 2:
-    return state
-  return (f"the other non-exited lanes of warp {key[2]} ({len(rec.lanes)} of "
-          f"{rec.live} arrived) to arrive on {state}")
 
 
 # The opcodes this family runs (``opcodes.Opcode``: the handler, statements it runs,

@@ -23,7 +23,8 @@ arrives), ``cluster_reached`` ([n]: threads, exited ones too, with >= n arrives)
 
 from __future__ import annotations
 
-from mosaic_async_store.check import barriers, sync
+from mosaic_async_store.check import sync
+from mosaic_async_store.check.barrier_warps import WARP, warp_live, where
 from mosaic_async_store.check.waits import Wait, resume
 from mosaic_async_store.check.findings import Finding, Stop
 from mosaic_async_store.check.memory import SCOPES, Releases, sem_scope
@@ -127,16 +128,16 @@ def _cluster_lane(k, th, kind, nth, pc, aligned):
   after its nth arrive ("wait"): its warp's lanes must execute one instruction
   there when any of them is aligned.  Each record ([pc, first tid, aligned, tids,
   live lanes]) lives until every non-exited lane of the warp made it."""
-  w = th.tid // barriers.WARP
+  w = th.tid // WARP
   key = (th.cta, w, kind, nth)
   rec = k.cluster_lanes.get(key)
   if rec is None:
-    rec = k.cluster_lanes[key] = [pc, th.tid, aligned, set(), barriers._warp_live(k, th.cta, w)]
+    rec = k.cluster_lanes[key] = [pc, th.tid, aligned, set(), warp_live(k, th.cta, w)]
   elif rec[0] != pc and (aligned or rec[2]):
     raise Stop(Finding("aligned-divergence", (
-        f"CTA {th.cta} warp {w}: lane {th.tid % barriers.WARP} executes its {_nth(kind, nth)} at "
-        f"{barriers._where(k, pc)} while lane {rec[1] % barriers.WARP} of its warp executed it at "
-        f"{barriers._where(k, rec[0])}")))
+        f"CTA {th.cta} warp {w}: lane {th.tid % WARP} executes its {_nth(kind, nth)} at "
+        f"{where(k, pc)} while lane {rec[1] % WARP} of its warp executed it at "
+        f"{where(k, rec[0])}")))
   rec[2] |= aligned
   rec[3].add(th.tid)
   if len(rec[3]) >= rec[4]:
@@ -151,14 +152,14 @@ def _nth(kind, nth) -> str:
 def lanes_exit(k, th):
   """``th`` exited: skipping an aligned cluster arrive or wait its warp-mates
   executed is a divergence; the records wait for one lane fewer."""
-  c, w = th.cta, th.tid // barriers.WARP
+  c, w = th.cta, th.tid // WARP
   for key in [key for key in k.cluster_lanes if key[0] == c and key[1] == w]:
     rec = k.cluster_lanes[key]
     if rec[2] and th.tid not in rec[3]:
       raise Stop(Finding("aligned-divergence", (
-          f"CTA {c} warp {w}: lane {th.tid % barriers.WARP} exits without its "
-          f"{_nth(*key[2:])}, which lane {rec[1] % barriers.WARP} of its warp executed at "
-          f"{barriers._where(k, rec[0])}")))
+          f"CTA {c} warp {w}: lane {th.tid % WARP} exits without its "
+          f"{_nth(*key[2:])}, which lane {rec[1] % WARP} of its warp executed at "
+          f"{where(k, rec[0])}")))
     rec[3].discard(th.tid)
     rec[4] -= 1
     if len(rec[3]) >= rec[4]:

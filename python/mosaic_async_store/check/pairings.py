@@ -1,5 +1,6 @@
 """The pairings of warps into instances of a named CTA barrier that a launch explores
-(``explore``, called by ``run.launch``; ``holds`` / ``release``, by ``barriers``).
+(``explore``, called by ``run.launch``; ``holds``, by ``barriers``, whose
+``release_held`` lets the held warps arrive).
 
 PTX ISA, bar / barrier: "Operand b specifies the number of threads participating in
 the barrier"; the instruction "marks warps' arrival at barrier"; "When a barrier
@@ -29,9 +30,9 @@ every schedule).  The runs are bounded (``RUNS``): not every pairing of many war
 
 from __future__ import annotations
 
-from mosaic_async_store.check import barriers
+from mosaic_async_store.check.barrier_warps import WARP, NamedWait, warp_live
 
-__all__ = ["RUNS", "explore", "holds", "release"]
+__all__ = ["RUNS", "explore", "holds"]
 
 RUNS = 8   # the runs a launch adds, at most: one per ambiguous completion
 
@@ -66,13 +67,13 @@ def holds(k, key, bar, rec, w) -> bool:
   """Whether warp ``w`` (its arrival ``rec``), whose arrival would complete ``bar``
   (the instance of barrier ``key``), is held back: counts the candidate completion
   (module doc) and holds the one the run's plan names."""
-  if bar.count is None or bar.count != rec.count or bar.warps + 1 < bar.count // barriers.WARP:
+  if bar.count is None or bar.count != rec.count or bar.warps + 1 < bar.count // WARP:
     return False
   held = {x for x, _ in k.held.get(key, ())}
   outside = frozenset(
-      x for x in range(-(-k.block // barriers.WARP))
+      x for x in range(-(-k.block // WARP))
       if x != w and x not in bar.members and x not in held
-      and barriers._warp_live(k, key[0], x))
+      and warp_live(k, key[0], x))
   if not outside:
     return False
   n = len(k.pair_seen)
@@ -81,15 +82,5 @@ def holds(k, key, bar, rec, w) -> bool:
     return False
   k.held.setdefault(key, []).append((w, rec))
   for th, _, _ in rec.lanes.values():
-    th.wait = barriers.NamedWait((*key, w, "held"))
+    th.wait = NamedWait((*key, w, "held"))
   return True
-
-
-def release(k, key=None) -> bool:
-  """The held warps of barrier ``key`` (None: of every barrier, when no thread can
-  run) arrive now; returns whether there were any."""
-  keys = list(k.held) if key is None else [key] if key in k.held else []
-  for bkey in keys:
-    for w, rec in k.held.pop(bkey):
-      barriers._warp_arrives(k, (*bkey, w), None, rec)
-  return bool(keys)

@@ -37,7 +37,8 @@ import gc
 
 import numpy as np
 
-from mosaic_async_store.check import asyncops, findings, lockstep, pairings, poll_state, waits
+from mosaic_async_store.check import asyncops, barriers, findings, lockstep, pairings, poll_state
+from mosaic_async_store.check import waits
 from mosaic_async_store.check import budget as budget_mod
 from mosaic_async_store.check.machine import ParamMismatch
 from mosaic_async_store.check.findings import Finding, Stop
@@ -150,7 +151,7 @@ def _launch(k, buffers, cluster, smem_bytes, block, max_timeouts, schedule,
       continue
     if k.dirty and _resolve(k):
       continue
-    if k.held and pairings.release(k):   # no thread can run: held warps arrive
+    if k.held and barriers.release_held(k):   # no thread can run: held warps arrive
       continue
     if k.inflight:   # nothing else can happen: something lands
       asyncops.land(k, k.sched.landing_when_stuck(k.inflight))
