@@ -17,7 +17,7 @@ A thread whose instruction returns ``outcomes.BLOCK`` has set ``Thread.wait`` to
 
 A new kind of wait (a bulk group's ``cp.async.bulk.wait_group``, a WGMMA group) is one
 class with these methods, made by its family's handler; ``run`` is not edited.  The
-kinds today: ``sync.MbarrierWait``, ``warp.Meeting``, ``barriers.NamedWait``,
+kinds today: ``sync.MbarrierWait``, ``warp.Meeting``, ``barrier_warps.NamedWait``,
 ``cluster_barrier.ClusterWait``, and ``PollWait`` below (a parked poller: the scheduler's
 own).  ``resume`` and ``block`` live here, below every family, so that a family that
 wakes a thread (a barrier's completing arrival) needs no import of the scheduler.
