@@ -134,7 +134,8 @@ def demo_kernel(cluster: int):
 
 
 def run_once(cfg, ptx, inputs, schedule: int, prepare=None) -> tuple[float, int]:
-  """(seconds, thread-instructions) of one checked run; raises if a byte is wrong.
+  """(seconds, thread-instructions) of one checked run; raises if it broke a rule or a
+  byte is wrong.
   ``prepare(kernel)``, if given, runs on the parsed kernel before the launch."""
   from mosaic_async_store.check.interp import PtxKernel
   from mosaic_async_store.demo.check import execute_config
@@ -146,13 +147,23 @@ def run_once(cfg, ptx, inputs, schedule: int, prepare=None) -> tuple[float, int]
   kernel = PtxKernel(ptx)
   if prepare is not None:
     prepare(kernel)
-  start = time.perf_counter()
-  _, _, flags, out = kernel.launch([init, src, flags, out], cluster=cfg.cluster,
-                                   smem_bytes=smem_bytes, schedule=schedule)
-  seconds = time.perf_counter() - start
+  seconds, (_, _, flags, out) = _timed_launch(
+      kernel, [init, src, flags, out], f"cluster {cfg.cluster} schedule {schedule}",
+      cluster=cfg.cluster, smem_bytes=smem_bytes, schedule=schedule)
   if not (out == execute_config(cfg, src, init)).all() or not (flags.view(np.int32) == 1).all():
     raise SystemExit(f"cluster {cfg.cluster} schedule {schedule}: wrong bytes or flags")
   return seconds, getattr(kernel, "executed", 0)   # (absent before the counter existed)
+
+
+def _timed_launch(kernel, buffers, what: str, **kwargs):
+  """(seconds, outputs) of one launch of ``kernel`` (``PtxKernel.launch``'s keywords);
+  exits naming ``what`` and the first finding where the run broke a rule."""
+  start = time.perf_counter()
+  outputs, found = kernel.launch(buffers, **kwargs)
+  seconds = time.perf_counter() - start
+  if found:
+    raise SystemExit(f"{what}: {found[0].explained}")
+  return seconds, outputs
 
 
 def pipeline_kernel(iters: int) -> str:
@@ -161,16 +172,15 @@ def pipeline_kernel(iters: int) -> str:
 
 
 def run_pipeline(ptx, iters: int, schedule: int, prepare=None) -> tuple[float, int]:
-  """(seconds, thread-instructions) of one checked run of the pipeline; raises if a
-  consumer's sum is wrong.  ``prepare``: as ``run_once``'s."""
+  """(seconds, thread-instructions) of one checked run of the pipeline; raises if it
+  broke a rule or a consumer's sum is wrong.  ``prepare``: as ``run_once``'s."""
   from mosaic_async_store.check.interp import PtxKernel
   kernel = PtxKernel(ptx)
   if prepare is not None:
     prepare(kernel)
-  start = time.perf_counter()
-  [out] = kernel.launch([np.zeros(256, np.uint32)], cluster=1, smem_bytes=1056, block=384,
-                        schedule=schedule)
-  seconds = time.perf_counter() - start
+  seconds, [out] = _timed_launch(kernel, [np.zeros(256, np.uint32)],
+                                 f"pipeline schedule {schedule}", cluster=1, smem_bytes=1056,
+                                 block=384, schedule=schedule)
   column = np.arange(256) % 128
   want = sum(i * 1000 + column for i in range(iters)).astype(np.uint32)
   if not (out.view(np.uint32) == want).all():

@@ -14,18 +14,14 @@
 import numpy as np
 import pytest
 
-from gpu_run import make_inputs
 from mosaic_async_store.check import Budget, CheckerError, check_ptx
 from mosaic_async_store.check import budget as budget_mod
 from mosaic_async_store.check import run
 from mosaic_async_store.check.interp import PtxKernel
 from mosaic_async_store.check.memory import SCHEDULES
-from mosaic_async_store.demo.kernel import kernel_io
-from mosaic_async_store.tools import toolchain
 
 import demo_kernels
-import hostdata
-from test_interp_features import kernel
+from ptx_harness import assemble, kernel
 from test_ptx_execution import S, _ptx
 
 
@@ -38,13 +34,10 @@ def _poll_ptx(cfg):
 
 def _check(cfg, ptx, **kw):
   """check_ptx on ``cfg``'s kernel with the demo's inputs; (report, expected SMEM)."""
-  codes, src, init = make_inputs(cfg, seed=0)
-  io = kernel_io(cfg)
-  out0 = np.full(cfg.cluster * io.smem_bytes, 0xA5, np.uint8)
-  flags0 = np.full(cfg.cluster * 128, -1, np.int32)
-  report = check_ptx(ptx, [init, src, flags0, out0], smem_bytes=demo_kernels._smem_bytes(cfg),
+  args, want = demo_kernels.full_kernel_args(cfg)
+  report = check_ptx(ptx, args, smem_bytes=demo_kernels._smem_bytes(cfg),
                      cluster=(cfg.cluster, 1, 1), **kw)
-  return report, hostdata.expected_smem(cfg, codes, init)
+  return report, want
 
 
 @pytest.mark.parametrize("cluster", [2, 4])
@@ -87,8 +80,7 @@ LOOP:
 
 
 def _one_cta(body, **kw):
-  ptx = kernel(body)
-  toolchain.ptx_to_cubin(ptx, "sm_90a")
+  ptx = assemble(kernel(body))
   return check_ptx(ptx, [np.zeros(64, np.uint32)], smem_bytes=64, block=(64, 1, 1), **kw)
 
 

@@ -8,7 +8,7 @@ the hardware say:
   * test_cluster_ref_write is clean: st.async into the peer, the peer's barrier
     announced with ``arrive.expect_tx.release.cluster``, data made visible by
     complete-tx.  The interpreter must leave exactly upstream's expected bytes and
-    raise nothing.
+    find nothing.
   * test_cluster_red_async passes on hardware but is racy by the ISA: the identity
     fill (plain ``st.shared`` by all 128 threads) is published to the peer only by
     the ClusterBarrier's arrive, which (a) one thread per warpgroup performs with no
@@ -33,8 +33,10 @@ from mosaic_async_store.demo.config import StoreConfig
 from kernel_text import kernel_text
 
 import upstream_kernels as upstream
-from mosaic_async_store.check.interp import Memref, PtxKernel
-from mosaic_async_store.check.memory import SCHEDULES, ProtocolError
+from mosaic_async_store.check.interp import Memref
+from mosaic_async_store.check.memory import SCHEDULES
+from demo_kernels import full_kernel_args, launch_options
+from ptx_harness import launch, outputs
 from test_ptx_execution import run_ptx
 
 schedules = pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: f"sched{s}")
@@ -44,14 +46,24 @@ RED_IDS = [f"{op}-{'signed' if s else 'unsigned'}" for op, s in upstream.REDUCTI
 HANG_POLLS = 8
 
 
+def _upstream_launch(kernel, schedule, **kwargs):
+  """An upstream kernel's arguments and ``PtxKernel.launch``'s keywords for it."""
+  return [Memref(a) for a in kernel.args], dict(
+      cluster=kernel.cluster, smem_bytes=kernel.smem_bytes, block=kernel.block,
+      schedule=schedule, **kwargs)
 
 
 def run_upstream(kernel, ptx=None, schedule=None, **kwargs):
-  """Runs an upstream kernel (or a mutated ``ptx`` of it); returns its dst array."""
-  outputs = PtxKernel(ptx or kernel.ptx).launch(
-      [Memref(a) for a in kernel.args], cluster=kernel.cluster,
-      smem_bytes=kernel.smem_bytes, block=kernel.block, schedule=schedule, **kwargs)
-  return kernel.result(outputs)
+  """Runs an upstream kernel (or a mutated ``ptx`` of it); returns its dst array.  Fails
+  the test where the run broke a rule (``upstream_findings``)."""
+  args, options = _upstream_launch(kernel, schedule, **kwargs)
+  return kernel.result(outputs(ptx or kernel.ptx, args, **options))
+
+
+def upstream_findings(kernel, ptx=None, schedule=None, **kwargs):
+  """The findings of a run of an upstream kernel (or of a mutated ``ptx`` of it)."""
+  args, options = _upstream_launch(kernel, schedule, **kwargs)
+  return launch(ptx or kernel.ptx, args, **options).findings
 
 
 def replace(ptx, pattern, repl, count=1):
@@ -61,23 +73,20 @@ def replace(ptx, pattern, repl, count=1):
   return re.sub(pattern, repl, ptx)
 
 
-def verdict(fn):
-  """What a run ends with: "pass", "deadlock" (a barrier that can never complete: the
-  interpreter's RuntimeError starting with "deadlock"), or the ProtocolError's rule;
-  and the message.  Any other error propagates."""
-  try:
-    fn()
-  except RuntimeError as e:
-    if str(e).startswith("deadlock"):
-      return "deadlock", str(e)
-    if ProtocolError is not None and isinstance(e, ProtocolError):
-      return e.rule, str(e)
-    raise
-  return "pass", ""
+def verdict(found):
+  """What a run with the findings ``found`` ends with: "pass" (none), "deadlock" (its
+  first finding a barrier that can never complete: a hang, "deadlock ..."), or its
+  first finding's rule; and the message."""
+  if not found:
+    return "pass", ""
+  first = found[0]
+  if first.message.startswith("deadlock"):
+    return "deadlock", first.explained
+  return first.rule, first.explained
 
 
-def expect(verdicts, fn):
-  got, detail = verdict(fn)
+def expect_verdict(verdicts, found):
+  got, detail = verdict(found)
   assert got in verdicts, f"{got} (wanted one of {sorted(verdicts)}): {detail}"
 
 
@@ -108,7 +117,7 @@ def test_ref_write_lands_upstream_expected_bytes(schedule):
 @pytest.mark.parametrize("op,signed", upstream.REDUCTIONS, ids=RED_IDS)
 def test_red_async_as_upstream_builds_it_is_racy(op, signed, schedule):
   kernel = upstream.cluster_red_async(op, signed)
-  expect({"race", "early-read"}, lambda: run_upstream(kernel, schedule=schedule))
+  expect_verdict({"race", "early-read"}, upstream_findings(kernel, schedule=schedule))
 
 
 def with_cluster_sync_fixed(ptx, *, cta_barrier=True, cluster_scope=True):
@@ -143,7 +152,7 @@ def test_red_async_with_one_fix_only_still_races(fix, schedule):
   """Each cause alone is a race: the verdict on upstream's kernel needs both."""
   kernel = upstream.cluster_red_async("add", True)
   ptx = with_cluster_sync_fixed(kernel.ptx, **fix)
-  expect({"race", "early-read"}, lambda: run_upstream(kernel, ptx, schedule=schedule))
+  expect_verdict({"race", "early-read"}, upstream_findings(kernel, ptx, schedule=schedule))
 
 
 # -- mutations of test_cluster_ref_write -------------------------------------------
@@ -175,8 +184,8 @@ def test_tx_one_byte_short_hangs(schedule):
   """The barrier expects 8193 bytes, 8192 arrive: the tx-count never returns to zero,
   the phase never completes.  Hardware: the consumer's try_wait loop spins forever."""
   kernel = upstream.cluster_ref_write()
-  expect({"deadlock"}, lambda: run_upstream(kernel, thread0_announces(kernel.ptx, 65),
-                                            schedule=schedule, max_timeouts=HANG_POLLS))
+  expect_verdict({"deadlock"}, upstream_findings(kernel, thread0_announces(kernel.ptx, 65),
+                                                 schedule=schedule, max_timeouts=HANG_POLLS))
 
 
 @schedules
@@ -186,8 +195,8 @@ def test_tx_one_byte_too_many_delivered_hangs(schedule):
   bytes the count is odd whenever no arrival is pending, so it never passes through
   zero and the phase never completes.  Hardware: a hang, as for one byte short."""
   kernel = upstream.cluster_ref_write()
-  expect({"deadlock"}, lambda: run_upstream(kernel, thread0_announces(kernel.ptx, 63),
-                                            schedule=schedule, max_timeouts=HANG_POLLS))
+  expect_verdict({"deadlock"}, upstream_findings(kernel, thread0_announces(kernel.ptx, 63),
+                                                 schedule=schedule, max_timeouts=HANG_POLLS))
 
 
 @schedules
@@ -199,8 +208,8 @@ def test_tx_one_piece_too_many_delivered_completes_early(schedule):
   arrival (the count then sits at -8).  The checker: early-read, or the hang."""
   kernel = upstream.cluster_ref_write()
   ptx = thread0_announces(kernel.ptx, 56)
-  expect({"early-read", "race", "deadlock"},
-         lambda: run_upstream(kernel, ptx, schedule=schedule, max_timeouts=HANG_POLLS))
+  expect_verdict({"early-read", "race", "deadlock"},
+                 upstream_findings(kernel, ptx, schedule=schedule, max_timeouts=HANG_POLLS))
 
 
 def one_arrival_fewer_expected(ptx):
@@ -225,8 +234,8 @@ def test_extra_arrival_is_caught(mutate, schedule):
   thread's bytes before they land.  The checker: early-read, a race, or (where the
   extra arrival finds no pending arrival left) arrival-overflow."""
   kernel = upstream.cluster_ref_write()
-  expect({"early-read", "race", "arrival-overflow"},
-         lambda: run_upstream(kernel, mutate(kernel.ptx), schedule=schedule))
+  expect_verdict({"early-read", "race", "arrival-overflow"},
+                 upstream_findings(kernel, mutate(kernel.ptx), schedule=schedule))
 
 
 # -- (c) this project's float add kernel: plain red.shared::cluster + .release.cluster --
@@ -265,4 +274,5 @@ def test_cta_scope_wait_after_remote_plain_stores_races(schedule):
   data it orders are not guaranteed visible: a race, whatever the bytes say."""
   ptx = replace(f32_add_ptx(), CLUSTER_WAIT,
                 "mbarrier.try_wait.parity.shared::cta.b64")
-  expect({"race"}, lambda: run_store_kernel(F32_ADD, ptx, schedule))
+  args, _ = full_kernel_args(F32_ADD)
+  expect_verdict({"race"}, launch(ptx, args, **launch_options(F32_ADD, schedule)).findings)

@@ -8,26 +8,13 @@ import pytest
 
 from mosaic_async_store.check import Memref, Report, check_ptx
 from mosaic_async_store.errors import AsyncStoreError
-from demo_kernels import _poison_spare_bits, _smem_bytes
-from gpu_run import make_inputs
-from mosaic_async_store.demo.kernel import kernel_io
-import hostdata
+from demo_kernels import _smem_bytes, full_kernel_args
 from test_ptx_execution import S, _ptx
-
-
-def _args(cfg):
-  """The kernel's arguments in its parameter order (init, src, flags, out)."""
-  codes, src, init = make_inputs(cfg, seed=0)
-  io = kernel_io(cfg)
-  out = np.full(cfg.cluster * io.smem_bytes, 0xA5, np.uint8)
-  flags = np.full(cfg.cluster * 128, -1, np.int32)
-  return [init, _poison_spare_bits(cfg, src), flags, out], hostdata.expected_smem(cfg, codes,
-                                                                                  init)
 
 
 def test_a_correct_kernel_is_ok_with_its_outputs():
   cfg = S(dtype="float32", atomic="add")
-  args, want = _args(cfg)
+  args, want = full_kernel_args(cfg)
   report = check_ptx(_ptx(cfg), args, smem_bytes=_smem_bytes(cfg), cluster=(2, 1, 1))
   assert isinstance(report, Report) and report.ok and report.schedules == (0, 1, 2)
   init, _, flags, out = report.outputs
@@ -40,7 +27,7 @@ def test_a_broken_kernel_has_a_finding_per_schedule_with_where():
   cfg = S(dtype="float32", atomic="add")
   ptx = _ptx(cfg).replace("mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64",
                           "mbarrier.try_wait.parity.shared::cta.b64")
-  args, _ = _args(cfg)
+  args, _ = full_kernel_args(cfg)
   report = check_ptx(ptx, args, smem_bytes=_smem_bytes(cfg), cluster=(2, 1, 1))
   # every schedule reports the races (the unrolled loads of the acquiring thread, one
   # finding each) and then the exit the CTAs make unordered with the peer's reductions
@@ -69,7 +56,7 @@ def test_a_broken_kernel_has_a_finding_per_schedule_with_where():
 ])
 def test_wrong_arguments_are_refused_before_anything_runs(kwargs, param):
   cfg = S()
-  args, _ = _args(cfg)
+  args, _ = full_kernel_args(cfg)
   call = dict(ptx=_ptx(cfg), args=args, smem_bytes=_smem_bytes(cfg), cluster=(2, 1, 1))
   call.update(kwargs)
   with pytest.raises((AsyncStoreError, TypeError)) as err:
@@ -80,7 +67,7 @@ def test_wrong_arguments_are_refused_before_anything_runs(kwargs, param):
 def test_an_opcode_the_checker_does_not_run_is_refused_naming_it():
   cfg = S()
   ptx = _ptx(cfg).replace("ret;", "popc.b32 %r1, %r1;\n\tret;", 1)
-  args, _ = _args(cfg)
+  args, _ = full_kernel_args(cfg)
   with pytest.raises(AsyncStoreError, match=r"popc\.b32.*PTX line \d+|PTX line \d+.*popc"):
     check_ptx(ptx, args, smem_bytes=_smem_bytes(cfg), cluster=(2, 1, 1))
 
@@ -88,7 +75,7 @@ def test_an_opcode_the_checker_does_not_run_is_refused_naming_it():
 def test_memref_arguments_are_descriptors():
   """A Memref is 3 + 2 * ndim parameters: four of them are not the 4 pointers."""
   cfg = S()
-  args, _ = _args(cfg)
+  args, _ = full_kernel_args(cfg)
   with pytest.raises(AsyncStoreError, match="args="):
     check_ptx(_ptx(cfg), [Memref(a) for a in args], smem_bytes=_smem_bytes(cfg),
               cluster=(2, 1, 1))

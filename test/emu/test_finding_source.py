@@ -24,7 +24,7 @@ from mosaic_async_store import compat
 from mosaic_async_store import pallas as mas_pallas
 from mosaic_async_store.check import check_ptx, lineinfo
 from mosaic_async_store.check.memory import SCHEDULES
-from test_interp_features import kernel
+from ptx_harness import kernel
 import pallas_run
 
 SHAPE = (64, 64)

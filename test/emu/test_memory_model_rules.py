@@ -13,9 +13,11 @@ import re
 import numpy as np
 import pytest
 
-from mosaic_async_store.check.memory import SCHEDULES, ProtocolError
+from mosaic_async_store.check.memory import SCHEDULES
 from mosaic_async_store.check.shadow import Shadow
-from test_ptx_execution import S, _ptx, run_ptx
+from ptx_harness import kernel, output
+from test_ptx_execution import S, _ptx, ptx_finding, run_ptx
+from test_protocol_rules import _once
 
 _FILL_SYNC = "barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;"
 _CLUSTER_WAIT = "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64"
@@ -24,21 +26,9 @@ _RELEASE_ARRIVE = "mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64
 _RELAXED_ARRIVE = "mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64"
 
 
-def _once(pattern, repl, text, count=1):
-  out, n = re.subn(pattern, repl, text)
-  assert n == count, f"{pattern!r} matched {n} times, not {count}"
-  return out
-
-
 def _passes(cfg, ptx, schedule):
   out, flags, want, _ = run_ptx(cfg, ptx, schedule)
   assert np.array_equal(out, want) and (flags == 1).all()
-
-
-def _rule(cfg, ptx, schedule):
-  with pytest.raises(ProtocolError) as err:
-    run_ptx(cfg, ptx, schedule)
-  return err.value.rule
 
 
 def _fill_released_by(fence):
@@ -52,14 +42,14 @@ def _fill_released_by(fence):
 def test_fence_mbarrier_init_releases_only_the_inits(schedule):
   """The fill is not released by fence.mbarrier_init: the peer's red.async races it."""
   cfg, ptx = _fill_released_by("fence.mbarrier_init.release.cluster;")
-  assert _rule(cfg, ptx, schedule) == "race"
+  assert ptx_finding(cfg, ptx, schedule).rule == "race"
   _passes(*_fill_released_by("fence.release.cluster;"), schedule)
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_an_acquire_fence_releases_nothing(schedule):
   cfg, ptx = _fill_released_by("fence.acquire.cluster;")
-  assert _rule(cfg, ptx, schedule) == "race"
+  assert ptx_finding(cfg, ptx, schedule).rule == "race"
   _passes(*_fill_released_by("fence.sc.cluster;"), schedule)
 
 
@@ -68,8 +58,8 @@ def test_a_release_fence_acquires_nothing(schedule):
   """A relaxed wait then fence.release: the plain reductions of the peer stay unordered."""
   cfg = S(dtype="float32", atomic="add")
   relaxed = _once(re.escape(_CLUSTER_WAIT), _RELAXED_WAIT, _ptx(cfg))
-  assert _rule(cfg, _once(r"DONE0:", "DONE0:\n\tfence.release.cluster;", relaxed),
-               schedule) == "race"
+  assert ptx_finding(cfg, _once(r"DONE0:", "DONE0:\n\tfence.release.cluster;", relaxed),
+                     schedule).rule == "race"
   _passes(cfg, _once(r"DONE0:", "DONE0:\n\tfence.acquire.cluster;", relaxed), schedule)
 
 
@@ -80,7 +70,7 @@ def test_sync_restrict_shared_cta_does_not_release_remote_reductions(schedule):
   cfg = S(dtype="float32", atomic="add")
   restricted = _once(re.escape(_RELEASE_ARRIVE), "fence.release.sync_restrict::shared::cta."
                      f"cluster;\n\t{_RELAXED_ARRIVE}", _ptx(cfg))
-  assert _rule(cfg, restricted, schedule) == "race"
+  assert ptx_finding(cfg, restricted, schedule).rule == "race"
   _passes(cfg, _once(re.escape(_RELEASE_ARRIVE), f"fence.release.cluster;\n\t{_RELAXED_ARRIVE}",
                      _ptx(cfg)), schedule)
 
@@ -90,7 +80,7 @@ def test_a_relaxed_wait_does_not_make_async_data_visible(schedule):
   """st.async data read after a relaxed wait: no visibility until an acquire fence."""
   cfg = S()
   relaxed = _once(re.escape(_CLUSTER_WAIT), _RELAXED_WAIT, _ptx(cfg))
-  assert _rule(cfg, relaxed, schedule) == "early-read"
+  assert ptx_finding(cfg, relaxed, schedule).rule == "early-read"
   _passes(cfg, _once(r"DONE0:", "DONE0:\n\tfence.acquire.cta;", relaxed), schedule)
 
 
@@ -100,7 +90,7 @@ def test_an_mbarrier_over_data_bytes_is_reported(schedule):
   them write an initialised mbarrier (undefined)."""
   cfg = S()
   ptx = _once(r"add\.s32 \t(%r\d+), (%r\d+), 16384;", r"add.s32 \t\1, \2, 16376;", _ptx(cfg))
-  assert _rule(cfg, ptx, schedule) == "barrier-memory"
+  assert ptx_finding(cfg, ptx, schedule).rule == "barrier-memory"
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -110,7 +100,7 @@ def test_exit_before_the_peers_stores_land_is_reported(schedule):
   cfg = S()
   arrive = re.search(r"\tmbarrier\.arrive\.expect_tx[^\n]*\n", _ptx(cfg)).group(0)
   ptx = _once(re.escape(arrive), arrive + "\tret;\n", _ptx(cfg))
-  assert _rule(cfg, ptx, schedule) == "exit"
+  assert ptx_finding(cfg, ptx, schedule).rule == "exit"
 
 
 def test_the_shadow_remembers_every_reader():
@@ -130,8 +120,6 @@ def test_the_shadow_remembers_every_reader():
 def test_barrier_cluster_waits_for_the_non_exited_threads(schedule):
   """CTA 1 exits at once; CTA 0's cluster barrier completes over the threads left
   (PTX ISA, barrier.cluster: it waits for all non-exited threads of the cluster)."""
-  from mosaic_async_store.check.interp import PtxKernel
-  from test_interp_features import kernel
   ptx = kernel("""
   setp.ne.u32 %p1, %r2, 0;
   @%p1 bra DONE;
@@ -140,5 +128,5 @@ def test_barrier_cluster_waits_for_the_non_exited_threads(schedule):
 DONE:
 """)
   x = np.zeros(4, np.int32)
-  [out] = PtxKernel(ptx).launch([x], cluster=2, smem_bytes=16, block=32, schedule=schedule)
-  assert np.array_equal(out.view(np.int32), x)
+  out = output(ptx, [x], np.int32, cluster=2, smem_bytes=16, block=32, schedule=schedule)
+  assert np.array_equal(out, x)

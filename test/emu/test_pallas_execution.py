@@ -44,7 +44,8 @@ from mosaic_async_store.check.interp import Memref, PtxKernel
 from mosaic_async_store.check.params import array_of, buffer_slots
 from mosaic_async_store.check.tensor_map import TensorMap
 from mosaic_async_store.tools.check_kernel import kernel_parameters
-from mosaic_async_store.check.memory import SCHEDULES, ProtocolError
+from mosaic_async_store.check.memory import SCHEDULES
+from ptx_harness import expect, findings_of, outputs
 
 CASES = pallas_run.PALLAS_CASES + pallas_run.TENSOR_CORE_CASES
 CLUSTER_WAIT = "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64"
@@ -98,17 +99,32 @@ def launch_args(mlir, buffers, swap=False):
   return args
 
 
-def run_case(case, ptx, mlir, smem_bytes, schedule=0, swap=False):
-  """Runs ``ptx`` as ``case``'s kernel; returns (out bytes, want bytes, interpreter)."""
+def case_args(case, mlir, swap=False):
+  """``case``'s kernel's arguments over its inputs (``launch_args``), the index of
+  ``out`` among the buffers a launch returns, and the bytes ``out`` must hold."""
   x, init = pallas_run.make_inputs(case)
   want = pallas_run.device_bytes(pallas_run.expected(case, x, init))
   out0 = np.full(want.shape, 0xA5, np.uint8)  # bytes the kernel never writes show as 0xA5
   buffers = [pallas_run.device_bytes(x), pallas_run.device_bytes(init), out0]
   args = launch_args(mlir, buffers, swap)
-  kernel = PtxKernel(ptx)
-  got = kernel.launch(args, cluster=2, smem_bytes=smem_bytes, schedule=schedule)
   out = next(i for i, a in enumerate(args) if array_of(a) is out0)
-  return got[buffer_slots(args)[out]].reshape(-1).view(np.uint8), want.reshape(-1), kernel
+  return args, buffer_slots(args)[out], want.reshape(-1)
+
+
+def run_case(case, ptx, mlir, smem_bytes, schedule=0, swap=False):
+  """Runs ``ptx`` as ``case``'s kernel; returns (out bytes, want bytes, interpreter).
+  Fails the test where the run broke a rule (``case_findings``: a kernel that must)."""
+  args, out, want = case_args(case, mlir, swap)
+  kernel = PtxKernel(ptx)
+  got = outputs(kernel, args, cluster=2, smem_bytes=smem_bytes, schedule=schedule)
+  return got[out].reshape(-1).view(np.uint8), want, kernel
+
+
+def case_findings(case, ptx, mlir, smem_bytes, schedule=0):
+  """The findings of ``ptx`` run as ``case``'s kernel (as ``run_case`` runs it); fails
+  the test where there is none."""
+  args, _, _ = case_args(case, mlir)
+  return findings_of(ptx, args, cluster=2, smem_bytes=smem_bytes, schedule=schedule)
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: f"schedule{s}")
@@ -180,9 +196,8 @@ def test_reduction_without_cluster_sync_is_caught(semantics, schedule):
   ptx, mlir, smem_bytes = _lowered(case)
   sync = "barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;"
   assert ptx.count(sync) == 1
-  with pytest.raises(ProtocolError) as err:
-    run_case(case, ptx.replace(sync, ""), mlir, smem_bytes, schedule)
-  assert err.value.rule in ("race", "early-read"), err.value
+  [f, *_] = case_findings(case, ptx.replace(sync, ""), mlir, smem_bytes, schedule)
+  assert f.rule in ("race", "early-read"), f
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES[:2])
@@ -194,9 +209,7 @@ def test_float_add_with_cta_scope_wait_is_caught(schedule):
   ptx, mlir, smem_bytes = _lowered(case)
   assert ptx.count(CLUSTER_WAIT) == 1
   cta_wait = ptx.replace(CLUSTER_WAIT, "mbarrier.try_wait.parity.shared::cta.b64")
-  with pytest.raises(ProtocolError) as err:
-    run_case(case, cta_wait, mlir, smem_bytes, schedule)
-  assert err.value.rule == "race"
+  expect(case_findings(case, cta_wait, mlir, smem_bytes, schedule), rule="race")
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: f"schedule{s}")
@@ -213,8 +226,7 @@ def test_per_thread_arrivals_on_a_tensor_core_barrier_are_caught(semantics, sche
   assert "tcgen05.fence::before_thread_sync" not in ptx
   # The first arrival completes the phase (or the next ones overrun it): data is read
   # before it lands, or arrivals spill into the next phase; either is reported.
-  with pytest.raises(ProtocolError):
-    run_case(case, ptx, mlir, smem_bytes, schedule)
+  case_findings(case, ptx, mlir, smem_bytes, schedule)
 
 
 def test_tensor_core_stores_arrive_once_per_warpgroup():
@@ -271,9 +283,8 @@ def test_without_install_the_cluster_barrier_leaves_the_fill_racing(case, schedu
   ptx, mlir, smem_bytes = _lowered(case)
   assert pallas_barriers.CLUSTER_ARRIVE not in ptx
   assert "mbarrier.arrive.shared::cluster.b64" in ptx   # upstream's arrive, .release.cta
-  with pytest.raises(ProtocolError) as err:
-    run_case(case, ptx, mlir, smem_bytes, schedule)
-  assert err.value.rule in ("race", "early-read"), err.value
+  [f, *_] = case_findings(case, ptx, mlir, smem_bytes, schedule)
+  assert f.rule in ("race", "early-read"), f
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: f"schedule{s}")
@@ -293,9 +304,8 @@ def test_each_half_of_the_cluster_arrive_is_needed(case, broken, schedule):
     ptx = ptx[:at] + "// " + ptx[at:]
   else:
     ptx = ptx.replace(pallas_barriers.CLUSTER_ARRIVE, "mbarrier.arrive.shared::cluster.b64")
-  with pytest.raises(ProtocolError) as err:
-    run_case(case, ptx, mlir, smem_bytes, schedule)
-  assert err.value.rule in ("race", "early-read"), err.value
+  [f, *_] = case_findings(case, ptx, mlir, smem_bytes, schedule)
+  assert f.rule in ("race", "early-read"), f
 
 
 def _predicated_arrive_kernel(predicate):

@@ -8,13 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mosaic_async_store.check import Budget, check, check_ptx, poll_state
+from mosaic_async_store.check import Budget, check, check_ptx, findings, poll_state
 from mosaic_async_store.check.interp import PtxKernel
-from mosaic_async_store.check.memory import SCHEDULES, ProtocolError
-from mosaic_async_store.tools import toolchain
+from mosaic_async_store.check.memory import SCHEDULES
 
 import tma_kernels
-from test_interp_features import kernel
+from ptx_harness import assemble, kernel
 
 # Thread 0 polls a global flag nobody sets, 50 tries counted in %r5 (a strong load:
 # each poll yields), then stores its count; nothing else changes between its polls, so
@@ -38,8 +37,7 @@ DONE:
 
 
 def _counted_poll(**kw):
-  ptx = kernel(_COUNTED_POLL)
-  toolchain.ptx_to_cubin(ptx, "sm_90a")
+  ptx = assemble(kernel(_COUNTED_POLL))
   return check_ptx(ptx, [np.zeros(2, np.uint32)], smem_bytes=64, block=(32, 1, 1),
                    budget=Budget(max_steps=100_000), **kw)
 
@@ -63,20 +61,20 @@ def _full_state(registers, th, columns):
   values = tuple(col[th.row] for col in registers.written)
   try:
     hash(values)
-  except ProtocolError:   # (an undefined.Undefined's hash is its finding)
+  except findings.Stop:   # (an undefined.Undefined's hash raises its finding)
     values = tuple(v if type(v) is int else repr(v) for v in values)
   return values
 
 
 @pytest.mark.parametrize("name", ["pipelined_add", "hopper_matmul"])
 def test_a_real_kernel_runs_the_same_steps_as_with_every_register_compared(name, monkeypatch):
-  once, steps = PtxKernel.run, []
+  once, steps = PtxKernel.launch, []
 
   def counted(self, *a, **kw):   # (each launch: a cluster in a schedule)
     result = once(self, *a, **kw)
     steps.append((self.machine.step, self.machine.executed))
     return result
-  monkeypatch.setattr(PtxKernel, "run", counted)
+  monkeypatch.setattr(PtxKernel, "launch", counted)
   fn, args = tma_kernels.ALL[name]()
   cut = check(fn, *args, schedules=2)
   launches = len(steps)

@@ -26,10 +26,12 @@ from mosaic_async_store.demo.config import StoreConfig
 from mosaic_async_store.demo.kernel import WAIT_POLLS
 from kernel_text import kernel_text
 
+from demo_kernels import full_kernel_args, launch_options
 from demo_kernels import run_ptx  # noqa: F401  (other test modules import it from here)
 from configs import RUNTIME_CONFIGS  # test/gpu (pyproject: pytest pythonpath)
 from mosaic_async_store.check.interp import PtxKernel
-from mosaic_async_store.check.memory import SCHEDULES, ProtocolError
+from mosaic_async_store.check.memory import SCHEDULES
+from ptx_harness import finding
 
 S = StoreConfig
 # The configurations named in the task first, then the rest of the GPU matrix.
@@ -65,6 +67,14 @@ def _ptx(cfg):
   return kernel_text(cfg, "ptx", bare=False)
 
 
+def ptx_finding(cfg, ptx, schedule=0, cluster=None, *, rule=None, match=None):
+  """The first finding (of ``rule``) of ``ptx`` run as ``cfg``'s kernel (``run_ptx``'s
+  run); fails the test where there is none, or where ``match`` is not in it
+  (``ptx_harness.finding``)."""
+  args, _ = full_kernel_args(cfg)
+  return finding(ptx, args, rule=rule, match=match, **launch_options(cfg, schedule, cluster))
+
+
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: f"schedule{s}")
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.describe())
 def test_ptx_stores_exact_bytes(cfg, schedule):
@@ -93,10 +103,8 @@ def test_wrong_store_offset_is_caught():
   assert m, "no st.async with an immediate offset"
   mutated = ptx[:m.start(2)] + str(int(m.group(2)) + 16) + ptx[m.end(2):]
   # The store now overlaps another one in flight: two unordered writes.
-  with pytest.raises(ProtocolError, match="while an asynchronous store into them is in "
-                     "flight") as err:
-    run_ptx(cfg, mutated)
-  assert err.value.rule == "early-read"
+  ptx_finding(cfg, mutated, rule="early-read",
+              match="while an asynchronous store into them is in flight")
 
 
 def test_wrong_store_data_is_caught():
@@ -124,9 +132,8 @@ def test_wrong_expect_tx_count_is_caught():
   # copy-out reads bytes whose phase it never observed, or the elected lane's report
   # reads the mbarrier's own bytes with ld.shared (undefined while it is initialised):
   # which comes first depends on how the warps interleave after the timeout.
-  with pytest.raises(ProtocolError) as err:
-    run_ptx(cfg, mutated)
-  assert (err.value.rule, "which it has not observed" in str(err.value)) in (
+  f = ptx_finding(cfg, mutated)
+  assert (f.rule, "which it has not observed" in f.explained) in (
       ("early-read", True), ("barrier-memory", False))
 
 
@@ -137,9 +144,7 @@ def test_missing_mapa_is_caught():
   ptx = _ptx(cfg)
   m = re.search(r"mapa\.shared::cluster\.u32 (%r\d+), (%r\d+), %r\d+;", ptx)
   mutated = ptx[:m.start()] + f"mov.b32 {m.group(1)}, {m.group(2)};" + ptx[m.end():]
-  with pytest.raises(ProtocolError, match="completing on CTA 1's mbarrier") as err:
-    run_ptx(cfg, mutated)
-  assert err.value.rule == "barrier-elsewhere"
+  ptx_finding(cfg, mutated, rule="barrier-elsewhere", match="completing on CTA 1's mbarrier")
 
 
 def test_unknown_opcode_is_refused():
@@ -177,6 +182,4 @@ def test_elected_arrival_without_the_warpgroup_barrier_is_caught(schedule):
   ptx = _ptx(cfg)
   bar = re.findall(r"\tbar\.sync %r\d+, 128;\n", ptx)
   assert len(bar) == 1, bar
-  with pytest.raises(ProtocolError) as err:
-    run_ptx(cfg, ptx.replace(bar[0], "\n"), schedule)
-  assert err.value.rule == "race"
+  ptx_finding(cfg, ptx.replace(bar[0], "\n"), schedule, rule="race")

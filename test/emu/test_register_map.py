@@ -18,7 +18,7 @@ from mosaic_async_store.tools import toolchain
 from mosaic_async_store.demo.config import resolve_layout
 from mosaic_async_store.plan.geometry import register_map
 
-from mosaic_async_store.check.interp import PtxKernel
+from ptx_harness import output
 
 # (layout name, shape): each shipped TiledLayout at a shape that is a small
 # multiple of its base tile; replicated layouts included.
@@ -65,8 +65,8 @@ def upstream_first_elements(layout, shape, num_regs) -> np.ndarray:
   """[thread, register] -> upstream's linear index of the register's first element."""
   ptx = _thread_idxs_ptx(layout, shape, num_regs)
   out0 = np.full(128 * num_regs, -1, np.int32)
-  [out] = PtxKernel(ptx).launch([out0], cluster=1, smem_bytes=0)  # src is unused: no param
-  return out.view(np.int32).reshape(128, num_regs)
+  out = output(ptx, [out0], np.int32, cluster=1, smem_bytes=0)  # src is unused: no param
+  return out.reshape(128, num_regs)
 
 
 @pytest.mark.parametrize("name,shape", CASES, ids=[f"{n}{list(s)}" for n, s in CASES])

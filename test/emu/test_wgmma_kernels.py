@@ -19,11 +19,7 @@ import tma_kernels
 from mosaic_async_store.check import check
 from mosaic_async_store.check.memory import SCHEDULES
 from mosaic_async_store.tools import check_kernel
-
-
-def _rules_in_every_schedule(report):
-  by = {s: {f.rule for f in report.findings if f.schedule == s} for s in SCHEDULES}
-  return set.intersection(*by.values()) if all(by.values()) else set()
+from ptx_harness import rules_in_every_schedule
 
 
 @pytest.mark.parametrize("name", tma_kernels.WGMMA)
@@ -84,7 +80,7 @@ def _edited(name, pattern, replacement):
 def test_broken_ptx_variants_break_their_rule_in_every_schedule(name, pattern, replacement,
                                                                 rule):
   report = _edited(name, pattern, replacement)
-  assert rule in _rules_in_every_schedule(report), str(report)
+  assert rule in rules_in_every_schedule(report, len(SCHEDULES)), str(report)
 
 
 def test_an_operand_overwritten_before_the_wait_is_a_race():
@@ -92,5 +88,5 @@ def test_an_operand_overwritten_before_the_wait_is_a_race():
   ``wgmma_wait`` (the buffer reused before the WGMMA that reads it completed)."""
   fn, args = tma_kernels.wgmma_after_generic_write(overwrite_before_wait=True)
   report = check(fn, *args, schedules=len(SCHEDULES))
-  assert "race" in _rules_in_every_schedule(report), str(report)
+  assert "race" in rules_in_every_schedule(report, len(SCHEDULES)), str(report)
   assert any("wgmma.mma_async operations of group 1" in f.message for f in report.findings)

@@ -99,7 +99,6 @@ def measure(cfg: StoreConfig) -> dict:
   rejects the kernel (upstream's red.async into the executing CTA is undefined).
   """
   import demo_kernels
-  from mosaic_async_store.check.memory import ProtocolError
   compiled = compile_cost_kernel(cfg)
   stats = compiled.stats
   counts, nbytes, widths = {"async": 0, "plain": 0}, 0, {}
@@ -121,10 +120,12 @@ def measure(cfg: StoreConfig) -> dict:
     orders = config_plan(cfg).store_orders
     row["order_selects"] = sum(o.selects for o in orders)
     row["order_saved"] = sum(o.wavefronts_saved for o in orders)
-  try:
-    row["wavefronts"] = demo_kernels.store_wavefronts_of(cfg, compiled.ptx)
-  except ProtocolError as e:
-    row["wavefronts"], row["checker"] = None, f"{e.rule}: {str(e)[:160]}"
+  kernel = demo_kernels.run_cost_kernel(cfg, compiled.ptx, findings_ok=True)
+  if kernel.findings:
+    f = kernel.findings[0]
+    row["wavefronts"], row["checker"] = None, f"{f.rule}: {f.explained[:160]}"
+  else:
+    row["wavefronts"] = demo_kernels.traced_wavefronts(kernel.store_trace)
   return row
 
 

@@ -3,7 +3,9 @@ store instructions cost in shared-memory wavefronts.
 
 ``run_ptx`` launches a configuration's full kernel (SMEM init, cluster sync,
 register loads, the store, bounded wait, copy-out) with the inputs of
-``gpu_run.make_inputs``.  ``traced_wavefronts`` prices the store instructions that
+``gpu_run.make_inputs`` (``full_kernel_args``), for a run that must break no rule; a
+test that wants a kernel's findings launches it with ``full_kernel_args`` and
+``launch_options``.  ``traced_wavefronts`` prices the store instructions that
 a traced run executed with the planner's bank model (``verify.bank_wavefronts``),
 so that any kernel, upstream's included, is measured by the same model as our
 plans are (``cost_measure`` uses it for both implementations).
@@ -23,7 +25,8 @@ from mosaic_async_store.plan.verify import bank_wavefronts
 
 from mosaic_async_store.check.interp import PtxKernel
 
-__all__ = ["run_ptx", "run_cost_kernel", "traced_wavefronts", "store_wavefronts_of"]
+__all__ = ["full_kernel_args", "launch_options", "run_ptx", "run_cost_kernel",
+           "traced_wavefronts"]
 
 
 def _poison_spare_bits(cfg, src):
@@ -45,19 +48,44 @@ def _smem_bytes(cfg: StoreConfig) -> int:
   return alloc + (-alloc % 8) + 8
 
 
-def run_ptx(cfg: StoreConfig, ptx: str, schedule=0, cluster=None, *, trace_stores=False):
-  """Runs ``ptx`` as ``cfg``'s kernel under ``schedule`` (on ``cluster`` CTAs,
-  default cfg's); returns (out, flags, want, interpreter)."""
+def full_kernel_args(cfg: StoreConfig) -> tuple[list[np.ndarray], np.ndarray]:
+  """``cfg``'s full kernel's arguments in its parameter order (init, src, flags, out:
+  bytes and flags the kernel never writes show) and the SMEM bytes it must leave in
+  ``out`` (``hostdata.expected_smem``)."""
   codes, src, init = make_inputs(cfg, seed=0)
   src = _poison_spare_bits(cfg, src)
   io = kernel_io(cfg)
   out0 = np.full(cfg.cluster * io.smem_bytes, 0xA5, np.uint8)   # unwritten bytes show
   flags0 = np.full(cfg.cluster * 128, -1, np.int32)             # unwritten flags show
+  return [init, src, flags0, out0], hostdata.expected_smem(cfg, codes, init)
+
+
+def launch_options(cfg: StoreConfig, schedule=0, cluster=None, **kwargs) -> dict:
+  """``PtxKernel.launch``'s keywords for ``cfg``'s kernel under ``schedule`` (on
+  ``cluster`` CTAs, default cfg's; its SMEM: ``_smem_bytes``), and ``kwargs``."""
+  return dict(cluster=cluster or cfg.cluster, smem_bytes=_smem_bytes(cfg),
+              schedule=schedule, **kwargs)
+
+
+def _no_findings(cfg: StoreConfig, found) -> None:
+  """Raises AssertionError naming ``found`` (a run's findings) where there is one."""
+  if found:
+    raise AssertionError(f"{cfg.describe()}: the run broke a rule: "
+                         + "; ".join(f.explained for f in found))
+
+
+def run_ptx(cfg: StoreConfig, ptx: str, schedule=0, cluster=None, *, trace_stores=False):
+  """Runs ``ptx`` as ``cfg``'s kernel under ``schedule`` (on ``cluster`` CTAs,
+  default cfg's); returns (out, flags, want, interpreter).  Raises AssertionError where
+  the run broke a rule (its findings: ``full_kernel_args`` and ``launch_options``
+  launch a kernel that must break one)."""
+  args, want = full_kernel_args(cfg)
   kernel = PtxKernel(ptx)
-  _, _, flags, out = kernel.launch([init, src, flags0, out0], cluster=cluster or cfg.cluster,
-                                   smem_bytes=_smem_bytes(cfg), schedule=schedule,
-                                   trace_stores=trace_stores)
-  return out, flags.view(np.int32), hostdata.expected_smem(cfg, codes, init), kernel
+  outputs, found = kernel.launch(args, **launch_options(cfg, schedule, cluster,
+                                                        trace_stores=trace_stores))
+  _no_findings(cfg, found)
+  _, _, flags, out = outputs
+  return out, flags.view(np.int32), want, kernel
 
 
 def traced_wavefronts(trace: dict, cta: int = 0) -> int:
@@ -83,28 +111,29 @@ def traced_wavefronts(trace: dict, cta: int = 0) -> int:
   return total
 
 
-def run_cost_kernel(cfg: StoreConfig, ptx: str, schedule=0):
+def run_cost_kernel(cfg: StoreConfig, ptx: str, schedule=0, *, findings_ok=False):
   """Runs ``ptx``, ``cfg``'s cost kernel (``store_kernels.CostKernel``: register
   loads, the store, the bounded wait; parameters ``src`` and ``flags``), with each
   CTA's SMEM starting as the full kernel's ``init`` would leave it and its store
-  instructions traced; raises AssertionError unless the bytes in every CTA's SMEM
-  and every wait flag are right.  Returns the interpreter."""
+  instructions traced; raises AssertionError unless the run broke no rule and the bytes
+  in every CTA's SMEM and every wait flag are right.  Returns the interpreter.
+  ``findings_ok``: a run that broke a rule returns the interpreter instead, unchecked
+  (its ``findings`` say which)."""
   codes, src, init = make_inputs(cfg, seed=0)
   io = kernel_io(cfg)
   per_cta = init.reshape(cfg.cluster, -1)
   kernel = PtxKernel(ptx)
-  _, flags = kernel.launch([_poison_spare_bits(cfg, src), np.full(cfg.cluster * 128, -1, np.int32)],
-                           cluster=cfg.cluster, smem_bytes=_smem_bytes(cfg),
-                           schedule=schedule, trace_stores=True, smem_init=list(per_cta))
+  outputs, found = kernel.launch(
+      [_poison_spare_bits(cfg, src), np.full(cfg.cluster * 128, -1, np.int32)],
+      cluster=cfg.cluster, smem_bytes=_smem_bytes(cfg), schedule=schedule,
+      trace_stores=True, smem_init=list(per_cta))
+  if found and findings_ok:
+    return kernel
+  _no_findings(cfg, found)
+  _, flags = outputs
   got = np.concatenate([np.frombuffer(bytes(b[:io.smem_bytes]), np.uint8) for b in kernel.machine.smem])
   if (got != hostdata.expected_smem(cfg, codes, init)).any():
     raise AssertionError(f"{cfg.describe()}: the kernel's bytes are wrong")
   if not (flags.view(np.int32) == 1).all():
     raise AssertionError(f"{cfg.describe()}: a wait did not complete")
   return kernel
-
-
-def store_wavefronts_of(cfg: StoreConfig, ptx: str) -> int:
-  """Runs ``ptx``, ``cfg``'s cost kernel (``run_cost_kernel``: bytes and waits
-  checked), and returns CTA 0's store wavefronts (``traced_wavefronts``)."""
-  return traced_wavefronts(run_cost_kernel(cfg, ptx).store_trace)
