@@ -36,6 +36,7 @@ from jaxlib.mlir.dialects import arith, gpu
 from mosaic_async_store import compat
 from mosaic_async_store.plan import validate
 from mosaic_async_store.plan.dtypes import as_dtype
+from mosaic_async_store.plan.ref_swizzle import SWIZZLE_UNSET
 from mosaic_async_store.errors import AsyncStoreError, refuse, refuse_type
 from mosaic_async_store.lowering import pallas_barriers, pallas_layouts
 from mosaic_async_store.lowering.store import async_store
@@ -180,7 +181,9 @@ def _dialect_rule(ctx, op):
       op.valueToStore, layout,
       is_signed=signed if isinstance(ir.VectorType(op.valueToStore.type).element_type,
                                      ir.IntegerType) else None)
-  swizzle, tiling_rank, ref = None, None, op.destination
+  # Without transforms the destination's type alone cannot say whether it is swizzled:
+  # async_store refuses a tiled one that is laid out for a swizzle (plan/ref_swizzle.py).
+  swizzle, tiling_rank, ref = SWIZZLE_UNSET, None, op.destination
   if "in_transforms" in attrs:
     transforms = _p.inference_utils.in_transforms(op)[0]
     sw = dl.swizzle_from_transforms_attr(transforms)
@@ -229,8 +232,20 @@ def _is_ours(op) -> bool:
 
 @compat.register_dialect_lowering(_OP)
 def _dialect_dispatch(ctx, op):
-  """This project's ops through ``_dialect_rule``; others through upstream's."""
-  return (_dialect_rule if _is_ours(op) else _upstream_dialect_rule)(ctx, op)
+  """This project's ops through ``_dialect_rule``; others through upstream's.
+
+  The dialect is lowered after the kernel's trace, where no Python frame of the user's
+  is left: a refusal carries the op's location (``mlir_location``; jax gives each op
+  its equation's, the user's line that made the store), which ``check`` and
+  ``compile`` name (tools/kernel_errors.py)."""
+  if not _is_ours(op):
+    return _upstream_dialect_rule(ctx, op)
+  try:
+    return _dialect_rule(ctx, op)
+  except (AsyncStoreError, TypeError) as e:
+    if not hasattr(e, "mlir_location"):
+      e.mlir_location = str(op.location)
+    raise
 
 
 # Layout inference: this project's ops admit every layout the planner stores
@@ -346,27 +361,12 @@ def _check_call(src, ref, barrier, cluster_idx, cluster_dim, optimized, atomic) 
 
 def async_store_smem(src, ref, barrier, *, cluster_idx, cluster_dim: Hashable | int,
                      optimized: bool = True, atomic: str | None = None) -> None:
-  """Asynchronously stores ``src`` into ``ref`` of the CTA ``cluster_idx`` along ``cluster_dim``.
+  """The store behind ``mosaic_async_store.pallas.async_store_smem``, whose docstring
+  documents every parameter, what is refused, and an example (docs/pallas.md too).
 
-  Same signature and semantics as ``plgpu.async_store_smem``, with every dtype
-  (down to 4-bit), layout and swizzle, exact tx accounting for any size, and
-  the atomics "add", "min", "max", "and", "or", "xor", "inc", "dec"
-  (signedness from ``src.dtype``).  Allocate ``plgpu.Barrier(num_arrivals=n)``
-  with ``n`` the stores that land per phase: on a plain barrier every thread
-  of the warpgroup arrives once, announcing its own bytes (Pallas counts 128
-  arrivals per ``num_arrivals``); on one allocated with
-  ``orders_tensor_core=True`` one thread arrives with the whole transfer, after
-  ``tcgen05.fence::before_thread_sync`` and a warpgroup barrier, as upstream's
-  store does (sm_100a and newer).
-
-  Args:
-    src: the array to store (registers of the warpgroup).
-    ref: the SMEM ref to store to (same shape and dtype; transforms allowed).
-    barrier: a single barrier; the destination CTA's copy gets the arrival.
-    cluster_idx: index of the target CTA along ``cluster_dim``.
-    cluster_dim: the cluster axis name (or index).
-    optimized: require a bank-conflict-free store.
-    atomic: None or a reduction.
+  Checks what the avals lose (``_check_call``), then binds ``async_store_smem_p`` with the
+  ref's and the barrier's transforms flattened, as upstream's wrapper does; the
+  abstract evaluation and the lowering rules above check the rest.
   """
   _check_call(src, ref, barrier, cluster_idx, cluster_dim, optimized, atomic)
   get = _p.state_primitives.get_ref_and_transforms

@@ -13,6 +13,8 @@ from jaxlib.mlir.dialects import arith, gpu, scf
 
 from mosaic_async_store import compat
 from mosaic_async_store.plan import validate
+from mosaic_async_store.plan.dtypes import as_dtype
+from mosaic_async_store.plan.ref_swizzle import SWIZZLE_UNSET, given_swizzle
 from mosaic_async_store.errors import AsyncStoreError, refuse, refuse_type
 from mosaic_async_store.plan.geometry import WARPGROUP_SIZE
 from mosaic_async_store.lowering import ptx, target
@@ -158,56 +160,17 @@ def _emit_stores(plan, builder, addresses, barrier_addr):
 
 
 def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
-                swizzle=None, tiling_rank=None, optimized=True, atomic=None,
+                swizzle=SWIZZLE_UNSET, tiling_rank=None, optimized=True, atomic=None,
                 expect_tx=True, strategy="st.async", remote_plain_ok=True,
                 arrival="thread") -> int:
-  """Stores ``value`` asynchronously into ``ref`` (this CTA's or a peer's SMEM).
+  """The store behind ``mosaic_async_store.async_store``, whose docstring documents
+  every parameter, what is refused, and an example (docs/api.md too).
 
-  Args:
-    value: an ``mgpu.FragmentedArray`` held by one warpgroup (Lane semantics).
-    ref: SMEM memref of the executing CTA: tiled and swizzled, or plain; any
-      static strides (transposed views).  The peer's copy at the same offset is
-      written.  A sliced ref's offset must keep the swizzle phase (a multiple of
-      8 rows of ``swizzle`` bytes) and the widest store's alignment; a dynamic
-      offset must be proven so by its slicing ops (``lowering/ref_offset.py``).
-    barrier: an ``mgpu.BarrierRef`` (one barrier) of the executing CTA; the
-      target CTA's copy receives the arrival and the tx count.
-    cluster_dim, cluster_idx: the target CTA along a cluster dimension; both
-      None stores into the executing CTA's own shared memory.  A target that is
-      the executing CTA (``target.target_kind``) takes the local form; a
-      reduction whose target may be, depending on the CTA, branches at run time
-      (``StorePlan.local_form``): red.async into the executing CTA is undefined, and a
-      plain red.shared::cluster into it far dearer than red.shared::cta.
-    swizzle: 16, 32, 64, 128 or None; must match the ref's tiling.
-    tiling_rank: trailing ref dims forming the tile (default: inferred).
-    optimized: require a bank-conflict-free plan (else AsyncStoreError).
-    atomic: None or "add", "min", "max", "and", "or", "xor", "inc", "dec".
-    expect_tx: each thread arrives once on the target barrier announcing
-      exactly its bytes; False announces nothing (the caller accounts).
-    strategy: "st.async" (default: every piece an async store can carry
-      completes on the tx count) or "plain" (every piece as a plain
-      ``st.shared::cluster`` ordered by the release arrive; the benchmark's
-      comparison point, and what a one-CTA cluster gets automatically).
-      With ``expect_tx=False`` the caller orders the plain stores itself.
-    remote_plain_ok: False refuses a store into a peer that has plain pieces
-      (ordered only by the ``.release.cluster`` arrive): for callers whose
-      consumer waits with ``.acquire.cta`` (Pallas' barrier_wait before install()).
-    arrival: who arrives on the target barrier (with ``expect_tx``).  "thread":
-      each thread once, with its own bytes (a barrier counting 128 arrivals per
-      store: Pallas' ``plgpu.Barrier``).  "warpgroup": one elected thread, with the
-      whole warpgroup's bytes, after a warpgroup barrier (``bar.sync``) that
-      orders every thread's stores before it (a barrier counting one arrival per
-      store).  "tensor_core": "warpgroup" with ``tcgen05.fence::before_thread_sync``
-      before the warpgroup barrier, as upstream arrives on a barrier allocated with
-      ``orders_tensor_core=True`` (sm_100a and newer only).
-
-  Returns:
-    The bytes the warpgroup writes (a Python int).
-
-  Emits ``mapa.shared::cluster.u32`` (peer form only), ``st.async ... v4.b32 / v2.b32
-  / b32`` or ``red.async``, plain ``st/red .shared::cluster`` for pieces no async
-  form can carry, ``shfl.sync.bfly`` for sub-word packing, and
-  ``mbarrier.arrive.expect_tx{.release.cluster}.shared::cluster.b64``.
+  Validates everything before any IR is built (``_check_*``, ``given_swizzle``, the
+  planner), plans and verifies, then emits through ``emit_plan``.  The target's kind
+  (``target.target_kind``: the executing CTA's own SMEM, a peer's, or either depending
+  on the CTA) picks the local form, the peer form, or the peer form carrying its local
+  form (``StorePlan.local_form``), chosen at run time.
   """
   _check_context()
   _check_options(expect_tx, strategy, arrival)
@@ -225,8 +188,10 @@ def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
   # there, and a plain red.shared::cluster far dearer than red.shared::cta.
   where = Target(peer=kind != "local", cluster_dim=cluster_dim, cluster_idx=cluster_idx,
                  cluster_shape=cluster, may_be_own=kind == "either")
-  plan = plan_store(value.layout, value.shape,
-                    dtype_name(value.mlir_dtype, value.is_signed), swizzle=swizzle,
+  dtype = dtype_name(value.mlir_dtype, value.is_signed)
+  swizzle = given_swizzle(swizzle, tuple(value.shape), tuple(ref_ty.shape), tuple(strides),
+                          as_dtype(dtype).bits)
+  plan = plan_store(value.layout, value.shape, dtype, swizzle=swizzle,
                     tiling_rank=tiling_rank, optimized=optimized, atomic=atomic,
                     ref_shape=tuple(ref_ty.shape), ref_strides=tuple(strides),
                     plain_stores=strategy == "plain", target=where)

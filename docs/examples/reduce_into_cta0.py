@@ -6,7 +6,8 @@ the other functions are the classic mistakes.  Run them in the checker without a
     mosaic-async-store check docs/examples/reduce_into_cta0.py:no_cluster_barrier
     mosaic-async-store check docs/examples/reduce_into_cta0.py:wrong_arrival_count
 
-(docs/check-your-kernel.md shows what each prints.)
+(docs/check-your-kernel.md shows what each prints.)  It uses only public API (jax's
+Pallas MGPU and ``mosaic_async_store.pallas``), the same on every supported jax.
 """
 
 import jax
@@ -16,7 +17,6 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 from jaxlib.mlir.dialects import nvvm
 
-from mosaic_async_store import compat
 from mosaic_async_store import pallas as mas_pallas
 
 SHAPE = (64, 64)
@@ -39,14 +39,13 @@ def _kernel(*, cluster_barrier=True, arrivals=2):
     smem[...] = jnp.zeros(SHAPE, jnp.int32)                 # CTA 0 sums into zeros
     if cluster_barrier:
       _cluster_barrier()
-    x = compat.pallas_load(x_ref.at[cta], layout=plgpu.Layout.WGMMA, optimized=False)
+    x = x_ref[cta]                                          # this CTA's partial tile
     mas_pallas.async_store_smem(x, smem, bar.at[0], cluster_idx=0, cluster_dim="cluster",
                                 atomic="add")
     @pl.when(cta == 0)
     def _():
       plgpu.barrier_wait(bar.at[0])                         # both CTAs' stores landed
-      compat.pallas_store(o_ref, compat.pallas_load(smem, layout=plgpu.Layout.WGMMA,
-                                                    optimized=False))
+      o_ref[...] = smem[...]
   return plgpu.kernel(
       body, out_type=jax.ShapeDtypeStruct(SHAPE, jnp.int32), grid=(1,), grid_names=("g",),
       cluster=(2,), cluster_names=("cluster",),

@@ -10,6 +10,7 @@ give clear errors) before anything heavy is loaded.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 
 __all__ = [
@@ -68,11 +69,63 @@ def mosaic_gpu_core():
   """Upstream's ``jax.experimental.mosaic.gpu.core``.
 
   It holds ``_mosaic_gpu_lowering_rule`` (private; Pallas calls it as a
-  module attribute, which is what lets pallas_capture wrap it) and
+  module attribute), ``mosaic_gpu_p`` (the primitive ``as_gpu_kernel`` binds) and
   ``_kernel_to_module``.
   """
   from jax.experimental.mosaic.gpu import core  # private names: jax 0.10.2
   return core
+
+
+def _mosaic_gpu_rule_table() -> dict:
+  """jax's table of lowering rules registered for CUDA, by primitive (the private
+  ``jax._src.interpreters.mlir._platform_specific_lowerings["cuda"]``, jax 0.10 .. 0.12;
+  each entry a dataclass whose ``rule`` is the function)."""
+  from jax._src.interpreters import mlir as jax_mlir   # private: jax 0.10 .. 0.12
+  return jax_mlir._platform_specific_lowerings["cuda"]
+
+
+def mosaic_gpu_lowering_rules() -> tuple:
+  """(the rule Pallas MGPU calls by name, the rule registered for ``as_gpu_kernel``'s
+  primitive or None): upstream's Mosaic GPU lowering on its two routes, as they are now
+  (``mosaic_gpu_lowering_observed`` wraps both for a while)."""
+  core = mosaic_gpu_core()
+  entry = _mosaic_gpu_rule_table().get(core.mosaic_gpu_p)
+  return core._mosaic_gpu_lowering_rule, (entry.rule if entry is not None else None)
+
+
+@contextlib.contextmanager
+def mosaic_gpu_lowering_observed(observe):
+  """While active, ``observe(module)`` sees the Mosaic GPU module of every kernel lowered
+  for CUDA, before upstream's rule serializes it into its custom call; the rule then
+  runs as before.
+
+  Kernels reach that rule two ways, on jax 0.10 to 0.12 alike: Pallas MGPU
+  (``plgpu.kernel``, ``pallas_call``) calls ``core._mosaic_gpu_lowering_rule`` by its
+  module attribute; ``mgpu.as_gpu_kernel`` binds ``core.mosaic_gpu_p``, whose "cuda"
+  lowering jax looks up in its table of registered rules (``_mosaic_gpu_rule_table``),
+  which holds the function itself, not its name.  Both are wrapped, and both restored on
+  exit (the table's entry as it was).
+  """
+  core = mosaic_gpu_core()
+  by_name = core._mosaic_gpu_lowering_rule
+  table = _mosaic_gpu_rule_table()
+  entry = table.get(core.mosaic_gpu_p)
+
+  def wrapping(rule):
+    def observed(ctx, *operands, module, **kwargs):
+      observe(module)
+      return rule(ctx, *operands, module=module, **kwargs)
+    return observed
+
+  core._mosaic_gpu_lowering_rule = wrapping(by_name)
+  if entry is not None:
+    table[core.mosaic_gpu_p] = dataclasses.replace(entry, rule=wrapping(entry.rule))
+  try:
+    yield
+  finally:
+    core._mosaic_gpu_lowering_rule = by_name
+    if entry is not None:
+      table[core.mosaic_gpu_p] = entry
 
 
 def kernel_to_module(body, grid, block, in_shape, out_shape,

@@ -37,7 +37,7 @@ Not an edge:
 The finder itself is shown to fail: on a small graph with cycles, and on a folder of
 modules whose only cycle is closed by an import inside a function.
 
-Run it alone with ``pytest test/unit/test_check_imports.py``.
+Run it alone with ``pytest test/checker/test_check_imports.py``.
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ def test_check_runs_the_tma_kernels(name):
 
 def test_check_ptx_refuses_a_run_time_case_it_does_not_model():
   """A NaN result is the checker's limit, not the kernel's fault: refused, not filed."""
-  from test_interp_features import kernel
+  from ptx_harness import kernel
   ptx = kernel("""
   ld.param.u64 %rd1, [k_param_0];
   ld.global.b32 %r3, [%rd1];

@@ -10,7 +10,7 @@ lane at a named barrier (``NamedWait``).  ``barriers`` uses all of them,
 ``cluster_barrier`` ``WARP``, ``warp_live`` and ``where``, ``pairings`` ``WARP``,
 ``warp_live`` and ``NamedWait``.  They live here, below the three, so that no two of
 them import each other: ``barriers`` imports ``cluster_barrier`` and ``pairings``, and
-neither of those imports ``barriers`` (test/unit/test_check_imports.py fails on any
+neither of those imports ``barriers`` (test/checker/test_check_imports.py fails on any
 cycle of imports among the checker's modules).
 
 These are functions of the machine ``k`` (``machine.Machine``) and change nothing

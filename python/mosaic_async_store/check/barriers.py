@@ -336,7 +336,7 @@ def _barriers_after_exit(k, th):
 
 
 # The opcodes this family runs (``opcodes.Opcode``: the handler, statements it runs,
-# statements it refuses; test/emu/test_opcode_table.py compiles every one).
+# statements it refuses; test/checker/test_opcode_table.py compiles every one).
 OPCODES = {
     "bar": Opcode(_bar_op, ("bar.sync 0", "bar.sync 1, 128", "bar.warp.sync -1",
                             "bar.arrive 1, 128", "bar.cta.sync %r1, %r2",

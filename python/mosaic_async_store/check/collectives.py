@@ -181,7 +181,7 @@ def warp_sync(k, mask):
 
 
 # The opcodes this family runs (``opcodes.Opcode``: the handler, statements it runs,
-# statements it refuses; test/emu/test_opcode_table.py compiles every one).
+# statements it refuses; test/checker/test_opcode_table.py compiles every one).
 OPCODES = {
     "shfl": Opcode(shfl, ("shfl.sync.idx.b32 %r1, %r2, 0, 31, -1",
                                  "shfl.sync.bfly.b32 %r1|%p1, %r2, 1, 31, -1"),

@@ -69,7 +69,7 @@ def _nanosleep(k, ins):
 
 
 # The opcodes this family runs (``opcodes.Opcode``: the handler, statements it runs,
-# statements it refuses; test/emu/test_opcode_table.py compiles every one).
+# statements it refuses; test/checker/test_opcode_table.py compiles every one).
 OPCODES = {
     "setmaxnreg": Opcode(_setmaxnreg, ("setmaxnreg.dec.sync.aligned.u32 40",
                                        "setmaxnreg.inc.sync.aligned.u32 232"),

@@ -125,7 +125,7 @@ def _init_fence_lanes(k, lanes, scope):
 
 
 # The opcodes this family runs (``opcodes.Opcode``: the handler, statements it runs,
-# statements it refuses; test/emu/test_opcode_table.py compiles every one).
+# statements it refuses; test/checker/test_opcode_table.py compiles every one).
 OPCODES = {
     "fence": Opcode(_fence_op, ("fence.acq_rel.cta", "fence.sc.cluster", "fence.acquire.cluster",
                                 "fence.release.cluster", "fence.mbarrier_init.release.cluster",

@@ -13,7 +13,7 @@ functions (``floats.float_op``) give lane by lane.
 Where any lane is a case the lane function treats its own way (a NaN; an infinity, but
 for ``min`` / ``max``, which order it like any value; a subnormal input or result, a
 zero divisor, two zeros to order, an overflow, a result at the smallest normal under
-``.ftz``) a form returns None and the caller runs every lane through the lane function.  test/emu/test_float_lanes.py compares the two.
+``.ftz``) a form returns None and the caller runs every lane through the lane function.  test/checker/test_float_lanes.py compares the two.
 """
 
 from __future__ import annotations

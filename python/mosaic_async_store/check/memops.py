@@ -217,7 +217,7 @@ def _red(k, ins):
 
 
 # The opcodes this family runs (``opcodes.Opcode``: the handler, statements it runs,
-# statements it refuses; test/emu/test_opcode_table.py compiles every one).
+# statements it refuses; test/checker/test_opcode_table.py compiles every one).
 OPCODES = {
     "ld": Opcode(_ld, ("ld.global.u32 %r1, [%rd2]", "ld.shared.v2.u32 {%r1, %r2}, [%r3+8]",
                        "ld.param.u64 %rd1, [%rd2]", "ld.u8 %h1, [%rd2]",

@@ -16,7 +16,7 @@ does not implement.  Adding a family is one new module with its table and its
 name in ``FAMILIES`` (docs/architecture.md, "Adding an opcode family").
 
 ``examples`` and ``refused`` are whole PTX statements over the registers of
-``EXAMPLE_REGISTERS``; test/emu/test_opcode_table.py compiles every one of them
+``EXAMPLE_REGISTERS``; test/checker/test_opcode_table.py compiles every one of them
 (and runs the register-to-register ones against a reference computed another
 way), so the tables cannot drift from what the handlers accept.
 """
@@ -36,7 +36,7 @@ __all__ = ["Opcode", "Instr", "OPCODES", "FAMILIES", "EXAMPLE_REGISTERS", "REFUS
 FAMILIES = ("values", "memops", "strong", "access", "sync", "fences", "barriers",
             "collectives", "control", "tma", "wgmma")
 
-# The registers the examples name (test/emu/test_opcode_table.py declares them).
+# The registers the examples name (test/checker/test_opcode_table.py declares them).
 EXAMPLE_REGISTERS = (".reg .pred %p<8>;", ".reg .b16 %h<8>;", ".reg .b32 %r<32>;",
                      ".reg .b64 %rd<32>;", ".reg .f32 %f<8>;")
 

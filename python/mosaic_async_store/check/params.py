@@ -24,7 +24,9 @@ Arguments (``pack``), in parameter order:
 
 Buffers.  Every distinct array object is one global buffer, in the order of first
 appearance (a bare array, a ``Memref``'s array, a ``TensorMap``'s array): buffer j
-lives at (j + 1) << ``GLOBAL_SHIFT``.  ``buffer_slots`` says which buffer each
+lives at (j + 1) << ``GLOBAL_SHIFT`` and holds the array's elements in C order, 2- and
+4-bit ones packed as the kernel reads them (``subbyte``; a ``Memref``'s sizes and
+strides stay in elements, as the memref's are).  ``buffer_slots`` says which buffer each
 argument names; the run returns the buffers' final bytes, one per buffer.
 """
 
@@ -36,6 +38,7 @@ import re
 
 import numpy as np
 
+from mosaic_async_store.check import subbyte
 from mosaic_async_store.check.addresses import GLOBAL_SHIFT
 from mosaic_async_store.check.tensor_map import TENSOR_MAP_BYTES, TensorMap
 
@@ -216,7 +219,7 @@ def pack(program, args) -> Packed:
   for i, (a, j) in enumerate(zip(args, slots)):
     named = f"argument {i}, parameter {first_param[i]}"
     if j == len(gbufs):
-      gbufs.append(bytearray(np.ascontiguousarray(array_of(a)).tobytes()))
+      gbufs.append(bytearray(subbyte.pack(array_of(a)).tobytes()))
       names.append(named)
     else:
       names[j] += f" (also {named})"

@@ -6,9 +6,11 @@ schedules, and report what the PTX memory model and the ISA's rules say about it
     report.ok, report.findings, report.outputs
 
 Arguments are checked before anything runs; a rule broken in a schedule is a
-``Finding`` of that schedule (the run of that schedule stops there); a schedule that
-reaches its budget (``budget.Budget``) is ``Unfinished``; the arguments' contents after
-the first schedule that completed are the outputs.  The checker's own failure is a
+``Finding`` of that schedule (``findings.py``: after a race or an early read the run goes
+on, as the kernel would on hardware; a fault, an undefined mbarrier state or a hang ends
+it); a schedule that reaches its budget (``budget.Budget``) is ``Unfinished``; the
+arguments' contents after the first schedule that completed without a finding are the
+outputs.  The checker's own failure is a
 ``CheckerError``, raised, never a finding.
 """
 
@@ -18,6 +20,7 @@ import dataclasses
 
 import numpy as np
 
+from mosaic_async_store.check import subbyte
 from mosaic_async_store.check.budget import DEFAULT, Budget, BudgetExceeded
 from mosaic_async_store.check.interp import Memref, PtxKernel
 from mosaic_async_store.check.findings import Finding
@@ -123,6 +126,8 @@ def _check_args(args, smem_bytes, block, cluster, grid, schedules):
       raise refuse_type(f"args[{i}]", a, "a NumPy array (one pointer parameter), "
                         "Memref(array) (a memref descriptor) or a TensorMap (128 bytes of "
                         "a tensor-map parameter)", "wrap it: np.asarray(...)")
+    if (refused := subbyte.refusal(f"args[{i}]", array_of(a).dtype)) is not None:
+      raise refused
   if not (isinstance(smem_bytes, (int, np.integer)) and not isinstance(smem_bytes, bool)
           and 0 <= smem_bytes <= MAX_SMEM_BYTES):
     raise refuse("smem_bytes", smem_bytes, f"an int in 0..{MAX_SMEM_BYTES} (the kernel's "
@@ -152,7 +157,10 @@ def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1,
       parameter, ``Memref(array)`` for a memref descriptor (3 + 2 * ndim parameters),
       a ``TensorMap`` for 128 bytes of a tensor-map parameter (``params``: layout;
       the same array object in several arguments is one global buffer; a map's
-      output is its array's final contents).
+      output is its array's final contents).  Arrays of 2- and 4-bit elements
+      (ml_dtypes ``int4``, ``uint4``, ``float4_e2m1fn``, ``int2``, ``uint2``) are laid
+      out packed, as the kernel reads them, and come back unpacked in their dtype and
+      shape (``subbyte``: the layout; 1- and 6-bit types are refused).
     smem_bytes: dynamic shared memory per CTA.
     block: threads per CTA, (x, 1, 1).
     cluster: CTAs per cluster, (x, y, z) (at most 16 in all; rank x fastest).
@@ -249,9 +257,10 @@ def _finding(kernel, f: Finding, seed: int) -> Finding:
 
 
 def _like(raw: np.ndarray, arg) -> np.ndarray:
-  """The bytes ``raw`` as an array of ``arg``'s dtype and shape."""
+  """The bytes ``raw`` as an array of ``arg``'s dtype and shape (2- and 4-bit elements
+  unpacked: ``subbyte``)."""
   like = np.asarray(array_of(arg))
-  return np.frombuffer(raw.tobytes(), like.dtype).reshape(like.shape).copy()
+  return subbyte.unpack(raw, like.dtype, like.shape)
 
 
 def _per_argument(out, args) -> list[np.ndarray]:

@@ -254,7 +254,7 @@ def _publish(k, th, buf, off, size, sem, scope, *, rmw, before):
 
 
 # The opcodes this family runs (``opcodes.Opcode``: the handler, statements it runs,
-# statements it refuses; test/emu/test_opcode_table.py compiles every one).
+# statements it refuses; test/checker/test_opcode_table.py compiles every one).
 OPCODES = {
     "atom": Opcode(_atom, ("atom.shared.add.u32 %r1, [%r2], 1",
                            "atom.acquire.cluster.shared::cluster.or.b32 %r1, [%r2], %r3",

@@ -316,7 +316,7 @@ def mbarrier_key(k, th, space, addr, form=None):
 
 
 # The opcodes this family runs (``opcodes.Opcode``: the handler, statements it runs,
-# statements it refuses; test/emu/test_opcode_table.py compiles every one).
+# statements it refuses; test/checker/test_opcode_table.py compiles every one).
 OPCODES = {
     "mbarrier": Opcode(_mbarrier_op, (
         "mbarrier.init.shared.b64 [%r1], 1", "mbarrier.inval.shared.b64 [%r1]",

@@ -48,8 +48,10 @@ itself must be 64-byte aligned, which the parameter's ``.align 64`` gives):
                                 point ``dtype`` only)
   ============================  ===============================================
 
-One more, the checker's own: the tensor lies inside ``array`` (every element the
-map can address is a byte of that buffer).
+Two more, the checker's own: the tensor lies inside ``array`` (every element the
+map can address is a byte of that buffer), and ``array`` holds byte-sized elements
+(an array of 2- or 4-bit ones, which a kernel reads packed, is refused: map its
+packed bytes, ``subbyte.pack``, instead).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ import dataclasses
 
 import numpy as np
 
+from mosaic_async_store.check import subbyte
 from mosaic_async_store.errors import refuse, refuse_type
 
 __all__ = ["TensorMap", "TENSOR_MAP_BYTES", "MAGIC"]
@@ -144,6 +147,13 @@ class TensorMap:
     if not isinstance(self.array, np.ndarray):
       raise refuse_type("array", self.array, "a NumPy array (the global buffer)",
                         "pass np.asarray(x); the same object elsewhere aliases it")
+    if subbyte.element_bits(self.array.dtype) < 8:
+      raise refuse("array", f"an array of dtype {self.array.dtype.name}", "arrays of "
+                   "byte-sized elements (a map's offset, strides and box count whole "
+                   "bytes; the checker's TMA does not copy packed sub-byte elements)",
+                   "map the packed bytes instead: p = mosaic_async_store.check.subbyte"
+                   ".pack(x).reshape(rows, -1); TensorMap.of(p, box=...) with the box in "
+                   "bytes; unpack the output with subbyte.unpack(out, x.dtype, x.shape)")
     size, dtype = _element(self.elem_bytes, self.dtype)
     put("elem_bytes", size)
     put("dtype", dtype)

@@ -251,7 +251,7 @@ def _bulk(k, ins):
 
 
 # The opcodes this family runs (``opcodes.Opcode``: the handler, statements it runs,
-# statements it refuses; test/emu/test_opcode_table.py compiles every one).
+# statements it refuses; test/checker/test_opcode_table.py compiles every one).
 OPCODES = {
     "cp": Opcode(_bulk, (
         "cp.async.bulk.tensor.2d.shared::cta.global.mbarrier::complete_tx::bytes "

@@ -300,7 +300,7 @@ _ALU_REFUSED = ("add.sat.s32 %r1, %r2, %r3", "add.cc.u32 %r1, %r2, %r3",
 
 
 # The opcodes this family runs (``opcodes.Opcode``: the handler, statements it runs,
-# statements it refuses; test/emu/test_opcode_table.py compiles every one).
+# statements it refuses; test/checker/test_opcode_table.py compiles every one).
 OPCODES = {
     "mov": Opcode(_mov, ("mov.u32 %r1, %r2", "mov.b64 %rd1, 42", "mov.pred %p1, %p2",
                          "mov.b32 %r1, {%h1, %h2}", "mov.b64 {%r1, %r2}, %rd3",

@@ -20,6 +20,7 @@ import re
 
 import numpy as np
 
+from mosaic_async_store.check import subbyte
 from mosaic_async_store.check.interp import Memref
 from mosaic_async_store.check.report import Report, check_parsed
 from mosaic_async_store.check.tensor_map import TensorMap
@@ -117,6 +118,9 @@ def check(fn, *args, schedules: int = 3, budget=None, sm_count: int | None = Non
   for sm_90a on the CPU; every cluster of its grid runs, one after another, each under
   ``schedules`` schedules (races between clusters are not looked for).  ``outputs`` are
   the kernel's outputs (NumPy arrays) after the grid ran (``check.check_ptx``), or None.
+  Arrays of 2- and 4-bit elements (ml_dtypes ``int4``, ``uint4``, ``float4_e2m1fn``,
+  ``int2``, ``uint2``) reach the kernel packed as it reads them and come back unpacked
+  (``check.subbyte``); 1- and 6-bit types are refused.
   ``budget`` (``mosaic_async_store.check.Budget``; None: its defaults) bounds what each
   schedule's run may spend; a schedule past it is in ``Report.unfinished``.  The kernel's
   device queries are answered for an H100 (``device_target``), with ``sm_count`` and
@@ -139,6 +143,7 @@ def check(fn, *args, schedules: int = 3, budget=None, sm_count: int | None = Non
   target = device_target("sm_90a", sm_count=sm_count, cuda_version=cuda_version)
   with compat.answer_device_queries(target):
     specs, outs = kernel_specs(fn, args)
+    _refuse_unpackable(args, outs)
     mlir, ptx = _lower(fn, specs)
   # the parameters (TMA descriptors rebuilt from the host code), then the first opcode
   # the checker cannot run, both before the launch
@@ -175,10 +180,23 @@ def _parsed(ptx: str):
 
 
 def _poisoned(spec) -> np.ndarray:
-  """An output buffer of 0xA5 bytes: what the kernel never writes shows."""
+  """An output buffer of 0xA5 bytes (2- and 4-bit elements: packed, ``subbyte``): what
+  the kernel never writes shows."""
   dtype = np.dtype(spec.dtype)
-  nbytes = int(np.prod(spec.shape, dtype=np.int64)) * dtype.itemsize
-  return np.full(nbytes, 0xA5, np.uint8).view(dtype).reshape(spec.shape).copy()
+  raw = np.full(subbyte.nbytes(dtype, spec.shape), 0xA5, np.uint8)
+  return subbyte.unpack(raw, dtype, spec.shape)
+
+
+def _refuse_unpackable(args, outs) -> None:
+  """Refuses an input or output of a sub-byte width whose layout no kernel fixes (1- or
+  6-bit elements: ``subbyte.refusal``); 2- and 4-bit ones are packed."""
+  for i, a in enumerate(args):
+    if (refused := subbyte.refusal(f"args[{i}]", a.dtype)) is not None:
+      raise refused
+  for j, o in enumerate(outs):
+    if (refused := subbyte.refusal("fn", o.dtype, f"a kernel whose output {j} is an "
+                                   "array")) is not None:
+      raise refused
 
 
 def load_target(spec: str):

@@ -299,6 +299,11 @@ def main(argv: Sequence[str] | None = None) -> int:
   # error contract on stderr; must be set before jax initialises a backend.
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   from mosaic_async_store.tools import toolchain
+  # The library's parameter names become the CLI's flags only in messages about the
+  # project's store kernel, which the flags describe; a user's kernel (FILE.py:FUNCTION)
+  # is refused in the terms of its own Python code (its Refusals about the CLI's own
+  # arguments are written with the flags already).
+  terms = in_cli_terms
   try:
     try:
       args = build_parser().parse_args(glue_dash_values(sys.argv[1:] if argv is None else argv))
@@ -306,13 +311,15 @@ def main(argv: Sequence[str] | None = None) -> int:
       return int(e.code or 0)
     if args.command == "demo":
       return _demo(args, sys.stdout)
+    if args.command == "check" or args.kernel:
+      terms = str
     if args.command == "check":
       return check_command(args, sys.stdout)
     return _compile(args, sys.stdout)
   except Refusal as e:
-    status, message = e.status, in_cli_terms(str(e))
+    status, message = e.status, terms(str(e))
   except AsyncStoreError as e:  # the hardware (or the planner) cannot do it
-    status, message = EXIT_MISUSE, in_cli_terms(str(e))
+    status, message = EXIT_MISUSE, terms(str(e))
   except toolchain.ToolchainError as e:
     status, message = EXIT_TOOLCHAIN, str(e)
   except CheckerError as e:   # the checker's own failure: not the user's kernel

@@ -9,6 +9,10 @@ the tile, a smaller ``--swizzle``, or, where the array has dims to spare, a
 ``--ref-shape`` whose tile spans more of them; "allocate the ref with a tile": a
 ``--ref-shape`` in that tile).  ``CLI_TERMS`` is the table; the bad-input tests
 (test/unit/test_cli.py) check that no Python-only spelling reaches the user.
+
+Only messages about the project's store kernel, which the flags describe (``demo``,
+``compile`` without FILE.py:FUNCTION), are rewritten: a user's kernel is refused in the
+terms of its own Python code (``cli.main``; test/unit/test_kernel_refusals.py).
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
-"""The Mosaic GPU modules that Pallas builds, captured on a CPU machine.
+"""The Mosaic GPU modules that Pallas and ``mgpu.as_gpu_kernel`` build, captured on a
+CPU machine.
 
 ``jax.jit(f).trace(*args).lower(lowering_platforms=("cuda",))`` runs the real
-Pallas MGPU lowering without a GPU.  Pallas hands each kernel's module to
-``jax.experimental.mosaic.gpu.core._mosaic_gpu_lowering_rule``, which
-serializes it into a custom call; wrapping that function for the duration of
-one lowering keeps a copy of the module for ``toolchain.compile_module``.
+lowering without a GPU.  Each kernel's module reaches upstream's Mosaic GPU lowering
+rule, which serializes it into a custom call: Pallas MGPU calls the rule directly,
+``as_gpu_kernel`` binds the primitive the rule is registered for.  Observing that rule
+on both routes for the duration of one lowering (``compat.mosaic_gpu_lowering_observed``)
+keeps a copy of each module for ``toolchain.compile_module``.
 """
 
 from __future__ import annotations
@@ -34,44 +36,37 @@ def lower_pallas_to_mosaic_modules(fn: Callable[..., Any], *args: Any) -> list:
 
   Args:
     fn: a function that calls Pallas MGPU kernels (``plgpu.kernel``,
-      ``pl.pallas_call`` with the Mosaic GPU backend).
+      ``pl.pallas_call`` with the Mosaic GPU backend) or Mosaic GPU kernels
+      (``mgpu.as_gpu_kernel``), or is one.
     *args: arguments, or ``jax.ShapeDtypeStruct``s, to trace ``fn`` with.
 
   Returns:
-    One ``jaxlib.mlir.ir.Module`` per kernel, in lowering order, as Pallas
-    built them: Mosaic GPU dialect ops already lowered (Pallas runs layout
-    inference and ``lower_mgpu_dialect`` itself); Warpgroup-semantics modules
-    still need ``lower_warpgroup_dialect`` before ``compile_module``.
+    One ``jaxlib.mlir.ir.Module`` per kernel, in lowering order, as Pallas or
+    ``as_gpu_kernel`` built them: Mosaic GPU dialect ops already lowered (both run
+    layout inference and ``lower_mgpu_dialect`` themselves); Warpgroup-semantics
+    modules still need ``lower_warpgroup_dialect`` before ``compile_module``.
 
   Raises:
     CompileError: when ``fn`` lowers no Mosaic GPU kernel.
   """
   import jax
-  core = compat.mosaic_gpu_core()
-  original = core._mosaic_gpu_lowering_rule
   captured: list = []
-
-  def capture(ctx, *operands, module, **kwargs):
-    captured.append(_clone(module))
-    return original(ctx, *operands, module=module, **kwargs)
 
   def lower() -> None:
     jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
 
-  core._mosaic_gpu_lowering_rule = capture
-  try:
+  with compat.mosaic_gpu_lowering_observed(lambda module: captured.append(_clone(module))):
     lower()
     if not captured:
       # jit caches lowerings: a function lowered before never reaches the
       # rule again, so forget the caches and lower once more.
       jax.clear_caches()
       lower()
-  finally:
-    core._mosaic_gpu_lowering_rule = original
   if not captured:
     raise CompileError(
         "no Mosaic GPU kernel was lowered: fn must call a Pallas MGPU kernel"
-        " (plgpu.kernel or pallas_call with plgpu.CompilerParams)")
+        " (plgpu.kernel or pallas_call with plgpu.CompilerParams) or be a Mosaic GPU"
+        " kernel (mgpu.as_gpu_kernel)")
   return captured
 
 

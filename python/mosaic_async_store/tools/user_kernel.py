@@ -7,8 +7,10 @@
 ``check`` (tools/check_kernel.py) and the CLI's ``compile FILE.py:FUNCTION`` and
 ``check FILE.py:FUNCTION`` share this path.  Whatever goes wrong on it is an
 ``AsyncStoreError`` (or ``TypeError`` for a value of the wrong kind) that says what
-and where in one message: an exception raised by the kernel's own code names its type,
-message and source line; a tool's refusal names the tool's first error line.
+and where in one message: a refusal raised by a call in the kernel is reported once,
+with the user's line that made the call; an exception raised by the kernel's own code, or
+by jax's on its behalf, names its type, message and the user's line (tools/kernel_errors.py);
+a tool's refusal names the tool's first error line.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ import importlib.util
 import pathlib
 import re
 import sys
-import traceback
 
 import numpy as np
 
 from mosaic_async_store.errors import refuse, refuse_type
+from mosaic_async_store.tools.kernel_errors import at as _at, from_lowering, from_tracing
+from mosaic_async_store.tools.kernel_errors import one_line as _one_line
+from mosaic_async_store.tools.kernel_errors import package_folders
 
 __all__ = ["load_target", "lower_kernel", "compile_kernel", "kernel_specs", "first_error",
            "compile_fix"]
@@ -30,37 +34,6 @@ __all__ = ["load_target", "lower_kernel", "compile_kernel", "kernel_specs", "fir
 # Ops, types and attributes of the Mosaic GPU dialect (not its discardable module attributes
 # such as mosaic_gpu.arch_major): a Warpgroup-semantics module still holds them.
 _DIALECT = re.compile(r'"mosaic_gpu\.[\w.]+"\(|[!#]mosaic_gpu\.\w+')
-# Frames in these folders are the machinery, not the user's kernel.
-_MACHINERY = tuple(str(pathlib.Path(p).resolve()) for p in (
-    __import__("jax").__path__[0], __import__("jaxlib").__path__[0],
-    pathlib.Path(__file__).parents[1], contextlib.__file__.rsplit("/", 1)[0]))
-
-
-def _user_frame(error: BaseException) -> traceback.FrameSummary | None:
-  """The innermost frame of ``error``'s traceback outside jax, jaxlib, this package
-  and the standard library: the user's line that was running."""
-  frames = [f for f in traceback.extract_tb(error.__traceback__)
-            if not str(pathlib.Path(f.filename).resolve()).startswith(_MACHINERY)]
-  return frames[-1] if frames else None
-
-
-def _raised_by_user(error: BaseException) -> bool:
-  frames = traceback.extract_tb(error.__traceback__)
-  return bool(frames) and _user_frame(error) == frames[-1]
-
-
-def _where(frame: traceback.FrameSummary) -> str:
-  return f"{frame.filename}:{frame.lineno} (in {frame.name}: {(frame.line or '').strip()})"
-
-
-def _kernel_error(param: str, error: BaseException):
-  """An exception from the user's code (``fn``'s body or FUNCTION) as an AsyncStoreError
-  naming its type, message and line."""
-  message = " ".join(str(error).split()) or "(no message)"
-  frame = _user_frame(error)
-  return refuse(param, f"code that raised {type(error).__name__}: {message}",
-                "code that runs", f"fix the kernel at {_where(frame)}" if frame else
-                "fix the kernel")
 
 
 @contextlib.contextmanager
@@ -114,15 +87,6 @@ def load_target(spec: str):
   return made[0], tuple(made[1])
 
 
-def _one_line(e: BaseException) -> str:
-  return f"{type(e).__name__}: {' '.join(str(e).split()) or '(no message)'}"
-
-
-def _at(e: BaseException) -> str:
-  frame = _user_frame(e)
-  return f" at {frame.filename}:{frame.lineno}" if frame else ""
-
-
 def kernel_specs(fn, args) -> tuple[list, list]:
   """Checks ``fn`` and ``args`` and traces ``fn`` abstractly: (input specs, output
   specs), each a list of ``jax.ShapeDtypeStruct``."""
@@ -139,13 +103,7 @@ def kernel_specs(fn, args) -> tuple[list, list]:
     try:
       out_specs = jax.eval_shape(fn, *specs)
     except Exception as e:   # the user's kernel, traced by jax: anything can happen
-      if _raised_by_user(e) or not isinstance(e, (TypeError, ValueError)):
-        raise _kernel_error("fn", e) from None
-      frame = _user_frame(e)
-      where = f" (at {frame.filename}:{frame.lineno})" if frame else ""
-      raise refuse("args", [f"{a.dtype}{list(a.shape)}" for a in args],
-                   "the shapes and dtypes the kernel takes",
-                   f"jax says{where}: {' '.join(str(e).split())}") from None
+      raise from_tracing(e, fn, args) from None
   return specs, jax.tree_util.tree_leaves(out_specs)
 
 
@@ -156,19 +114,15 @@ def lower_kernel(fn, specs):
   from mosaic_async_store.tools.pallas_capture import (lower_pallas_to_mosaic_modules,
                                                        lower_warpgroup_dialect)
   from mosaic_async_store.tools.executables import CompileError
-  from mosaic_async_store.errors import AsyncStoreError
-  with compat.mosaic_gpu_pallas_call(), _tracebacks_unfiltered():
+  # (this package's frames counted as jax's: each op's location is the user's line)
+  with (compat.mosaic_gpu_pallas_call(), _tracebacks_unfiltered(),
+        compat.frames_not_user(*package_folders())):
     try:
       modules = lower_pallas_to_mosaic_modules(fn, *specs)
     except CompileError as e:
       raise refuse("fn", _brief(fn), "a Pallas MGPU or Mosaic GPU kernel", str(e)) from None
-    except AsyncStoreError:
-      raise
     except Exception as e:   # lowering runs the user's kernel body again
-      if _raised_by_user(e):
-        raise _kernel_error("fn", e) from None
-      raise refuse("fn", _brief(fn), "a kernel that jax lowers for a GPU",
-                   f"jax's lowering says: {_one_line(e)}{_at(e)}") from None
+      raise from_lowering(e, fn, _brief(fn)) from None
   if len(modules) != 1:
     raise refuse("fn", f"a function that launches {len(modules)} kernels",
                  "one kernel", "check or compile each kernel on its own")
