@@ -306,10 +306,12 @@ def mixed_type_matmul():
   return fn, (a, b)
 
 
-def realistic_matmul():
+def realistic_matmul(delay_release=1):
   """Upstream's test_realistic_matmul (PipelineSm90ATest) on a 2x2 grid: a
   ``pl.pallas_call`` whose body runs ``emit_pipeline`` over K with WGMMA and
-  ``delay_release``."""
+  ``delay_release`` (``delay_release=0``: a bug, the pipeline refills a slot with its
+  next TMA load while the step's WGMMA, left in flight by ``wgmma_wait(1)``, still
+  reads it)."""
   dtype = jnp.float16
   tile_m = tile_n = 128
   tile_k = 64
@@ -326,9 +328,9 @@ def realistic_matmul():
     plgpu.emit_pipeline(
         step,
         in_specs=[plgpu.BlockSpec((tile_m, tile_k), lambda kk: (pid_m, kk),
-                                  transforms=transforms, delay_release=1),
+                                  transforms=transforms, delay_release=delay_release),
                   plgpu.BlockSpec((tile_k, tile_n), lambda kk: (kk, pid_n),
-                                  transforms=transforms, delay_release=1)],
+                                  transforms=transforms, delay_release=delay_release)],
         grid=(grid_k,), max_concurrent_steps=2)(a_gmem, b_gmem)
     o_smem[...] = acc[...].astype(dtype)
 
