@@ -66,13 +66,6 @@ def test_a_bulk_f16_add_rounds_once_and_keeps_subnormals(bits, start, want):
   assert got[:32].tolist() == [want] * 32 and got[32:].tolist() == [start] * 32
 
 
-def test_a_bulk_f32_add_is_refused_by_name():
-  ptx = kernel(_REDUCE.format(store=_U32, op="add.f32", size=128, fence=""))
-  from mosaic_async_store.errors import AsyncStoreError
-  with pytest.raises(AsyncStoreError, match=r"add\.f32"):
-    check_ptx(ptx, [np.zeros(32, np.float32)], smem_bytes=256, block=(32, 1, 1))
-
-
 # A bulk load into SMEM completing on an mbarrier, each thread then copying its word out.
 _LOAD = """
   ld.param.u64 %rd1, [k_param_0];

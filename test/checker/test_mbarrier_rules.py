@@ -3,8 +3,10 @@ next to a correct neighbour (passes in every schedule); every kernel assembles w
 ptxas for sm_90a.
 
 * ``barrier-peer``: only the .shared::cluster forms of arrive (arrive_drop, expect_tx,
-  complete_tx) may name another CTA's mbarrier; init, inval, test_wait / try_wait and
-  the generic forms take the executing CTA's object ("threads can perform only arrive
+  complete_tx) and a generic arrive / arrive_drop whose state is the sink ``_`` (the
+  ISA's Example 4 of test_wait / try_wait) may name another CTA's mbarrier; init,
+  inval, test_wait / try_wait, a generic arrive that returns a state and the
+  .shared::cta forms take the executing CTA's object ("threads can perform only arrive
   operations but not *_wait on an mbarrier located in shared::cluster space").  A
   generic address mapped with ``mapa`` to the executing CTA's own rank is its own
   object, not a peer's.
@@ -71,6 +73,8 @@ _WRONG = {
     "inval through mapa": "mbarrier.inval.b64 [%rd5];",
     "generic arrive through mapa": "mbarrier.arrive.b64 %state1, [%rd5];",
     "generic arrive_drop through mapa": "mbarrier.arrive_drop.b64 %state1, [%rd5];",
+    "generic arrive.noComplete through mapa":
+        "mbarrier.arrive.noComplete.b64 %state1, [%rd5], 1;",
     "try_wait.shared::cta through mapa":
         "mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r4], 0;",
     "arrive.shared::cta through mapa": "mbarrier.arrive.shared::cta.b64 %state1, [%r4];",
@@ -375,3 +379,46 @@ def test_a_no_complete_drop_that_completes_the_phase_is_reported(schedule):
            "mbarrier.arrive_drop.noComplete.shared.b64 %state1, [%r3], 1;", second=""),
       schedule, block=64)
   assert err.rule == "arrive-nocomplete"
+
+
+# CTA 1 writes a word into CTA 0's shared memory, then arrives on CTA 0's barrier through
+# the generic address of mapa.u64 with the sink as its state (the ISA's Example 4 of
+# mbarrier.test_wait / try_wait); CTA 0 waits on its own barrier and copies the word out.
+_GENERIC_REMOTE = """
+  @!%p3 bra ARRIVE;
+WAIT:
+  mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 %p2, [%r3], 0;
+  @!%p2 bra WAIT;
+  ld.shared.u32 %r5, [%r3+16];
+  ld.param.u64 %rd1, [k_param_0];
+  st.global.u32 [%rd1], %r5;
+  bra END;
+ARRIVE:
+  mov.u32 %r6, 7;
+  st.shared::cluster.u32 [%r4+16], %r6;
+  """
+_GENERIC_ARRIVES = {
+    "arrive": "mbarrier.arrive.release.cluster.b64 _, [%rd5];",
+    "arrive_drop": "mbarrier.arrive_drop.release.cluster.b64 _, [%rd5];",
+    "arrive.expect_tx": "mbarrier.arrive.expect_tx.release.cluster.b64 _, [%rd5], 0;",
+}
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("arrive", _GENERIC_ARRIVES, ids=list(_GENERIC_ARRIVES))
+def test_a_generic_arrive_with_the_sink_on_a_peers_mbarrier_passes(arrive, schedule):
+  """The arrive completes CTA 0's phase (else the wait would hang) and releases CTA 1's
+  write to CTA 0's waiter."""
+  out = _launch(_PEER.format(rank=0, body=_GENERIC_REMOTE + _GENERIC_ARRIVES[arrive]),
+                schedule, cluster=2)
+  assert out[0] == 7
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_a_relaxed_generic_arrive_on_a_peer_releases_nothing(schedule):
+  """The same arrive, .relaxed: the phase completes, but CTA 0's read races CTA 1's
+  write."""
+  err = _rule(_PEER.format(rank=0, body=_GENERIC_REMOTE +
+                           "mbarrier.arrive.relaxed.cluster.b64 _, [%rd5];"),
+              schedule, cluster=2)
+  assert err.rule == "race" and err.cta == 0

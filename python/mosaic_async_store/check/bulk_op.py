@@ -16,6 +16,7 @@ import numpy as np
 
 from mosaic_async_store.check import access_core, asyncops, bulk_groups, findings
 from mosaic_async_store.check.findings import Stop
+from mosaic_async_store.check.memory import SCOPES
 from mosaic_async_store.check.ops import bits_of
 from mosaic_async_store.check.shadow import byte_index_of, disjoint_runs_of
 
@@ -174,9 +175,12 @@ def _write(k, op):
     k.shadow[where].mark_inflight_writes(op.writes, -1)
   mem = k.smem[where] if kind == "smem" else where
   dsts, sizes, data = op.moves.dst, op.moves.nbytes, _landed_bytes(op)
-  access_core.check_and_record_runs(k, op, op.vc, where, op.dst_runs or _merged(dsts, sizes),
-                                    write=True, stamp=stamp, proxy_kind="async",
-                                    atomic=red is not None)
+  runs = op.dst_runs or _merged(dsts, sizes)
+  if red is None:
+    access_core.check_and_record_runs(k, op, op.vc, where, runs, write=True, stamp=stamp,
+                                      proxy_kind="async")
+  else:
+    _check_reductions(k, op, where, runs, stamp, bits_of(red[1]) // 8)
   if red is None:   # (access_core.write_values of each move's bytes, as they are)
     k.epoch += len(sizes)
     if not k.flags and _written_at_once(mem, dsts, sizes, data):
@@ -191,6 +195,21 @@ def _write(k, op):
     access_core.write_values(                          # read-modify-write
         k, mem, d, size, [int.from_bytes(chunk[i:i + size], "little")
                           for i in range(0, n, size)], red, weak=False)
+
+
+def _check_reductions(k, op, where, runs, stamp, size):
+  """A reduction's writes, checked and recorded element by element as strong
+  ``.relaxed.gpu`` writes (PTX ISA, cp.reduce.async.bulk: "Each reduction operation
+  performed by the cp.reduce.async.bulk has individually .relaxed.gpu memory ordering
+  semantics"): one element's reduction is morally strong with another reduction of
+  exactly that element (another copy's, a ``red`` / ``atom`` of its width), so they do
+  not race; a weak access to it, or a strong one of other bytes, still does."""
+  gpu = SCOPES["gpu"]
+  for off, n in runs:   # (runs of whole elements: the addresses are 16-byte aligned)
+    for e in range(off, off + n, size):
+      access_core.check_and_record(k, op, op.vc, where, e, size, write=True, stamp=stamp,
+                                   proxy_kind="async", atomic=True,
+                                   tag=(op.th.cta, gpu, e, size))
 
 
 def _each_move(dsts, sizes, data):

@@ -6,16 +6,24 @@ forms):
   against the ISA's grammar (anything else is refused by name);
 * the opaque state an arrive returns (``encode_state``) and ``mbarrier.pending_count``,
   which decodes it;
-* ``peer``: the finding ``barrier-peer``.  Only the .shared::cluster forms of arrive,
-  arrive_drop, expect_tx and complete_tx may name another CTA's mbarrier (PTX ISA,
-  mbarrier: threads "can perform only arrive operations but not *_wait on an mbarrier
-  located in shared::cluster space"); init, inval, test_wait / try_wait and the generic
-  and .shared::cta forms take the executing CTA's object ("If the address specified by
-  addr does not fall within the address window of .shared::cta state space then the
-  behavior is undefined").  A generic or .shared / .shared::cta address in another
-  CTA's window (after ``mapa``) is ``barrier-peer``; a generic one mapped to the
-  executing CTA's own rank names its own object (a .shared::cta one carrying its own
-  rank stays a fault, as for any access: ``addresses.mem``).
+* ``peer``: the finding ``barrier-peer``.  Only arrive operations may name another
+  CTA's mbarrier (PTX ISA, mbarrier: threads "can perform only arrive operations but
+  not *_wait on an mbarrier located in shared::cluster space"): the .shared::cluster
+  forms of arrive, arrive_drop, expect_tx and complete_tx, and a generic arrive /
+  arrive_drop whose state is the sink ``_``: the grammar's line
+  ``mbarrier.arrive{.sem.scope}{.shared::cluster}.b64 _, [addr]{, count}`` leaves the
+  state space out, and "mbarrier.arrive operation on an mbarrier object located in
+  .shared::cluster but not in .shared::cta cannot return a value.  Sink symbol '_' is
+  mandatory for the destination operand for such cases" (the ISA's Example 4 of
+  test_wait / try_wait: ``mapa.u64``, then ``mbarrier.arrive.release.cluster.b64 _,
+  [remAddr]``).  init, inval, test_wait / try_wait, .noComplete, a generic arrive that
+  returns a state, and the .shared::cta forms take the executing CTA's object ("If the
+  address specified by addr does not fall within the address window of .shared::cta
+  state space then the behavior is undefined"): a generic or .shared / .shared::cta
+  address of theirs in another CTA's window (after ``mapa``) is ``barrier-peer``; a
+  generic one mapped to the executing CTA's own rank names its own object (a
+  .shared::cta one carrying its own rank stays a fault, as for any access:
+  ``addresses.mem``).
 * ``overrun_suspect`` / ``check_overrun``: the finding ``phase-overrun`` (a wait whose
   state or parity names a phase two or more behind the current one).
 """
@@ -115,9 +123,12 @@ def peer(th, place, form, addr, space):
     raise NotImplementedError(f"mbarrier.{form} through a generic address in CTA "
                               f"{place[0]}'s window (use .shared::cluster)")
   how = "a generic address" if space is None else f"a .{space} address"
+  why = (" (a generic arrive on another CTA's mbarrier returns no state: its destination "
+         "must be the sink `_`, and .noComplete takes the executing CTA's own)"
+         if space is None and form in ("arrive", "arrive_drop") else "")
   raise Stop(Finding("barrier-peer", f"CTA {th.cta} thread {th.tid}: mbarrier.{form} "
                       f"through {how} ({addr:#x}) of CTA {place[0]}'s mbarrier at offset "
-                      f"{place[1]:#x}"))
+                      f"{place[1]:#x}{why}"))
 
 
 def overrun_suspect(th, bar, raw, by_state) -> bool:

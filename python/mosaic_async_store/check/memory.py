@@ -81,8 +81,9 @@ RULES = {
                          "arrive-on operation with .noComplete causes the mbarrier to "
                          "complete its current phase",
     "barrier-peer": "PTX ISA, mbarrier: only arrive operations, not *_wait, on an mbarrier "
-                    "in another CTA (.shared::cluster forms); a generic address outside the "
-                    "executing CTA's .shared::cta window is undefined",
+                    "in another CTA (.shared::cluster forms, or a generic arrive whose state "
+                    "is the sink _); another generic address outside the executing CTA's "
+                    ".shared::cta window is undefined",
     "phase-overrun": "PTX ISA, mbarrier.test_wait/try_wait: the state or phaseParity must "
                      "name the current or the immediately preceding phase",
     "nc-written": "PTX ISA, ld.global.nc: loads \"via non-coherent cache\" (\"optionally "

@@ -104,8 +104,12 @@ def _arrive(k, mods, ops, src, space):
   tx = src[2] if expect and len(ops) == 3 else zero
   count = src[2] if not expect and len(ops) == 3 else one
   sem, scope, pc = *sem_scope(mods, "release"), len(k.program.code)
+  # A generic address may name a peer CTA's object where the state is the sink `_`
+  # (the .shared::cluster line of the grammar; not .noComplete, whose line is
+  # .shared{::cta} alone): mbarrier_key.
+  remote = space is None and ops[0][0] == "sink" and not no_complete
   def arrive(th):  # the expect-tx operation first, then the arrive-on operation
-    bar = mbarrier_of(k, th, th.vc, space, addr(th), pc=pc, form=mods[0])
+    bar = mbarrier_of(k, th, th.vc, space, addr(th), pc=pc, form=mods[0], remote=remote)
     n = count(th)
     if drop:
       bar.count -= n
@@ -203,12 +207,13 @@ class MbarrierWait(Wait):
     return th.pc, f"parity {self.parity} of {k.mbar[self.key].describe()}"
 
 
-def mbarrier_of(k, th_or_none, vc, space_or_key, addr=None, *, pc=None, form=None):
-  """The Mbarrier at ``addr`` (for mbarrier.``form``: ``mbarrier_key``); its initialisation
-  must be visible to ``vc``.  A thread's operation (``th_or_none``, by instruction
-  ``pc``) is recorded in ``Mbarrier.users`` (``_inval_ordered``)."""
+def mbarrier_of(k, th_or_none, vc, space_or_key, addr=None, *, pc=None, form=None,
+                remote=False):
+  """The Mbarrier at ``addr`` (for mbarrier.``form``: ``mbarrier_key``, with ``remote``);
+  its initialisation must be visible to ``vc``.  A thread's operation (``th_or_none``,
+  by instruction ``pc``) is recorded in ``Mbarrier.users`` (``_inval_ordered``)."""
   key = (space_or_key if addr is None else
-         mbarrier_key(k, th_or_none, space_or_key, addr, form))
+         mbarrier_key(k, th_or_none, space_or_key, addr, form, remote))
   bar = k.mbar.get(key)
   if bar is None:
     raise Stop(Finding("barrier-uninit", f"no mbarrier.init at CTA {key[0]} offset "
@@ -293,13 +298,14 @@ def _warp_sync(k, mask):
   return collectives.warp_sync(k, mask)
 
 
-def mbarrier_key(k, th, space, addr, form=None):
+def mbarrier_key(k, th, space, addr, form=None, remote=False):
   """(CTA, offset) of the mbarrier at ``addr`` in ``space`` for mbarrier.``form``: the
   plain case at once (``addresses.plain_shared``), any other through ``addresses.mem``
-  (its checks and messages).  Only a .shared::cluster form may name another CTA's
-  mbarrier: a generic or .shared::cta address of another CTA's is ``barrier-peer``
-  (``mbarrier_forms.peer``); a .shared::cta address carrying the executing CTA's own
-  rank stays a fault (``mem``); a generic one names its own object."""
+  (its checks and messages).  Only a .shared::cluster form, or a generic arrive /
+  arrive_drop whose state is the sink ``_`` (``remote``), may name another CTA's
+  mbarrier: a generic or .shared::cta address of another CTA's is otherwise
+  ``barrier-peer`` (``mbarrier_forms.peer``); a .shared::cta address carrying the
+  executing CTA's own rank stays a fault (``mem``); a generic one names its own object."""
   place = None if space is None else addresses.plain_shared(
       k, th, addr, 8, space == "shared::cluster")
   if place is None:
@@ -310,7 +316,7 @@ def mbarrier_key(k, th, space, addr, form=None):
                           space)
     buf, off = addresses.mem(k, th, space, addr, 8)
     place = k.smem_cta[id(buf)], off
-  if place[0] != th.cta and space != "shared::cluster" and form is not None:
+  if place[0] != th.cta and space != "shared::cluster" and form is not None and not remote:
     mbarrier_forms.peer(th, place, form, addr, space)
   return place
 

@@ -25,8 +25,10 @@ A copy reads its source when it lands (the schedule picks when), so a write to t
 source before then is seen, as on hardware; a store lands in two steps, its reads of
 shared memory, then its writes to global memory (``wait_group.read`` waits for the
 first only).  Reductions (``cp.reduce.async.bulk{.tensor}``) reduce element by element
-as ``red`` does (the integer operations, the ``.noftz`` f16 / bf16 ``.add``; f32 / f64
-``.add`` refused by name); a ``.L2::cache_hint`` operand is a hint (read, no effect).
+as ``red`` does (the integer operations, the ``.noftz`` f16 / bf16 and the f32 ``.add``;
+f64 ``.add`` and a tensor form's float additions refused by name), each element's
+reduction a strong ``.relaxed.gpu`` write (``bulk_op``: reductions of one element do not
+race); a ``.L2::cache_hint`` operand is a hint (read, no effect).
 
 The bulk groups (commit, wait, the clock slots a group's accesses are known by) are
 ``bulk_groups``'.
@@ -124,16 +126,21 @@ _MAP_TYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64":
 
 def _reduction(opcode, red_op, t, tensor=False):
   """(operation, type) of a bulk reduction the checker runs exactly, else refused by
-  name: ``ops.RED_FORMS`` (the reductions ``red`` runs), but not the f32 / f64
-  additions, whose subnormal handling the ISA's text for the bulk forms does not give,
-  nor a tensor reduction's float additions (the tensor form has no ``.noftz``: how it
-  treats subnormals is not given either)."""
+  name: ``ops.RED_FORMS`` (the reductions ``red`` runs).  Not in a tensor form, the
+  .f32 .add too, exactly as ``red.add.f32`` on global memory runs it (the only place
+  it may go): PTX ISA, cp.reduce.async.bulk: "The floating point operation .add rounds
+  to the nearest even.  The current implementation of cp.reduce.async.bulk.add.f32
+  flushes subnormal inputs and results to sign-preserving zero" (``floats.reduce_add``;
+  a NaN result is refused there).  Refused: the f64 .add (no ``red.add.f64`` here) and
+  a tensor reduction's float additions (the tensor form has no ``.noftz``, and its
+  subnormal handling is not given)."""
   if red_op in ("and", "or", "xor") and t[0] in "su":
     t = "b" + t[1:]
-  if (red_op, t) not in RED_FORMS or t in ("f32", "f64") or (tensor and t in ("f16", "bf16")):
+  if (red_op, t) not in RED_FORMS or t == "f64" or \
+     (tensor and t in ("f16", "bf16", "f32")):
     raise NotImplementedError(f"{opcode} (.{red_op}.{t}: the bulk reductions the checker "
                               "runs are the integer ones and, not in a tensor form, the "
-                              ".noftz f16 / bf16 .add)")
+                              ".noftz f16 / bf16 and the f32 .add)")
   return red_op, t
 
 
@@ -268,13 +275,14 @@ OPCODES = {
         "cp.async.bulk.global.shared::cta.bulk_group [%rd13], [%rd14], %r28",
         "cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%rd1], [%r1], 64, %rd2",
         "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.noftz.f16 [%rd1], [%r1], %r2",
+        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%rd1], [%r1], %r2",
         "cp.reduce.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes.add.u32 "
         "[%r1], [%r2], %r3, [%r4]",
         "cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%rd1, {%r1, %r2}]",
         "cp.async.bulk.prefetch.L2.global [%rd1], %r1",
         "cp.async.bulk.commit_group", "cp.async.bulk.wait_group 0",
         "cp.async.bulk.wait_group.read 1"), (
-        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%rd1], [%r1], %r2",
+        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f64 [%rd1], [%r1], %r2",
         "cp.reduce.async.bulk.global.shared::cta.bulk_group.min.f16 [%rd1], [%r1], %r2",
         "cp.async.bulk.tensor.4d.shared::cta.global.im2col.mbarrier::complete_tx::bytes "
         "[%r1], [%rd1, {%r2, %r3, %r4, %r5}], [%r6], {%h1, %h2}",

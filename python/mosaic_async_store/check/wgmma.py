@@ -6,10 +6,13 @@ there, ``wgmma_layout.RULES``):
 
   * every ``wgmma`` instruction is ``.sync.aligned``: the lanes of a warp meet at it
     (``warp.aligned_collective``; a lane elsewhere is ``aligned-divergence``).  The
-    four warps of a warpgroup issue independently; the n-th ``wgmma.mma_async`` of each
-    warp is the warpgroup's n-th operation (``Entry``), which must be the same
-    instruction, with the same descriptors and scale operands, in the same group
-    (``wgmma-aligned``);
+    four warps of a warpgroup issue independently; "all threads in the warpgroup must
+    execute the same" ``wgmma.fence`` / ``mma_async`` / ``commit_group`` /
+    ``wait_group`` instruction (PTX ISA, each of the four), so the n-th wgmma
+    instruction of each warp must be the same instruction (``wgmma_guard.aligned``:
+    ``wgmma-aligned``); the n-th ``wgmma.mma_async`` of each warp is the warpgroup's
+    n-th operation (``Entry``), with the same descriptors and scale operands, in the
+    same group (``wgmma-aligned``);
   * an operation executes once its fourth warp has issued it (``wgmma_exec.execute``):
     A (from shared memory through its descriptor, or from the four warps' registers) and
     B are read through the asynchronous proxy with the clock of all 128 issuing threads
@@ -46,7 +49,7 @@ from mosaic_async_store.check.ops import ints_array
 from mosaic_async_store.check.outcomes import BLOCK, FALLBACK, YIELD
 from mosaic_async_store.check.registers import read, write
 from mosaic_async_store.check.waits import Wait
-from mosaic_async_store.check.wgmma_guard import RegisterGuard, failure as _fail
+from mosaic_async_store.check.wgmma_guard import RegisterGuard, aligned, failure as _fail
 
 __all__ = ["OPCODES", "Warpgroup", "Entry", "WgmmaWait"]
 
@@ -54,12 +57,13 @@ class _Warp:
   """One warp's WGMMA state: ``issued`` (its wgmma.mma_async so far), ``committed``
   (its groups), ``written`` (operations whose results reached its registers),
   ``inflight`` (register -> (operation index, "d" or "a")), ``touched`` (registers
-  that WGMMA operations take, accessed since its last wgmma.fence; None: no fence yet)."""
+  that WGMMA operations take, accessed since its last wgmma.fence; None: no fence yet),
+  ``executed`` (its wgmma instructions of any kind so far: ``wgmma_guard.aligned``)."""
 
-  __slots__ = ("issued", "committed", "written", "inflight", "touched")
+  __slots__ = ("issued", "committed", "written", "inflight", "touched", "executed")
 
   def __init__(self):
-    self.issued = self.committed = self.written = 0
+    self.issued = self.committed = self.written = self.executed = 0
     self.inflight, self.touched = {}, None
 
 
@@ -81,13 +85,17 @@ class Entry:
 class Warpgroup:
   """The WGMMA state of warpgroup ``index`` of CTA ``cta``: its ``warps``, its operations
   (``entries``), how many have executed (``done``), how many have given up their
-  results (``forgotten``) and its clock slot (``slot``)."""
+  results (``forgotten``), its clock slot (``slot``), and the instructions (indices) of
+  its wgmma instructions in order from number ``order_base`` on (``order``:
+  ``wgmma_guard.aligned``)."""
 
-  __slots__ = ("cta", "index", "warps", "entries", "done", "forgotten", "slot")
+  __slots__ = ("cta", "index", "warps", "entries", "done", "forgotten", "slot", "order",
+               "order_base")
 
   def __init__(self, cta, index):
     self.cta, self.index, self.warps = cta, index, [_Warp() for _ in range(4)]
     self.entries, self.done, self.forgotten, self.slot = [], 0, 0, None
+    self.order, self.order_base = [], 0
 
   def forget(self):
     """Drops the results of the operations no one can take any more: every warp wrote
@@ -141,9 +149,11 @@ def _state(k, th):
 def _fence(k, ins):
   if ins.mods != ["fence", "sync", "aligned"] or ins.ops:
     raise NotImplementedError(f"opcode {ins.opcode}")
+  pc = len(k.program.code)
 
   def resolve(lanes):
     wg, w = _state(k, lanes[0])
+    aligned(k, wg, w, pc)
     wg.warps[w].touched = set()
   return warp.aligned_collective(k, resolve, goes_on=True)
 
@@ -151,9 +161,11 @@ def _fence(k, ins):
 def _commit(k, ins):
   if ins.mods != ["commit_group", "sync", "aligned"] or ins.ops:
     raise NotImplementedError(f"opcode {ins.opcode}")
+  pc = len(k.program.code)
 
   def resolve(lanes):
     wg, w = _state(k, lanes[0])
+    aligned(k, wg, w, pc)
     wg.warps[w].committed += 1
   return warp.aligned_collective(k, resolve, goes_on=True)
 
@@ -195,6 +207,7 @@ def _mma(k, ins):
 
   def resolve(lanes):
     wg, w = _state(k, lanes[0])
+    aligned(k, wg, w, pc)
     ws = wg.warps[w]
     operands = (_uniform(desc_a_lanes(lanes)) if desc_a else None,
                 _uniform(desc_b_lanes(lanes)),
@@ -320,6 +333,7 @@ class WgmmaWait(Wait):
       last = wg.executed_through(wi, first.limit)
       if last is None:
         continue
+      aligned(k, wg, wi, first.pc)
       _write_back(k, wg, wi, last, lanes, first.limit)
       for th in lanes:
         waits.resume(k, th)
@@ -377,6 +391,7 @@ def _wait(k, ins):
     last = wg.executed_through(w, limit)
     if last is None:
       return FALLBACK
+    aligned(k, wg, w, pc)
     _write_back(k, wg, w, last, lanes, limit)
     return YIELD
   wait.lanes = wait_lanes

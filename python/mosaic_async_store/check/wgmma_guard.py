@@ -2,7 +2,8 @@
 ``wgmma.mma_async`` takes are checked, each time they run, against the registers the
 warp's operations still have in flight (``wgmma-registers``; ``wgmma_layout.RULES``
 quotes the ISA's sentence), and recorded as accessed since the warp's last
-``wgmma.fence`` (for ``wgmma-fence``).  The family itself: ``wgmma``.
+``wgmma.fence`` (for ``wgmma-fence``); ``aligned``: the rule ``wgmma-aligned`` on the
+order of a warpgroup's wgmma instructions.  The family itself: ``wgmma``.
 """
 
 from __future__ import annotations
@@ -10,14 +11,41 @@ from __future__ import annotations
 import re
 
 from mosaic_async_store.check import findings
-from mosaic_async_store.check.findings import Finding
+from mosaic_async_store.check.findings import Finding, Stop
 
-__all__ = ["RegisterGuard", "failure"]
+__all__ = ["RegisterGuard", "aligned", "failure"]
 
 
 def failure(rule, wg, w, text):
   """The finding ``rule`` of warp ``w`` of warpgroup ``wg`` (a ``wgmma.Warpgroup``)."""
   return Finding(rule, f"CTA {wg.cta} warpgroup {wg.index} warp {w}: {text}")
+
+
+def aligned(k, wg, w, pc):
+  """Warp ``w`` of ``wg`` (a ``wgmma.Warpgroup``) executes its next wgmma instruction,
+  instruction ``pc``: the warpgroup's n-th one must be the same instruction in each of
+  its warps (PTX ISA,
+  wgmma.fence / mma_async / commit_group / wait_group: "The mandatory .aligned
+  qualifier indicates that all threads in the warpgroup must execute the same
+  wgmma.[...] instruction. In conditionally executed code, [it] should only be used if
+  it is known that all threads in the warpgroup evaluate the condition identically,
+  otherwise the behavior is undefined"), else ``wgmma-aligned``.  The numbers every
+  warp has passed are dropped (a long loop keeps a short list)."""
+  ws = wg.warps[w]
+  j = ws.executed - wg.order_base
+  if j == len(wg.order):
+    wg.order.append(pc)
+  elif wg.order[j] != pc:
+    texts, lines, other = k.program.texts, k.program.lines, wg.order[j]
+    raise Stop(failure("wgmma-aligned", wg, w, (
+        f"its wgmma instruction number {ws.executed + 1} is `{texts[pc]}` (PTX line "
+        f"{lines[pc]}), another warp's is `{texts[other]}` (PTX line {lines[other]}): "
+        "all threads of the warpgroup must execute the same one")))
+  ws.executed += 1
+  passed = min(x.executed for x in wg.warps) - wg.order_base
+  if passed >= 64:
+    del wg.order[:passed]
+    wg.order_base += passed
 
 
 class RegisterGuard:

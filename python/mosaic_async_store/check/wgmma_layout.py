@@ -82,9 +82,12 @@ RULES = {
                        "wgmma.mma_async instruction without first performing a "
                        "wgmma.wait_group instruction that waits on a wgmma-group including "
                        "that wgmma.mma_async instruction is undefined behavior\"",
-    "wgmma-aligned": "(ISA, recalled, wgmma) \".aligned: all threads in the warpgroup must "
-                     "execute the same wgmma.mma_async instruction\" (the warps' n-th "
-                     "wgmma.mma_async, its operands' descriptors and its group must agree)",
+    "wgmma-aligned": "(ISA, wgmma.fence / mma_async / commit_group / wait_group) \"The "
+                     "mandatory .aligned qualifier indicates that all threads in the "
+                     "warpgroup must execute the same wgmma.[...] instruction\" (the "
+                     "warps' n-th wgmma instruction of any of the four kinds must be one "
+                     "instruction; their n-th wgmma.mma_async's descriptors and group "
+                     "must agree)",
 }
 
 
