@@ -444,13 +444,17 @@ def mosaic_gpu_pallas_call():
                  "(or inside FUNCTION for the CLI), or use plgpu.kernel")
 
   rules = pallas_core._backend_lowering_rules   # private: jax 0.11, 0.12
+  outer = rules.get(gpu_core.CompilerParams)   # an enclosing one's (checking() nests this)
   pl.pallas_call = pallas_call_module.pallas_call = routed
   rules[gpu_core.CompilerParams] = (prebuilt, "gpu")
   try:
     yield
   finally:
     pl.pallas_call = pallas_call_module.pallas_call = original
-    rules.pop(gpu_core.CompilerParams, None)
+    if outer is None:
+      rules.pop(gpu_core.CompilerParams, None)
+    else:
+      rules[gpu_core.CompilerParams] = outer
 
 
 def _shim_kwargs(kwargs: dict) -> dict:
@@ -569,3 +573,71 @@ def answer_device_queries(target):
         if getattr(module, "__dict__", {}).get("cuda_versions", None) is versions:
           module.cuda_versions = None
     jax.clear_caches()
+
+
+def _pallas_kernel_primitives() -> list:
+  """The primitives a Pallas MGPU kernel binds: ``pallas_call_p`` (``pl.pallas_call``;
+  ``plgpu.kernel`` up to jax 0.9) and ``mpmd_map_p`` (``plgpu.kernel``, jax 0.10 to 0.12),
+  where this jax has it (both private)."""
+  from jax._src.pallas import pallas_call as pallas_call_module   # private: jax 0.10 .. 0.12
+  prims = [pallas_call_module.pallas_call_p]
+  try:
+    from jax._src.pallas import mpmd   # private: jax 0.10 .. 0.12
+  except ImportError:
+    return prims
+  return prims + [mpmd.mpmd_map_p]
+
+
+def is_mosaic_gpu_kernel(params: dict) -> bool:
+  """Whether a Pallas kernel primitive's parameters (``pallas_call_p``'s or
+  ``mpmd_map_p``'s) make a Mosaic GPU kernel not in interpret mode: Mosaic GPU compiler
+  params, or a ``plgpu`` mesh (``plgpu.kernel`` without compiler params)."""
+  from jax._src.pallas.mosaic_gpu import core as gpu_core   # private: jax 0.10 .. 0.12
+  if params.get("interpret"):
+    return False
+  meshes = list(params.get("meshes") or ()) + [params.get("mesh")]
+  return (isinstance(params.get("compiler_params"), gpu_core.CompilerParams)
+          or any(isinstance(m, gpu_core.Mesh) for m in meshes))
+
+
+@contextlib.contextmanager
+def kernel_lowering_on_cpu(make_rule):
+  """While active, a Pallas kernel primitive lowered for the CPU is lowered by
+  ``make_rule(primitive, rule)(ctx, *operands, **params)``, where ``rule`` is the
+  primitive's own lowering (which refuses Mosaic GPU kernels on a CPU).  jax 0.10 to 0.12
+  keep per-platform rules in the private ``_platform_specific_lowerings``, ahead of the
+  common ones (``_lowerings``); each entry a dataclass whose ``rule`` is the function.
+  Entries are restored on exit."""
+  from jax._src.interpreters import mlir as jax_mlir   # private: jax 0.10 .. 0.12
+  table = jax_mlir._platform_specific_lowerings["cpu"]
+  saved = {}
+  for prim in _pallas_kernel_primitives():
+    saved[prim] = table.get(prim)
+    entry = saved[prim] or jax_mlir._lowerings[prim]
+    table[prim] = dataclasses.replace(entry, rule=make_rule(prim, entry.rule))
+  try:
+    yield
+  finally:
+    for prim, entry in saved.items():
+      if entry is None:
+        table.pop(prim, None)
+      else:
+        table[prim] = entry
+
+
+def lowering_call_site(ctx) -> str | None:
+  """The user's line that called the primitive a lowering rule lowers, as ``file:line``,
+  or None: ``ctx.traceback`` where jax fills it, else the equation's traceback, which jax
+  0.10 to 0.12 make current while its rule runs (``source_info_util.user_context``)."""
+  from jax._src import source_info_util   # private: jax 0.10 .. 0.12
+  tb = getattr(ctx, "traceback", None) or source_info_util.current().traceback
+  frame = source_info_util.user_frame(tb)
+  return None if frame is None else f"{frame.file_name}:{frame.start_line}"
+
+
+def lower_as(ctx, fun, operands) -> list:
+  """Lowers the primitive of a lowering rule's ``ctx`` as ``fun(*operands)`` (jax
+  functions of the operands, multiple results: the private ``mlir.lower_fun``, jax 0.10
+  to 0.12)."""
+  from jax._src.interpreters import mlir as jax_mlir   # private: jax 0.10 .. 0.12
+  return jax_mlir.lower_fun(fun, multiple_results=True)(ctx, *operands)

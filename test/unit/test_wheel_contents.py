@@ -31,7 +31,7 @@ PRODUCT = {
                                 "packing", "plan_types", "address_steps", "ptx_forms", "planner", "store_plan",
                                 "banks",
                                 "verify", "landing", "addressing", "executor",
-                                "register_steps"),
+                                "register_steps", "ref_swizzle"),
     "mosaic_async_store/lowering": ("__init__", "store", "values_ir", "ptx", "target",
                                     "ref_offset", "debug", "pallas", "pallas_layouts",
                                     "pallas_barriers"),
@@ -40,7 +40,8 @@ PRODUCT = {
                                  "mlir_locations", "ptx_stats",
                                  "pallas_capture", "check_kernel", "user_kernel", "cli",
                                  "cli_config", "cli_kernel", "cli_terms",
-                                 "device_target", "host_tma", "host_eval"),
+                                 "device_target", "host_tma", "host_eval", "kernel_errors", "checking",
+                                 "pytest_plugin"),
     "mosaic_async_store/check": ("__init__", "interp", "opcodes", "values", "run", "sync",
                                  "barriers", "access", "strong", "memory", "global_memory",
                                  "ops", "floats", "lineinfo", "report", "warp", "collectives", "machine",
@@ -52,7 +53,7 @@ PRODUCT = {
                                  "tensor_map", "tma_forms", "tma_examples", "tma_geometry",
                                  "bulk_rules", "tma", "bulk_op", "undefined", "proxy", "access_core", "bulk_groups",
                                  "floats_f32", "floats_cvt", "float_columns", "wgmma", "wgmma_exec",
-                                 "wgmma_guard", "wgmma_layout"),
+                                 "wgmma_guard", "wgmma_layout", "barrier_warps", "subbyte"),
 }
 # The test and benchmark code (test/harness: kernels, runners, reports, lit helpers;
 # bench/: the benchmark scripts) under their present names, and former ones.
@@ -118,6 +119,7 @@ def test_wheel_ships_the_product(wheel):
   assert "DeprecationWarning" not in wheel.build_log, [
       l for l in wheel.build_log.splitlines() if "Deprecat" in l]
   assert "mosaic-async-store = mosaic_async_store.tools.cli:main" in wheel.entry_points
+  assert "mgpu_check = mosaic_async_store.tools.pytest_plugin" in wheel.entry_points
 
 
 def test_wheel_ships_no_test_bench_or_harness_module(wheel):

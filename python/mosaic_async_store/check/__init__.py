@@ -16,7 +16,8 @@ them), ``lineinfo`` (the PTX's ``.file`` / ``.loc``: each instruction's source l
 ``findings`` (``Finding``: one broken rule, as data), ``report`` (``check_ptx``,
 ``Report``).
 ``check`` (a Pallas or Mosaic kernel lowered, compiled and bound) is
-``tools/check_kernel.py``'s: it needs the deviceless toolchain.
+``tools/check_kernel.py``'s: it needs the deviceless toolchain.  ``checking`` (a mode:
+every Pallas MGPU kernel called on the CPU meanwhile is checked) is ``tools/checking.py``'s.
 """
 
 from mosaic_async_store.check.budget import Budget
@@ -26,7 +27,7 @@ from mosaic_async_store.check.memory import RULES, Access, CheckerError
 from mosaic_async_store.check.report import Report, Unfinished, check_ptx
 from mosaic_async_store.check.tensor_map import TensorMap
 
-__all__ = ["check", "check_ptx", "Report", "Finding", "Unfinished", "Budget", "Access",
+__all__ = ["check", "checking", "check_ptx", "Report", "Finding", "Unfinished", "Budget", "Access",
            "Memref", "TensorMap", "PtxKernel", "CheckerError", "RULES"]
 
 
@@ -34,3 +35,9 @@ def check(fn, *args, schedules: int = 3, budget: Budget | None = None) -> Report
   """See :func:`mosaic_async_store.tools.check_kernel.check` (loads jax on first use)."""
   from mosaic_async_store.tools.check_kernel import check as _check
   return _check(fn, *args, schedules=schedules, budget=budget)
+
+
+def checking(schedules: int = 3, budget: Budget | None = None, raise_findings: bool = True):
+  """See :func:`mosaic_async_store.tools.checking.checking` (loads jax on first use)."""
+  from mosaic_async_store.tools.checking import checking as _checking
+  return _checking(schedules=schedules, budget=budget, raise_findings=raise_findings)
