@@ -11,6 +11,8 @@ suites (test/lit) get their environment from test/lit/lit.cfg.py.
 import importlib.metadata
 import os
 
+import pytest
+
 
 def _has_cuda_plugin() -> bool:
   """True when a jax CUDA plugin is installed (jax-cuda12-plugin, jax-cuda13-pjrt, ...)."""
@@ -43,9 +45,18 @@ JAX_FREE_FOLDERS = ("test/checker/",)
 def pytest_addoption(parser):
   parser.addoption(
       "--jax-versioned", action="store_true", default=False,
-      help="run only the tests that can differ between jax versions (everything that "
-           "lowers, compiles or captures a kernel, compat, the CLI): the jax-free tests "
-           f"({', '.join(JAX_FREE_FOLDERS)}) are deselected.  .ci/run's later stages use it.")
+      help="run only what can differ between jax versions (.ci/run's later stages): the "
+           f"jax-free tests ({', '.join(JAX_FREE_FOLDERS)}) are left out, and a test "
+           "parametrised over `schedule` runs schedule 0 only (the kernel a jax version "
+           "lowers is checked on it; the schedules themselves are jax-free).")
+
+
+def _versioned(item, root: str) -> bool:
+  path = str(item.path).replace("\\", "/")
+  if (path[len(root):] if path.startswith(root) else path).startswith(JAX_FREE_FOLDERS):
+    return False
+  callspec = getattr(item, "callspec", None)
+  return callspec is None or callspec.params.get("schedule", 0) == 0
 
 
 def pytest_collection_modifyitems(config, items):
@@ -54,9 +65,7 @@ def pytest_collection_modifyitems(config, items):
   root = str(config.rootpath).replace("\\", "/").rstrip("/") + "/"
   keep, drop = [], []
   for item in items:
-    path = str(item.path).replace("\\", "/")
-    relative = path[len(root):] if path.startswith(root) else path
-    (drop if relative.startswith(JAX_FREE_FOLDERS) else keep).append(item)
+    (keep if _versioned(item, root) else drop).append(item)
   if drop:
     config.hook.pytest_deselected(items=drop)
     items[:] = keep
@@ -64,6 +73,12 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_configure(config):
   global _made_cache
+  # .ci/run's stages share one cache of the checker's runs (test/harness/check_cache.py):
+  # the first records, the later ones check only PTX that their jax lowered differently.
+  if os.environ.get("MAS_TEST_CHECK_CACHE"):
+    import check_cache
+    check_cache.install(os.environ["MAS_TEST_CHECK_CACHE"],
+                        os.environ.get("MAS_TEST_CHECK_CACHE_MODE", "record"))
   import tempfile
   where = os.environ.get("MAS_TEST_TOOL_CACHE")
   if where == "0":
@@ -73,6 +88,18 @@ def pytest_configure(config):
     os.environ["MAS_TEST_TOOL_CACHE"] = where
   import tool_cache
   tool_cache.install(where)
+
+
+@pytest.fixture(autouse=True)
+def _patched_tests_bypass_the_check_cache(request):
+  """A test that patches (asks for ``monkeypatch``) runs the checker itself: the check
+  cache's key names the unpatched checker."""
+  if "monkeypatch" not in request.fixturenames or not os.environ.get("MAS_TEST_CHECK_CACHE"):
+    yield
+    return
+  import check_cache
+  with check_cache.bypassed():
+    yield
 
 
 def pytest_unconfigure(config):
