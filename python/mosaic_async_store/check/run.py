@@ -58,8 +58,8 @@ def launch(k, buffers, *, cluster, smem_bytes, block=128, max_timeouts=64, sched
   """Runs one cluster of ``cluster`` CTAs of ``block`` threads under the seeded
   ``schedule`` (see schedule.Schedule).  ``buffers`` (NumPy arrays or
   ``Memref``s, in parameter order: see Machine.pack_params) are copied in; returns
-  their contents afterwards, in argument order, as uint8 arrays, or None where a
-  finding stopped the run.  Every broken rule is in ``k.findings`` (``findings.py``:
+  their contents afterwards, in argument order, as uint8 arrays, or None where the
+  run found a broken rule.  Every broken rule is in ``k.findings`` (``findings.py``:
   a race lets the run go on, a fault or a hang ends it).  With ``trace_stores``, ``k.store_trace``
   maps (cta, tid) to that thread's store instructions into SMEM, in program
   order, each as (destination CTA, byte offset, bytes) (``access_core.trace``
