@@ -16,7 +16,9 @@ entry holds the ``Launched`` result and what tests read of the machine after a l
 (``executed``, ``calls``, ``timeouts``, ``store_trace``, ``smem``).  Only completed
 launches are recorded (a budget, a refusal or the checker's own error runs again).
 A test that patches anything (it asks for pytest's ``monkeypatch``) runs without the
-cache (test/conftest.py), since a patched checker is not the one the key names.
+cache (test/conftest.py), since a patched checker is not the one the key names; so does
+one marked ``no_check_cache``, which reads machine state not restored here (a restored
+entry holds copies: ``TensorMap`` compares by identity).
 Nothing in the package uses this.
 """
 
