@@ -94,9 +94,12 @@ def pytest_configure(config):
 def _patched_tests_bypass_the_check_cache(request):
   """A test that patches (asks for ``monkeypatch``) runs the checker itself: the check
   cache's key names the unpatched checker.  So does one marked ``no_check_cache`` (it
-  reads more of the machine than the cache restores)."""
+  reads more of the machine than the cache restores), and one the later stages do not
+  run (nothing would read what it recorded)."""
+  root = str(request.config.rootpath).replace("\\", "/").rstrip("/") + "/"
   uncached = ("monkeypatch" in request.fixturenames
-              or request.node.get_closest_marker("no_check_cache") is not None)
+              or request.node.get_closest_marker("no_check_cache") is not None
+              or not _versioned(request.node, root))   # (later stages never run it)
   if not uncached or not os.environ.get("MAS_TEST_CHECK_CACHE"):
     yield
     return
