@@ -121,10 +121,29 @@ def async_store(value, ref, barrier, *, cluster_dim=None, cluster_idx=None,
                arrival=arrival)
 
 
-def wait(barrier, **kwargs):
-  """See :func:`mosaic_async_store.lowering.debug.wait` (bounded in debug mode)."""
+def wait(barrier, *, debug: bool | None = None, expected_bytes: int | None = None,
+         max_polls: int = 1 << 20):
+  """Waits for ``barrier``'s next phase, with a cluster-scope acquire, so that the
+  stores ``async_store`` announced on it (this CTA's or a peer's) are visible.
+
+  Call it in a Mosaic GPU kernel body, as ``async_store``.
+
+  Args:
+    barrier: an ``mgpu.BarrierRef`` (one barrier) of the executing CTA, the one the
+      stores into this CTA complete on.
+    debug: bound the wait and report a barrier that does not complete (None: the
+      debug mode's setting, ``MAS_DEBUG=1``).  Without it the wait is unbounded, as on
+      hardware.
+    expected_bytes: in debug mode, the bytes this CTA expects (printed in the report).
+    max_polls: in debug mode, the polls before the wait gives up and reports.
+
+  Returns:
+    In debug mode an i32 ``ir.Value``, 1 where the phase completed and 0 where the
+    wait gave up (the first thread of the warpgroup has printed the mbarrier's state);
+    else None.
+  """
   from mosaic_async_store.lowering.debug import wait as _impl
-  return _impl(barrier, **kwargs)
+  return _impl(barrier, debug=debug, expected_bytes=expected_bytes, max_polls=max_polls)
 
 
 def __getattr__(name: str):

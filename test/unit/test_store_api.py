@@ -134,10 +134,12 @@ def test_help_shows_every_parameter_what_is_refused_and_an_example(fn, params):
 
 def test_the_signatures_match_the_implementations():
   """The faces forward every parameter, with the implementations' defaults."""
+  from mosaic_async_store.lowering import debug
   from mosaic_async_store.lowering import pallas as lowering_pallas
   from mosaic_async_store.lowering import store
   for face, impl in ((mas.async_store, store.async_store),
-                     (mas_pallas.async_store_smem, lowering_pallas.async_store_smem)):
+                     (mas_pallas.async_store_smem, lowering_pallas.async_store_smem),
+                     (mas.wait, debug.wait)):
     assert inspect.signature(face).parameters.keys() == inspect.signature(impl).parameters.keys()
     for name, p in inspect.signature(face).parameters.items():
       assert p.default == inspect.signature(impl).parameters[name].default, name
@@ -205,3 +207,9 @@ def test_the_reduce_example_imports_only_public_api():
   ours = {m for m in modules if m.startswith("mosaic_async_store")}
   assert ours and all(m in _PUBLIC for m in ours), ours
   assert not any("._src" in m or m.startswith("jax._") for m in modules), modules
+
+
+def test_help_of_wait_documents_every_parameter():
+  doc = inspect.getdoc(mas.wait)
+  assert _documented(doc) == list(inspect.signature(mas.wait).parameters)
+  assert "Returns:" in doc and "See :func:" not in doc
