@@ -34,7 +34,7 @@ import pickle
 import tempfile
 import zlib
 
-__all__ = ["install", "uninstall", "bypassed", "MODES"]
+__all__ = ["install", "uninstall", "installed", "bypassed", "MODES"]
 
 MODES = ("record", "replay")
 _BYPASS = contextvars.ContextVar("check_cache_bypass", default=False)
@@ -42,9 +42,10 @@ _MACHINE = ("executed", "calls", "timeouts", "store_trace", "smem")
 
 
 @contextlib.contextmanager
-def bypassed():
-  """Launches inside it run the checker, neither read nor recorded."""
-  token = _BYPASS.set(True)
+def bypassed(bypass: bool = True):
+  """Launches inside it run the checker, neither read nor recorded (``bypass=False``:
+  they go through the cache, even inside an outer ``bypassed()``)."""
+  token = _BYPASS.set(bypass)
   try:
     yield
   finally:
@@ -105,11 +106,20 @@ def install(directory: str | os.PathLike[str], mode: str) -> None:
     return result
 
   PtxKernel.__init__, PtxKernel.launch = remembering_init, cached_launch
+  global installed
+  installed = (directory, mode)
 
 
-def uninstall() -> None:
-  """Puts ``PtxKernel`` back as it was before ``install``."""
+installed = None   # (directory, mode) of the cache installed now, or None
+
+
+def uninstall() -> tuple | None:
+  """Puts ``PtxKernel`` back as it was before ``install``; returns what ``installed``
+  was (to install it again)."""
   from mosaic_async_store.check.interp import PtxKernel
+  global installed
+  was, installed = installed, None
   if hasattr(PtxKernel.launch, "__wrapped__"):
     PtxKernel.__init__ = PtxKernel.__init__.__wrapped__
     PtxKernel.launch = PtxKernel.launch.__wrapped__
+  return was
