@@ -52,6 +52,8 @@ def pytest_addoption(parser):
 
 
 def _versioned(item, root: str) -> bool:
+  """Whether ``--jax-versioned`` runs ``item``: outside the jax-free folders, and at
+  schedule 0 where it is parametrised over schedules."""
   path = str(item.path).replace("\\", "/")
   if (path[len(root):] if path.startswith(root) else path).startswith(JAX_FREE_FOLDERS):
     return False
