@@ -4,8 +4,8 @@ and every rule of ``RULES`` has its function and its source sentence."""
 
 import pytest
 
-from mosaic_async_store.check import bulk_rules as R
-from mosaic_async_store.check.tma_geometry import MapFields
+from mosaic_async_store.check.families.tma import bulk_rules as R
+from mosaic_async_store.check.families.tma.geometry import MapFields
 
 # rule -> (arguments that break it, a word its message names, arguments that keep it)
 CASES = {

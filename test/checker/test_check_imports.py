@@ -5,7 +5,10 @@ package) into a graph of the modules of check/, whose strongly connected compone
 are its cycles; a failure names each cycle, module by module, with the import line
 of each step.
 
-What is an edge ``a -> b`` (``b`` a module of check/, ``__init__`` for the package):
+Modules are read in subfolders too (an opcode family's folder, ``families/tma/``): the
+module ``families/tma/copies.py`` is ``families.tma.copies``, a package by its own
+name (``families.tma``).  What is an edge ``a -> b`` (``b`` a module of check/,
+``__init__`` for the package):
 
   * ``import mosaic_async_store.check.b`` (with ``as`` too), ``from
     mosaic_async_store.check import b`` (``b`` a module), ``from
@@ -27,10 +30,11 @@ Not an edge:
   * the package ``__init__`` that Python runs before any of its modules (every
     ``import mosaic_async_store.check.b`` would otherwise lead to ``__init__``);
   * a module loaded by name.  There is one, and it exists precisely to keep a cycle
-    out: ``opcodes.__getattr__`` builds ``opcodes.OPCODES`` on first use with
-    ``importlib.import_module`` over ``opcodes.FAMILIES``, because the families import
-    ``opcodes`` (for ``Opcode``) and so it "cannot import them when it is loaded" (its
-    docstring).  ``test_the_only_import_by_name_is_the_opcode_table`` holds the list:
+    out: ``families.loaded`` (the registry) loads the opcode families on first use with
+    ``importlib.import_module`` over ``families.REGISTERED``, because the families import
+    the core that reads them (``machine``, ``opcodes``, ``poll_state``, ``exit_rule``),
+    so the core cannot import them when it is loaded.
+    ``test_the_only_import_by_name_is_the_family_registry`` holds the list:
     another ``importlib.import_module`` or ``__import__`` in check/ fails it, to be
     judged there.
 
@@ -51,59 +55,84 @@ PACKAGE = "mosaic_async_store.check"
 INIT = "__init__"
 
 # (module, function) of every module of check/ loaded by name: see the module doc.
-LOADED_BY_NAME = {("opcodes", "__getattr__")}
+LOADED_BY_NAME = {("families", "loaded")}
 
 
-def _targets(node: ast.Import | ast.ImportFrom, modules: set[str]) -> list[str]:
-  """The modules of the folder (``modules``: their names, ``__init__`` among them)
-  that one import statement of one of them names, as the module doc counts them."""
+def _resolve(dotted: str, modules: set[str]) -> str | None:
+  """The module of the folder that ``mosaic_async_store.check.<dotted>`` loads: the
+  longest prefix of ``dotted`` that is a module or a package of it (None: nothing
+  of the folder)."""
+  parts = dotted.split(".")
+  for n in range(len(parts), 0, -1):
+    if ".".join(parts[:n]) in modules:
+      return ".".join(parts[:n])
+  return None
+
+
+def _targets(node: ast.Import | ast.ImportFrom, modules: set[str], package: str = "") -> list[str]:
+  """The modules of the folder (``modules``: their dotted names below check/, a
+  package by its own name, ``__init__`` for check/ itself) that one import statement
+  of a module of the package ``package`` (dotted, "" for check/) names, as the module
+  doc counts them."""
   found = []
   if isinstance(node, ast.Import):
     for alias in node.names:
-      parts = alias.name.split(".")
       if alias.name == PACKAGE:
         found.append(INIT)
-      elif alias.name.startswith(PACKAGE + ".") and parts[2] in modules:
-        found.append(parts[2])
+      elif alias.name.startswith(PACKAGE + "."):
+        target = _resolve(alias.name[len(PACKAGE) + 1:], modules)
+        found += [target] if target else []
     return found
-  if node.level > 1:   # (from .. import: above the folder)
-    return found
-  if node.level == 1:
-    base = PACKAGE + ("." + node.module if node.module else "")
+  if node.level:
+    here = package.split(".") if package else []
+    if node.level - 1 > len(here):   # (from .. import: above the folder)
+      return found
+    rel = here[:len(here) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+    base = ".".join([PACKAGE] + rel)
   else:
     base = node.module or ""
   if base == PACKAGE.rsplit(".", 1)[0]:   # (from mosaic_async_store import check)
     found += [INIT for alias in node.names if alias.name == PACKAGE.rsplit(".", 1)[1]]
-  elif base == PACKAGE:
-    for alias in node.names:
-      found.append(alias.name if alias.name in modules and alias.name != INIT else INIT)
-  elif base.startswith(PACKAGE + "."):
-    name = base.split(".")[2]
-    if name in modules:
-      found.append(name)
+  elif base == PACKAGE or base.startswith(PACKAGE + "."):
+    inner = base[len(PACKAGE) + 1:]
+    for alias in node.names:   # a submodule by that name, else the module named by base
+      sub = f"{inner}.{alias.name}" if inner else alias.name
+      target = sub if sub in modules else (_resolve(inner, modules) if inner else INIT)
+      if target and target not in found:
+        found.append(target)
   return found
 
 
 def import_graph(folder: pathlib.Path = CHECK) -> dict[str, dict[str, tuple]]:
   """Module -> {module it imports: (the line of the first such import at the top level,
   else of the first inside a function; whether it is inside a function)}, over the
-  modules (``*.py``) of ``folder``, read as ``mosaic_async_store.check``."""
-  paths = {p.stem: p for p in sorted(folder.glob("*.py"))}
+  modules (``*.py``, in subfolders too) of ``folder``, read as
+  ``mosaic_async_store.check``: ``a/b.py`` is the module ``a.b``, ``a/__init__.py`` the
+  package ``a``."""
+  paths = {}
+  for path in sorted(folder.rglob("*.py")):
+    parts = list(path.relative_to(folder).with_suffix("").parts)
+    if parts[-1] == INIT and len(parts) > 1:
+      parts = parts[:-1]
+    paths[".".join(parts)] = path
   graph = {name: {} for name in paths}
   for name, path in paths.items():
-    _add_imports(ast.parse(path.read_text(), str(path)), False, set(paths), graph[name])
+    package = name if path.stem == INIT else name.rpartition(".")[0]
+    _add_imports(ast.parse(path.read_text(), str(path)), False, set(paths), graph[name],
+                 "" if name == INIT else package)
   return graph
 
 
-def _add_imports(node, in_function, modules, edges):
-  """Adds to ``edges`` (``import_graph``'s) the imports under ``node``, in order."""
+def _add_imports(node, in_function, modules, edges, package=""):
+  """Adds to ``edges`` (``import_graph``'s) the imports under ``node`` (a module of the
+  package ``package``), in order."""
   for child in ast.iter_child_nodes(node):
     if isinstance(child, (ast.Import, ast.ImportFrom)):
-      for target in _targets(child, modules):
+      for target in _targets(child, modules, package):
         if target not in edges or edges[target][1] and not in_function:
           edges[target] = (child.lineno, in_function)   # (a top-level one first)
     _add_imports(child, in_function or isinstance(
-        child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)), modules, edges)
+        child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)), modules, edges, package)
 
 
 def cycles(graph: dict) -> list[list[str]]:
@@ -234,10 +263,11 @@ def test_the_reader_resolves_every_form_and_counts_lazy_imports(tmp_path):
   assert describe(graph, cycle).endswith("-> x (z.py line 3, inside a function)")
 
 
-def test_the_only_import_by_name_is_the_opcode_table():
+def test_the_only_import_by_name_is_the_family_registry():
   """Modules of check/ loaded by name (``importlib.import_module``, ``__import__``)
   are no edges of the graph: each must be one the module doc lists."""
-  found = {(path.stem, function) for path in sorted(CHECK.glob("*.py"))
+  found = {(path.stem if path.stem != INIT else path.parent.name, function)
+           for path in sorted(CHECK.rglob("*.py"))
            for function in _loads_by_name(ast.parse(path.read_text(), str(path)), None)}
   assert found == LOADED_BY_NAME, (
       f"modules of check/ loaded by name: {sorted(found)}; the import-cycle check does not "

@@ -5,8 +5,8 @@ and declines (returns False, changes nothing) where it cannot."""
 import numpy as np
 import pytest
 
-from mosaic_async_store.check.bulk_groups import _waited_lanes
-from mosaic_async_store.check.bulk_op import _written_at_once
+from mosaic_async_store.check.families.tma.bulk_groups import _waited_lanes
+from mosaic_async_store.check.families.tma.bulk_op import _written_at_once
 from mosaic_async_store.check.interp import PtxKernel
 from mosaic_async_store.check.machine import Machine
 from mosaic_async_store.check.ops import UNDEFINED, ints_array

@@ -40,7 +40,7 @@ def unexpected(source: str) -> list[tuple[int, str]]:
           if what not in STOPS | NOT_FINDINGS]
 
 
-@pytest.mark.parametrize("path", sorted(CHECK.glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(CHECK.rglob("*.py")), ids=lambda p: str(p.relative_to(CHECK)))
 def test_a_finding_is_raised_only_inside_stop(path):
   assert not unexpected(path.read_text()), f"{path.name}: {unexpected(path.read_text())}"
 
@@ -48,7 +48,7 @@ def test_a_finding_is_raised_only_inside_stop(path):
 def test_every_finding_raised_is_a_finding_record():
   """``Stop`` is made from a ``Finding`` wherever check/ builds one in place (or from one
   ``findings.locate`` placed)."""
-  for path in sorted(CHECK.glob("*.py")):
+  for path in sorted(CHECK.rglob("*.py")):
     for node in ast.walk(ast.parse(path.read_text())):
       if (isinstance(node, ast.Call) and ast.unparse(node.func) == "Stop"
           and isinstance(node.args[0], ast.Call)):

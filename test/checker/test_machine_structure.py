@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 
-from mosaic_async_store.check import asyncops, opcodes
+from mosaic_async_store.check import asyncops, families, opcodes
 from mosaic_async_store.check.interp import PtxKernel
 from mosaic_async_store.check.machine import Machine
 from ptx_harness import kernel, outputs
@@ -19,14 +19,17 @@ CHECK = pathlib.Path(opcodes.__file__).parent
 
 def test_each_family_owns_its_table_and_its_handlers():
   seen = {}
-  for family in opcodes.FAMILIES:
-    module = importlib.import_module(f"mosaic_async_store.check.{family}")
-    assert module.OPCODES, family
-    for base, entry in module.OPCODES.items():
-      assert base not in seen, f"{base}: claimed by {seen.get(base)} and {family}"
-      seen[base] = family
-      if entry.handler is not None:   # (bra: resolved by the parser)
-        assert entry.handler.__module__ == module.__name__, (base, entry.handler)
+  for name in families.REGISTERED:
+    module = importlib.import_module(f"mosaic_async_store.check.{name}")
+    fam = module.FAMILY
+    assert fam.opcodes, name
+    for base, entry in fam.opcodes.items():
+      assert base not in seen, f"{base}: claimed by {seen.get(base)} and {name}"
+      seen[base] = name
+      if entry.handler is not None:   # (bra: resolved by the parser), in the family's
+        owner = entry.handler.__module__   # own module or folder
+        assert owner == module.__name__ or owner.startswith(module.__name__ + "."), \
+            (base, entry.handler)
   assert seen.keys() == opcodes.OPCODES.keys()
 
 
@@ -34,7 +37,7 @@ def test_no_class_in_the_checker_is_a_mixin():
   # Every class stands alone (an exception, or a container such as shadow.AccessSet,
   # derives from its Python base only; a record such as interp.Launched is a NamedTuple;
   # a kind of wait implements the protocol waits.Wait, whose defaults are its only code).
-  for path in sorted(CHECK.glob("*.py")):
+  for path in sorted(CHECK.rglob("*.py")):
     for node in ast.walk(ast.parse(path.read_text())):
       if isinstance(node, ast.ClassDef):
         bases = [ast.unparse(b) for b in node.bases]
@@ -46,7 +49,7 @@ def test_no_class_in_the_checker_is_a_mixin():
 def test_every_piece_of_state_the_families_use_is_declared_by_the_machine():
   declared = set(vars(Machine()))
   used = set()
-  for path in CHECK.glob("*.py"):
+  for path in CHECK.rglob("*.py"):
     used |= set(re.findall(r"\bk\.([a-z_]+)\b(?!\()", path.read_text()))
   used -= {"cluster_"}   # (a docstring's "k.cluster_*")
   assert used <= declared, sorted(used - declared)

@@ -51,8 +51,9 @@ def _reaches_jax(names, paths) -> subprocess.CompletedProcess:
 def test_no_module_of_the_folder_reaches_jax():
   files = sorted(HERE.glob("*.py"))
   names = set().union(*(imported_modules(f) for f in files)) | {f.stem for f in files}
-  names |= {f"mosaic_async_store.check.{p.stem}" for p in CHECK.glob("*.py")
-            if p.stem != "__init__"}
+  names |= {"mosaic_async_store.check." + ".".join(
+      p.relative_to(CHECK).with_suffix("").parts[:-1 if p.stem == "__init__" else None])
+      for p in CHECK.rglob("*.py") if p.parent != CHECK or p.stem != "__init__"}
   result = _reaches_jax(names, [HERE, HERE.parent / "harness"])
   assert result.returncode == 0, result.stderr[-3000:]
 

@@ -8,8 +8,8 @@ import re
 import pytest
 
 from mosaic_async_store.check import opcodes
-from mosaic_async_store.check.tma_examples import EXAMPLES, NOT_IN_ISA, REFUSED
-from mosaic_async_store.check.tma_forms import GROUP, MBAR, NotInIsa, decode_bulk, parse_operand
+from mosaic_async_store.check.families.tma.examples import EXAMPLES, NOT_IN_ISA, REFUSED
+from mosaic_async_store.check.families.tma.forms import GROUP, MBAR, NotInIsa, decode_bulk, parse_operand
 
 
 @pytest.mark.parametrize("stmt", EXAMPLES)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mosaic_async_store.check.tma_geometry import (MapFields, box_bytes, box_layout,
+from mosaic_async_store.check.families.tma.geometry import (MapFields, box_bytes, box_layout,
                                                    oob_fill_element, runs)
 from mosaic_async_store.plan.geometry import swizzle_bytes
 

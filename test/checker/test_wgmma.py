@@ -287,7 +287,7 @@ def test_a_chain_across_a_partial_wait_and_results_given_up(monkeypatch):
   operation has given up its results (``Warpgroup.forget``: a long kernel's WGMMA state
   stays small).  (A wait_group that only some warps run is ``wgmma-aligned``:
   test_wgmma_aligned.py.)"""
-  from mosaic_async_store.check import wgmma
+  from mosaic_async_store.check.families.wgmma import mma as wgmma
   made = []
   class Kept(wgmma.Warpgroup):
     __slots__ = ()

@@ -97,10 +97,24 @@ def test_an_opcode_the_checker_does_not_run_is_refused_in_fn_terms(monkeypatch):
   from mosaic_async_store.tools import check_kernel
   lower = check_kernel._lower
 
-  def with_unmodelled(fn, specs):
-    mlir, ptx = lower(fn, specs)
+  def with_unmodelled(fn, specs, *arch):
+    mlir, ptx = lower(fn, specs, *arch)
     return mlir, ptx.replace("ret;", "brkpt;\n\tret;", 1)
   monkeypatch.setattr(check_kernel, "_lower", with_unmodelled)
   kernel, (x, init) = _kernel_and_inputs(CTA0)
   with pytest.raises(AsyncStoreError, match=r"fn=.*a kernel whose PTX has.*brkpt"):
     mas_check.check(kernel, x, init)
+
+
+@pytest.mark.parametrize("case", pallas_run.TENSOR_CORE_CASES[:2], ids=lambda c: c.describe())
+def test_tensor_core_stores_check_on_blackwell_by_default(case):
+  """A store whose barrier orders the tensor core (tcgen05 fences, Blackwell only):
+  ``check`` takes the kernel's own arch (sm_100a) and runs it with the right bytes;
+  sm_90a given explicitly is refused naming ``arch``."""
+  kernel, (x, init) = _kernel_and_inputs(case)
+  report = mas_check.check(kernel, x, init)
+  assert report.ok, str(report)
+  [out] = report.outputs
+  assert np.array_equal(out, pallas_run.expected(case, x, init))
+  with pytest.raises(AsyncStoreError, match=r"arch=sm_90a is not supported.*sm_100a or sm_103a.*tcgen05"):
+    mas_check.check(kernel, x, init, arch="sm_90a")

@@ -52,8 +52,8 @@ def _edited(name, pattern, replacement):
   fn, args = tma_kernels.ALL[name]()
   lower = check_kernel._lower
 
-  def edited_lower(fn_, specs):
-    mlir, ptx = lower(fn_, specs)
+  def edited_lower(fn_, specs, *arch):
+    mlir, ptx = lower(fn_, specs, *arch)
     new, count = re.subn(pattern, replacement, ptx)
     assert count, f"{pattern!r} is not in {name}'s PTX"
     return mlir, new

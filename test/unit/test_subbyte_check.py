@@ -62,10 +62,10 @@ def _lowered_once():
   """``check`` lowers and compiles each kernel once: the examples reuse its PTX."""
   lower, made = check_kernel._lower, {}
 
-  def cached(fn, specs):
-    key = (fn, tuple((s.shape, str(s.dtype)) for s in specs))
+  def cached(fn, specs, *arch):
+    key = (fn, tuple((s.shape, str(s.dtype)) for s in specs), *arch)
     if key not in made:
-      made[key] = lower(fn, specs)
+      made[key] = lower(fn, specs, *arch)
     return made[key]
   with pytest.MonkeyPatch.context() as patch:
     patch.setattr(check_kernel, "_lower", cached)

@@ -146,14 +146,14 @@ def test_check_refuses_tcgen05_by_name_in_one_line(tmp_path, capsys):
   target = _blackwell_target(tmp_path)
   assert cli.main(["check", target]) == 2
   err = capsys.readouterr().err.strip()
-  assert len(err.splitlines()) == 1 and "tcgen05." in err and "TMEM" in err, err
+  assert len(err.splitlines()) == 1 and "tcgen05." in err, err
 
 
 def test_check_refuses_tcgen05_in_the_library_too():
   case = next(c for c in upstream_ops.KERNELS if c.name == "blackwell_matmul")
   fn, arrays = _made(case)
   from mosaic_async_store.tools.check_kernel import check
-  with pytest.raises(AsyncStoreError, match=r"tcgen05\.\w+ .*checker does not run them"):
+  with pytest.raises(AsyncStoreError, match=r"fn=a kernel whose PTX has .*tcgen05\."):
     check(fn, *arrays)
 
 

@@ -50,10 +50,14 @@ PRODUCT = {
                                  "lockstep", "shadow", "shadow_runs", "schedule", "warp_mbarrier",
                                  "budget", "cluster_barrier", "pairings", "mbarrier_forms",
                                  "mbarrier_state", "waits", "findings", "exit_rule", "slots", "params",
-                                 "tensor_map", "tma_forms", "tma_examples", "tma_geometry",
-                                 "bulk_rules", "tma", "bulk_op", "undefined", "proxy", "access_core", "bulk_groups",
-                                 "floats_f32", "floats_cvt", "float_columns", "wgmma", "wgmma_exec",
-                                 "wgmma_guard", "wgmma_layout", "barrier_warps", "subbyte"),
+                                 "tensor_map", "undefined", "proxy", "access_core",
+                                 "floats_f32", "floats_cvt", "float_columns", "barrier_warps", "subbyte",
+                                 "family"),
+    # the opcode families' registry and the families that are folders
+    "mosaic_async_store/check/families": ("__init__",),
+    "mosaic_async_store/check/families/tma": ("__init__", "copies", "forms", "examples",
+                                              "geometry", "bulk_rules", "bulk_op", "bulk_groups"),
+    "mosaic_async_store/check/families/wgmma": ("__init__", "mma", "execute", "guard", "layout"),
 }
 # The test and benchmark code (test/harness: kernels, runners, reports, lit helpers;
 # bench/: the benchmark scripts) under their present names, and former ones.

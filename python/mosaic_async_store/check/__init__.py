@@ -26,15 +26,21 @@ from mosaic_async_store.check.findings import Finding
 from mosaic_async_store.check.memory import RULES, Access, CheckerError
 from mosaic_async_store.check.report import Report, Unfinished, check_ptx
 from mosaic_async_store.check.tensor_map import TensorMap
+from mosaic_async_store.check import families as _families
+
+_families.loaded()   # (every family's rules in RULES before anyone reads it)
 
 __all__ = ["check", "checking", "check_ptx", "Report", "Finding", "Unfinished", "Budget", "Access",
            "Memref", "TensorMap", "PtxKernel", "CheckerError", "RULES"]
 
 
-def check(fn, *args, schedules: int = 3, budget: Budget | None = None) -> Report:
-  """See :func:`mosaic_async_store.tools.check_kernel.check` (loads jax on first use)."""
+def check(fn, *args, schedules: int = 3, budget: Budget | None = None,
+          arch: str | None = None) -> Report:
+  """See :func:`mosaic_async_store.tools.check_kernel.check` (loads jax on first use).
+  ``arch``: "sm_90a", "sm_100a" or "sm_103a"; None: the kernel's own (sm_100a where it
+  uses tcgen05, else sm_90a)."""
   from mosaic_async_store.tools.check_kernel import check as _check
-  return _check(fn, *args, schedules=schedules, budget=budget)
+  return _check(fn, *args, schedules=schedules, budget=budget, arch=arch)
 
 
 def checking(schedules: int = 3, budget: Budget | None = None, raise_findings: bool = True):

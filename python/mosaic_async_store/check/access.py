@@ -14,12 +14,13 @@ import numpy as np
 from mosaic_async_store.check import (access_core, addresses, asyncops, program, strong,
                                       sync, warp_memory)
 from mosaic_async_store.check.findings import Finding, Stop
+from mosaic_async_store.check.family import Family
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.ops import ints_array
 from mosaic_async_store.check.outcomes import YIELD
 from mosaic_async_store.check.shadow_runs import record_disjoint
 
-__all__ = ["OPCODES"]
+__all__ = ["OPCODES", "FAMILY"]
 
 # st / red / st.async / red.async / ldmatrix / stmatrix, with their checks.
 
@@ -236,3 +237,5 @@ OPCODES = {
                                       "ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%r2}, [%r1]"),
                        ("ldmatrix.sync.aligned.m16n16.x1.trans.shared.b8 {%r2, %r3}, [%r1]",)),
 }
+
+FAMILY = Family("access", OPCODES)

@@ -21,7 +21,7 @@ from operator import attrgetter
 from mosaic_async_store.check.findings import Finding, Stop, fault
 from mosaic_async_store.check.tensor_map import TENSOR_MAP_BYTES
 
-__all__ = ["SHARED_BASE", "LOCAL_BASE", "PARAM_BASE", "GLOBAL_SHIFT", "NOT_SHARED", "mem",
+__all__ = ["swizzle_address", "SHARED_BASE", "LOCAL_BASE", "PARAM_BASE", "GLOBAL_SHIFT", "NOT_SHARED", "mem",
            "mem_fn", "plain_shared", "plain_shared_lanes", "plain_global_lanes",
            "param_offset", "tensor_map"]
 
@@ -184,3 +184,14 @@ def mem_fn(k, space, n):
     def resolve(th, addr):
       return slow(th, space, addr, n)
   return resolve
+
+
+def swizzle_address(addr, swizzle):
+  """The hardware's swizzle of shared-memory byte address(es) ``addr`` (an int or an
+  integer array), as TMA, WGMMA and tcgen05 read and write shared memory: 16-byte chunk
+  bits [4, 4+b) ^= address bits [7, 7+b), b = log2(swizzle / 16); ``swizzle`` 0 or
+  None: none."""
+  if not swizzle:
+    return addr
+  mask = swizzle // 16 - 1
+  return addr ^ (((addr >> 7) & mask) << 4)

@@ -61,10 +61,11 @@ from mosaic_async_store.check.barrier_warps import WARP, NamedWait, named_need, 
 from mosaic_async_store.check.waits import block_all, resume_all
 from mosaic_async_store.check.waits import block as block_thread
 from mosaic_async_store.check.findings import Finding, Stop, fault
+from mosaic_async_store.check.family import Family
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.outcomes import BLOCK, FALLBACK
 
-__all__ = ["NamedBarrier", "WarpArrival", "OPCODES", "release_held"]
+__all__ = ["NamedBarrier", "WarpArrival", "OPCODES", "FAMILY", "release_held"]
 
 _NAMED_BARRIERS = 16   # barrier ids 0..15 (PTX ISA, bar)
 _ALIGNED = ("PTX ISA, bar / barrier.cluster: .aligned (bar is barrier.aligned) requires "
@@ -353,3 +354,5 @@ OPCODES = {
                       ("barrier.cluster.arrive.acquire", "barrier.red.popc.pred %p1, 0, %p2",
                        "barrier.red.or.u32 %r1, 0, %p2")),
 }
+
+FAMILY = Family("barriers", OPCODES)

@@ -24,11 +24,12 @@ import operator
 import numpy as np
 
 from mosaic_async_store.check import program
+from mosaic_async_store.check.family import Family
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.undefined import Undefined
 from mosaic_async_store.check.warp import FULL, sync_collective
 
-__all__ = ["shfl", "vote", "elect", "redux", "match", "warp_sync", "OPCODES"]
+__all__ = ["shfl", "vote", "elect", "redux", "match", "warp_sync", "OPCODES", "FAMILY"]
 
 
 def _pair_finish(puts):
@@ -204,3 +205,5 @@ OPCODES = {
                            "vote.sync.any.pred %p1, !%p2, -1"),
                    ("vote.all.pred %p1, %p2", "vote.sync.any.b32 %r1, %p2, -1")),
 }
+
+FAMILY = Family("collectives", OPCODES)

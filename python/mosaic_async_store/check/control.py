@@ -7,10 +7,11 @@ and ``bra`` (resolved by the parser, ``program``; listed here for the table).
 from __future__ import annotations
 
 from mosaic_async_store.check import warp
+from mosaic_async_store.check.family import Family
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.outcomes import EXIT, YIELD
 
-__all__ = ["OPCODES"]
+__all__ = ["OPCODES", "FAMILY"]
 
 
 def _exit(k, ins):
@@ -84,3 +85,5 @@ OPCODES = {
     "call": Opcode(_call, ("call.uni (retval0), vprintf, (param0, param1)",),
                    ("call.uni (retval0), helper, (param0, param1)", "call.foo vprintf")),
 }
+
+FAMILY = Family("control", OPCODES)

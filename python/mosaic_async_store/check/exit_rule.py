@@ -3,14 +3,15 @@
 CUDA Programming Guide, distributed shared memory: every operation that another CTA
 makes on a CTA's shared memory or mbarriers must happen before that CTA exits.
 ``thread_exits`` runs when a thread exits (``lockstep``); at the CTA's last thread it
-checks every such operation against what the CTA's threads know.
+checks every such operation against what the CTA's threads know, then runs what each
+opcode family requires at a CTA's exit (``family.Family.at_cta_exit``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from mosaic_async_store.check import barriers, findings
+from mosaic_async_store.check import barriers, families, findings
 from mosaic_async_store.check.findings import Finding, Stop
 from mosaic_async_store.check.shadow import distinct
 from mosaic_async_store.check.slots import INITIAL, MBARRIER_DATA, THREAD
@@ -83,6 +84,8 @@ def thread_exits(k, th):
       other = k.threads[slot - 1]
       _exit_error(c, th, f"`{k.program.texts[pc]}` (PTX line {k.program.lines[pc]}) of CTA "
                   f"{other.cta} thread {other.tid} on its mbarrier (phase {phase})")
+  for at_exit in families.exit_checks():   # what each family requires by now
+    at_exit(k, c)
 
 
 def _unknown_access(k, c, slot, floor, thread):

@@ -12,10 +12,11 @@ import numpy as np
 
 from mosaic_async_store.check import program, proxy
 from mosaic_async_store.check.memory import SCOPES, sem_scope
+from mosaic_async_store.check.family import Family
 from mosaic_async_store.check.opcodes import Opcode, check_qualifiers
 from mosaic_async_store.check.slots import MBARRIER_INIT
 
-__all__ = ["OPCODES"]
+__all__ = ["OPCODES", "FAMILY"]
 
 _MEMBAR_SCOPE = {"cta": "cta", "gl": "gpu", "sys": "sys"}
 _FENCE = {"sem": {"sc", "acq_rel", "acquire", "release"}, "scope": set(SCOPES),
@@ -137,3 +138,5 @@ OPCODES = {
                      "fence.proxy.tensormap::generic.release.gpu", "fence.proxy.alias")),
     "membar": Opcode(_fence_op, ("membar.cta", "membar.gl", "membar.sys"), ("membar.foo",)),
 }
+
+FAMILY = Family("fences", OPCODES)

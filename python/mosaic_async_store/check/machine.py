@@ -33,6 +33,8 @@ scheduler in ``run``.  Its state, by what it models (each attribute is set by
     into named-barrier instances a launch explores, ``pairings.explore``);
   * asynchronous operations: ``inflight`` (``asyncops.AsyncOp`` and ``StoreGroup``
     issued, not landed);
+  * what each opcode family keeps per launch (``family.Family.state``: attribute ->
+    a fresh value; the registry, ``families.state``, lists them);
   * clocks: ``clocks`` (every thread's vector clock, ``Thread.vc``, as a row of one
     matrix: row ``slot - 1``), ``seen`` (every thread's ``Thread.seen``, the same
     way), ``slots`` (``slots.SlotTable``: who owns each vector-clock slot: the
@@ -58,7 +60,7 @@ from itertools import filterfalse
 
 import numpy as np
 
-from mosaic_async_store.check import params
+from mosaic_async_store.check import families, params
 from mosaic_async_store.check.global_memory import GlobalShadow
 from mosaic_async_store.check.memory import CLOCK, Releases
 from mosaic_async_store.check.shadow import Shadow
@@ -175,7 +177,9 @@ class Machine:
     self.grid_clusters = 1
     self.executed, self.calls, self.store_trace = 0, [], None
     self.findings, self.finding_keys, self.unplaced = [], set(), []
-    self.bulk, self.proxy_fences, self.wgmma = {}, {}, {}
+    self.proxy_fences = {}
+    for name, fresh in families.state().items():   # what each family keeps per launch
+      setattr(self, name, fresh())
 
   def drop_state(self):
     """Lets go of a run's threads, memories and shadows (a run stopped for its memory
@@ -231,9 +235,9 @@ class Machine:
     self.grid_clusters = grid[0] * grid[1] * grid[2] // cluster
     self.executed, self.calls = 0, []
     self.findings, self.finding_keys, self.unplaced = [], set(), []
-    self.bulk = {}           # thread slot -> its bulk groups (bulk_groups.BulkGroups)
     self.proxy_fences = {}   # thread slot -> its fence.proxy.async clocks (proxy.py)
-    self.wgmma = {}          # (CTA, warpgroup) -> its WGMMA state (wgmma.Warpgroup)
+    for name, fresh in families.state().items():   # (family.Family.state)
+      setattr(self, name, fresh())
 
   @staticmethod
   def _first_row(lanes):

@@ -11,11 +11,12 @@ from __future__ import annotations
 from mosaic_async_store.check import access, access_core, addresses, program, strong, warp_memory
 from mosaic_async_store.check.findings import Finding, Stop, fault
 from mosaic_async_store.check.memory import SCOPES
+from mosaic_async_store.check.family import Family
 from mosaic_async_store.check.opcodes import Opcode, check_qualifiers
 from mosaic_async_store.check.ops import RED, RED_FORMS
 from mosaic_async_store.check.strong import strong_semantics
 
-__all__ = ["OPCODES"]
+__all__ = ["OPCODES", "FAMILY"]
 
 # The qualifier grammar of each form (PTX ISA, ld / st / st.async / red / red.async /
 # mapa), as far as the checker runs it: group -> the qualifiers it runs exactly.  Cache
@@ -275,3 +276,5 @@ OPCODES = {
                            "mapa.shared::cluster.u64 %rd1, %rd2, 1", "mapa.u32 %r1, %r2, %r3"),
                   ("mapa.shared::cluster.foo.u32 %r1, %r2, %r3",)),
 }
+
+FAMILY = Family("memops", OPCODES)

@@ -39,14 +39,13 @@ import os
 
 import numpy as np
 
-from mosaic_async_store.check import bulk_rules, wgmma_layout
-
 __all__ = ["CLOCK", "Access", "CheckerError",
            "RULES", "SCOPES", "SEMS", "sem_scope", "Releases", "SCHEDULES",
            "CI_SCHEDULES", "SLOW_SCHEDULES",
            "morally_strong", "tags_morally_strong"]
 
-# Each rule is named after the part of the PTX ISA that it enforces.
+# Each rule is named after the part of the PTX ISA that it enforces: the core's rules
+# here, each family's added by the registry (``families.loaded``).
 RULES = {
     "hang": "a barrier phase that can never complete (on hardware: a hang)",
     "race": "PTX ISA, Memory Consistency Model: conflicting accesses not ordered by "
@@ -120,9 +119,9 @@ RULES = {
                    "the asynchronous proxy (a thread's st.shared, then a bulk or tensor "
                    "copy that reads those bytes: check/proxy.py)",
 }
-# The bulk and tensor copies' size and alignment rules (each with its source).
-RULES.update({name: source for name, (_, source) in bulk_rules.RULES.items()})
-RULES.update(wgmma_layout.RULES)   # WGMMA's register and fence rules (wgmma.py)
+# The opcode families' own rules join this table when the families load
+# (``families.loaded``: each family declares its rules with their sources), so it is
+# complete before any kernel is compiled.
 
 SCOPES = {"cta": 0, "cluster": 1, "gpu": 2, "sys": 3}
 # The type of a vector clock's entries: 32 bits (a thread's clock counts its own events,

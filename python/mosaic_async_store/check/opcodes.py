@@ -1,10 +1,9 @@
 """The PTX checker's opcode table: every opcode it runs, the family module whose
 handler compiles it, and examples of the forms it runs and of those it refuses.
 
-Each family module (``FAMILIES``: values, memops, strong, access, sync, fences,
-barriers, collectives, control, tma, wgmma) ends with its own table, ``OPCODES =
-{base: Opcode(handler, examples, refused)}``; ``OPCODES`` here is their union, made on
-first use.  An
+Each family (``families.REGISTERED``) declares its own table, ``{base:
+Opcode(handler, examples, refused)}``, in its ``FAMILY`` (``family.Family``);
+``OPCODES`` here is their union, made on first use (``families.opcode_table``).  An
 instruction's base opcode (the text before the first ``.``) selects its
 ``Opcode``; the handler, ``handler(k, ins)`` with the machine ``k``
 (``machine.Machine``) and the decoded instruction ``ins`` (``Instr``), checks the
@@ -12,8 +11,9 @@ qualifiers and operands and returns the function that executes the instruction
 (``fn(th)``, see ``run``), or raises NotImplementedError naming the opcode.  A base
 opcode missing from the table is refused the same way.  Everything happens when
 the kernel is parsed, so no instruction is ever run with semantics the checker
-does not implement.  Adding a family is one new module with its table and its
-name in ``FAMILIES`` (docs/architecture.md, "Adding an opcode family").
+does not implement.  Adding a family is one new folder (or module) with its
+``FAMILY`` and its line in ``families.REGISTERED`` (docs/architecture.md, "Adding an
+opcode family").
 
 ``examples`` and ``refused`` are whole PTX statements over the registers of
 ``EXAMPLE_REGISTERS``; test/checker/test_opcode_table.py compiles every one of them
@@ -24,17 +24,12 @@ way), so the tables cannot drift from what the handlers accept.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from typing import Callable
 
 from mosaic_async_store.check.ops import TYPE, bits_of
 
-__all__ = ["Opcode", "Instr", "OPCODES", "FAMILIES", "EXAMPLE_REGISTERS", "REFUSED", "decode",
+__all__ = ["Opcode", "Instr", "OPCODES", "EXAMPLE_REGISTERS", "REFUSED", "decode",
            "check_qualifiers"]
-
-# The family modules of mosaic_async_store.check, each with its OPCODES table.
-FAMILIES = ("values", "memops", "strong", "access", "sync", "fences", "barriers",
-            "collectives", "control", "tma", "wgmma")
 
 # The registers the examples name (test/checker/test_opcode_table.py declares them).
 EXAMPLE_REGISTERS = (".reg .pred %p<8>;", ".reg .b16 %h<8>;", ".reg .b32 %r<32>;",
@@ -114,19 +109,10 @@ REFUSED = ("activemask.b32 %r1", "popc.b32 %r1, %r2", "rcp.approx.f32 %f1, %f2",
            "tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%r1], 32")
 
 
-_TABLE: dict[str, Opcode] = {}
-
-
 def __getattr__(name):
-  """``OPCODES``: every family's table, merged on first use (the families import this
-  module, so it cannot import them when it is loaded)."""
+  """``OPCODES``: every family's table, merged on first use (``families.opcode_table``:
+  the families import this module, so it cannot import them when it is loaded)."""
   if name != "OPCODES":
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-  if not _TABLE:
-    for family in FAMILIES:
-      table = importlib.import_module(f"mosaic_async_store.check.{family}").OPCODES
-      clash = _TABLE.keys() & table.keys()
-      if clash:
-        raise RuntimeError(f"opcodes {sorted(clash)} are claimed by two families")
-      _TABLE.update(table)
-  return _TABLE
+  from mosaic_async_store.check import families
+  return families.opcode_table()

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from operator import itemgetter
 
+from mosaic_async_store.check import families
 from mosaic_async_store.check.findings import Stop
 
 __all__ = ["components", "columns_by_pc", "state"]
@@ -87,10 +88,11 @@ def columns_by_pc(texts, named, targets, column):
   names = {}   # component -> the registers its instructions name
   for pc, c in enumerate(comp):
     names.setdefault(c, set()).update(named[pc])
-  wgmma = set().union(*(named[pc] for pc in range(n) if texts[pc].startswith("wgmma.")))
-  for pc in range(n):
-    if texts[pc].startswith("wgmma."):
-      names[comp[pc]] |= wgmma
+  for prefix in families.unnamed_writes():   # (family.Family.unnamed_writes)
+    shared = [pc for pc in range(n) if texts[pc].startswith(prefix)]
+    every = set().union(*(named[pc] for pc in shared))
+    for pc in shared:
+      names[comp[pc]] |= every
   by_comp = {c: tuple(column(name) for name in sorted(group)) for c, group in names.items()}
   return [by_comp[c] for c in comp]
 

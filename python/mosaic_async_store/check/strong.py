@@ -44,11 +44,12 @@ from __future__ import annotations
 
 from mosaic_async_store.check import access_core, addresses, program, sync
 from mosaic_async_store.check.memory import SCOPES, SEMS, Releases
+from mosaic_async_store.check.family import Family
 from mosaic_async_store.check.opcodes import Opcode, check_qualifiers
 from mosaic_async_store.check.ops import RED, RED_FORMS, reduce_op
 from mosaic_async_store.check.outcomes import YIELD
 
-__all__ = ["MEMORY_SEMS", "strong_semantics", "OPCODES"]
+__all__ = ["MEMORY_SEMS", "strong_semantics", "OPCODES", "FAMILY"]
 
 
 MEMORY_SEMS = (*SEMS, "weak", "volatile", "mmio")
@@ -267,3 +268,5 @@ OPCODES = {
                     "atom.shared.add.f16 %h1, [%r2], %h3",
                     "atom.global.v2.f32.add %rd1, [%rd2], %rd3")),
 }
+
+FAMILY = Family("strong", OPCODES)

@@ -20,13 +20,14 @@ from mosaic_async_store.check.mbarrier_state import (Mbarrier, _note_remote, _ob
                                                      advance_phase)
 from mosaic_async_store.check.findings import Finding, Stop
 from mosaic_async_store.check.memory import TX_LIMIT, Releases, sem_scope
+from mosaic_async_store.check.family import Family
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.outcomes import BLOCK, YIELD
 from mosaic_async_store.check.slots import MBARRIER_DATA, MBARRIER_INIT
 from mosaic_async_store.check.waits import Wait
 
 
-__all__ = ["OPCODES"]
+__all__ = ["OPCODES", "FAMILY"]
 
 
 # mbarrier.* and fences; the entries of bar.warp.sync and of the .aligned matrix
@@ -339,3 +340,5 @@ OPCODES = {
         ("mbarrier.arrive_drop.noComplete.relaxed.cta.shared.b64 %rd1, [%r1], 1",
          "mbarrier.pending_count.shared.b64 %r1, %rd2")),
 }
+
+FAMILY = Family("sync", OPCODES)

@@ -17,13 +17,14 @@ from mosaic_async_store.check import addresses, contraction, float_columns, prog
 from mosaic_async_store.check.findings import Stop
 from mosaic_async_store.check.floats import FLOAT_TYPE, float_op
 from mosaic_async_store.check.floats_cvt import float_cvt, float_cvt_lanes
+from mosaic_async_store.check.family import Family
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.ops import (ALU, TYPE, UNDEFINED, bfe, bfi, bits_of, prmt,
                                           sign_extend)
 from mosaic_async_store.check.outcomes import FALLBACK
 from mosaic_async_store.check.registers import read, write
 
-__all__ = ["OPCODES"]
+__all__ = ["OPCODES", "FAMILY"]
 
 
 # Qualifiers (other than types) each integer ALU opcode accepts.  mul/mad need
@@ -374,3 +375,5 @@ OPCODES = {
                    "cvt.rzi.s32.f32 %r1, %f2", "cvt.rn.e4m3x2.f32 %h1, %f2, %f3",
                    "cvt.rn.f32.f64 %f1, %rd2")),
 }
+
+FAMILY = Family("values", OPCODES)

@@ -85,37 +85,69 @@ def _package_folders() -> tuple[str, ...]:
   return tuple(os.path.join(p, "") for p in (package, *lowering.__path__))
 
 
-def _lower(fn, specs):
-  """The kernel's MLIR (for its launch shape and parameters) and its PTX with line
-  info: each finding then names the user's Python line (``Finding.source``), the
-  line that called this package's helpers rather than the helper's own."""
+class _NeedsBlackwell(Exception):
+  """The kernel lowered for sm_90a holds tcgen05 (``_lower``): ``tc`` its first."""
+
+  def __init__(self, tc: str):
+    super().__init__(tc)
+    self.tc = tc
+
+
+def _lower(fn, specs, arch: str = "sm_90a"):
+  """The kernel's MLIR (for its launch shape and parameters) and its PTX for ``arch``
+  with line info: each finding then names the user's Python line (``Finding.source``),
+  the line that called this package's helpers rather than the helper's own.  Runs
+  under the arch's device answers (``_lowered``); raises ``_NeedsBlackwell`` where a
+  kernel lowered for sm_90a holds tcgen05, which only Blackwell has."""
   from mosaic_async_store import compat
   from mosaic_async_store.tools.toolchain import CompileError, mlir_to_ptx
   from mosaic_async_store.tools.user_kernel import compile_fix, first_error, lower_kernel
   with compat.frames_not_user(*_package_folders()):
     module = lower_kernel(fn, specs)
   mlir = str(module)
-  if (tc := _TCGEN05.search(mlir)) is not None:   # before mlir-opt, which needs sm_100a
-    raise refuse("fn", f"a kernel with {tc.group(0)} (tcgen05 / tensor memory)", "kernels "
-                 "without tcgen05 / TMEM: the checker does not run them yet (sm_90a only)",
-                 "compile it with `compile --arch sm_100a`; check the rest of its protocol "
-                 "in a kernel without tcgen05")
+  if arch == "sm_90a" and (tc := _TCGEN05.search(mlir)) is not None:   # (before mlir-opt)
+    raise _NeedsBlackwell(tc.group(0))
   try:   # only the PTX is run: no ptxas or SASS needed
-    return mlir, mlir_to_ptx(module, line_info=True)
+    return mlir, mlir_to_ptx(module, arch, line_info=True)
   except CompileError as e:   # the fix says whose the cause is, as compile's does
     said = first_error(str(e))
     raise refuse("fn", f"<kernel {getattr(fn, '__name__', type(fn).__name__)}>",
-                 f"a kernel the deviceless toolchain compiles for sm_90a ({said})",
-                 compile_fix(said, "sm_90a")) from None
+                 f"a kernel the deviceless toolchain compiles for {arch} ({said})",
+                 compile_fix(said, arch)) from None
+
+
+def _lowered(fn, args, arch, sm_count, cuda_version):
+  """(specs, outs, mlir, ptx, arch): the kernel's parameter specs and outputs, its MLIR
+  and PTX (``_lower``) for ``arch``; None: the kernel's own, sm_90a, or sm_100a where the
+  kernel lowered for an H100 holds tcgen05 (it is then lowered again, with a B200's
+  device answers: Mosaic chooses instructions by the device it is told of)."""
+  from mosaic_async_store import compat
+  from mosaic_async_store.tools.device_target import device_target
+  from mosaic_async_store.tools.user_kernel import kernel_specs
+  for target_arch in (arch,) if arch is not None else ("sm_90a", "sm_100a"):
+    target = device_target(target_arch, sm_count=sm_count, cuda_version=cuda_version)
+    with compat.answer_device_queries(target):
+      specs, outs = kernel_specs(fn, args)
+      _refuse_unpackable(args, outs)
+      try:
+        return (specs, outs, *_lower(fn, specs, target_arch), target_arch)
+      except _NeedsBlackwell as e:
+        if arch is not None:
+          raise refuse("arch", arch, f"sm_100a or sm_103a for a kernel with {e.tc} "
+                       "(tcgen05 and tensor memory exist on Blackwell only)",
+                       "pass arch='sm_100a', or leave arch out: the kernel's own is "
+                       "taken") from None
+  raise AssertionError("sm_100a lowering raised _NeedsBlackwell")   # (not reached)
 
 
 def check(fn, *args, schedules: int = 3, budget=None, sm_count: int | None = None,
-          cuda_version: int | None = None) -> Report:
+          cuda_version: int | None = None, arch: str | None = None) -> Report:
   """Checks the kernel ``fn`` on the NumPy arrays ``args`` (its inputs, in order).
 
   ``fn`` is a Pallas MGPU kernel (``plgpu.kernel``, ``pl.pallas_call`` with the Mosaic GPU
   backend) or a Mosaic GPU kernel (``mgpu.as_gpu_kernel``).  It is lowered and compiled
-  for sm_90a on the CPU; every cluster of its grid runs, one after another, each under
+  on the CPU for ``arch`` ("sm_90a", "sm_100a" or "sm_103a"; None: the kernel's own,
+  sm_90a unless the kernel uses tcgen05, then sm_100a); every cluster of its grid runs, one after another, each under
   ``schedules`` schedules (races between clusters are not looked for).  ``outputs`` are
   the kernel's outputs (NumPy arrays) after the grid ran (``check.check_ptx``), or None.
   Arrays of 2- and 4-bit elements (ml_dtypes ``int4``, ``uint4``, ``float4_e2m1fn``,
@@ -123,8 +155,9 @@ def check(fn, *args, schedules: int = 3, budget=None, sm_count: int | None = Non
   (``check.subbyte``); 1- and 6-bit types are refused.
   ``budget`` (``mosaic_async_store.check.Budget``; None: its defaults) bounds what each
   schedule's run may spend; a schedule past it is in ``Report.unfinished``.  The kernel's
-  device queries are answered for an H100 (``device_target``), with ``sm_count`` and
-  ``cuda_version`` (1000 * major + 10 * minor) replacing its values where given.
+  device queries are answered for the arch's GPU (``device_target``: an H100 for sm_90a,
+  a B200 for sm_100a), with ``sm_count`` and ``cuda_version`` (1000 * major + 10 *
+  minor) replacing its values where given.
 
   On jax 0.11 and newer, ``pl.pallas_call`` has no Mosaic GPU lowering of its own; a
   ``pl.pallas_call`` that ``fn`` builds while it is traced goes through upstream's
@@ -137,14 +170,10 @@ def check(fn, *args, schedules: int = 3, budget=None, sm_count: int | None = Non
   toolchain cannot compile (the tool's first error line), an opcode or run-time case
   the checker does not run exactly (named, with its PTX line).
   """
-  from mosaic_async_store import compat
-  from mosaic_async_store.tools.device_target import device_target
-  from mosaic_async_store.tools.user_kernel import kernel_specs
-  target = device_target("sm_90a", sm_count=sm_count, cuda_version=cuda_version)
-  with compat.answer_device_queries(target):
-    specs, outs = kernel_specs(fn, args)
-    _refuse_unpackable(args, outs)
-    mlir, ptx = _lower(fn, specs)
+  if arch is not None:
+    from mosaic_async_store.tools.toolchain import check_arch
+    check_arch(arch)
+  specs, outs, mlir, ptx, arch = _lowered(fn, args, arch, sm_count, cuda_version)
   # the parameters (TMA descriptors rebuilt from the host code), then the first opcode
   # the checker cannot run, both before the launch
   buffers = [np.array(a) for a in args] + [_poisoned(o) for o in outs]

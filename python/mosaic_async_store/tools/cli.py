@@ -119,6 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MiB the process may grow by during a schedule's run before it "
                    "stops as unfinished (default %d)" % _budget_default("max_memory_mb"))
   chk.add_argument("--json", action="store_true", help="the report as JSON")
+  from mosaic_async_store.tools.toolchain import ARCHS
+  chk.add_argument("--arch", choices=tuple(ARCHS), default=None,
+                   help="the GPU to check for: sm_90a (Hopper), sm_100a, sm_103a "
+                   "(Blackwell) (default: the kernel's own: sm_100a where it uses "
+                   "tcgen05, else sm_90a)")
   add_target_args(chk)
   comp.add_argument("--output", "-o", metavar="FILE", help="write here instead of stdout")
   return parser

@@ -139,9 +139,9 @@ def check_command(args: argparse.Namespace, out) -> int:
     if value is not None:
       limits[name] = value
   target = _target_kwargs(args)
-  fn, arrays = _load(args.target, "sm_90a", target)
+  fn, arrays = _load(args.target, args.arch or "sm_90a", target)
   report = _library_call(check_kernel.check, fn, *arrays, schedules=args.schedules,
-                         budget=Budget(**limits), **target)
+                         budget=Budget(**limits), arch=args.arch, **target)
   if args.json:
     out.write(json.dumps(check_kernel.report_json(report), indent=2) + "\n")
   else:

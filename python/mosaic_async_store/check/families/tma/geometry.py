@@ -47,6 +47,8 @@ import math
 
 import numpy as np
 
+from mosaic_async_store.check.addresses import swizzle_address
+
 __all__ = ["MapFields", "BoxLayout", "Runs", "box_layout", "box_shape", "box_bytes",
            "runs", "swizzle_address", "oob_fill_element", "SWIZZLES"]
 
@@ -133,15 +135,6 @@ def box_bytes(tmap) -> int:
   """The bytes a tensor load of this map counts on its mbarrier (complete_tx): the whole
   box, out-of-bounds elements included (they are written, filled)."""
   return math.prod(box_shape(tmap)) * int(tmap.elem_bytes)
-
-
-def swizzle_address(addr, swizzle):
-  """The hardware's swizzle of shared-memory byte address(es) ``addr``: 16-byte chunk
-  bits [4, 4+b) ^= address bits [7, 7+b), b = log2(swizzle / 16)."""
-  if not swizzle:
-    return addr
-  mask = swizzle // 16 - 1
-  return addr ^ (((addr >> 7) & mask) << 4)
 
 
 def box_layout(tmap, coords, smem_addr=0) -> BoxLayout:

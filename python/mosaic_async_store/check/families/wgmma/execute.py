@@ -18,7 +18,7 @@ import functools
 import numpy as np
 
 from mosaic_async_store.check import access_core, proxy
-from mosaic_async_store.check import wgmma_layout as layout
+from mosaic_async_store.check.families.wgmma import layout
 from mosaic_async_store.check.addresses import SHARED_BASE
 from mosaic_async_store.check.findings import fault
 from mosaic_async_store.check.shadow import byte_index, disjoint_runs

@@ -24,7 +24,7 @@ checked against the kernels Mosaic GPU emits: their outputs equal NumPy's
   (k // 8) * SBO`` with ``x = r * s`` and a swizzle of W bytes, and ``(x % 16) +
   (x // 16) * SBO + (k % 8) * 16 + (k // 8) * LBO`` without one.  The swizzle is then
   applied to the absolute shared-memory address, as a TMA copy's is
-  (``tma_geometry.swizzle_address``).  A start address that is not in the first row of
+  (``addresses.swizzle_address``).  A start address that is not in the first row of
   its swizzle pattern's repeat, or a non-zero base offset, is refused by name (the
   base offset's exact use is not modelled).
 * Fragments (warp w of the warpgroup, lane l): the accumulator's register 4i + 2h + c
@@ -43,7 +43,7 @@ import functools
 import ml_dtypes
 import numpy as np
 
-from mosaic_async_store.check.tma_geometry import swizzle_address
+from mosaic_async_store.check.addresses import swizzle_address
 
 __all__ = ["MmaForm", "Descriptor", "ATYPES", "RULES", "parse_form", "decode_descriptor",
            "operand_addresses", "accumulator_map", "a_register_map", "elements",

@@ -41,15 +41,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from mosaic_async_store.check import findings, program, warp, waits, wgmma_exec
-from mosaic_async_store.check import wgmma_layout as layout
+from mosaic_async_store.check import findings, program, warp, waits
+from mosaic_async_store.check.families.wgmma import execute as wgmma_exec
+from mosaic_async_store.check.families.wgmma import layout
 from mosaic_async_store.check.findings import Finding, Stop
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.ops import ints_array
 from mosaic_async_store.check.outcomes import BLOCK, FALLBACK, YIELD
 from mosaic_async_store.check.registers import read, write
 from mosaic_async_store.check.waits import Wait
-from mosaic_async_store.check.wgmma_guard import RegisterGuard, aligned, failure as _fail
+from mosaic_async_store.check.families.wgmma.guard import RegisterGuard, aligned, failure as _fail
 
 __all__ = ["OPCODES", "Warpgroup", "Entry", "WgmmaWait"]
 

@@ -38,9 +38,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from mosaic_async_store.check import (addresses, asyncops, bulk_groups, bulk_rules, proxy,
-                                      sync, tma_forms, tma_geometry)
-from mosaic_async_store.check.bulk_op import BulkOp, Moves
+from mosaic_async_store.check import addresses, asyncops, proxy, sync
+from mosaic_async_store.check.families.tma import bulk_groups
+from mosaic_async_store.check.families.tma import bulk_rules
+from mosaic_async_store.check.families.tma import forms as tma_forms
+from mosaic_async_store.check.families.tma import geometry as tma_geometry
+from mosaic_async_store.check.families.tma.bulk_op import BulkOp, Moves
 from mosaic_async_store.check.findings import Finding, Stop, fault
 from mosaic_async_store.check.opcodes import Opcode
 from mosaic_async_store.check.ops import RED_FORMS

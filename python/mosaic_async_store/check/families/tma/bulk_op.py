@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from mosaic_async_store.check import access_core, asyncops, bulk_groups, findings
+from mosaic_async_store.check import access_core, asyncops, findings
+from mosaic_async_store.check.families.tma import bulk_groups
 from mosaic_async_store.check.findings import Stop
 from mosaic_async_store.check.memory import SCOPES
 from mosaic_async_store.check.ops import bits_of
