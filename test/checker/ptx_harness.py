@@ -25,14 +25,14 @@ __all__ = ["kernel", "assemble", "launch", "outputs", "output", "finding", "find
            "expect", "rules_in_every_schedule", "SCHEDULES", "CI_SCHEDULES"]
 
 
-def kernel(body: str, nparams: int = 1, regs: str = "") -> str:
-  """A one-entry sm_90a kernel ``k`` around ``body``: ``nparams`` u64 parameters
+def kernel(body: str, nparams: int = 1, regs: str = "", target: str = "sm_90a") -> str:
+  """A one-entry kernel ``k`` for ``target`` around ``body``: ``nparams`` u64 parameters
   (``k_param_0`` ...), registers ``%p<8>``, ``%r<32>``, ``%rd<32>`` and ``regs``, a
   dynamic shared buffer ``__dynamic_shmem__0``, ``%r1`` = tid.x, ``%r2`` = the CTA's
   rank in its cluster."""
   params = ",\n".join(f"  .param .u64 k_param_{i}" for i in range(nparams))
   return f""".version 8.6
-.target sm_90a
+.target {target}
 .address_size 64
 .visible .entry k(
 {params}

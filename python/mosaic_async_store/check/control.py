@@ -1,7 +1,6 @@
 """Control and hint opcodes of the PTX checker: ``exit`` / ``ret``, ``call`` (the
 kernel's vprintf failure report, logged in ``Machine.calls``), ``nanosleep`` (a
-poll's pause: the thread yields), the ``tcgen05`` thread-synchronisation fences,
-and ``bra`` (resolved by the parser, ``program``; listed here for the table).
+poll's pause: the thread yields), and ``bra`` (resolved by the parser, ``program``; listed here for the table).
 """
 
 from __future__ import annotations
@@ -30,15 +29,6 @@ def _call(k, ins):
                               "function calls; it logs calls of vprintf, the kernel's "
                               "failure report)")
   return lambda th: k.calls.append((th.cta, th.tid, ins.opcode))
-
-
-def _tcgen05(k, ins):
-  # They order tcgen05 operations around a thread synchronisation; every other
-  # tcgen05 opcode is refused here, so between what the checker runs they order
-  # nothing.
-  if ins.mods not in (["fence::before_thread_sync"], ["fence::after_thread_sync"]):
-    raise NotImplementedError(f"opcode {ins.opcode}")
-  return lambda th: None
 
 
 def _setmaxnreg(k, ins):
@@ -76,9 +66,6 @@ OPCODES = {
                                        "setmaxnreg.inc.sync.aligned.u32 232"),
                          ("setmaxnreg.inc.sync.aligned.u32 20", "setmaxnreg.dec.u32 40")),
     "nanosleep": Opcode(_nanosleep, ("nanosleep.u32 20",), ("nanosleep.u64 %rd1",)),
-    "tcgen05": Opcode(_tcgen05, ("tcgen05.fence::before_thread_sync",
-                                 "tcgen05.fence::after_thread_sync"),
-                      ("tcgen05.commit.cta_group::1.mbarrier::arrive::one.b64 [%rd1]",)),
     "bra": Opcode(None, ("bra L", "@%p1 bra.uni L")),
     "ret": Opcode(_exit, ("ret", "ret.uni")),
     "exit": Opcode(_exit, ("exit",), ("exit.foo",)),

@@ -23,6 +23,7 @@ REGISTERED = (
     "control",
     "families.tma",
     "families.wgmma",
+    "families.tcgen05",
 )
 
 # The targets in the order of their features (a later one runs what an earlier one
