@@ -8,8 +8,15 @@ Where the exception came from decides what is said:
   ``cluster_dim`` or ``atomic`` given to ``async_store_smem``: its own message, unwrapped,
   with the user's line that made the call;
 * an exception the user's own code raised: its type and message, at its line;
+* one raised by jax while it builds the refs the kernel declares (its scratch, its
+  ``BlockSpec``s and their transforms: e.g. a ``SwizzleTransform`` that does not fit
+  its ``TilingTransform``): a refusal of ``fn``, whatever its type, since the kernel's
+  declaration is wrong whatever the arrays are, with jax's words and the user's line
+  that called jax, else the definition of the kernel's body;
 * one raised by jax while tracing, of a kind a wrong argument gives (``TypeError``,
-  ``ValueError``): a refusal of ``args`` with jax's words and the user's line;
+  ``ValueError``): a refusal of ``args`` with jax's words and the user's line (else the
+  definition of the kernel's body: e.g. an array too many, which jax passes on to the
+  body as a ref the body does not take);
 * any other one from jax's code (an ``AssertionError`` of upstream's, say, about the
   kernel's tiling): its type, its message or the failing statement, and the user's line.
 
@@ -37,7 +44,7 @@ import traceback
 from mosaic_async_store.errors import AsyncStoreError, refuse
 
 __all__ = ["from_tracing", "from_lowering", "user_frame", "raised_by_user", "one_line", "at",
-           "kernel_error", "package_folders"]
+           "kernel_error", "building_declared_refs", "package_folders"]
 
 _FILE_LINE = re.compile(r'"((?:[^"\\]|\\.)+)":(\d+):\d+')   # a file location in MLIR's text
 
@@ -97,6 +104,23 @@ def user_frame(error: BaseException) -> traceback.FrameSummary | None:
     if frames:
       return frames[-1]
   return _located(error)
+
+
+# jax's functions that turn the memory refs a kernel declares (scratch types, BlockSpecs,
+# their transforms) into ref types: the scratch path (get_ref_aval; on jax 0.12 also a
+# pl.pallas_call's BlockSpecs, routed through emit_pipeline's scratch), jax 0.10's
+# BlockSpec path (to_block_mapping), and the transforms' own check of the shape they are
+# given (transform_type), which both reach.
+_DECLARED_REFS = frozenset({"get_ref_aval", "to_block_mapping", "transform_type"})
+
+
+def building_declared_refs(error: BaseException) -> bool:
+  """Whether jax raised ``error`` while it built the memory refs the kernel declares
+  (its traceback passes through one of jax's ``_DECLARED_REFS`` functions)."""
+  jax_folder = _MACHINERY[0]
+  return any(f.name in _DECLARED_REFS
+             and str(pathlib.Path(f.filename).resolve()).startswith(jax_folder)
+             for f in traceback.extract_tb(error.__traceback__))
 
 
 def raised_by_user(error: BaseException) -> bool:
@@ -163,7 +187,8 @@ def _body_source(fn) -> str | None:
 
 def kernel_error(param: str, error: BaseException, fn=None):
   """An exception from the kernel's code (its own, or jax's on its behalf) as an
-  AsyncStoreError naming its type, message and the user's line."""
+  AsyncStoreError naming its type, message and the user's line that led there (else
+  where the kernel's body is defined)."""
   frame = user_frame(error)
   place = (f"at {where(frame)}" if frame else _body_source(fn) if fn is not None else None)
   message = one_line(error).split(": ", 1)
@@ -196,7 +221,8 @@ def from_tracing(error: BaseException, fn, args):
   with specs of ``args`` (the NumPy arrays)."""
   if _is_refusal(error):
     return _at_user_line(error)
-  if raised_by_user(error) or not isinstance(error, (TypeError, ValueError)):
+  if (raised_by_user(error) or building_declared_refs(error)
+      or not isinstance(error, (TypeError, ValueError))):
     return kernel_error("fn", error, fn)
   frame = user_frame(error)
   source = None if frame else _body_source(fn)
@@ -214,5 +240,9 @@ def from_lowering(error: BaseException, fn, brief: str):
     return _at_user_line(error)
   if raised_by_user(error):
     return kernel_error("fn", error, fn)
+  frame = user_frame(error)
+  source = None if frame else _body_source(fn)
+  place = (f" at {frame.filename}:{frame.lineno}" if frame else
+           f" (in the kernel {source})" if source else "")
   return refuse("fn", brief, "a kernel that jax lowers for a GPU",
-                f"jax's lowering says: {one_line(error)}{at(error)}")
+                f"jax's lowering says: {one_line(error)}{place}")
