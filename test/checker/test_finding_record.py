@@ -52,7 +52,7 @@ def test_every_finding_raised_is_a_finding_record():
     for node in ast.walk(ast.parse(path.read_text())):
       if (isinstance(node, ast.Call) and ast.unparse(node.func) == "Stop"
           and isinstance(node.args[0], ast.Call)):
-        assert ast.unparse(node.args[0].func) in ("Finding", "_fail", "failure",
+        assert ast.unparse(node.args[0].func) in ("Finding", "_fail", "failure", "_bad",
                                                   "findings.locate"), \
             f"{path.name} line {node.lineno}: Stop({ast.unparse(node.args[0])[:60]})"
 

@@ -58,7 +58,9 @@ PRODUCT = {
     "mosaic_async_store/check/families/tma": ("__init__", "copies", "forms", "examples",
                                               "geometry", "bulk_rules", "bulk_op", "bulk_groups"),
     "mosaic_async_store/check/families/wgmma": ("__init__", "mma", "execute", "guard", "layout"),
-    "mosaic_async_store/check/families/tcgen05": ("__init__", "state", "alloc", "ldst", "table"),
+    "mosaic_async_store/check/families/tcgen05": ("__init__", "state", "alloc", "ldst", "table",
+                                                  "mma", "commit", "descriptors"),
+    "mosaic_async_store/check/families/clc": ("__init__", "rules", "cancel"),
 }
 # The test and benchmark code (test/harness: kernels, runners, reports, lit helpers;
 # bench/: the benchmark scripts) under their present names, and former ones.

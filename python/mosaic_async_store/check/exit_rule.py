@@ -51,6 +51,8 @@ def thread_exits(k, th):
   phases = np.maximum.reduce([t.seen for t in mine])
   data = k.slots.indices(MBARRIER_DATA)
   known[data] = np.maximum(known[data], phases[data])   # landed stores of observed phases
+  for extend in families.exit_knowledge():   # what a family's observed phases tell
+    extend(k, c, known, phases)
   for op in k.inflight:   # (raised: the operation would write into memory that is gone)
     if c in op.ctas:
       raise Stop(Finding("exit", f"CTA {c} exits while {op.text} is in flight"))

@@ -16,6 +16,10 @@ The core reads, per family:
     making a fresh value), set by ``Machine.reset``;
   * ``at_cta_exit``: ``f(k, cta)``, run when the last thread of CTA ``cta`` exits, after
     the core's exit rule: what the family requires to be complete by then;
+  * ``known_at_exit``: ``f(k, cta, known, phases)``, run by the core's exit rule before
+    it checks: what the CTA's threads know of the family's asynchronous accesses beyond
+    happens-before (``known``: the clock it checks with, raised in place; ``phases``:
+    the mbarrier phases the CTA's threads observed complete, per barrier slot);
   * ``unnamed_writes``: statement prefixes of instructions that write registers they
     do not name (``wgmma.wait_group`` writes back accumulators the ``wgmma.mma_async``
     named): a poll's state (``poll_state``) then counts every register named by any
@@ -24,8 +28,8 @@ The core reads, per family:
     memory (their state lives in ``state``; the name is for reports and docs);
   * ``arch``: the oldest target that has it (``"sm_90a"``, ``"sm_100a"``): a kernel
     using any of its opcodes needs that target, which ``check`` compiles for;
-  * ``completion_groups``: the kinds of completion group it keeps
-    (``completion.Groups``), for docs and the architecture test.
+  * ``completion_groups``: the names of the completion groups it keeps (a bulk group, a
+    WGMMA group, a tcgen05 commit), for reports and docs.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ class Family:
   rules: Mapping[str, str] = dataclasses.field(default_factory=dict)
   state: Mapping[str, Callable[[], object]] = dataclasses.field(default_factory=dict)
   at_cta_exit: Callable | None = None
+  known_at_exit: Callable | None = None
   unnamed_writes: tuple[str, ...] = ()
   memory_spaces: tuple[str, ...] = ()
   arch: str = "sm_90a"

@@ -21,6 +21,14 @@ __all__ = ["OPCODES", "FAMILY"]
 _MEMBAR_SCOPE = {"cta": "cta", "gl": "gpu", "sys": "sys"}
 _FENCE = {"sem": {"sc", "acq_rel", "acquire", "release"}, "scope": set(SCOPES),
           "restriction": {"sync_restrict::shared::cta", "sync_restrict::shared::cluster"}}
+# The uni-directional proxy fences from the generic to the asynchronous proxy (PTX ISA,
+# membar/fence: the only two forms of ``fence.proxy.async::generic``), each a half of the
+# pair ``proxy.release_to_async`` / ``proxy.acquire_to_async`` say what orders.
+_GENERIC_TO_ASYNC = {
+    ("proxy", "async::generic", "release", "sync_restrict::shared::cta", "cluster"):
+        proxy.release_to_async,
+    ("proxy", "async::generic", "acquire", "sync_restrict::shared::cluster", "cluster"):
+        proxy.acquire_to_async}
 _PROXY_FENCES = [["proxy", "async"], ["proxy", "async", "global"],
                  ["proxy", "async", "shared::cta"], ["proxy", "async", "shared::cluster"]]
 
@@ -33,9 +41,15 @@ def _fence_op(k, ins):
     if len(mods) != 1 or mods[0] not in _MEMBAR_SCOPE:
       raise NotImplementedError(f"opcode {ins.opcode} (membar takes one of .cta, .gl, .sys)")
   elif mods[:1] == ["proxy"]:
+    half = _GENERIC_TO_ASYNC.get(tuple(mods))
+    if half is not None:
+      return program.each_lane(lambda th: half(k, th))
     if mods not in _PROXY_FENCES:
       raise NotImplementedError(f"opcode {ins.opcode} (the proxy fences the checker runs: "
-                                "fence.proxy.async{.global, .shared::cta, .shared::cluster})")
+                                "fence.proxy.async{.global, .shared::cta, .shared::cluster} "
+                                "and fence.proxy.async::generic.release.sync_restrict::"
+                                "shared::cta.cluster / .acquire.sync_restrict::shared::"
+                                "cluster.cluster)")
   elif mods[:1] != ["mbarrier_init"]:
     if "scope" not in check_qualifiers(ins, _FENCE, "fence"):
       raise NotImplementedError(f"opcode {ins.opcode} (a fence names its .scope)")
@@ -58,8 +72,11 @@ def _fence(k, base, mods):
   ordered only by such a fence is not reported).
   ``fence.mbarrier_init.release.cluster`` releases the thread's earlier
   ``mbarrier.init``s and nothing else.  ``fence.proxy.async{.space}`` orders the
-  generic and the asynchronous proxy (``proxy.fence``: what a bulk copy may read);
-  every other proxy fence is refused (``_fence_op``)."""
+  generic and the asynchronous proxy (``proxy.fence``: what a bulk copy may read); the
+  uni-directional ``fence.proxy.async::generic.{release,acquire}.sync_restrict...``
+  pair orders the generic proxy before the asynchronous one (``proxy.release_to_async``
+  / ``acquire_to_async``, from ``_fence_op``); every other proxy fence is refused
+  (``_fence_op``)."""
   if mods and mods[0].startswith("proxy"):
     space = mods[2] if len(mods) > 2 else None
     return program.with_lanes(lambda th: proxy.fence(k, th, space),
@@ -131,11 +148,19 @@ OPCODES = {
     "fence": Opcode(_fence_op, ("fence.acq_rel.cta", "fence.sc.cluster", "fence.acquire.cluster",
                                 "fence.release.cluster", "fence.mbarrier_init.release.cluster",
                                 "fence.proxy.async.shared::cta",
+                                "fence.proxy.async::generic.release.sync_restrict::shared::cta"
+                                ".cluster",
+                                "fence.proxy.async::generic.acquire.sync_restrict::shared::"
+                                "cluster.cluster",
                                 "fence.release.sync_restrict::shared::cta.cluster",
                                 "fence.acquire.sync_restrict::shared::cluster.cluster"),
                     ("fence.mbarrier_init.cluster", "fence.acquire.sync_restrict::shared::cta.cluster",
                      "fence.acq_rel", "fence.foo.cta", "fence.acq_rel.release.cta",
-                     "fence.proxy.tensormap::generic.release.gpu", "fence.proxy.alias")),
+                     "fence.proxy.tensormap::generic.release.gpu", "fence.proxy.alias",
+                     "fence.proxy.async::generic.release.sync_restrict::shared::cluster"
+                     ".cluster",
+                     "fence.proxy.async::generic.acquire.sync_restrict::shared::cta.cluster",
+                     "fence.proxy.async::generic.release.cluster")),
     "membar": Opcode(_fence_op, ("membar.cta", "membar.gl", "membar.sys"), ("membar.foo",)),
 }
 

@@ -22,8 +22,9 @@ __all__ = ["OPCODES", "FAMILY"]
 # mapa), as far as the checker runs it: group -> the qualifiers it runs exactly.  Cache
 # operators, eviction priorities and prefetch sizes are performance hints (they change
 # neither values nor ordering) and run as such (``.nc``: ``_ld_nc``); ``.cv``, ``.lu``,
-# ``.L2::cache_hint`` (its extra operand), ``.unified``, ``.v8``, ``.b128`` and every
-# other qualifier are refused by name (``opcodes.check_qualifiers``).
+# ``.L2::cache_hint`` (its extra operand), ``.unified``, ``.v8`` and every other qualifier
+# are refused by name (``opcodes.check_qualifiers``).  ``.b128`` runs in the weak scalar
+# ``ld`` / ``st`` only (``_b128``: the value a Python int of 128 bits).
 _TYPES = {"b8", "b16", "b32", "b64", "u8", "u16", "u32", "u64", "s8", "s16", "s32", "s64",
           "f32", "f64"}
 _HINTS = {"L1 eviction priority": {"L1::evict_normal", "L1::evict_unchanged",
@@ -34,10 +35,12 @@ _LD = {"sem": {"weak", "relaxed", "acquire", "volatile", "mmio"}, "scope": set(S
        "state space": {"global", "shared", "shared::cta", "shared::cluster", "local", "param",
                        "const"},
        "cache operator": {"ca", "cg", "cs"}, **_HINTS,
-       "prefetch size": {"L2::64B", "L2::128B", "L2::256B"}, **_VECTOR, "type": _TYPES}
+       "prefetch size": {"L2::64B", "L2::128B", "L2::256B"}, **_VECTOR,
+       "type": _TYPES | {"b128"}}
 _ST = {"sem": {"weak", "relaxed", "release", "volatile", "mmio"}, "scope": set(SCOPES),
        "state space": {"global", "shared", "shared::cta", "shared::cluster", "local", "param"},
-       "cache operator": {"wb", "cg", "cs", "wt"}, **_HINTS, **_VECTOR, "type": _TYPES}
+       "cache operator": {"wb", "cg", "cs", "wt"}, **_HINTS, **_VECTOR,
+       "type": _TYPES | {"b128"}}
 _ASYNC = {"async": {"async"}, "state space": {"shared::cluster"},
           "completion mechanism": {"mbarrier::complete_tx::bytes"}}
 _ST_ASYNC = {**_ASYNC, "sem": {"weak"}, "scope": {"cluster"}, **_VECTOR,
@@ -90,7 +93,9 @@ def _ld(k, ins):
   (sign extension) and the const space are refused."""
   if "nc" in ins.mods:
     return _ld_nc(k, ins)
-  _check_form(ins, _LD, "ld", 2)
+  seen = _check_form(ins, _LD, "ld", 2)
+  if seen.get("type") == "b128":
+    return _b128(k, ins, seen)
   strong_form = strong_semantics(ins)
   if strong_form is not None and ins.space != "const":
     return strong._strong_ld(k, ins, *strong_form)
@@ -182,14 +187,50 @@ def _ld_nc(k, ins):
   return load
 
 
+def _b128(k, ins, seen):
+  """A weak scalar ``ld`` / ``st`` of ``.b128`` (PTX ISA, ld / st: ``.type`` includes
+  ``.b128``; "ld.global.b128 %r0, [gbl]; // 128-bit load"): 16 naturally aligned bytes
+  (``addresses.mem`` faults on a misaligned address) as one little-endian Python int of
+  128 bits, checked for races as any weak access of those bytes.  The register holds
+  the int; a ``.b128`` register is a name like any other (``program._declare``).  Run
+  lane by lane (no warp form: the warp forms of ``warp_memory`` take 1- to 8-byte
+  elements).  Refused by name: a vector of ``.b128``, a strong or volatile (``.relaxed`` /
+  ``.acquire`` / ``.release`` / ``.volatile`` / ``.mmio``) one and the const and param
+  spaces (no kernel the checker runs has them; their rules are not modelled)."""
+  if "vector" in seen or seen.get("sem", "weak") != "weak" or ins.space in ("const", "param"):
+    raise NotImplementedError(f"opcode {ins.opcode} (.b128: the checker runs the weak "
+                              f"scalar {ins.base}.b128 only)")
+  load, insn, space = ins.base == "ld", len(k.program.code), ins.space
+  data = ins.ops[0] if load else ins.ops[1]
+  if data[0] not in ("reg", "imm") or (load and data[0] != "reg"):
+    raise NotImplementedError(f"opcode {ins.opcode} (operand {data}: .b128 data is a "
+                              "register)")
+  mem, addr = addresses.mem_fn(k, space, 16), ins.src[1 if load else 0]
+  if load:
+    put = program.setter(k, data, 128)
+    def load128(th):
+      buf, off = mem(th, addr(th))
+      access_core.thread_access(k, th, buf, off, 16, write=False, insn=insn)
+      put(th, int.from_bytes(buf[off:off + 16], "little"))
+    return load128
+  value, mask, traced = ins.src[1], (1 << 128) - 1, "::" in (space or "")
+  def store128(th):
+    buf, off = mem(th, addr(th))
+    if traced and k.store_trace is not None:   # (as access.store_fn)
+      access_core.trace(k, th, buf, off, 16)
+    access_core.thread_access(k, th, buf, off, 16, write=True, insn=insn)
+    access_core.write_values(k, buf, off, 16, [value(th) & mask], None, weak=True)
+  return store128
+
+
 def _st(k, ins):
   """st (weak, or strong: strong.py), st.param (an argument of a call: the callee
   is not run), and st.async with complete_tx."""
   mods, src, size = ins.mods, ins.src, ins.bits // 8
-  if "async" in mods:
-    _check_form(ins, _ST_ASYNC, "st.async", 3)
-  else:
-    _check_form(ins, _ST, "st", 2)
+  seen = _check_form(ins, _ST_ASYNC, "st.async", 3) if "async" in mods else \
+      _check_form(ins, _ST, "st", 2)
+  if seen.get("type") == "b128":
+    return _b128(k, ins, seen)
   if ins.space == "param":
     return lambda th: None
   if ins.space != "const" and "async" not in mods:
@@ -227,7 +268,8 @@ OPCODES = {
                        "ld.relaxed.cta.shared::cluster.u32 %r1, [%r2]",
                        "ld.volatile.global.u64 %rd1, [%rd2]", "ld.global.ca.u32 %r1, [%rd2]",
                        "ld.global.L1::evict_last.L2::256B.u32 %r1, [%rd2]",
-                       "ld.global.nc.u32 %r1, [%rd2]", "ld.global.cg.nc.v4.f32 {%f1, %f2, %f3, "
+                       "ld.global.nc.u32 %r1, [%rd2]", "ld.shared.b128 %q1, [%r2]",
+                       "ld.global.b128 %q1, [%rd2+16]", "ld.global.cg.nc.v4.f32 {%f1, %f2, %f3, "
                        "%f4}, [%rd2+16]", "ld.global.nc.L1::no_allocate.L2::256B.v2.u64 "
                        "{%rd1, %rd3}, [%rd2]"),
                  ("ld.const.u32 %r1, [%rd2]", "ld.global.s8 %h1, [%rd2]",
@@ -242,16 +284,19 @@ OPCODES = {
                 "ld.global.cv.u32 %r1, [%rd2]", "ld.local.lu.u32 %r1, [%rd2]",
                 "ld.global.L2::cache_hint.u32 %r1, [%rd2], %rd3", "ld.global.foo.u32 %r1, [%rd2]",
                 "ld.shared.v2.v2.u32 {%r1, %r2}, [%r3]", "ld.global.u32.u32 %r1, [%rd2]",
-                "ld.global.v4.u32 {%r1, %r2}, [%rd2]", "ld.global.b128 %rd1, [%rd2]",
+                "ld.global.v4.u32 {%r1, %r2}, [%rd2]", "ld.relaxed.cta.shared.b128 %q1, [%r2]",
+                "ld.shared.v2.b128 {%q1, %q2}, [%r2]", "ld.global.nc.b128 %q1, [%rd2]",
                 "ld.global.u32 %r1, [%rd2], %rd3")),
     "st": Opcode(_st, ("st.global.u32 [%rd1], %r2", "st.shared.v4.b32 [%r1], {%r2, %r3, %r4, %r5}",
                        "st.shared::cluster.u32 [%r1], %r2",
                        "st.release.cluster.shared::cluster.u32 [%r1], %r2",
                        "st.relaxed.gpu.global.b64 [%rd1], %rd2", "st.volatile.shared.u32 [%r1], %r2",
+                       "st.shared.b128 [%r1], %q2", "st.global.b128 [%rd1], %q2",
                        "st.async.shared::cluster.mbarrier::complete_tx::bytes.u32 [%r1], %r2, [%r3]",
                        "st.async.cluster.shared::cluster.mbarrier::complete_tx::bytes.b64 [%r1], %rd2, [%r3]"),
                  ("st.async.shared::cluster.u32 [%r1], %r2", "st.acquire.cta.shared.u32 [%r1], %r2",
-                  "st.release.shared.u32 [%r1], %r2",
+                  "st.release.shared.u32 [%r1], %r2", "st.release.cta.shared.b128 [%r1], %q2",
+                  "st.shared.v2.b128 [%r1], {%q1, %q2}",
                   "st.release.cta.shared.v2.u32 [%r1], {%r2, %r3}", "st.global.bar.u32 [%rd1], %r2",
                 "st.shared.v8.b32 [%r1], {%r2, %r3, %r4, %r5, %r6, %r7, %r8, %r9}",
                 "st.global.wt.wb.u32 [%rd1], %r2",

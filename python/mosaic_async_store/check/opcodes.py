@@ -33,7 +33,7 @@ __all__ = ["Opcode", "Instr", "OPCODES", "EXAMPLE_REGISTERS", "REFUSED", "decode
 
 # The registers the examples name (test/checker/test_opcode_table.py declares them).
 EXAMPLE_REGISTERS = (".reg .pred %p<8>;", ".reg .b16 %h<8>;", ".reg .b32 %r<32>;",
-                     ".reg .b64 %rd<32>;", ".reg .f32 %f<8>;")
+                     ".reg .b64 %rd<32>;", ".reg .f32 %f<8>;", ".reg .b128 %q<4>;")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,8 +24,15 @@ all spaces: ``check_global_source``).  A copy that *writes* shared memory
 different proxies); over bytes threads only read, the mbarrier handshake that frees a
 pipeline slot orders it (no fence: CUTLASS's and Mosaic's pipelines have none there).
 
+The uni-directional pair ``fence.proxy.async::generic.release.sync_restrict::shared::cta
+.cluster`` / ``fence.proxy.async::generic.acquire.sync_restrict::shared::cluster.cluster``
+orders the generic proxy before the asynchronous one only where a release half happens
+before an acquire half (``release_to_async``, ``acquire_to_async``).
+
 State: ``Machine.proxy_fences``, per (memory, fencing thread's slot), the (clock, vector
-clock) of each of its ``fence.proxy.async`` operations over that memory, in order.
+clock) of each of its ``fence.proxy.async`` operations over that memory, in order (an
+acquire half adds its entries there too); per (``RELEASED``, slot), those of its release
+halves.
 """
 
 from __future__ import annotations
@@ -38,12 +45,14 @@ from mosaic_async_store.check import findings
 from mosaic_async_store.check.findings import Finding
 from mosaic_async_store.check.slots import THREAD
 
-__all__ = ["fence", "fence_lanes", "fenced", "check_source", "check_source_runs",
-           "global_sources_fenced", "check_global_source", "SPACES"]
+__all__ = ["fence", "fence_lanes", "fenced", "release_to_async", "acquire_to_async",
+           "check_source", "check_source_runs", "global_sources_fenced",
+           "check_global_source", "SPACES"]
 
 # What each .space of fence.proxy.async orders (none: all spaces).
 SPACES = {None: ("shared", "global"), "shared::cta": ("shared",),
           "shared::cluster": ("shared",), "global": ("global",)}
+RELEASED = "released to async"   # (the memory key of the release halves' entries)
 
 
 def fence(k, th, space):
@@ -71,6 +80,54 @@ def fence_lanes(k, lanes, space):
       clks.append(clk)
       vcs.append(vc)
   k.tick(rows)
+
+
+def release_to_async(k, th):
+  """``th`` executes ``fence.proxy.async::generic.release.sync_restrict::shared::cta.
+  cluster``.  PTX ISA, membar/fence: "A uni-directional proxy ordering from the
+  from-proxykind to the to-proxykind establishes ordering between a prior memory access
+  performed via the from-proxykind and a subsequent memory access performed via the
+  to-proxykind"; "A .release proxy fence can form a release sequence that synchronizes
+  with an acquire sequence that contains a .acquire proxy fence"; with
+  ``.sync_restrict::shared::cta`` "the effect of the fence only applies to operations
+  performed on objects in .shared::cta state space".  So it orders nothing by itself:
+  it is kept (under ``RELEASED``) for an acquire half that it happens before
+  (``acquire_to_async``).  What it covers is the generic accesses that happen before it
+  (cumulative, as ``fence``), restricted, conservatively, to those the clock can tell
+  were made to this CTA's shared memory: the threads of this CTA up to their first
+  access to another CTA's shared memory (``Thread.remote_since``); no other CTA's
+  thread.  It has no effect as a thread fence (the ISA pairs it with a proxy fence only),
+  so a generic race it alone would order is still reported."""
+  block, rows = k.block, k.threads[th.cta * k.block:(th.cta + 1) * k.block]
+  vc = th.vc.copy()
+  vc[1:1 + th.cta * block] = 0   # (thread slots: row + 1, CTA by CTA)
+  vc[1 + (th.cta + 1) * block:1 + len(k.threads)] = 0
+  for t in rows:
+    if t.remote_since is not None:
+      vc[t.slot] = min(vc[t.slot], t.remote_since - 1)
+  clks, vcs = k.proxy_fences.setdefault((RELEASED, th.slot), ([], []))
+  clks.append(int(th.vc[th.slot]))
+  vcs.append(vc)
+  th.vc[th.slot] += 1
+
+
+def acquire_to_async(k, th):
+  """``th`` executes ``fence.proxy.async::generic.acquire.sync_restrict::shared::cluster.
+  cluster``: the release halves that happen before it (``release_to_async``) now order
+  what they cover before the asynchronous-proxy accesses that come after it ("the
+  effect of the fence only applies to operations performed on objects in
+  .shared::cluster state space": every CTA's shared memory, so the entry is kept under
+  "shared", as a ``fence.proxy.async.shared::cluster`` of ``th`` covering only what the
+  release halves released).  A thread's entries only grow (``fenced`` reads its latest
+  one that happens before a copy's issue), so each is joined with the one before."""
+  best = fenced(k, th.vc, RELEASED)
+  if best is not None:
+    clks, vcs = k.proxy_fences.setdefault(("shared", th.slot), ([], []))
+    if vcs:
+      np.maximum(best, vcs[-1], out=best)
+    clks.append(int(th.vc[th.slot]))
+    vcs.append(best)
+  th.vc[th.slot] += 1
 
 
 def fenced(k, vc, memory="shared"):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import importlib
 
-__all__ = ["REGISTERED", "loaded", "opcode_table", "family_of_opcode", "state", "exit_checks",
+__all__ = ["REGISTERED", "loaded", "opcode_table", "family_of_opcode", "state", "exit_checks", "exit_knowledge",
            "unnamed_writes", "arch_of"]
 
 REGISTERED = (
@@ -23,6 +23,7 @@ REGISTERED = (
     "control",
     "families.tma",
     "families.wgmma",
+    "families.clc",
     "families.tcgen05",
 )
 
@@ -84,6 +85,12 @@ def state() -> dict:
 def exit_checks() -> tuple:
   """The families' checks run when a CTA exits (``f(k, cta)``)."""
   return tuple(fam.at_cta_exit for fam in loaded() if fam.at_cta_exit is not None)
+
+
+@functools.cache
+def exit_knowledge() -> tuple:
+  """The families' ``known_at_exit`` hooks (``f(k, cta, known, phases)``)."""
+  return tuple(fam.known_at_exit for fam in loaded() if fam.known_at_exit is not None)
 
 
 @functools.cache

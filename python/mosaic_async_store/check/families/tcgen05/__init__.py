@@ -8,7 +8,7 @@ when a CTA exits), ``ldst`` (loads, stores, waits, fences), ``table`` (the opcod
 table: one base opcode, ``tcgen05``, dispatched on its first qualifier).
 """
 
-from mosaic_async_store.check.families.tcgen05 import alloc, ldst, table
+from mosaic_async_store.check.families.tcgen05 import alloc, ldst, state, table
 from mosaic_async_store.check.family import Family
 
 __all__ = ["FAMILY"]
@@ -16,5 +16,6 @@ __all__ = ["FAMILY"]
 FAMILY = Family(
     "tcgen05", table.OPCODES, rules={**alloc.RULES, **ldst.RULES, **table.RULES},
     state={"tcgen05": table.fresh_state}, at_cta_exit=alloc.at_cta_exit,
+    known_at_exit=state.known_at_exit,
     memory_spaces=("tensor memory",), arch="sm_100a",
     completion_groups=("tcgen05 commit",))

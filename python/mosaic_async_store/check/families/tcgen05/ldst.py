@@ -21,8 +21,11 @@ ISA bounds the register count), ``.b32``.  Refused by name: ``.16x32bx2``, ``.pa
 
 from __future__ import annotations
 
+import numpy as np
+
 from mosaic_async_store.check import program, warp
 from mosaic_async_store.check.findings import Finding, Stop
+from mosaic_async_store.check.memory import morally_strong
 from mosaic_async_store.check.families.tcgen05 import state
 from mosaic_async_store.check.families.tcgen05.state import COLUMNS
 from mosaic_async_store.check.registers import write
@@ -209,7 +212,7 @@ def fence(k, ins):
     raise NotImplementedError(f"opcode {ins.opcode}")
   if ins.mods[0] == "fence::after_thread_sync":
     def after(th):
-      state.thread_tc(k, th).view = th.vc.copy()
+      state.thread_tc(k, th).view = _view(th)
     return program.each_lane(after)
 
   def before(th):
@@ -217,6 +220,22 @@ def fence(k, ins):
     if w is not None:
       publish(th, w)
   return program.each_lane(before)
+
+
+def _view(th):
+  """What ``th``'s later asynchronous tcgen05 operations are ordered after: its clock,
+  and the releases of the phases its relaxed waits observed (the ISA's own pattern is
+  ``mbarrier.try_wait.relaxed.cluster``, then ``tcgen05.fence::after_thread_sync``, then
+  the tcgen05 operation, 9.7.16.6.4.2; the fence is not an acquire of anything else, so
+  the observations stay pending for a later ``fence.acquire``)."""
+  view = th.vc.copy()
+  for rec, wscope, data_slot, phase in th.pending_obs:
+    for (cta, scope), vc in rec.by_origin.items():
+      if morally_strong(cta, scope, th.cta, wscope):
+        np.maximum(view, vc, out=view)
+    if data_slot is not None:
+      view[data_slot] = max(int(view[data_slot]), phase)
+  return view
 
 
 def publish(th, w) -> None:

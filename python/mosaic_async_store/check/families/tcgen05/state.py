@@ -35,7 +35,7 @@ from mosaic_async_store.check.findings import Finding
 from mosaic_async_store.check.shadow import Shadow
 
 __all__ = ["LANES", "COLUMNS", "Tcgen05", "TensorMemory", "WarpTc", "ThreadTc", "tmem",
-           "warp_tc", "thread_tc", "lane_base", "check_vc", "access", "outside", "TC_LOADS", "TC_STORES",
+           "warp_tc", "thread_tc", "lane_base", "check_vc", "access", "outside", "known_at_exit", "TC_LOADS", "TC_STORES",
            "TC_OPS"]
 
 LANES, COLUMNS = 128, 512
@@ -48,11 +48,12 @@ class Tcgen05:
   ``TensorMemory``, made at its first use), ``warps`` ((CTA, warp) -> ``WarpTc``),
   ``threads`` (thread slot -> ``ThreadTc``), ``cta_group`` (the first ``.cta_group``
   of the run and where: one value per kernel), ``relinquished`` (CTAs that gave up
-  allocating)."""
+  allocating), ``commits`` (each commit's arrival: (mbarrier slot, the phase it falls
+  in, the issuer's operations slot, how many operations it covers))."""
 
   def __init__(self):
     self.tmem, self.warps, self.threads = {}, {}, {}
-    self.cta_group, self.relinquished = None, set()
+    self.cta_group, self.relinquished, self.commits = None, set(), []
 
 
 class TensorMemory:
@@ -207,3 +208,13 @@ def outside(th, what, detail) -> str:
   """The message of a ``tcgen05-lanes`` finding: an access outside the warp's lanes or
   the allocated columns."""
   return f"CTA {th.cta} thread {th.tid}'s {what}: {detail}"
+
+
+def known_at_exit(k, cta, known, phases) -> None:
+  """The exit rule's hook (``family.Family.known_at_exit``): a thread of the CTA that
+  observed the phase a ``tcgen05.commit`` arrived in knows the operations it covers,
+  whatever the wait's semantics (a relaxed wait and ``tcgen05.fence::after_thread_sync``
+  order them, 9.7.16.6.4.2)."""
+  for bar_slot, phase, ops_slot, count in k.tcgen05.commits:
+    if ops_slot is not None and phases[bar_slot] >= phase + 1:
+      known[ops_slot] = max(int(known[ops_slot]), count)

@@ -4,7 +4,7 @@ to the module that runs it; what is not run is refused by name."""
 
 from __future__ import annotations
 
-from mosaic_async_store.check.families.tcgen05 import alloc, ldst, state
+from mosaic_async_store.check.families.tcgen05 import alloc, commit, ldst, mma, state
 from mosaic_async_store.check.opcodes import Opcode
 
 __all__ = ["OPCODES", "RULES", "fresh_state"]
@@ -15,8 +15,9 @@ _HANDLERS = {
     "relinquish_alloc_permit": alloc.relinquish,
     "ld": ldst.load, "st": ldst.store, "wait::ld": ldst.wait, "wait::st": ldst.wait,
     "fence::before_thread_sync": ldst.fence, "fence::after_thread_sync": ldst.fence,
+    "mma": mma.mma, "commit": commit.commit,
 }
-RULES: dict = {}
+RULES = {**mma.RULES, **commit.RULES}
 
 
 def fresh_state():
@@ -42,9 +43,10 @@ OPCODES = {
         "tcgen05.ld.sync.aligned.32x32b.x2.b32 {%r1, %r2}, [%r3]",
         "tcgen05.ld.sync.aligned.16x256b.x1.b32 {%r1, %r2, %r3, %r4}, [%r5]",
         "tcgen05.st.sync.aligned.16x64b.x2.b32 [%r3], {%r1, %r2}",
-        "tcgen05.wait::ld.sync.aligned", "tcgen05.wait::st.sync.aligned"), (
+        "tcgen05.wait::ld.sync.aligned", "tcgen05.wait::st.sync.aligned",
+        *mma.EXAMPLES, *commit.EXAMPLES), (
         "tcgen05.alloc.cta_group::2.sync.aligned.shared::cta.b32 [%r1], 128",
         "tcgen05.ld.sync.aligned.16x128b.x1.pack::16b.b32 {%r1, %r2}, [%r3]",
         "tcgen05.ld.sync.aligned.16x32bx2.x1.b32 {%r1}, [%r3], 2",
-        "tcgen05.shift.cta_group::1.down [%r1]")),
+        "tcgen05.shift.cta_group::1.down [%r1]", *mma.REFUSED, *commit.REFUSED)),
 }

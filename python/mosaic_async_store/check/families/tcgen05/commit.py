@@ -1,0 +1,119 @@
+"""``tcgen05.commit.cta_group::1.mbarrier::arrive::one{.shared::cluster}{.multicast::cluster}.b64
+[mbar]{, ctaMask}`` (PTX ISA 9.7.16.12.1): an mbarrier arrive that carries the thread's
+tcgen05 operations.
+
+"The instruction tcgen05.commit is an asynchronous instruction which makes the mbarrier
+object, specified by the address operand mbar, track the completion of all the prior
+asynchronous tcgen05 operations ... initiated by the executing thread.  Upon the
+completion of the tracked asynchronous tcgen05 operations, the signal specified by the
+.completion_mechanism is triggered"; ".mbarrier::arrive::one indicates that ... an
+arrive-on operation, with the count argument of 1, is signaled on the mbarrier object.
+The scope of the arrive-on operation is the cluster scope."  With
+``.multicast::cluster`` the arrive is signalled on the mbarrier "at the same offset as
+mbar in the shared memory of each destination CTA", one per bit of the 16-bit
+``ctaMask`` (bit i: ``%cluster_ctarank`` i; a bit with no CTA in the cluster is a
+``fault``).  Issued by one thread (no ``.sync.aligned``, 9.7.16.5 Table 46).
+
+The checker runs the thread's MMAs at their issue (``mma``), so every operation the
+commit tracks has completed when it is issued, and the arrive happens at the commit
+itself: one timing the hardware may take (the others are later, which a waiter cannot
+tell apart from a slow MMA).  The arrive is the one of ``mbarrier.arrive.release.cluster``
+(``sync._arrive``: the arrival recorded, the clock released into the phase, the pending
+count down, the phase completing when nothing is pending; over-arrival is
+``arrival-overflow``, an uninitialised barrier ``barrier-uninit``, an operation on
+another CTA's barrier is kept for the exit rule), so the waits, the phases, ``hang``
+and ``exit`` work as for any arrive.  What it releases: the thread's clock at the
+commit, with its tcgen05 operations' slot at their count (whoever observes the phase
+knows the MMAs' reads and writes), and, since the commit implies
+``tcgen05.fence::before_thread_sync`` (9.7.16.6.4.2: "No explicit
+tcgen05.fence::before_thread_sync is needed as this is implicitly performed by
+tcgen05.commit"), its warp's waited ``tcgen05.ld`` / ``st`` first published into the
+thread's clock as that fence does (``state``'s doc).  Only MMAs are tracked (the
+checker runs no ``tcgen05.cp`` / ``shift``).
+
+Refused by name: ``.cta_group::2``, any other completion mechanism or qualifier.
+"""
+
+from __future__ import annotations
+
+from mosaic_async_store.check import sync
+from mosaic_async_store.check.families.tcgen05 import ldst, state
+from mosaic_async_store.check.families.tcgen05.alloc import note_cta_group
+from mosaic_async_store.check.findings import Finding, Stop, fault
+from mosaic_async_store.check.mbarrier_state import _note_remote, advance_phase
+from mosaic_async_store.check.memory import SCOPES
+from mosaic_async_store.check.outcomes import YIELD
+
+__all__ = ["commit", "RULES", "EXAMPLES", "REFUSED"]
+
+RULES: dict = {}   # (its findings are the core's mbarrier rules and "fault")
+
+EXAMPLES = (
+    "tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%r1]",
+    "tcgen05.commit.cta_group::1.mbarrier::arrive::one.b64 [%rd1]",
+    "tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64 "
+    "[%r1], %h1",
+)
+REFUSED = (
+    "tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64 "
+    "[%r1], %h1",
+    "tcgen05.commit.cta_group::1.b64 [%r1]",
+)
+_FORMS = (["cta_group::1", "mbarrier::arrive::one", "b64"],
+          ["cta_group::1", "mbarrier::arrive::one", "shared::cluster", "b64"],
+          ["cta_group::1", "mbarrier::arrive::one", "multicast::cluster", "b64"],
+          ["cta_group::1", "mbarrier::arrive::one", "shared::cluster", "multicast::cluster",
+           "b64"])
+
+
+def commit(k, ins):
+  """The handler of ``tcgen05.commit`` (module doc): a function of the issuing thread."""
+  mods, op = ins.mods[1:], f"opcode {ins.opcode}"
+  if "cta_group::2" in mods:
+    raise NotImplementedError(f"{op} (.cta_group::2: the CTA pair's commit is not run by the "
+                              "checker yet)")
+  if mods not in _FORMS:
+    raise NotImplementedError(f"{op} (tcgen05.commit.cta_group::1.mbarrier::arrive::one"
+                              "{.shared::cluster}{.multicast::cluster}.b64 is what the "
+                              "checker runs)")
+  multicast = "multicast::cluster" in mods
+  if len(ins.ops) != 1 + multicast or ins.ops[0][0] != "addr" or \
+     multicast and ins.ops[1][0] not in ("reg", "imm"):
+    raise NotImplementedError(f"{op} (operands [mbar]{', ctaMask' if multicast else ''})")
+  pc, space, addr = len(k.program.code), ins.space, ins.src[0]
+  mask = ins.src[1] if multicast else None
+
+  def issue(th):
+    note_cta_group(k, th, "cta_group::1", pc)
+    cta, off = sync.mbarrier_key(k, th, space, addr(th), "arrive", remote=True)
+    keys = [(cta, off)]
+    if mask is not None:
+      bits, size = mask(th) & 0xFFFF, len(k.smem)
+      if bits >> size:
+        raise fault(f"CTA {th.cta} thread {th.tid}'s tcgen05.commit multicasts to ctaMask "
+                    f"{bits:#06x}, naming a CTA beyond the cluster's {size}")
+      keys = [(rank, off) for rank in range(size) if bits >> rank & 1]
+    bars = [sync.mbarrier_of(k, th, th.vc, key, pc=pc) for key in keys]
+    w = k.tcgen05.warps.get((th.cta, th.tid // 32))
+    if w is not None:   # (the implied before-fence)
+      ldst.publish(th, w)
+    tc = state.thread_tc(k, th)
+    released = th.vc.copy()
+    if tc.ops_slot is not None:   # (the MMAs so far: all of them complete, module doc)
+      released[tc.ops_slot] = max(int(released[tc.ops_slot]), tc.ops)
+    for bar in bars:
+      _note_remote(k, th, bar, pc)   # (before the thread's clock moves on)
+      if bar.pending < 1:
+        raise Stop(Finding("arrival-overflow", f"CTA {th.cta} thread {th.tid}'s "
+                           f"tcgen05.commit arrives on {bar.describe()}"))
+      bar.arrivals[th.slot] = int(th.vc[th.slot])
+      bar.releases.add(th.cta, SCOPES["cluster"], released)
+      bar.pending -= 1
+      k.tcgen05.commits.append((bar.slot, bar.phase, tc.ops_slot, tc.ops))
+    th.vc[th.slot] += 1   # (its later accesses are not before the release)
+    k.epoch += 1
+    for bar in bars:
+      advance_phase(k, bar)
+    return YIELD if k.sched.pauses(k.step) else None
+  return issue
+
