@@ -135,3 +135,48 @@ def test_each_fragment_covers_its_lanes_and_columns_once(shape):
   cells = [c for t in range(32) for c in ldst.cells(shape, 2, t)]
   assert len(cells) == len(set(cells)) == 32 * per * 2
   assert {lane for lane, _ in cells} == set(range(span))
+
+
+def _pair(*, peer_allocates=True, cluster=2):
+  """Warp 0 of each CTA of a pair allocates 64 columns with .cta_group::2 (CTA 1's only
+  where ``peer_allocates``), stores its CTA rank there, loads it back, and frees it."""
+  alloc = ALLOC.format(ncols=64).replace("cta_group::1", "cta_group::2")
+  if not peer_allocates:
+    alloc = alloc.replace("  setp.ne.u32 %p1, %r9, 0;\n",
+                          "  setp.ne.u32 %p1, %r9, 0;\n  setp.ne.or.u32 %p1, %r2, 0, %p1;\n")
+  body = alloc + """
+  @%p1 bra SKIP;
+  tcgen05.fence::after_thread_sync;
+  tcgen05.st.sync.aligned.32x32b.x1.b32 [%r3], {%r2};
+  tcgen05.wait::st.sync.aligned;
+  tcgen05.ld.sync.aligned.32x32b.x1.b32 {%r6}, [%r3];
+  tcgen05.wait::ld.sync.aligned;
+  ld.param.u64 %rd1, [k_param_0];
+  mul.wide.u32 %rd2, %r2, 4;
+  add.u64 %rd1, %rd1, %rd2;
+  setp.eq.u32 %p4, %r1, 0;
+  @%p4 st.global.u32 [%rd1], %r6;
+  tcgen05.dealloc.cta_group::2.sync.aligned.b32 %r3, 64;
+SKIP:
+"""
+  return kernel(body, target="sm_100a")
+
+
+def test_a_pair_allocation_gives_both_ctas_the_same_columns():
+  out = np.zeros(2, np.uint32)
+  report = check_ptx(_pair(), [out], smem_bytes=64, block=(128, 1, 1), cluster=(2, 1, 1),
+                     schedules=len(CI_SCHEDULES))
+  assert report.ok, str(report)
+  np.testing.assert_array_equal(report.outputs[0].view(np.uint32), [0, 1])
+
+
+@pytest.mark.parametrize("broken, match", [
+    (dict(peer_allocates=False), "one warp of each CTA of the pair"),
+    (dict(cluster=1), "has no peer CTA"),
+])
+def test_a_pair_allocation_without_its_peer_is_reported(broken, match):
+  cluster = broken.pop("cluster", 2)
+  report = check_ptx(_pair(**broken), [np.zeros(2, np.uint32)], smem_bytes=64,
+                     block=(128, 1, 1), cluster=(cluster, 1, 1), schedules=len(CI_SCHEDULES))
+  assert "tcgen05-alloc" in rules_in_every_schedule(report), str(report)
+  assert any(match in f.message for f in report.findings), str(report)

@@ -9,8 +9,18 @@ hardware) and writes their address, ``(0 << 16) | column``, into shared memory a
 as a weak memory operation").  ``dealloc`` frees an allocation, named by its address
 and column count; it is checked as a write of all 128 lanes of those columns by lane 0,
 so a tensor-memory access not ordered before it (an MMA whose commit nobody observed,
-a load not waited for) is a ``race``.  ``.cta_group::2`` (the CTA pair's collective
-allocation) is refused by name.
+a load not waited for) is a ``race``.
+
+``.cta_group::2``: "one warp from each of the peer CTAs must collectively perform the
+allocation and de-allocation" (the pair: the two CTAs whose ``%cluster_ctarank`` differ
+in the last bit, 9.7.16.5.1).  The first of the two warps takes columns free in both
+CTAs' tensor memory, the same ones in each (a pair's MMA writes D at one address in
+both), and holds the peer's for the peer's warp, whose alloc takes them; a peer that
+never allocates is ``tcgen05-alloc`` when its CTA exits.  (The hardware blocks the first
+warp until the second comes; the checker lets it go on, which changes nothing it can
+see but a hang: a pair whose second warp never allocates is reported, not hung.)  Each
+warp's dealloc frees its own CTA's columns; the order of the pair's deallocs, which
+the ISA says "may block", is not explored (9.7.16.5, Table 48's hang is not found).
 """
 
 from __future__ import annotations
@@ -60,10 +70,18 @@ def _group(ins, form):
   if group not in ("cta_group::1", "cta_group::2") or \
      [m for m in mods if m != group] not in form:
     raise NotImplementedError(f"opcode {ins.opcode}")
-  if group == "cta_group::2":
-    raise NotImplementedError(f"opcode {ins.opcode} (.cta_group::2: the CTA pair's "
-                              "collective allocation is not run by the checker yet)")
   return group
+
+
+def _peer(k, th, where):
+  """The CTA of ``th``'s pair (``%cluster_ctarank`` with its last bit flipped); a
+  cluster without it is ``tcgen05-alloc`` ("the issuing warp must make sure that peer
+  CTA is launched")."""
+  peer = th.cta ^ 1
+  if peer >= len(k.smem):
+    raise Stop(Finding("tcgen05-alloc", f"{where} with .cta_group::2 in a cluster of "
+                       f"{len(k.smem)} CTA(s): CTA {th.cta} has no peer CTA"))
+  return peer
 
 
 def _uniform_cols(k, lanes, values, what):
@@ -99,6 +117,25 @@ def alloc(k, ins):
       findings.report(k, Finding("tcgen05-alloc", f"{where}, more than the CTA's previous "
                                  f"allocation ({last}): allocations may not grow"))
     tm.last_alloc = n
+    warp_id = th.tid // 32
+    if group == "cta_group::2":
+      peer = _peer(k, th, where)
+      held = k.tcgen05.pair_held.pop((th.cta, n), None)
+      if held is not None:   # (the peer's warp came first: its columns are ours)
+        tm.allocations[held] = (n, warp_id)
+        _write_address(k, th, dst(th), held)
+        return
+      both = state.tmem(k, peer)
+      start = next((s for s in range(0, COLUMNS, n)
+                    if tm.free_at(n, s) and both.free_at(n, s)), None)
+      if start is None:
+        raise NotImplementedError(f"opcode {ins.opcode} (a pair allocation that must wait "
+                                  "for columns to be freed: not run by the checker)")
+      tm.allocations[start] = (n, warp_id)
+      both.allocations[start] = (n, None)   # (held for the peer's warp)
+      k.tcgen05.pair_held[(peer, n)] = start
+      _write_address(k, th, dst(th), start)
+      return
     start = tm.free_at(n)
     if start is None:
       holders = {w for _, w in tm.allocations.values()}
@@ -107,8 +144,11 @@ def alloc(k, ins):
                            "waits for, and it cannot free them while it waits"))
       raise NotImplementedError(f"opcode {ins.opcode} (an allocation that must wait for "
                                 "another warp to free columns: not run by the checker)")
-    tm.allocations[start] = (n, th.tid // 32)
-    addr = dst(th)
+    tm.allocations[start] = (n, warp_id)
+    _write_address(k, th, dst(th), start)
+
+  def _write_address(k, th, addr, start):
+    """The allocation's address, written by lane 0 as a weak store."""
     buf, off = addresses.mem(k, th, space, addr, 4)
     access_core.thread_access(k, th, buf, off, 4, write=True, insn=pc)
     access_core.write_values(k, buf, off, 4, [start], None, weak=True)
@@ -164,6 +204,12 @@ def at_cta_exit(k, cta) -> None:
   if tm is None:
     return
   for col, (n, w) in sorted(tm.allocations.items()):
+    if w is None:   # (held for a pair allocation its warp never made)
+      findings.report(k, Finding(
+          "tcgen05-alloc", f"CTA {cta} exits without the tcgen05.alloc.cta_group::2 of "
+          f"{n} columns its peer CTA {cta ^ 1} made: one warp of each CTA of the pair must "
+          "perform it"))
+      continue
     findings.report(k, Finding(
         "tcgen05-dealloc", f"CTA {cta} exits holding tensor-memory columns {col}..{col + n - 1} "
         f"that warp {w} allocated: no tcgen05.dealloc freed them"))

@@ -49,16 +49,19 @@ class Tcgen05:
   ``threads`` (thread slot -> ``ThreadTc``), ``cta_group`` (the first ``.cta_group``
   of the run and where: one value per kernel), ``relinquished`` (CTAs that gave up
   allocating), ``commits`` (each commit's arrival: (mbarrier slot, the phase it falls
-  in, the issuer's operations slot, how many operations it covers))."""
+  in, the issuer's operations slot, how many operations it covers)), ``pair_held``
+  ((CTA, columns) -> the first column a pair allocation holds for that CTA's warp)."""
 
   def __init__(self):
     self.tmem, self.warps, self.threads = {}, {}, {}
     self.cta_group, self.relinquished, self.commits = None, set(), []
+    self.pair_held = {}
 
 
 class TensorMemory:
   """One CTA's tensor memory (module doc); ``allocations``: first column -> (columns,
-  the warp that allocated them)."""
+  the warp that allocated them; None: held for the warp of a pair allocation that has
+  not come yet)."""
 
   def __init__(self, cta):
     self.cta = cta
@@ -66,14 +69,15 @@ class TensorMemory:
     self.shadow = Shadow(LANES * COLUMNS * 4)
     self.allocations = {}
 
-  def free_at(self, ncols):
+  def free_at(self, ncols, start=None):
     """The first column of ``ncols`` free columns, a multiple of ``ncols`` (first fit:
     the ISA leaves the address to the hardware; a kernel uses the one written), or
-    None."""
-    for start in range(0, COLUMNS, ncols):
-      if all(start + ncols <= c or c + n <= start for c, (n, _) in self.allocations.items()):
-        return start
-    return None
+    None; with ``start``: whether the ``ncols`` columns from ``start`` are free."""
+    def free(s):
+      return all(s + ncols <= c or c + n <= s for c, (n, _) in self.allocations.items())
+    if start is not None:
+      return free(start)
+    return next((s for s in range(0, COLUMNS, ncols) if free(s)), None)
 
   def allocated(self, col, ncols) -> bool:
     """Whether columns [col, col + ncols) are all allocated."""
