@@ -239,7 +239,7 @@ def test_a_multicast_commit_to_a_cta_beyond_the_cluster_faults():
     ({"ld_fence": ""}, "tcgen05-fence"),                      # no after-fence on the ld side
     ({"after_issue": "setp.eq.u32 %p7, %r1, 64;\n  @%p7 st.shared.u32 [%r3+256], %r1;"},
      "race"),                                                 # A overwritten under the MMA
-    ({"mma_fence": ""}, "tcgen05-fence"),                     # the MMA not ordered after bar.sync
+    ({"mma_fence": ""}, "tcgen05-fence-operand"),             # the MMA's operand: a warning
     ({"commit": ""}, "hang"),                                 # nothing arrives
 ], ids=["no-wait", "no-after-fence", "operand-overwritten", "no-mma-fence", "no-commit"])
 def test_each_broken_neighbour_is_reported_in_every_schedule(edits, rule):
@@ -310,3 +310,16 @@ def test_the_isa_pattern_of_a_relaxed_wait_then_the_after_fence_is_clean():
   # without the after-fence, the relaxed wait orders nothing: still reported
   report, _, _ = _run(edits={"wait": relaxed, "ld_fence": ""})
   assert rules_in_every_schedule(report) & {"race", "tcgen05-fence"}, str(report)
+
+
+def test_an_operand_ordered_only_by_a_sync_is_a_warning_and_an_error_when_strict():
+  """The MMA issued after the bar.sync with no tcgen05.fence::after_thread_sync (what
+  jax's and CUTLASS's kernels do for operands a TMA barrier orders): reported as the
+  warning tcgen05-fence-operand, so the check passes with the right D; strict fails."""
+  import dataclasses
+  report, got, want = _run(edits={"mma_fence": ""})
+  assert report.ok and {f.rule for f in report.warnings} == {"tcgen05-fence-operand"}, \
+      str(report)
+  assert all(f.severity == "warning" for f in report.findings)
+  np.testing.assert_array_equal(got, want)
+  assert not dataclasses.replace(report, strict=True).ok

@@ -35,15 +35,17 @@ __all__ = ["check", "checking", "check_ptx", "Report", "Finding", "Unfinished", 
 
 
 def check(fn, *args, schedules: int = 3, budget: Budget | None = None,
-          arch: str | None = None) -> Report:
+          arch: str | None = None, strict: bool = False) -> Report:
   """See :func:`mosaic_async_store.tools.check_kernel.check` (loads jax on first use).
   ``arch``: "sm_90a", "sm_100a" or "sm_103a"; None: the kernel's own (sm_100a where it
-  uses tcgen05, else sm_90a)."""
+  uses tcgen05, else sm_90a).  ``strict``: warnings fail the check too."""
   from mosaic_async_store.tools.check_kernel import check as _check
-  return _check(fn, *args, schedules=schedules, budget=budget, arch=arch)
+  return _check(fn, *args, schedules=schedules, budget=budget, arch=arch, strict=strict)
 
 
-def checking(schedules: int = 3, budget: Budget | None = None, raise_findings: bool = True):
+def checking(schedules: int = 3, budget: Budget | None = None, raise_findings: bool = True,
+             strict: bool = False):
   """See :func:`mosaic_async_store.tools.checking.checking` (loads jax on first use)."""
   from mosaic_async_store.tools.checking import checking as _checking
-  return _checking(schedules=schedules, budget=budget, raise_findings=raise_findings)
+  return _checking(schedules=schedules, budget=budget, raise_findings=raise_findings,
+                   strict=strict)

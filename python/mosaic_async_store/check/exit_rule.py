@@ -39,9 +39,9 @@ def thread_exits(k, th):
   if k.alive[c]:
     return
   k.exited[c] = True
-  def _exit_error(c, th, who):   # (reported: the CTA exits all the same)
+  def _exit_error(c, th, who, rule="exit"):   # (reported: the CTA exits all the same)
     findings.report(k, Finding(
-        "exit", f"CTA {c} exits (its last thread: {th.tid}) with no thread of it knowing "
+        rule, f"CTA {c} exits (its last thread: {th.tid}) with no thread of it knowing "
         f"that {who} completed (no morally strong release/acquire orders it before the "
         "exit, nor an observed phase that counts it)"))
   mine = [t for t in k.threads if t.cta == c]
@@ -77,7 +77,9 @@ def thread_exits(k, th):
       who = f"the asynchronous stores of phase {clk - 1} of {bar.describe()}"
     else:
       who = f"the asynchronous operations of {k.slots.owner(slot).kind} {clk}"
-    _exit_error(c, th, who)
+    # (an owner may say its access is only the CTA's own read: exit-async-read)
+    rule = getattr(k.slots.owner(slot).obj, "exit_rule", lambda slot, cta: "exit")(slot, c)
+    _exit_error(c, th, who, rule)
   # Other CTAs' mbarrier operations on its barriers (mbarrier_state._note_remote): the latest of
   # each thread on each barrier, with the phase it fell in (an earlier one has an
   # earlier clock and phase: known when the latest is).

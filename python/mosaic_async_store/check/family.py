@@ -12,6 +12,8 @@ The core reads, per family:
     compiles an instruction, statements it runs, statements it refuses);
   * ``rules``: the rules its handlers report (rule name -> the sentence of the PTX ISA
     or the CUDA guide it rests on), merged into the findings' table;
+  * ``warnings``: those of its rules whose findings are warnings (rule -> the evidence
+    that widely used code relies on what they report: ``memory.WARNINGS``);
   * ``state``: the machine attributes it keeps per launch (attribute -> a function
     making a fresh value), set by ``Machine.reset``;
   * ``at_cta_exit``: ``f(k, cta)``, run when the last thread of CTA ``cta`` exits, after
@@ -48,6 +50,7 @@ class Family:
   name: str
   opcodes: Mapping
   rules: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  warnings: Mapping[str, str] = dataclasses.field(default_factory=dict)
   state: Mapping[str, Callable[[], object]] = dataclasses.field(default_factory=dict)
   at_cta_exit: Callable | None = None
   known_at_exit: Callable | None = None

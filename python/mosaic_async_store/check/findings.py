@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from mosaic_async_store.check.memory import RULES, Access, shown_source
+from mosaic_async_store.check.memory import RULES, WARNINGS, Access, shown_source
 
 __all__ = ["MAX_FINDINGS", "Finding", "Stop", "FindingLimit", "fault", "report", "locate",
            "place", "place_landing", "stop", "flush"]
@@ -79,6 +79,12 @@ class Finding:
       raise KeyError(f"finding of an unknown rule {self.rule!r} (memory.RULES)")
 
   @property
+  def severity(self) -> str:
+    """"warning" for a rule of ``memory.WARNINGS`` (the ISA's letter broken where
+    widely used code relies on it), else "error"."""
+    return "warning" if self.rule in WARNINGS else "error"
+
+  @property
   def explained(self) -> str:
     """The message with the rule and the rule's ISA source: "... [rule: source]"."""
     return f"{self.message} [{self.rule}: {RULES[self.rule]}]"
@@ -90,7 +96,8 @@ class Finding:
       at.append(f"({shown_source(self.source)})" if at else shown_source(self.source))
     line = f"{' '.join(at)}, " if at else ""
     seed = "" if self.schedule is None else f"schedule {self.schedule}: "
-    return f"[{self.rule}] {where}{line}{seed}{self.message}"
+    label = f"warning: {self.rule}" if self.rule in WARNINGS else self.rule
+    return f"[{label}] {where}{line}{seed}{self.message}"
 
 
 class Stop(Exception):

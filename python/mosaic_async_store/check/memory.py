@@ -40,7 +40,7 @@ import os
 import numpy as np
 
 __all__ = ["CLOCK", "Access", "CheckerError",
-           "RULES", "SCOPES", "SEMS", "sem_scope", "Releases", "SCHEDULES",
+           "RULES", "WARNINGS", "SCOPES", "SEMS", "sem_scope", "Releases", "SCHEDULES",
            "CI_SCHEDULES", "SLOW_SCHEDULES",
            "morally_strong", "tags_morally_strong"]
 
@@ -119,6 +119,25 @@ RULES = {
                    "the asynchronous proxy (a thread's st.shared, then a bulk or tensor "
                    "copy that reads those bytes: check/proxy.py)",
 }
+# Rules whose findings are warnings: the kernel breaks the ISA's letter (or a rule the
+# checker keeps without a sentence of the ISA), yet widely used code relies on it.
+# rule -> the evidence that it does (docs/checker.md, "Warnings").  ``strict`` makes
+# them errors (``report.Report``); every other rule's findings are errors.  The
+# families' warnings join this table when they load, as their rules join ``RULES``.
+WARNINGS = {
+    "exit-async-read": "upstream jax's Blackwell matmul (blackwell_matmul_mgpu, jax 0.12) "
+                       "ends with wait_smem_to_gmem(1, wait_read_only=True): its last TMA "
+                       "store may still read its CTA's shared memory when the CTA exits; "
+                       "CUTLASS waits for all (tma_store_wait<0>) before exiting",
+}
+RULES.update({
+    "exit-async-read": "the checker's exit rule (no sentence of the PTX ISA): an asynchronous "
+                       "operation of the CTA itself (a bulk copy of its bulk group) still "
+                       "reading the CTA's shared memory when the CTA exits, with no "
+                       "cp.async.bulk.wait_group.read covering it: the memory may be given to "
+                       "another CTA while it reads",
+})
+
 # The opcode families' own rules join this table when the families load
 # (``families.loaded``: each family declares its rules with their sources), so it is
 # complete before any kernel is compiled.

@@ -40,9 +40,9 @@ RUNS = 8   # the runs a launch adds, at most: one per ambiguous completion
 def explore(k, run_once):
   """Runs the kernel (``run_once()``, a fresh run of the machine ``k``: its outputs or
   None, its findings in ``k.findings``); where a named barrier's completion was
-  ambiguous and the run found nothing, runs it again with the completing warp held
-  back (module doc), each a run of its own; the first whose findings are not empty
-  stops the exploration, and its findings and state are the launch's.  Else returns
+  ambiguous and the run found no error (warnings aside), runs it again with the completing warp held
+  back (module doc), each a run of its own; the first that finds an error stops the
+  exploration, and its findings and state are the launch's.  Else returns
   the first run's output, after running it again where others ran (the machine's
   state after the launch is the natural run's)."""
   k.pair_plan = None
@@ -50,13 +50,13 @@ def explore(k, run_once):
   users = k.pair_users
   plans = [i for i, (key, outside) in enumerate(k.pair_seen)
            if outside & users.get(key, frozenset())][:RUNS]
-  if not plans or k.findings:
+  if not plans or _errors(k):
     return out
   try:
     for i in plans:
       k.pair_plan = i
       run_once()
-      if k.findings:
+      if _errors(k):
         return None
   finally:
     k.pair_plan = None
@@ -84,3 +84,8 @@ def holds(k, key, bar, rec, w) -> bool:
   for th, _, _ in rec.lanes.values():
     th.wait = NamedWait((*key, w, "held"))
   return True
+
+
+def _errors(k) -> bool:
+  """Whether the run found a broken rule that is an error (not a warning)."""
+  return any(f.severity == "error" for f in k.findings)

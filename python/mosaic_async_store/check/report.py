@@ -65,7 +65,8 @@ class Unfinished:
 class Report:
   """What ``check_ptx`` found: ``findings``, one per schedule (and cluster) that broke a
   rule; ``unfinished``, the schedules that stopped at their budget (``Unfinished``);
-  ``ok`` when no schedule broke a rule and every one finished; ``outputs``, every
+  ``ok`` when no schedule broke a rule and every one finished (a warning breaks none
+  unless ``strict``: ``errors``, ``warnings``); ``outputs``, every
   argument after the grid ran (each cluster's first completed schedule; None if a
   cluster completed none); ``schedules``, the seeds that ran."""
 
@@ -73,21 +74,35 @@ class Report:
   outputs: list[np.ndarray] | None
   schedules: tuple[int, ...]
   unfinished: tuple[Unfinished, ...] = ()
+  strict: bool = False
+
+  @property
+  def errors(self) -> tuple[Finding, ...]:
+    """The findings that fail the check: every one of an error rule, and with
+    ``strict`` the warnings too."""
+    return tuple(f for f in self.findings if self.strict or f.severity == "error")
+
+  @property
+  def warnings(self) -> tuple[Finding, ...]:
+    """The warnings that do not fail it (none with ``strict``)."""
+    return tuple(f for f in self.findings if f not in self.errors)
 
   @property
   def ok(self) -> bool:
-    return not self.findings and not self.unfinished
+    return not self.errors and not self.unfinished
 
   def __str__(self) -> str:
     seeds = list(self.schedules)
+    warned = f", {len(self.warnings)} warning(s):" if self.warnings else ""
     if self.ok:
-      head = f"ok: no rule broken in schedules {seeds}"
-    elif self.findings:
-      head = f"{len(self.findings)} finding(s) in schedules {seeds}:"
+      head = f"ok: no rule broken in schedules {seeds}{warned}"
+    elif self.errors:
+      head = f"{len(self.errors)} finding(s) in schedules {seeds}{warned or ':'}"
     else:
       head = (f"no rule broken, but {len(self.unfinished)} schedule(s) of {seeds} "
-              "unfinished (a larger budget=Budget(...) lets them finish):")
-    return "\n".join([head, *(f"  {f}" for f in (*self.findings, *self.unfinished))])
+              f"unfinished (a larger budget=Budget(...) lets them finish){warned or ':'}")
+    return "\n".join([head, *(f"  {f}" for f in (*self.errors, *self.warnings,
+                                                    *self.unfinished))])
 
 
 def _dim3(param: str, value, limit: int, x_only=False) -> tuple[int, int, int]:
@@ -146,7 +161,8 @@ def _check_args(args, smem_bytes, block, cluster, grid, schedules):
 
 
 def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1, 1, 1),
-              grid=None, schedules: int = 3, budget: Budget | None = None) -> Report:
+              grid=None, schedules: int = 3, budget: Budget | None = None,
+              strict: bool = False) -> Report:
   """Runs ``ptx`` (one ``.entry``) over every thread of one cluster under schedules
   ``0 .. schedules - 1`` (docs/checker.md: 0 runs each thread until it blocks, 1 lands
   asynchronous stores as late as possible, others interleave at random).
@@ -170,6 +186,8 @@ def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1,
       completed schedule's memory carried into the next (races between clusters are
       not looked for).
     schedules: how many schedules to run.
+    strict: warnings (``memory.WARNINGS``: the ISA's letter broken where widely used
+      code relies on it) fail the check too.
     budget: what each schedule's run may spend (``budget.Budget``: thread-instructions
       and memory; None: ``budget.DEFAULT``, which a laptop holds).  A schedule that
       reaches it stops and is reported in ``Report.unfinished``, never a crash.
@@ -188,20 +206,20 @@ def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1,
   except NotImplementedError as e:
     raise refuse("ptx", str(e), "the opcodes docs/checker.md lists as run exactly",
                  "check that instruction's kernel another way, or report it") from None
-  return _checked(kernel, args, dims, smem_bytes, schedules, budget)
+  return _checked(kernel, args, dims, smem_bytes, schedules, budget, strict)
 
 
 def check_parsed(kernel: PtxKernel, args, *, smem_bytes: int, block=(128, 1, 1),
                  cluster=(1, 1, 1), grid=None, schedules: int = 3,
-                 budget: Budget | None = None) -> Report:
+                 budget: Budget | None = None, strict: bool = False) -> Report:
   """``check_ptx`` of a kernel already parsed (``PtxKernel(ptx)``, by a caller that
   words a refusal of its PTX in its own terms: ``tools.check_kernel``), with the same
   arguments and checks."""
   return _checked(kernel, args, _check_args(args, smem_bytes, block, cluster, grid,
-                                            schedules), smem_bytes, schedules, budget)
+                                            schedules), smem_bytes, schedules, budget, strict)
 
 
-def _checked(kernel, args, dims, smem_bytes, schedules, budget) -> Report:
+def _checked(kernel, args, dims, smem_bytes, schedules, budget, strict=False) -> Report:
   """The runs of ``check_ptx`` on a parsed kernel whose arguments ``_check_args`` took
   (``dims``: its block, cluster and grid)."""
   bx, cs, gs = dims
@@ -232,7 +250,8 @@ def _checked(kernel, args, dims, smem_bytes, schedules, budget) -> Report:
                      "way, or report the case") from None
       if kernel.findings:
         findings.extend(_finding(kernel, e, seed) for e in kernel.findings)
-        continue
+        if any(f.severity == "error" for f in kernel.findings):   # (a warning's run
+          continue                                                # completed right)
       if outputs is None:   # one array per buffer: arguments that alias still do
         outputs = _per_argument(out, args)
     if outputs is None:
@@ -241,7 +260,7 @@ def _checked(kernel, args, dims, smem_bytes, schedules, budget) -> Report:
       current = [_rewrapped(a, o) for o, a in zip(outputs, args)]
   result = [np.asarray(array_of(a)) for a in current]
   return Report(tuple(findings), result if complete else None, tuple(range(int(schedules))),
-                tuple(unfinished))
+                tuple(unfinished), bool(strict))
 
 
 def _clusters(cs, gs):

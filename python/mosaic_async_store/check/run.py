@@ -59,7 +59,7 @@ def launch(k, buffers, *, cluster, smem_bytes, block=128, max_timeouts=64, sched
   ``schedule`` (see schedule.Schedule).  ``buffers`` (NumPy arrays or
   ``Memref``s, in parameter order: see Machine.pack_params) are copied in; returns
   their contents afterwards, in argument order, as uint8 arrays, or None where the
-  run found a broken rule.  Every broken rule is in ``k.findings`` (``findings.py``:
+  run found a broken rule (a warning alone leaves them).  Every broken rule is in ``k.findings`` (``findings.py``:
   a race lets the run go on, a fault or a hang ends it).  With ``trace_stores``, ``k.store_trace``
   maps (cta, tid) to that thread's store instructions into SMEM, in program
   order, each as (destination CTA, byte offset, bytes) (``access_core.trace``
@@ -96,8 +96,9 @@ def launch(k, buffers, *, cluster, smem_bytes, block=128, max_timeouts=64, sched
 
 
 def _run_once(k, *args):
-  """One run (``_launch``'s arguments): its outputs, or None where a finding or the
-  findings' limit stopped it; its findings are in ``k.findings`` either way."""
+  """One run (``_launch``'s arguments): its outputs, or None where an error (not a
+  warning: ``Finding.severity``) or the findings' limit stopped it; its findings are in
+  ``k.findings`` either way."""
   out = None
   try:
     out = _launch(k, *args)
@@ -106,7 +107,7 @@ def _run_once(k, *args):
   except findings.FindingLimit:
     pass
   findings.flush(k)
-  return None if k.findings else out
+  return None if any(f.severity == "error" for f in k.findings) else out
 
 
 def _launch(k, buffers, cluster, smem_bytes, block, max_timeouts, schedule,

@@ -141,7 +141,8 @@ def _lowered(fn, args, arch, sm_count, cuda_version):
 
 
 def check(fn, *args, schedules: int = 3, budget=None, sm_count: int | None = None,
-          cuda_version: int | None = None, arch: str | None = None) -> Report:
+          cuda_version: int | None = None, arch: str | None = None,
+          strict: bool = False) -> Report:
   """Checks the kernel ``fn`` on the NumPy arrays ``args`` (its inputs, in order).
 
   ``fn`` is a Pallas MGPU kernel (``plgpu.kernel``, ``pl.pallas_call`` with the Mosaic GPU
@@ -153,6 +154,9 @@ def check(fn, *args, schedules: int = 3, budget=None, sm_count: int | None = Non
   Arrays of 2- and 4-bit elements (ml_dtypes ``int4``, ``uint4``, ``float4_e2m1fn``,
   ``int2``, ``uint2``) reach the kernel packed as it reads them and come back unpacked
   (``check.subbyte``); 1- and 6-bit types are refused.
+  ``strict``: warnings (the ISA's letter broken where widely used code relies on it:
+  docs/checker.md, "Warnings") fail the check too; without it they are reported and
+  ``Report.ok`` ignores them.
   ``budget`` (``mosaic_async_store.check.Budget``; None: its defaults) bounds what each
   schedule's run may spend; a schedule past it is in ``Report.unfinished``.  The kernel's
   device queries are answered for the arch's GPU (``device_target``: an H100 for sm_90a,
@@ -186,7 +190,7 @@ def check(fn, *args, schedules: int = 3, budget=None, sm_count: int | None = Non
                  "clusters may have three)", "flatten the block into x")
   report = check_parsed(kernel, params, smem_bytes=shape["smem_bytes"],
                         block=shape["block"], cluster=shape["cluster"], grid=shape["grid"],
-                        schedules=schedules, budget=budget)
+                        schedules=schedules, budget=budget, strict=strict)
   if report.outputs is None:
     return report
   final = {next(i for i, b in enumerate(buffers) if b is p.array): out
@@ -236,8 +240,9 @@ def load_target(spec: str):
 
 def report_json(report: Report) -> dict:
   """A report as plain JSON-able data."""
-  return {"ok": report.ok, "schedules": list(report.schedules),
-          "findings": [dataclasses.asdict(f) for f in report.findings],
+  return {"ok": report.ok, "schedules": list(report.schedules), "strict": report.strict,
+          "findings": [{**dataclasses.asdict(f), "severity": f.severity}
+                       for f in report.findings],
           "unfinished": [dataclasses.asdict(u) for u in report.unfinished],
           "outputs": None if report.outputs is None else
           [{"dtype": str(o.dtype), "shape": list(o.shape)} for o in report.outputs]}

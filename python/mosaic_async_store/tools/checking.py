@@ -51,17 +51,24 @@ class KernelRun:
   schedules: tuple[int, ...]
   findings: tuple[Finding, ...]
   unfinished: tuple[Unfinished, ...] = ()
+  strict: bool = False
+
+  @property
+  def errors(self) -> tuple[Finding, ...]:
+    """The findings that fail the kernel: errors, and with ``strict`` warnings too."""
+    return tuple(f for f in self.findings if self.strict or f.severity == "error")
 
   @property
   def ok(self) -> bool:
-    return not self.findings and not self.unfinished
+    return not self.errors and not self.unfinished
 
   def __str__(self) -> str:
     site = f" (called at {self.call_site})" if self.call_site else ""
+    warned = len(self.findings) - len(self.errors)
     if self.ok:
-      verdict = "ok"
-    elif self.findings:
-      verdict = f"{len(self.findings)} finding(s)"
+      verdict = f"ok, {warned} warning(s)" if warned else "ok"
+    elif self.errors:
+      verdict = f"{len(self.errors)} finding(s)" + (f", {warned} warning(s)" if warned else "")
     else:
       verdict = f"no rule broken, {len(self.unfinished)} schedule(s) unfinished"
     lines = [f"kernel {self.name}{site}: schedules {list(self.schedules)}: {verdict}"]
@@ -76,7 +83,7 @@ class KernelFindings(AssertionError):
 
   def __init__(self, run: KernelRun):
     self.run = run
-    rules = sorted({f.rule for f in run.findings})
+    rules = sorted({f.rule for f in run.errors})
     why = (f"broke {', '.join(rules)}" if rules else
            "completed no schedule within its budget (raise budget=Budget(...))")
     super().__init__(f"mosaic_async_store checking: {why}\n{run}")
@@ -86,8 +93,9 @@ class Checking:
   """The value of ``with checking(...)``: ``kernels``, a ``KernelRun`` per kernel call
   checked while it was active, and ``findings``, all their findings in order."""
 
-  def __init__(self, schedules: int, budget, raise_findings: bool):
+  def __init__(self, schedules: int, budget, raise_findings: bool, strict: bool = False):
     self.schedules, self.budget, self.raise_findings = schedules, budget, raise_findings
+    self.strict = strict
     self.kernels: list[KernelRun] = []
 
   @property
@@ -100,7 +108,8 @@ class Checking:
 
 
 @contextlib.contextmanager
-def checking(schedules: int = 3, budget=None, raise_findings: bool = True):
+def checking(schedules: int = 3, budget=None, raise_findings: bool = True,
+             strict: bool = False):
   """While active, every Pallas MGPU kernel (``plgpu.kernel``, ``pl.pallas_call`` with the
   Mosaic GPU backend) called on the CPU, eagerly or inside ``jax.jit``, runs through the
   checker on its concrete inputs under ``schedules`` schedules (``budget``: each
@@ -108,13 +117,13 @@ def checking(schedules: int = 3, budget=None, raise_findings: bool = True):
 
   A kernel with findings raises ``KernelFindings`` (naming the kernel, the rule and the
   user's lines); with ``raise_findings=False`` its findings are only collected and its
-  outputs returned.  A kernel that completed no schedule (a finding that stops the run
+  outputs returned.  Warnings (the ISA's letter broken where widely used code relies on
+  it: docs/checker.md, "Warnings") are collected, not raised, unless ``strict``.  A kernel that completed no schedule (a finding that stops the run
   ends its schedule) always raises.  A kernel the checker cannot run raises its refusal
   (``AsyncStoreError``: what it cannot run and why).  Both are raised in the host
   callback and reach the caller, eagerly or under ``jax.jit``, inside jax's runtime error
   for the callback, with the same message (``input_output_aliases``, refused while the
-  call lowers, is raised as it is).  The checker has no ``strict`` setting, so the mode
-  has none.
+  call lowers, is raised as it is).
 
   Yields a ``Checking`` whose ``kernels`` and ``findings`` fill as kernels run.
   Modes nest: a kernel run is recorded in every active mode, under the innermost's
@@ -126,7 +135,7 @@ def checking(schedules: int = 3, budget=None, raise_findings: bool = True):
   if not isinstance(schedules, int) or isinstance(schedules, bool) or schedules < 1:
     from mosaic_async_store.errors import refuse_type
     raise refuse_type("schedules", schedules, "a positive int", "pass schedules=3")
-  mode = Checking(schedules, budget, raise_findings)
+  mode = Checking(schedules, budget, raise_findings, bool(strict))
   with contextlib.ExitStack() as stack:
     stack.enter_context(compat.answer_device_queries(device_target("sm_90a")))
     stack.enter_context(compat.mosaic_gpu_pallas_call())
@@ -191,12 +200,12 @@ def _run(mode, prim, params, name, site, arrays, shapes) -> list:
 
   kernel.__name__ = kernel.__qualname__ = name
   report = check(kernel, *[np.array(a) for a in arrays], schedules=mode.schedules,
-                 budget=mode.budget)
+                 budget=mode.budget, strict=mode.strict)
   run = KernelRun(name, site, tuple(report.schedules), tuple(report.findings),
-                  tuple(report.unfinished))
+                  tuple(report.unfinished), mode.strict)
   for active in {id(m): m for m in (*_ACTIVE, mode)}.values():
     active.kernels.append(run)
-  if report.outputs is None or (report.findings and mode.raise_findings):
+  if report.outputs is None or (report.errors and mode.raise_findings):
     raise KernelFindings(run)
   return [np.asarray(o, dtype=s.dtype).reshape(s.shape)
           for o, s in zip(report.outputs, shapes)]

@@ -106,8 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
   chk = sub.add_parser("check", help="run your kernel in the PTX protocol checker",
                        description="Runs FUNCTION() of FILE.py, which returns (kernel, "
                        "arrays), in the PTX checker: every thread of every cluster under "
-                       "several schedules. Exit 0: no rule broken; 1: findings; 4: no "
-                       "finding, but a schedule stopped at its budget.")
+                       "several schedules. Exit 0: no rule broken (warnings are printed; "
+                       "--strict fails on them); 1: findings; 4: no finding, but a "
+                       "schedule stopped at its budget.")
   chk.add_argument("target", metavar="FILE.py:FUNCTION",
                    help="a Python file and a function in it returning (kernel, (arrays...))")
   chk.add_argument("--schedules", type=int, default=3, metavar="N",
@@ -119,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MiB the process may grow by during a schedule's run before it "
                    "stops as unfinished (default %d)" % _budget_default("max_memory_mb"))
   chk.add_argument("--json", action="store_true", help="the report as JSON")
+  chk.add_argument("--strict", action="store_true",
+                   help="warnings (the ISA's letter broken where widely used code relies "
+                   "on it: docs/checker.md, Warnings) fail the check too")
   from mosaic_async_store.tools.toolchain import ARCHS
   chk.add_argument("--arch", choices=tuple(ARCHS), default=None,
                    help="the GPU to check for: sm_90a (Hopper), sm_100a, sm_103a "

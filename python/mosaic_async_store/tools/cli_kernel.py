@@ -141,7 +141,8 @@ def check_command(args: argparse.Namespace, out) -> int:
   target = _target_kwargs(args)
   fn, arrays = _load(args.target, args.arch or "sm_90a", target)
   report = _library_call(check_kernel.check, fn, *arrays, schedules=args.schedules,
-                         budget=Budget(**limits), arch=args.arch, **target)
+                         budget=Budget(**limits), arch=args.arch, strict=args.strict,
+                         **target)
   if args.json:
     out.write(json.dumps(check_kernel.report_json(report), indent=2) + "\n")
   else:
@@ -149,4 +150,4 @@ def check_command(args: argparse.Namespace, out) -> int:
     for api, flag in _BUDGET_TERMS:   # the budget in the CLI's terms
       text = text.replace(api, flag)
     out.write(f"{args.target}: {text}\n")
-  return 0 if report.ok else 1 if report.findings else EXIT_UNFINISHED
+  return 0 if report.ok else 1 if report.errors else EXIT_UNFINISHED

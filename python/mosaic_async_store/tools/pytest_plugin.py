@@ -33,13 +33,16 @@ def pytest_addoption(parser):
                        "Pallas MGPU kernel runs through the PTX checker")
   group.addoption("--mgpu-check-schedules", type=int, default=3, metavar="N",
                   help="schedules per kernel under --mgpu-check (default 3)")
+  group.addoption("--mgpu-check-strict", action="store_true", default=False,
+                  help="under --mgpu-check, warnings fail a kernel too (checking(strict=True))")
 
 
 def pytest_configure(config):
   if not config.getoption("--mgpu-check", default=False):
     return
   from mosaic_async_store.tools.checking import checking
-  context = checking(schedules=config.getoption("--mgpu-check-schedules"))
+  context = checking(schedules=config.getoption("--mgpu-check-schedules"),
+                     strict=config.getoption("--mgpu-check-strict"))
   _SESSION["context"], _SESSION["mode"] = context, context.__enter__()
 
 
@@ -56,7 +59,8 @@ def mgpu_check(request):
   fixture's value is the ``Checking``, whose ``kernels`` and ``findings`` the test may
   inspect."""
   from mosaic_async_store.tools.checking import checking
-  with checking(schedules=request.config.getoption("--mgpu-check-schedules")) as mode:
+  with checking(schedules=request.config.getoption("--mgpu-check-schedules"),
+                strict=request.config.getoption("--mgpu-check-strict")) as mode:
     yield mode
   if "mode" not in _SESSION:   # a session mode records these runs itself
     _RUNS.extend(mode.kernels)

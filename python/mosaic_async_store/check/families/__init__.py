@@ -35,9 +35,9 @@ ARCH_ORDER = ("sm_90a", "sm_100a", "sm_103a")
 @functools.cache
 def loaded() -> tuple:
   """Every registered family's ``Family``, in ``REGISTERED`` order.  Loading them adds
-  their rules to the findings' table (``memory.RULES``, one table for every rule); a
-  rule named by two families, or by a family and the core, is an error of the
-  registry."""
+  their rules to the findings' table (``memory.RULES``, one table for every rule) and
+  their warnings to ``memory.WARNINGS``; a rule named by two families, or by a family
+  and the core, is an error of the registry."""
   from mosaic_async_store.check import memory   # (the core: loaded by now)
   fams = tuple(importlib.import_module(f"mosaic_async_store.check.{name}").FAMILY
                for name in REGISTERED)
@@ -47,6 +47,10 @@ def loaded() -> tuple:
       raise RuntimeError(f"rules {sorted(clash)} of the family {fam.name} are declared "
                          "twice")
     memory.RULES.update(fam.rules)
+    unknown = fam.warnings.keys() - memory.RULES.keys()
+    if unknown:
+      raise RuntimeError(f"warnings {sorted(unknown)} of the family {fam.name} are no rules")
+    memory.WARNINGS.update(fam.warnings)
   return fams
 
 

@@ -15,6 +15,7 @@ __all__ = ["FAMILY"]
 
 FAMILY = Family(
     "tcgen05", table.OPCODES, rules={**alloc.RULES, **ldst.RULES, **table.RULES},
+    warnings=table.WARNINGS,
     state={"tcgen05": table.fresh_state}, at_cta_exit=alloc.at_cta_exit,
     known_at_exit=state.known_at_exit,
     memory_spaces=("tensor memory",), arch="sm_100a",

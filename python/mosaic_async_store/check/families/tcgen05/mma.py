@@ -19,7 +19,9 @@ one timing the hardware may take, and lets the clocks say who may know of it:
     (``state.check_vc``, pipelined: "An asynchronous tcgen05 operation subsequent to a
     tcgen05.fence::after_thread_sync is ordered after all the prior tcgen05 and the
     execution ordering operations", 9.7.16.6.3).  A write that only a synchronisation
-    since that fence orders is ``tcgen05-fence``; one nothing orders, ``race``;
+    since that fence orders is ``tcgen05-fence-operand``, a warning: jax's Blackwell
+    matmul waits on its TMA barrier after the fence, CUTLASS's SM100 examples issue the
+    MMA after the wait with no fence (``memory.WARNINGS``); one nothing orders, ``race``;
   * D's cells (``state.access``: 9.7.16.10.5, M = 128: row m in lane m; M = 64, layout
     F: row m in lane L0 + 32 (m / 16) + m % 16, L0 in {0, 16}; column n in column C0 +
     n; a 16-bit D in the low half of its 32-bit cell, 9.7.16.10.4.1) must be allocated
@@ -185,7 +187,7 @@ def _ordering(k, th, op, vc, writes):
   """The clock the operand's reads are checked with: ``vc`` (``state.check_vc``), or,
   where only ``th``'s whole clock orders the last writes of the bytes (a
   synchronisation since its last ``tcgen05.fence::after_thread_sync``), that clock
-  after reporting ``tcgen05-fence`` once (a write nothing orders stays a ``race``)."""
+  after reporting ``tcgen05-fence-operand`` once (a write nothing orders stays a ``race``)."""
   if all(vc[slot] >= clk for slot, clk in writes):
     return vc
   full = np.maximum(th.vc, vc)
@@ -195,7 +197,7 @@ def _ordering(k, th, op, vc, writes):
   by = k.slots.owner(slot).obj
   who = f"CTA {by.cta} thread {by.tid}" if hasattr(by, "tid") else "an earlier write"
   findings.report(k, Finding(
-      "tcgen05-fence", f"{op.text} reads its shared-memory operand, written by {who}, "
+      "tcgen05-fence-operand", f"{op.text} reads its shared-memory operand, written by {who}, "
       "ordered after that write only by a thread synchronisation since its last "
       "tcgen05.fence::after_thread_sync (or with none yet): the asynchronous tcgen05.mma "
       "may run before it", missing="tcgen05.fence::after_thread_sync between the "

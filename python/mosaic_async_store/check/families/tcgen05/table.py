@@ -7,7 +7,7 @@ from __future__ import annotations
 from mosaic_async_store.check.families.tcgen05 import alloc, commit, ldst, mma, state
 from mosaic_async_store.check.opcodes import Opcode
 
-__all__ = ["OPCODES", "RULES", "fresh_state"]
+__all__ = ["OPCODES", "RULES", "WARNINGS", "fresh_state"]
 
 # The operations and the module function that compiles each.
 _HANDLERS = {
@@ -17,7 +17,21 @@ _HANDLERS = {
     "fence::before_thread_sync": ldst.fence, "fence::after_thread_sync": ldst.fence,
     "mma": mma.mma, "commit": commit.commit,
 }
-RULES = {**mma.RULES, **commit.RULES}
+RULES = {**mma.RULES, **commit.RULES,
+         "tcgen05-fence-operand": "PTX ISA 9.7.16.6.3: \"An asynchronous tcgen05 operation "
+                                  "subsequent to a tcgen05.fence::after_thread_sync is "
+                                  "ordered after all the prior tcgen05 and the execution "
+                                  "ordering operations\": a tcgen05.mma whose shared-memory "
+                                  "operand only a synchronisation since its thread's last "
+                                  "after-fence orders is not ordered after it, by the letter"}
+# Rules of the family whose findings are warnings, with the evidence (memory.WARNINGS).
+WARNINGS = {
+    "tcgen05-fence-operand": "jax's Blackwell matmul (blackwell_matmul_mgpu, jax 0.12) "
+                             "waits on its TMA barrier after its tcgen05.fence::"
+                             "after_thread_sync and issues the MMAs; CUTLASS's SM100 "
+                             "tutorial (04_mma_tma_2sm_sm100) issues tcgen05.mma right after "
+                             "the TMA barrier wait, with no fence",
+}
 
 
 def fresh_state():
@@ -45,7 +59,6 @@ OPCODES = {
         "tcgen05.st.sync.aligned.16x64b.x2.b32 [%r3], {%r1, %r2}",
         "tcgen05.wait::ld.sync.aligned", "tcgen05.wait::st.sync.aligned",
         *mma.EXAMPLES, *commit.EXAMPLES), (
-        "tcgen05.alloc.cta_group::2.sync.aligned.shared::cta.b32 [%r1], 128",
         "tcgen05.ld.sync.aligned.16x128b.x1.pack::16b.b32 {%r1, %r2}, [%r3]",
         "tcgen05.ld.sync.aligned.16x32bx2.x1.b32 {%r1}, [%r3], 2",
         "tcgen05.shift.cta_group::1.down [%r1]", *mma.REFUSED, *commit.REFUSED)),

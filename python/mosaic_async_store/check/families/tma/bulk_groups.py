@@ -46,6 +46,12 @@ class BulkGroups:
             f"({which})", "a cp.async.bulk.wait_group" + (".read" if which == "reads" else "")
             + " by that thread that covers the group, ordered before this access")
 
+  def exit_rule(self, slot, cta) -> str:
+    """The exit rule's verdict on a group's access unknown at CTA ``cta``'s exit: its
+    own CTA's copies still reading their source are ``exit-async-read`` (a warning:
+    ``memory.WARNINGS``); anything else is ``exit``."""
+    return "exit-async-read" if slot == self.reads_slot and self.th.cta == cta else "exit"
+
   def done(self, limit, read_only) -> bool:
     """Whether every group up to ``limit`` has completed (its reads, with ``read_only``)."""
     return all(counts[0 if read_only else 1] == 0
