@@ -1,7 +1,10 @@
 """Runs the lit + FileCheck suites (test/lit) from pytest, so pytest is the one entry point.
 
 One pytest case per lit file (so that pytest-xdist spreads them over the cores); a
-failing lit test fails its case, with lit's report in the message.  A lit file whose
+failing lit test fails its case, with lit's report in the message.  The RUN lines'
+Python (test/harness/lit_python.py) shares the session's cache of tool results
+(``MAS_TEST_TOOL_CACHE``, test/conftest.py), so a kernel lowered as before is not
+compiled again (a jax version that lowers it anew compiles it anew).  A lit file whose
 tools are missing (its ``REQUIRES:`` features, which test/lit/lit.cfg.py sets from
 ``toolchain.find_tool``) is UNSUPPORTED in lit and skipped here, with lit's note
 naming the tools.
@@ -66,3 +69,22 @@ def test_a_missing_tool_makes_a_file_unsupported_not_failed(tmp_path):
   assert re.search(r"^UNSUPPORTED: mosaic-async-store :: red\.py", proc.stdout, re.M), proc.stdout
   assert "FAIL" not in proc.stdout
   assert "['ptxas']" in proc.stderr, proc.stderr
+
+
+def test_lit_python_runs_a_script_or_a_module_as_python_does(tmp_path):
+  """``python -m lit_python SCRIPT ARGS`` (lit.cfg.py's ``%PYTHON``) sees the argv and
+  the import path that ``python SCRIPT ARGS`` would; ``-m MODULE ARGS`` likewise, and
+  with a cache named the tools' runners are the cached ones."""
+  script = tmp_path / "show.py"
+  script.write_text("import sys\nfrom mosaic_async_store.tools import toolchain\n"
+                    "print(sys.argv, sys.path[0], hasattr(toolchain.ptx_to_cubin, '__wrapped__'))\n")
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+      [str(HERE / "harness"), os.environ.get("PYTHONPATH", "")]))
+  for cache, cached in ((str(tmp_path / "cache"), True), ("0", False)):
+    env["MAS_TEST_TOOL_CACHE"] = cache
+    out = subprocess.run([sys.executable, "-m", "lit_python", str(script), "ir", "x"],
+                         capture_output=True, text=True, env=env, check=True).stdout
+    assert out.split() == [f"[{str(script)!r},", "'ir',", "'x']", str(tmp_path), str(cached)]
+  out = subprocess.run([sys.executable, "-m", "lit_python", "-m", "json.tool", "--help"],
+                       capture_output=True, text=True, env=env)
+  assert out.returncode == 0 and "json.tool" in out.stdout, out.stdout + out.stderr

@@ -34,7 +34,7 @@ import pickle
 import tempfile
 import zlib
 
-__all__ = ["install", "uninstall", "installed", "bypassed", "MODES"]
+__all__ = ["install", "uninstall", "installed", "bypassed", "active", "MODES"]
 
 MODES = ("record", "replay")
 _BYPASS = contextvars.ContextVar("check_cache_bypass", default=False)
@@ -111,6 +111,13 @@ def install(directory: str | os.PathLike[str], mode: str) -> None:
 
 
 installed = None   # (directory, mode) of the cache installed now, or None
+
+
+def active() -> bool:
+  """Whether a launch made here now goes through the cache (installed, not bypassed):
+  what a test asks before it lets a subprocess use the cache too
+  (test/harness/check_cache_plugin.py)."""
+  return installed is not None and not _BYPASS.get()
 
 
 def uninstall() -> tuple | None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from mosaic_async_store.demo.config import StoreConfig
 
-__all__ = ["kernel_text", "emit", "retargeted_ptx", "pallas_store_kernel", "pallas_module"]
+__all__ = ["kernel_text", "emit", "write_ptx", "retargeted_ptx", "pallas_store_kernel",
+           "pallas_module"]
 
 
 def retargeted_ptx(ptx: str, arch: str) -> str:
@@ -113,6 +114,18 @@ def pallas_module(**kwargs):
   return module
 
 
+# The PTX files ``write_ptx`` has written in this process (the first write truncates).
+_PTX_FILES: set[str] = set()
+
+
+def write_ptx(path: str, name: str, ptx: str) -> None:
+  """Appends ``ptx`` under its ``TEST: name`` label to the file ``path`` (truncated by
+  this process's first write to it): the PTX half of an ``ir+ptx`` run (``emit``)."""
+  with open(path, "a" if path in _PTX_FILES else "w") as f:
+    f.write(f"TEST: {name}\n{ptx}\n")
+  _PTX_FILES.add(path)
+
+
 def emit(name: str, **cfg) -> None:
   """Prints IR or PTX for a lit test, by the first command-line argument.
 
@@ -122,9 +135,33 @@ def emit(name: str, **cfg) -> None:
       # RUN: %PYTHON %s ir  | FileCheck %s
       # RUN: %PYTHON %s ptx | FileCheck %s --check-prefix=PTX
       # RUN: %PYTHON %s ptx sm_100a | FileCheck %s --check-prefix=PTX100
+
+  ``ir+ptx FILE`` does both in one process, each kernel built once (a RUN line's
+  Python spends most of its time importing jax and building the kernels): the IR
+  printed, the PTX (labelled alike) written to FILE for a second FileCheck::
+
+      # RUN: %PYTHON %s ir+ptx %t.ptx | FileCheck %s
+      # RUN: FileCheck %s --check-prefix=PTX --input-file %t.ptx
   """
   import sys
   what = sys.argv[1] if len(sys.argv) > 1 else "ir"
-  arch = sys.argv[2] if len(sys.argv) > 2 else None
   print(f"TEST: {name}")
-  print(kernel_text(StoreConfig(**cfg), "mlir" if what == "ir" else what, arch=arch))
+  if what != "ir+ptx":
+    arch = sys.argv[2] if len(sys.argv) > 2 else None
+    print(kernel_text(StoreConfig(**cfg), "mlir" if what == "ir" else what, arch=arch))
+    return
+  ir, ptx = _ir_and_ptx(StoreConfig(**cfg))
+  print(ir)
+  write_ptx(sys.argv[2], name, ptx)
+
+
+def _ir_and_ptx(cfg: StoreConfig) -> tuple[str, str]:
+  """``kernel_text(cfg, "mlir")`` and ``kernel_text(cfg, "ptx")`` of one build."""
+  from jaxlib.mlir import ir
+  from mosaic_async_store import compat
+  from mosaic_async_store.tools import toolchain
+  from mosaic_async_store.demo.kernel import build_store_module
+  with compat.make_ir_context(), ir.Location.unknown():
+    module, _ = build_store_module(cfg, bare=True)
+    text = module.operation.get_asm(enable_debug_info=False)
+    return text, toolchain.compile_module(module, cfg.arch).ptx

@@ -1,5 +1,5 @@
-# RUN: %PYTHON %s ir | FileCheck %s
-# RUN: %PYTHON %s ptx | FileCheck %s --check-prefix=PTX
+# RUN: %PYTHON %s ir+ptx %t.ptx | FileCheck %s
+# RUN: FileCheck %s --check-prefix=PTX --input-file %t.ptx
 # REQUIRES: filecheck, mlir-opt, ptxas, cuobjdump
 # Barrier arrives, expect_tx and wait loops.  The waits this project emits acquire
 # at cluster scope: a store's plain st/red .shared::cluster pieces from another CTA
@@ -21,17 +21,21 @@ from mosaic_async_store.lowering import debug
 import store_kernels as demo_kernel
 from bench_kernels import bench_kernel_parts
 from gpu_run import announce_extra_bytes
+from kernel_text import write_ptx
 
 WHAT = sys.argv[1] if len(sys.argv) > 1 else "ir"
 
 
 def _print(name, module):
-  """Prints the module's IR or PTX, by sys.argv[1]."""
+  """Prints the module's IR or PTX, by sys.argv[1]; "ir+ptx FILE" prints the IR and
+  writes the PTX to FILE (kernel_text.emit)."""
   print(f"TEST: {name}")
-  if WHAT == "ir":
+  if WHAT != "ptx":
     print(module.operation.get_asm(enable_debug_info=False))
-  else:
+  if WHAT == "ptx":
     print(toolchain.compile_module(module).ptx)
+  elif WHAT == "ir+ptx":
+    write_ptx(sys.argv[2], name, toolchain.compile_module(module).ptx)
 
 
 def show(name, parts):

@@ -1,5 +1,5 @@
-# RUN: %PYTHON %s ir | FileCheck %s
-# RUN: %PYTHON %s ptx | FileCheck %s --check-prefix=PTX
+# RUN: %PYTHON %s ir+ptx %t.ptx | FileCheck %s
+# RUN: FileCheck %s --check-prefix=PTX --input-file %t.ptx
 # REQUIRES: filecheck, mlir-opt, ptxas, cuobjdump
 # Lane exchanges that pack sub-word registers into b32 words: 8/4/16-bit halves
 # exchanged with shfl.sync.bfly (subword), 4-bit halves of a byte from lanes t and

@@ -42,11 +42,13 @@ _missing = sorted(TOOL_FEATURES[t] for t in TOOL_FEATURES if t not in _tools)
 if _missing:
   lit_config.note(f"tools not found, files that require them are UNSUPPORTED: {_missing}")
 
-config.substitutions.append(("%PYTHON", sys.executable))
+# RUN lines' Python: test/harness/lit_python.py runs the script or module as plain
+# `python` would, sharing the test session's cache of tool results (MAS_TEST_TOOL_CACHE).
+config.substitutions.append(("%PYTHON", f"{sys.executable} -m lit_python"))
 config.substitutions.append(("FileCheck", _tools.get("FileCheck", "FileCheck") +
                              " --enable-var-scope"))
 for var in ("PATH", "HOME", "PYTHONPATH", "MAS_MLIR_OPT", "MAS_PTXAS", "MAS_CUOBJDUMP",
-            "MAS_FILECHECK", "JAX_PLATFORMS", "TMPDIR"):
+            "MAS_FILECHECK", "MAS_TEST_TOOL_CACHE", "JAX_PLATFORMS", "TMPDIR"):
   if var in os.environ:
     config.environment[var] = os.environ[var]
 config.environment.setdefault("JAX_PLATFORMS", "cpu")

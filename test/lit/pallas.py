@@ -1,5 +1,5 @@
-# RUN: %PYTHON %s ir | FileCheck %s
-# RUN: %PYTHON %s ptx | FileCheck %s --check-prefix=PTX
+# RUN: %PYTHON %s ir+ptx %t.ptx | FileCheck %s
+# RUN: FileCheck %s --check-prefix=PTX --input-file %t.ptx
 # REQUIRES: filecheck, mlir-opt, ptxas, cuobjdump
 # Pallas MGPU kernels, both lowering semantics: the Lane/Warpgroup primitive, the
 # Mosaic GPU dialect op it emits under Warpgroup semantics, and the waits that
@@ -12,21 +12,24 @@ from mosaic_async_store import compat
 from mosaic_async_store import pallas as mas_pallas
 from mosaic_async_store.tools import toolchain
 from mosaic_async_store.tools.pallas_capture import lower_pallas_to_mosaic_modules
-from kernel_text import pallas_module, pallas_store_kernel
+from kernel_text import pallas_module, pallas_store_kernel, write_ptx
 
+# "ir", "ptx", or "ir+ptx FILE": both from one Python, the PTX into FILE (kernel_text.emit).
 WHAT = sys.argv[1] if len(sys.argv) > 1 else "ir"
 ENTRY_POINTS = compat.dialect_lowering_entry_points()  # jax 0.10 and 0.11 differ
 ORIGINALS = [getattr(owner, name) for owner, name in ENTRY_POINTS]
 
 
 def show(name, **kwargs):
-  """Prints the kernel's IR or PTX, by sys.argv[1]."""
+  """Prints the kernel's IR or PTX, by sys.argv[1] ("ir+ptx": both, of one build)."""
   print(f"TEST: {name}")
   module = pallas_module(**kwargs)
-  if WHAT == "ir":
+  if WHAT != "ptx":
     print(module.operation.get_asm(enable_debug_info=False))
-  else:
+  if WHAT == "ptx":
     print(toolchain.compile_module(module).ptx)
+  elif WHAT == "ir+ptx":
+    write_ptx(sys.argv[2], name, toolchain.compile_module(module).ptx)
 
 
 def show_then(original):
@@ -42,10 +45,13 @@ def show_dialect(name, **kwargs):
   """In "ir" mode the dialect op of a Warpgroup kernel, printed just before Pallas
   runs the dialect lowering (after layout inference), by wrapping upstream's
   lower_mgpu_dialect wherever this jax calls it (compat.dialect_lowering_entry_points);
-  in "ptx" mode the same kernel, compiled."""
-  if WHAT != "ir":
+  in "ptx" mode the same kernel, compiled ("ir+ptx": both)."""
+  if WHAT == "ptx":
     show(name, semantics="warpgroup", **kwargs)
     return
+  if WHAT == "ir+ptx":
+    module = pallas_module(semantics="warpgroup", **kwargs)
+    write_ptx(sys.argv[2], name, toolchain.compile_module(module).ptx)
   print(f"TEST: {name}")
   kernel, spec = pallas_store_kernel(semantics="warpgroup", **kwargs)
   for (owner, attr), original in zip(ENTRY_POINTS, ORIGINALS):

@@ -1,5 +1,5 @@
-# RUN: %PYTHON %s ir | FileCheck %s
-# RUN: %PYTHON %s ptx | FileCheck %s --check-prefix=PTX
+# RUN: %PYTHON %s ir+ptx %t.ptx | FileCheck %s
+# RUN: FileCheck %s --check-prefix=PTX --input-file %t.ptx
 # REQUIRES: filecheck, mlir-opt, ptxas, cuobjdump
 # Plain stores, the emitters no other check spells out: st.shared::cluster.u8/.u16
 # into a peer (strategy="plain"), st.shared::cta.b32/.u16/.u8 into the executing CTA
@@ -17,20 +17,24 @@ from mosaic_async_store import compat
 from mosaic_async_store.tools import toolchain
 from mosaic_async_store.demo.config import StoreConfig
 import store_kernels as demo_kernel
+from kernel_text import write_ptx
 
 
 def show(name, parts):
-  """Prints the IR or PTX (by sys.argv[1]) of a kernel given as ``KernelParts``."""
+  """Prints the IR or PTX (by sys.argv[1]) of a kernel given as ``KernelParts``;
+  "ir+ptx FILE" prints the IR and writes the PTX to FILE (kernel_text.emit)."""
   what = sys.argv[1] if len(sys.argv) > 1 else "ir"
   with compat.make_ir_context(), ir.Location.unknown(), compat.enable_x64():
     k = parts()
     module, *_ = compat.kernel_to_module(k.body, k.grid, k.block, k.in_shape, k.out_shape,
                                          k.scratch, cluster=k.cluster)
     print(f"TEST: {name}")
-    if what == "ir":
+    if what != "ptx":
       print(module.operation.get_asm(enable_debug_info=False))
-    else:
+    if what == "ptx":
       print(toolchain.compile_module(module).ptx)
+    elif what == "ir+ptx":
+      write_ptx(sys.argv[2], name, toolchain.compile_module(module).ptx)
 
 
 def plain_into_peer(swizzle):

@@ -1,5 +1,5 @@
-# RUN: %PYTHON %s ir | FileCheck %s
-# RUN: %PYTHON %s ptx | FileCheck %s --check-prefix=PTX
+# RUN: %PYTHON %s ir+ptx %t.ptx | FileCheck %s
+# RUN: FileCheck %s --check-prefix=PTX --input-file %t.ptx
 # REQUIRES: filecheck, mlir-opt, ptxas, cuobjdump
 # Reductions: red.async where PTX has it (peer CTA, 32-bit ints, 64-bit add,
 # 64-bit and/or/xor as two 32-bit halves), otherwise plain red.shared::cluster

@@ -1,5 +1,5 @@
-# RUN: %PYTHON %s ir | FileCheck %s
-# RUN: %PYTHON %s ptx | FileCheck %s --check-prefix=PTX
+# RUN: %PYTHON %s ir+ptx %t.ptx | FileCheck %s
+# RUN: FileCheck %s --check-prefix=PTX --input-file %t.ptx
 # REQUIRES: filecheck, mlir-opt, ptxas, cuobjdump
 # st.async: the width follows what each thread holds contiguously: 4 bytes (bf16
 # pairs in WGMMA), 8 bytes (f32 pairs), 16 bytes (TMEM-native f32 x4).  Addresses

@@ -1,5 +1,5 @@
-# RUN: %PYTHON %s ir | FileCheck %s
-# RUN: %PYTHON %s ptx | FileCheck %s --check-prefix=PTX
+# RUN: %PYTHON %s ir+ptx %t.ptx | FileCheck %s
+# RUN: FileCheck %s --check-prefix=PTX --input-file %t.ptx
 # REQUIRES: filecheck, mlir-opt, ptxas, cuobjdump
 # The target: mapa of both the buffer and the barrier to the peer's rank (a
 # constant-folded cluster index when the cluster shape is static, no

@@ -27,13 +27,25 @@ def _plugin_args() -> list[str]:
   return ["-p", "mosaic_async_store.tools.pytest_plugin"]
 
 
+def _check_cache_args(env) -> list[str]:
+  """The check cache of .ci/run's stages (test/harness/check_cache.py) for the subprocess,
+  where this test's own launches use it: a later stage then runs the checker only over
+  the kernels its jax lowered to new PTX (test/harness/check_cache_plugin.py)."""
+  import check_cache
+  if not check_cache.active():
+    return []
+  harness = str(pathlib.Path(__file__).parents[1] / "harness")
+  env["PYTHONPATH"] = os.pathsep.join(p for p in (harness, env.get("PYTHONPATH")) if p)
+  return ["-p", "check_cache_plugin"]
+
+
 def _pytest(tmp_path, *args):
   shutil.copy(_SUITE, tmp_path / "test_gpu_suite.py")
   (tmp_path / "pytest.ini").write_text("[pytest]\n")
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                         *_plugin_args(), *args, "test_gpu_suite.py"], cwd=tmp_path, env=env,
-                        capture_output=True, text=True, timeout=1200)
+                         *_plugin_args(), *_check_cache_args(env), *args, "test_gpu_suite.py"],
+                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
 
 
 def _line(marker: str) -> int:
