@@ -277,7 +277,6 @@ def test_d_past_the_allocated_columns_is_tcgen05_lanes():
 
 
 _REFUSED = [
-    ("tcgen05.mma.cta_group::2.kind::f16 [%r1], %rd1, %rd2, %r2, %p1", "cta_group::2"),
     ("tcgen05.mma.cta_group::1.kind::f16 [%r1], [%r3], %rd2, %r2, %p1", "a-tmem"),
     ("tcgen05.mma.cta_group::1.kind::f16 [%r1], %rd1, %rd2, %r2, {%r4, %r5, %r6, %r7}, %p1",
      "disable-output-lane"),
@@ -285,9 +284,7 @@ _REFUSED = [
     ("tcgen05.mma.ws.cta_group::1.kind::f16 [%r1], %rd1, %rd2, %r2, %p1", "ws"),
     ("tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale [%r1], %rd1, %rd2, %r2, [%r3], "
      "[%r4], %p1", "block-scaled"),
-    ("tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64"
-     " [%r1], %r2", "cta_group::2"),
-]
+]   # (.cta_group::2 runs: its refusals are test_tcgen05_pair.py's)
 
 
 @pytest.mark.parametrize("statement, named", _REFUSED, ids=[n for _, n in _REFUSED])

@@ -16,12 +16,16 @@ the waits after them) must be one instruction when any of them is aligned
 (it waits for the generation of the thread's last arrive, none: it goes on at once
 and acquires nothing).
 
-State of the machine ``k``: ``cluster_gens`` (per generation, the releases of its
+State of the machine ``k``: ``cluster_relaxed`` (per generation, the clocks of its
+relaxed arrives: execution order, no release) and ``executed_before`` (per CTA, what
+its completed waits ordered by execution alone), ``cluster_gens`` (per generation, the releases of its
 arrives), ``cluster_reached`` ([n]: threads, exited ones too, with >= n arrives),
 ``cluster_lanes`` (see ``_cluster_lane``), each thread's ``cluster_arrived``.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from mosaic_async_store.check import sync
 from mosaic_async_store.check.barrier_warps import WARP, warp_live, where
@@ -48,6 +52,10 @@ def arrive(k, mods, pc, aligned):
     while len(k.cluster_gens) <= nth:
       k.cluster_gens.append(Releases())
     sync._release(k, th, sem, SCOPES["cluster"], k.cluster_gens[nth])
+    if sem == "relaxed":   # (execution order only: what the exit rule's warning reads)
+      while len(k.cluster_relaxed) <= nth:
+        k.cluster_relaxed.append(np.zeros_like(th.vc))
+      np.maximum(k.cluster_relaxed[nth], th.vc, out=k.cluster_relaxed[nth])
     th.cluster_arrived = nth = nth + 1
     if nth == len(k.cluster_reached):
       k.cluster_reached.append(0)
@@ -93,12 +101,26 @@ class ClusterWait(Wait):
         if th.wait.sem != "relaxed":
           for gen in k.cluster_gens[:th.wait.nth]:
             gen.acquire_into(th, SCOPES["cluster"])
+        _executed_before(k, th)
         resume(k, th)
         woke = True
     return woke
 
   def describe(self, k, th) -> tuple[int, str]:
     return th.pc, "barrier.cluster (the cluster's other threads)"
+
+
+def _executed_before(k, th) -> None:
+  """What a completed wait tells ``th``'s CTA by execution order alone: every relaxed
+  arrive of the generations it waited for (and the thread's own clock) happened
+  before it (``Machine.executed_before``: the exit rule's ``exit-relaxed`` warning, for
+  operations that nothing but such a barrier orders before a CTA's exit)."""
+  if not k.cluster_relaxed:
+    return
+  seen = k.executed_before.setdefault(th.cta, np.zeros_like(th.vc))
+  np.maximum(seen, th.vc, out=seen)
+  for vc in k.cluster_relaxed[:th.wait.nth]:
+    np.maximum(seen, vc, out=seen)
 
 
 def _cluster_completed(k, nth) -> bool:

@@ -29,6 +29,8 @@ scheduler in ``run``.  Its state, by what it models (each attribute is set by
     ``named`` / ``warp_arrivals`` (named CTA barriers and the warps arriving on them,
     ``barriers``), ``cluster_gens`` / ``cluster_lanes`` / ``cluster_reached`` /
     ``cluster_waiting`` (the cluster barrier's generations and arrivals),
+    ``cluster_relaxed`` / ``executed_before`` (its relaxed arrives' clocks, and per CTA
+    what its waits ordered by execution alone: the exit rule's ``exit-relaxed``),
     ``pair_plan`` / ``pair_seen`` / ``pair_users`` / ``held`` (the pairings of warps
     into named-barrier instances a launch explores, ``pairings.explore``);
   * asynchronous operations: ``inflight`` (``asyncops.AsyncOp`` and ``StoreGroup``
@@ -169,6 +171,7 @@ class Machine:
     self.mbar, self.named, self.warp_arrivals = {}, {}, {}
     self.cluster_gens, self.cluster_lanes, self.cluster_reached = [], {}, []
     self.cluster_waiting = 0
+    self.cluster_relaxed, self.executed_before = [], {}
     self.pair_plan, self.pair_seen, self.pair_users, self.held = None, [], {}, {}
     self.inflight, self.step = [], 0
     self.slots, self.clocks, self.seen = None, None, None
@@ -210,6 +213,8 @@ class Machine:
     self.cluster_gens, self.cluster_lanes = [], {}
     self.cluster_reached = [cluster * block]   # [n]: threads with >= n cluster arrives
     self.cluster_waiting = 0                   # threads blocked in barrier.cluster.wait
+    self.cluster_relaxed = []    # per generation: its relaxed arrives' clocks (no release)
+    self.executed_before = {}    # CTA -> what its waits ordered by execution alone
     self.pair_seen, self.pair_users, self.held = [], {}, {}   # (pair_plan: the launch's)
     self.inflight, self.step = [], 0
     nslots = 1 + cluster * block + 2 * barrier_slots   # the initial memory, the threads,

@@ -129,8 +129,19 @@ WARNINGS = {
                        "ends with wait_smem_to_gmem(1, wait_read_only=True): its last TMA "
                        "store may still read its CTA's shared memory when the CTA exits; "
                        "CUTLASS waits for all (tma_store_wait<0>) before exiting",
+    "exit-relaxed": "upstream jax's collective Blackwell matmul ends with a remote "
+                    "mbarrier.arrive into its peer, then barrier.cluster.arrive.relaxed and "
+                    "barrier.cluster.wait; CUTLASS's kernels end with cute::cluster_arrive_"
+                    "relaxed() + cluster_wait() to keep the peers alive, the same pattern",
 }
 RULES.update({
+    "exit-relaxed": "CUDA Programming Guide, distributed shared memory (as the exit rule); "
+                    "PTX ISA, barrier.cluster: \"The optional .relaxed qualifier on "
+                    "barrier.cluster.arrive specifies that there are no memory ordering and "
+                    "visibility guarantees provided for the memory accesses performed prior "
+                    "to barrier.cluster.arrive\": a peer's operation ordered before the exit "
+                    "only by a relaxed cluster barrier (execution order) is not ordered by "
+                    "the letter",
     "exit-async-read": "the checker's exit rule (no sentence of the PTX ISA): an asynchronous "
                        "operation of the CTA itself (a bulk copy of its bulk group) still "
                        "reading the CTA's shared memory when the CTA exits, with no "

@@ -4,8 +4,11 @@ they are run) ``tcgen05.mma`` and ``tcgen05.commit``.
 
 Modules: ``state`` (each CTA's tensor memory, who knows which of its accesses),
 ``alloc`` (``alloc`` / ``dealloc`` / ``relinquish_alloc_permit``, and what must be freed
-when a CTA exits), ``ldst`` (loads, stores, waits, fences), ``table`` (the opcode
-table: one base opcode, ``tcgen05``, dispatched on its first qualifier).
+when a CTA exits), ``ldst`` (loads, stores, waits, fences), ``descriptors`` (the
+instruction descriptor and the sm_100 shared-memory descriptor), ``mma``
+(``tcgen05.mma``), ``commit`` (``tcgen05.commit``), ``pair`` (the CTA pair of
+``.cta_group::2``: the peer, even and odd), ``table`` (the opcode table: one base
+opcode, ``tcgen05``, dispatched on its first qualifier).
 """
 
 from mosaic_async_store.check.families.tcgen05 import alloc, ldst, state, table
@@ -15,7 +18,7 @@ __all__ = ["FAMILY"]
 
 FAMILY = Family(
     "tcgen05", table.OPCODES, rules={**alloc.RULES, **ldst.RULES, **table.RULES},
-    warnings=table.WARNINGS,
+    warnings={**alloc.WARNINGS, **ldst.WARNINGS, **table.WARNINGS},
     state={"tcgen05": table.fresh_state}, at_cta_exit=alloc.at_cta_exit,
     known_at_exit=state.known_at_exit,
     memory_spaces=("tensor memory",), arch="sm_100a",

@@ -30,7 +30,8 @@ from mosaic_async_store.check.findings import Finding, Stop
 from mosaic_async_store.check.families.tcgen05 import state
 from mosaic_async_store.check.families.tcgen05.state import COLUMNS, LANES
 
-__all__ = ["alloc", "dealloc", "relinquish", "at_cta_exit", "note_cta_group", "RULES"]
+__all__ = ["alloc", "dealloc", "relinquish", "at_cta_exit", "note_cta_group", "RULES",
+           "WARNINGS"]
 
 RULES = {
     "tcgen05-alloc": "PTX ISA 9.7.16.7.1, tcgen05.alloc: \"The number of columns must be a "
@@ -45,9 +46,23 @@ RULES = {
     "tcgen05-dealloc": "PTX ISA 9.7.16.7.1: \"All of the Tensor Memory that was allocated "
                        "using tcgen05.alloc instruction in a kernel, must be explicitly "
                        "deallocated using tcgen05.dealloc before the kernel exits\"",
+    "tcgen05-dealloc-load": "PTX ISA 9.7.16.6.4.5: a register dependency on a tcgen05.ld "
+                            "\"does not imply any other form of ordering ... To enforce such "
+                            "memory orderings and avoiding anti-dependency hazards around "
+                            "tcgen05.ld, tcgen05.wait::ld must be used\": tensor memory freed "
+                            "while a load of it was never waited for",
     "tcgen05-cta-group": "PTX ISA 9.7.16 (tcgen05.alloc, mma, cp, shift, commit): \"All "
                          "tcgen05 instructions within a kernel must specify the same value "
                          "for the .cta_group qualifier\"",
+}
+
+# The family's warnings about allocation, with the evidence (memory.WARNINGS).
+WARNINGS = {
+    "tcgen05-dealloc-load": "jax 0.12.1's tensor-memory epilogue (Pallas and Mosaic GPU "
+                            "alike) loads, uses the registers, then bar.sync and "
+                            "tcgen05.dealloc with no tcgen05.wait::ld and no fences: 15 of "
+                            "upstream's hardware-tested tcgen05 tests "
+                            "(test/emu/test_tcgen05_calibration.py)",
 }
 
 
@@ -179,7 +194,8 @@ def dealloc(k, ins):
     col = addr & 0xFFFF
     runs = [(4 * (lane * COLUMNS + col), 4 * n) for lane in range(LANES)]
     state.access(k, th, tm, runs, write=True, stamp=(th.slot, int(th.vc[th.slot])),
-                 insn=pc, what="tcgen05.dealloc", full_clock=True)
+                 insn=pc, what="tcgen05.dealloc", full_clock=True,
+                 load_rule="tcgen05-dealloc-load")
     del tm.allocations[col]
   return warp.aligned_collective(k, resolve, goes_on=True)
 

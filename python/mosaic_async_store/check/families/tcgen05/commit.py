@@ -1,6 +1,6 @@
-"""``tcgen05.commit.cta_group::1.mbarrier::arrive::one{.shared::cluster}{.multicast::cluster}.b64
-[mbar]{, ctaMask}`` (PTX ISA 9.7.16.12.1): an mbarrier arrive that carries the thread's
-tcgen05 operations.
+"""``tcgen05.commit.cta_group::{1,2}.mbarrier::arrive::one{.shared::cluster}
+{.multicast::cluster}.b64 [mbar]{, ctaMask}`` (PTX ISA 9.7.16.12.1): an mbarrier arrive
+that carries the thread's tcgen05 operations.
 
 "The instruction tcgen05.commit is an asynchronous instruction which makes the mbarrier
 object, specified by the address operand mbar, track the completion of all the prior
@@ -31,13 +31,39 @@ tcgen05.commit"), its warp's waited ``tcgen05.ld`` / ``st`` first published into
 thread's clock as that fence does (``state``'s doc).  Only MMAs are tracked (the
 checker runs no ``tcgen05.cp`` / ``shift``).
 
-Refused by name: ``.cta_group::2``, any other completion mechanism or qualifier.
+``.cta_group::2``: "the instruction tcgen05.commit.cta_group::2 tracks for the
+completion of all prior asynchronous tcgen05 operations with .cta_group::2 issued by the
+current thread".  A kernel names one ``.cta_group`` (``alloc.note_cta_group``), so the
+thread's operations so far are all of its own group and the commit covers all of them,
+as with ``::1``; with ``.multicast::cluster`` it arrives once on the barrier at mbar's
+offset in each CTA of ``ctaMask`` (jax: mask 3, both CTAs of the pair).  Its peer CTA
+must be in the cluster and not have exited ("the peer CTA should be active and should
+not have exited", 9.7.16.5 Table 46: ``tcgen05-peer``).  Either CTA of the pair may
+issue it (the commit places no data).
+
+Who learns of the operations.  The thread's own clock is released at cluster scope
+from its CTA, as an arrive-on of "the cluster scope"; a waiter in another CTA whose
+wait is ``.cta``-scoped (jax's ``try_wait.parity.shared``) does not acquire it.  The
+operations themselves are signalled "by the system on the mbarrier object" when they
+complete, and the ISA orders a consumer after them by the phase it observes and its
+``tcgen05.fence::after_thread_sync``, with a relaxed wait (9.7.16.6.4.4, "mbarrier.
+try_wait.relaxed.cluster [mbar] (loop); tcgen05.fence::after_thread_sync; tcgen05.ld"):
+no scope is named there.  So the operations' slot alone is also released as from the
+barrier's own CTA, which every waiter on that barrier (always of that CTA) observes
+with any wait, as the data of a TMA's ``complete_tx`` is; ``tcgen05.fence::
+after_thread_sync`` then orders its tcgen05 accesses after them (``ldst``).  A verdict
+resting on that reading, not on a sentence: for ``::1`` it changes nothing (issuer and
+waiter share the CTA).
+
+Refused by name: any other completion mechanism or qualifier.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from mosaic_async_store.check import sync
-from mosaic_async_store.check.families.tcgen05 import ldst, state
+from mosaic_async_store.check.families.tcgen05 import ldst, pair, state
 from mosaic_async_store.check.families.tcgen05.alloc import note_cta_group
 from mosaic_async_store.check.findings import Finding, Stop, fault
 from mosaic_async_store.check.mbarrier_state import _note_remote, advance_phase
@@ -46,35 +72,34 @@ from mosaic_async_store.check.outcomes import YIELD
 
 __all__ = ["commit", "RULES", "EXAMPLES", "REFUSED"]
 
-RULES: dict = {}   # (its findings are the core's mbarrier rules and "fault")
+RULES = pair.RULES   # (and the core's mbarrier rules and "fault")
 
 EXAMPLES = (
     "tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%r1]",
     "tcgen05.commit.cta_group::1.mbarrier::arrive::one.b64 [%rd1]",
     "tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64 "
     "[%r1], %h1",
-)
-REFUSED = (
     "tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64 "
     "[%r1], %h1",
+    "tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.b64 [%r1]",
+)
+REFUSED = (
     "tcgen05.commit.cta_group::1.b64 [%r1]",
 )
-_FORMS = (["cta_group::1", "mbarrier::arrive::one", "b64"],
-          ["cta_group::1", "mbarrier::arrive::one", "shared::cluster", "b64"],
-          ["cta_group::1", "mbarrier::arrive::one", "multicast::cluster", "b64"],
-          ["cta_group::1", "mbarrier::arrive::one", "shared::cluster", "multicast::cluster",
-           "b64"])
+# The qualifiers after .cta_group::N that the checker runs.
+_FORMS = (["mbarrier::arrive::one", "b64"],
+          ["mbarrier::arrive::one", "shared::cluster", "b64"],
+          ["mbarrier::arrive::one", "multicast::cluster", "b64"],
+          ["mbarrier::arrive::one", "shared::cluster", "multicast::cluster", "b64"])
 
 
 def commit(k, ins):
   """The handler of ``tcgen05.commit`` (module doc): a function of the issuing thread."""
   mods, op = ins.mods[1:], f"opcode {ins.opcode}"
-  if "cta_group::2" in mods:
-    raise NotImplementedError(f"{op} (.cta_group::2: the CTA pair's commit is not run by the "
-                              "checker yet)")
-  if mods not in _FORMS:
-    raise NotImplementedError(f"{op} (tcgen05.commit.cta_group::1.mbarrier::arrive::one"
-                              "{.shared::cluster}{.multicast::cluster}.b64 is what the "
+  group = mods[0] if mods[:1] in (["cta_group::1"], ["cta_group::2"]) else None
+  if group is None or mods[1:] not in _FORMS:
+    raise NotImplementedError(f"{op} (tcgen05.commit.cta_group::{{1,2}}.mbarrier::arrive::"
+                              "one{.shared::cluster}{.multicast::cluster}.b64 is what the "
                               "checker runs)")
   multicast = "multicast::cluster" in mods
   if len(ins.ops) != 1 + multicast or ins.ops[0][0] != "addr" or \
@@ -84,7 +109,9 @@ def commit(k, ins):
   mask = ins.src[1] if multicast else None
 
   def issue(th):
-    note_cta_group(k, th, "cta_group::1", pc)
+    note_cta_group(k, th, group, pc)
+    if group == "cta_group::2":
+      pair.peer(k, th, f"CTA {th.cta} thread {th.tid}'s tcgen05.commit.cta_group::2")
     cta, off = sync.mbarrier_key(k, th, space, addr(th), "arrive", remote=True)
     keys = [(cta, off)]
     if mask is not None:
@@ -99,8 +126,11 @@ def commit(k, ins):
       ldst.publish(th, w)
     tc = state.thread_tc(k, th)
     released = th.vc.copy()
+    ops = None
     if tc.ops_slot is not None:   # (the MMAs so far: all of them complete, module doc)
       released[tc.ops_slot] = max(int(released[tc.ops_slot]), tc.ops)
+      ops = np.zeros_like(released)
+      ops[tc.ops_slot] = released[tc.ops_slot]
     for bar in bars:
       _note_remote(k, th, bar, pc)   # (before the thread's clock moves on)
       if bar.pending < 1:
@@ -108,6 +138,8 @@ def commit(k, ins):
                            f"tcgen05.commit arrives on {bar.describe()}"))
       bar.arrivals[th.slot] = int(th.vc[th.slot])
       bar.releases.add(th.cta, SCOPES["cluster"], released)
+      if ops is not None:   # (the system's signal, in the barrier's CTA: module doc)
+        bar.releases.add(bar.key[0], SCOPES["cluster"], ops)
       bar.pending -= 1
       k.tcgen05.commits.append((bar.slot, bar.phase, tc.ops_slot, tc.ops))
     th.vc[th.slot] += 1   # (its later accesses are not before the release)

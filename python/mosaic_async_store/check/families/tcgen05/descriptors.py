@@ -8,10 +8,14 @@ Instruction descriptor, PTX ISA 9.7.16.4.2 Table 42 (``.kind::tf32``, ``f16``,
 (``f16``: F16 0, BF16 1; ``tf32``: TF32 2; ``f8f6f4``: E4M3 0, E5M2 1, E2M3 3, E3M2 4,
 E2M1 5; ``i8``: unsigned 0, signed 1), 13 / 14 negate A / B (not for ``i8``), 15 / 16
 transpose A / B (1: M- / N-major), 17-22 N >> 3, 23 reserved, 24-28 M >> 4, 29
-reserved, 30-31 maximum shift (``.ws`` only).  The shapes of ``.cta_group::1``
-without ``.ws`` (9.7.16.2.1 Table 39): M 64 or 128; N 8..256 in steps of 8 (``i8``:
-8, 16, 24, 32, then 48..256 in steps of 16); K 16 (``f16``), 8 (``tf32``), 32
-(``f8f6f4``, ``i8``), "implicitly determined by the MMA-kind".
+reserved, 30-31 maximum shift (``.ws`` only).  The dense shapes without ``.ws``
+(9.7.16.2.1 Table 39): ``.cta_group::1``, M 64 or 128, N 8..256 in steps of 8
+(``i8``: 8, 16, 24, 32, then 48..256 in steps of 16); ``.cta_group::2``, M 128 or 256,
+N 16..256 in steps of 16 (``i8``: 32..256 in steps of 32), the pair's M and N (jax
+writes ``instr_m * 2`` and ``instr_n * 2``); K 16 (``f16``), 8 (``tf32``), 32
+(``f8f6f4``, ``i8``), "implicitly determined by the MMA-kind".  ``.cta_group::2``
+with M = 128 (layout B, 9.7.16.10.5, whose row placement is given by a figure only)
+is refused by name.
 
 Shared-memory descriptor, 9.7.16.4.1 Table 40: bits 0-13 start address, 16-29
 leading-dimension byte offset (LBO), 32-45 stride-dimension byte offset (SBO), each
@@ -46,7 +50,9 @@ KINDS = {
     "i8": (32, {0: "u8", 1: "s8"}, {2: "s32"}),
 }
 _SUBBYTE = {3: "E2M3", 4: "E3M2", 5: "E2M1"}
-_I8_N = (8, 16, 24) + tuple(range(32, 257, 16))
+# cta_group -> (the M values, N of .kind::i8, N of the other kinds) of Table 39.
+_SHAPES = {1: ((64, 128), (8, 16, 24) + tuple(range(32, 257, 16)), range(8, 257, 8)),
+           2: ((128, 256), range(32, 257, 32), range(16, 257, 16))}
 _SWIZZLE = {0: 0, 2: 128, 4: 64, 6: 32}     # bits 61-63 -> bytes (1: refused; 3, 5, 7 invalid)
 _HOPPER = {0: 0, 128: 1, 64: 2, 32: 3}      # bytes -> WGMMA's 2-bit code at bit 62
 
@@ -54,7 +60,9 @@ RULES = {
     "tcgen05-mma": "PTX ISA 9.7.16.4.2 Table 42 (the instruction descriptor's fields and the "
                    "values each .kind allows; reserved bits 0) and 9.7.16.2.1 Table 39 (for "
                    ".cta_group::1 without .ws, M is 64 or 128 and N a multiple of 8 from 8 "
-                   "to 256; .kind::i8: N 8, 16, 24, 32, then multiples of 16 to 256); "
+                   "to 256; .kind::i8: N 8, 16, 24, 32, then multiples of 16 to 256; for "
+                   ".cta_group::2, M is 128 or 256 and N a multiple of 16 from 16 to 256; "
+                   ".kind::i8: multiples of 32 from 32 to 256); "
                    "9.7.16.4.1 Table 40, the shared memory descriptor: bits 46-48 \"Fixed "
                    "constant value of 0b001\" (0 accepted: jax's kernels), bits 53-60 fixed "
                    "0, swizzle \"Values 3, 5 and 7 are invalid\"; 9.7.16.10.1: \"For "
@@ -63,7 +71,8 @@ RULES = {
                    "MMA-Kinds, the transpose operations on matrices A and B are not "
                    "supported on 128B swizzling mode with 32B swizzle-atomicity\"; "
                    "9.7.16.10.5: an M = 64 matrix D (layout F) is at lane 0 or 16, an "
-                   "M = 128 one at lane 0",
+                   "M = 128 one, and each CTA's half of an M = 256 one (layout A), at "
+                   "lane 0",
 }
 
 
@@ -95,10 +104,11 @@ def _bad(where, what) -> Finding:
   return Finding("tcgen05-mma", f"{where}: {what}")
 
 
-def decode_idesc(value: int, kind: str, where: str) -> Idesc:
-  """``value``'s fields for ``.kind::{kind}`` (module doc).  A field the ISA does not
-  allow is ``tcgen05-mma`` (Stop, ``where`` names the instruction); a type the checker
-  does not run (the 6- and 4-bit types) is refused by name."""
+def decode_idesc(value: int, kind: str, where: str, cta_group: int = 1) -> Idesc:
+  """``value``'s fields for ``.kind::{kind}`` of ``.cta_group::{cta_group}`` (module
+  doc).  A field the ISA does not allow is ``tcgen05-mma`` (Stop, ``where`` names the
+  instruction); a type the checker does not run (the 6- and 4-bit types), or the pair's
+  M = 128, is refused by name."""
   value &= 0xFFFFFFFF
   k, types, dtypes = KINDS[kind]
 
@@ -136,10 +146,16 @@ def decode_idesc(value: int, kind: str, where: str) -> Idesc:
   if kind == "f16" and dtype == "f16" and atype != "f16":
     raise Stop(_bad(where, f"{name}: an F16 D takes F16 A and B, not {atype}"))
   m, n = field(24, 5) << 4, field(17, 6) << 3
-  if m not in (64, 128):
-    raise Stop(_bad(where, f"{name}: M = {m}; .cta_group::1 without .ws has M 64 or 128"))
-  if n not in (_I8_N if kind == "i8" else range(8, 257, 8)):
-    raise Stop(_bad(where, f"{name}: N = {n} is not one .kind::{kind} has"))
+  ms, i8_n, other_n = _SHAPES[cta_group]
+  group = f".cta_group::{cta_group}"
+  if m not in ms:
+    raise Stop(_bad(where, f"{name}: M = {m}; {group} without .ws has M {ms[0]} or {ms[1]}"))
+  if n not in (i8_n if kind == "i8" else other_n):
+    raise Stop(_bad(where, f"{name}: N = {n} is not one .kind::{kind} has with {group}"))
+  if cta_group == 2 and m == 128:
+    raise NotImplementedError(f"opcode tcgen05.mma.cta_group::2.kind::{kind} (M = 128: "
+                              "layout B, whose rows the ISA places by a figure only, is "
+                              "not run by the checker; M = 256 is)")
   return Idesc(m, n, k, dtype, atype, btype, bool(field(15, 1)), bool(field(16, 1)), neg_a,
                neg_b, bool(field(3, 1)))
 

@@ -30,7 +30,16 @@ from mosaic_async_store.check.families.tcgen05 import state
 from mosaic_async_store.check.families.tcgen05.state import COLUMNS
 from mosaic_async_store.check.registers import write
 
-__all__ = ["FRAGMENTS", "cells", "load", "store", "wait", "fence", "publish", "RULES"]
+__all__ = ["FRAGMENTS", "cells", "load", "store", "wait", "fence", "publish", "RULES",
+           "WARNINGS"]
+
+# The warnings about loads and stores, with the evidence (memory.WARNINGS).
+WARNINGS = {
+    "tcgen05-fence-sync": "jax 0.12.1's commit_tmem (tcgen05.wait::st and a warpgroup "
+                          "bar.sync) and wait_load_tmem (tcgen05.wait::ld and bar.sync) "
+                          "emit no tcgen05 fences; upstream's hardware-tested tcgen05 tests "
+                          "rely on them (test/emu/test_tcgen05_calibration.py)",
+}
 
 RULES = {
     "tcgen05-lanes": "PTX ISA 9.7.16.8.1: \"A lane of the Tensor Memory can be accessed by a "
@@ -41,6 +50,12 @@ RULES = {
                        "warp must specify the same value of taddr, which must be the base "
                        "address of the collective load operation. Otherwise, the behavior "
                        "is undefined\"",
+    "tcgen05-fence-sync": "PTX ISA 9.7.16.6.4.4: a producer's tcgen05.ld / st \"must "
+                          "explicitly wait for the instructions' completion before "
+                          "synchronizing with the consumer threads\", with "
+                          "tcgen05.fence::before_thread_sync before the synchronisation and "
+                          "tcgen05.fence::after_thread_sync after it (9.7.16.6.3): a wait "
+                          "and a synchronisation alone order nothing by the letter",
     "tcgen05-fence": "PTX ISA 9.7.16.6.3: \"An asynchronous tcgen05 operation subsequent to "
                      "a tcgen05.fence::after_thread_sync is ordered after all the prior "
                      "tcgen05 and the execution ordering operations\": without it, a thread "
@@ -200,6 +215,9 @@ def wait(k, ins):
       w.waited_ld = w.loads
     else:
       w.waited_st = w.stores
+    slot, count = (w.ld_wait_slot, w.loads) if loads else (w.st_wait_slot, w.stores)
+    for th in lanes:   # (carried by a later synchronisation: state.TC_WAITS)
+      th.vc[slot] = max(int(th.vc[slot]), count)
   return warp.aligned_collective(k, resolve, goes_on=True)
 
 

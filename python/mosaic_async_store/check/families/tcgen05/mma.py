@@ -1,6 +1,6 @@
-"""``tcgen05.mma.cta_group::1.kind::{f16,tf32,f8f6f4,i8} [d-tmem], a-desc, b-desc, idesc,
-enable-input-d`` (PTX ISA 9.7.16.10.9.1): one thread's matrix multiply-accumulate into
-tensor memory.
+"""``tcgen05.mma.cta_group::{1,2}.kind::{f16,tf32,f8f6f4,i8} [d-tmem], a-desc, b-desc,
+idesc, enable-input-d`` (PTX ISA 9.7.16.10.9.1): one thread's matrix multiply-accumulate
+into tensor memory.
 
 "The instruction tcgen05.mma has single thread semantics ... a single thread issuing
 the tcgen05.mma will result in the initiation of the whole matrix multiply and
@@ -31,15 +31,31 @@ one timing the hardware may take, and lets the clocks say who may know of it:
     ``i8``) and the sum rounded once to D's type, as WGMMA's execution does: the ISA
     gives no accumulation order, so a GPU's last bits may differ.
 
+``.cta_group::2`` (the CTA pair, ``pair``): "The qualifier .cta_group::2 specifies that
+the matrix multiply and accumulate operation is performed on the Tensor Memory of the
+executing thread's CTA and its peer CTA".  The idesc's M and N are the pair's (Table 39:
+M 128 or 256).  M = 256 is layout A (9.7.16.10.5, "4x1"): each CTA's shared memory
+holds its own 128 rows of A at the descriptor's offset (the even CTA rows 0..127), B's
+N columns are split, the even CTA's shared memory holding the first N / 2 and the odd
+CTA's the rest, at the same offset; D in each CTA's tensor memory, at the one address,
+is that CTA's 128 rows (row m in lane m mod 128) by the full N.  The ISA draws this in
+figures only; it is the placement jax's collective kernels rely on (their A and B
+partitions, ``d.shape == (m, n * num_cta)``), and it is what the checker runs.  The
+peer's bytes are read through the same asynchronous proxy with the issuer's clocks and
+stamps, and D's writes go through ``state.access`` on each CTA's tensor memory.  A peer
+not in the cluster or already exited is ``tcgen05-peer``.
+
 Every access is stamped with the issuing thread's slot of tcgen05 operations
 (``state.ThreadTc.ops_slot``, made at its first MMA) at the operation's number
 (``ThreadTc.ops``); a ``tcgen05.commit`` publishes them (``commit``).  MMA -> MMA of
 one thread is a pipeline (9.7.16.6.2, "same N and accumulator and shape"; the checker
 orders any two MMAs of a thread, as it runs them in issue order).
 
-Refused by name: ``.cta_group::2``, ``.sp``, ``.ws``, the block-scaled kinds, A in
-tensor memory (``[a-tmem]``: its layout is not among the facts the checker was written
-from), ``disable-output-lane``, ``scale-input-d``, and what ``descriptors`` refuses.
+Refused by name: ``.cta_group::2`` with M = 128 (layout B: its placement is a figure
+the checker was not written from) or issued from the odd CTA (``pair.ctas``), ``.sp``,
+``.ws``, the block-scaled kinds, A in tensor memory (``[a-tmem]``: its layout is not
+among the facts the checker was written from), ``disable-output-lane``,
+``scale-input-d``, and what ``descriptors`` refuses.
 """
 
 from __future__ import annotations
@@ -47,7 +63,7 @@ from __future__ import annotations
 import numpy as np
 
 from mosaic_async_store.check import access_core, findings, proxy
-from mosaic_async_store.check.families.tcgen05 import descriptors, state
+from mosaic_async_store.check.families.tcgen05 import descriptors, pair, state
 from mosaic_async_store.check.families.tcgen05.alloc import note_cta_group
 from mosaic_async_store.check.families.tcgen05.state import COLUMNS
 from mosaic_async_store.check.families.wgmma import execute as wgmma_exec
@@ -57,16 +73,18 @@ from mosaic_async_store.check.shadow_runs import read_at_once
 
 __all__ = ["mma", "RULES", "EXAMPLES", "REFUSED"]
 
-RULES = descriptors.RULES   # ("tcgen05-mma": the descriptors' and shapes' sentences)
+RULES = {**descriptors.RULES, **pair.RULES}   # (the descriptors' and shapes', the pair's)
 
 EXAMPLES = (
     "tcgen05.mma.cta_group::1.kind::f16 [%r1], %rd1, %rd2, %r2, %p1",
+    "tcgen05.mma.cta_group::2.kind::f16 [%r1], %rd1, %rd2, %r2, %p1",
+    "tcgen05.mma.cta_group::2.kind::i8 [%r1], %rd1, %rd2, %r2, 1",
     "tcgen05.mma.cta_group::1.kind::tf32 [%r1], %rd1, %rd2, %r2, 1",
     "tcgen05.mma.cta_group::1.kind::f8f6f4 [%r1], %rd1, %rd2, %r2, %p1",
     "tcgen05.mma.cta_group::1.kind::i8 [%r1], %rd1, %rd2, %r2, 0",
 )
 REFUSED = (
-    "tcgen05.mma.cta_group::2.kind::f16 [%r1], %rd1, %rd2, %r2, %p1",
+    "tcgen05.mma.cta_group::2.kind::f16 [%r1], [%r3], %rd2, %r2, %p1",
     "tcgen05.mma.cta_group::1.kind::f16 [%r1], [%r3], %rd2, %r2, %p1",
     "tcgen05.mma.cta_group::1.kind::tf32 [%r1], %rd1, %rd2, %r2, {%r4, %r5, %r6, %r7}, %p1",
     "tcgen05.mma.cta_group::1.kind::f16 [%r1], %rd1, %rd2, %r2, %p1, 3",
@@ -77,22 +95,21 @@ REFUSED = (
 )
 
 
-def _form(ins) -> str:
-  """The kind of a ``tcgen05.mma`` the checker runs; anything else refused by name."""
+def _form(ins) -> tuple[int, str]:
+  """(cta_group, kind) of a ``tcgen05.mma`` the checker runs; anything else refused by
+  name."""
   mods, op = ins.mods[1:], f"opcode {ins.opcode}"
   if "sp" in mods or "ws" in mods:
     raise NotImplementedError(f"{op} (.{'sp' if 'sp' in mods else 'ws'}: the sparse and "
                               "weight-stationary forms are not run by the checker)")
-  if "cta_group::2" in mods:
-    raise NotImplementedError(f"{op} (.cta_group::2: the CTA pair's MMA is not run by the "
-                              "checker yet)")
   kinds = [m for m in mods if m.startswith("kind::")]
   kind = kinds[0][6:] if len(kinds) == 1 else None
   if kind is not None and kind.startswith(("mxf", "block")) or "block_scale" in mods:
     raise NotImplementedError(f"{op} (the block-scaled kinds are not run by the checker)")
-  if mods != ["cta_group::1", f"kind::{kind}"] or kind not in descriptors.KINDS:
-    raise NotImplementedError(f"{op} (tcgen05.mma.cta_group::1.kind::{{f16,tf32,f8f6f4,i8}}"
-                              " is what the checker runs)")
+  group = mods[0] if mods[:1] in (["cta_group::1"], ["cta_group::2"]) else None
+  if group is None or mods != [group, f"kind::{kind}"] or kind not in descriptors.KINDS:
+    raise NotImplementedError(f"{op} (tcgen05.mma.cta_group::{{1,2}}.kind::{{f16,tf32,"
+                              "f8f6f4,i8}} is what the checker runs)")
   ops = ins.ops
   if len(ops) > 1 and ops[1][0] == "addr":
     raise NotImplementedError(f"{op} (the [a-tmem] form, A in tensor memory: not run by the "
@@ -104,25 +121,28 @@ def _form(ins) -> str:
   if len(ops) != 5 or ops[0][0] != "addr" or any(o[0] not in ("reg", "imm") for o in ops[1:]):
     raise NotImplementedError(f"{op} (operands [d-tmem], a-desc, b-desc, idesc, "
                               "enable-input-d)")
-  return kind
+  return int(group[-1]), kind
 
 
 def mma(k, ins):
   """The handler of ``tcgen05.mma`` (module doc): a function of the issuing thread."""
-  kind, pc = _form(ins), len(k.program.code)
+  (group, kind), pc = _form(ins), len(k.program.code)
   d_addr, a_desc, b_desc, idesc, enable = ins.src[:5]
 
   def issue(th):
-    note_cta_group(k, th, "cta_group::1", pc)
-    where = f"CTA {th.cta} thread {th.tid}'s tcgen05.mma.kind::{kind}"
-    form = descriptors.decode_idesc(idesc(th), kind, where)
+    note_cta_group(k, th, f"cta_group::{group}", pc)
+    where = f"CTA {th.cta} thread {th.tid}'s tcgen05.mma.cta_group::{group}.kind::{kind}"
+    form = descriptors.decode_idesc(idesc(th), kind, where, group)
+    ctas = pair.ctas(k, th, where, ins.opcode) if group == 2 else (th.cta,)
+    rows, cols = form.m // group, form.n // group   # (per CTA: A's rows, B's columns)
     taddr = d_addr(th) & 0xFFFFFFFF
-    col, lanes = taddr & 0xFFFF, _d_lanes(form.m, taddr >> 16, where)
-    tm = state.tmem(k, th.cta)
-    if col + form.n > COLUMNS or not tm.allocated(col, form.n):
-      raise Stop(Finding("tcgen05-lanes", state.outside(
-          th, "tcgen05.mma", f"D at {taddr:#x} spans columns {col}..{col + form.n - 1}, "
-          "not all allocated (tcgen05.alloc)")))
+    col, lanes = taddr & 0xFFFF, _d_lanes(rows, taddr >> 16, where)
+    tms = [state.tmem(k, c) for c in ctas]
+    for tm in tms:
+      if col + form.n > COLUMNS or not tm.allocated(col, form.n):
+        raise Stop(Finding("tcgen05-lanes", state.outside(
+            th, "tcgen05.mma", f"D at {taddr:#x} spans columns {col}..{col + form.n - 1} "
+            f"of CTA {tm.cta}'s tensor memory, not all allocated (tcgen05.alloc)")))
     da = descriptors.decode_smem(a_desc(th), transposed=form.trans_a, kind=kind,
                                  where=where, which="A")
     db = descriptors.decode_smem(b_desc(th), transposed=form.trans_b, kind=kind,
@@ -132,19 +152,24 @@ def mma(k, ins):
       tc.ops_slot = k.slots.allocate(state.TC_OPS, tc)
     count = tc.ops + 1   # (this operation's number; check_vc counts the earlier ones)
     vc = state.check_vc(k, th, pipelined=True)
-    op = wgmma_exec._Op(th, pc, "tcgen05.mma", f"CTA {th.cta} thread {th.tid}'s "
-                        f"tcgen05.mma.kind::{kind}", None)
+    op = wgmma_exec._Op(th, pc, "tcgen05.mma", where, None)
     stamp = (tc.ops_slot, count, pc)
-    a = _operand(k, th, op, vc, stamp, da, form.m, form, form.atype, form.trans_a)
-    b = _operand(k, th, op, vc, stamp, db, form.n, form, form.btype, form.trans_b)
-    d = (-a if form.neg_a else a) @ (-b if form.neg_b else b).T
+    # (one reader for every CTA's bytes: the peer's go through the same asynchronous
+    # proxy, with the issuer's clocks, and are stamped with its operations' slot)
+    a = [_operand(k, c, op, vc, stamp, da, rows, form, form.atype, form.trans_a)
+         for c in ctas]
+    b = np.concatenate([_operand(k, c, op, vc, stamp, db, cols, form, form.btype,
+                                 form.trans_b) for c in ctas])
+    b = -b if form.neg_b else b
     runs = [(4 * (lane * COLUMNS + col), 4 * form.n) for lane in lanes.tolist()]
-    state.access(k, th, tm, runs, write=True, stamp=(tc.ops_slot, count), insn=pc,
-                 what="tcgen05.mma", pipelined=True)
     where_d = lanes[:, None], col + np.arange(form.n)[None, :]
-    if enable(th) & 1:
-      d = d + wgmma_exec._decode(tm.cells[where_d], form.dtype)[..., 0]
-    tm.cells[where_d] = _encode(d, form.dtype, form.saturate)
+    for tm, a_rows in zip(tms, a):   # (each CTA's D: its own rows by the full N)
+      d = (-a_rows if form.neg_a else a_rows) @ b.T
+      state.access(k, th, tm, runs, write=True, stamp=(tc.ops_slot, count), insn=pc,
+                   what="tcgen05.mma", pipelined=True)
+      if enable(th) & 1:
+        d = d + wgmma_exec._decode(tm.cells[where_d], form.dtype)[..., 0]
+      tm.cells[where_d] = _encode(d, form.dtype, form.saturate)
     tc.ops = count
   return issue
 
@@ -161,18 +186,19 @@ def _d_lanes(m, lane, where):
                      "lane 0; M = 64, layout F, at lane 0 or 16)"))
 
 
-def _operand(k, th, op, vc, stamp, desc, rows, form, atype, mn_major):
-  """A ``rows`` x K operand read through ``desc`` as exact values; its bytes checked
-  and recorded as read by the operation through the asynchronous proxy."""
+def _operand(k, cta, op, vc, stamp, desc, rows, form, atype, mn_major):
+  """A ``rows`` x K operand read through ``desc`` from CTA ``cta``'s shared memory as
+  exact values; its bytes checked and recorded as read by the operation (``op``, whose
+  thread issued it) through the asynchronous proxy."""
   addrs, ranges, index = wgmma_exec._operand_bytes(
       descriptors.hopper_bits(desc), rows, form.k, form.elem_bytes, bool(mn_major))
-  smem, cta = k.smem[th.cta], th.cta
+  smem = k.smem[cta]
   if ranges[0][0] < 0 or ranges[-1][1] > len(smem):
-    raise fault(f"{op.text}: a descriptor at {desc.start:#x} reads outside the CTA's "
+    raise fault(f"{op.text}: a descriptor at {desc.start:#x} reads outside CTA {cta}'s "
                 f"{len(smem)} bytes of shared memory")
   sh = k.shadow[cta]
   writes = sh.last_writes(ranges, index)
-  vc = _ordering(k, th, op, vc, writes)
+  vc = _ordering(k, op.th, op, vc, writes)
   op.fenced = proxy.fenced(k, vc)
   proxy.check_source_runs(k, op, sh, cta, ranges, writes)
   if not read_at_once(sh, ranges, vc, stamp, writes):   # (at once, or range by range:)

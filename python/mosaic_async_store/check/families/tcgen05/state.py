@@ -34,13 +34,14 @@ from mosaic_async_store.check import access_core, findings
 from mosaic_async_store.check.findings import Finding
 from mosaic_async_store.check.shadow import Shadow
 
-__all__ = ["LANES", "COLUMNS", "Tcgen05", "TensorMemory", "WarpTc", "ThreadTc", "tmem",
+__all__ = ["LANES", "COLUMNS", "TC_WAITS", "Tcgen05", "TensorMemory", "WarpTc", "ThreadTc", "tmem",
            "warp_tc", "thread_tc", "lane_base", "check_vc", "access", "outside", "known_at_exit", "TC_LOADS", "TC_STORES",
            "TC_OPS"]
 
 LANES, COLUMNS = 128, 512
 POISON = 0xCDCDCDCD   # a cell never written: its bits show where a kernel reads them
 TC_LOADS, TC_STORES, TC_OPS = "tcgen05 loads", "tcgen05 stores", "tcgen05 operations"
+TC_WAITS = "tcgen05 waits"   # (a warp's waits, as its lanes' clocks carry them)
 
 
 class Tcgen05:
@@ -87,15 +88,21 @@ class TensorMemory:
 
 class WarpTc:
   """A warp's tcgen05 loads and stores: their counts and slots, and how many it has
-  waited for (``tcgen05.wait::ld`` / ``::st``)."""
+  waited for (``tcgen05.wait::ld`` / ``::st``).  The waits are also written into the
+  waiting lanes' clocks at two slots of their own (``ld_wait_slot``, ``st_wait_slot``),
+  so that a synchronisation carries them with no fence: what jax's kernels rely on."""
 
-  __slots__ = ("cta", "warp", "ld_slot", "st_slot", "loads", "stores", "waited_ld",
-               "waited_st")
+  __slots__ = ("cta", "warp", "ld_slot", "st_slot", "ld_wait_slot", "st_wait_slot",
+               "loads", "stores", "waited_ld", "waited_st")
 
   def __init__(self, k, cta, warp):
     self.cta, self.warp = cta, warp
     self.ld_slot = k.slots.allocate(TC_LOADS, self)
     self.st_slot = k.slots.allocate(TC_STORES, self)
+    # what its lanes' clocks carry from a wait (no fence): a conflict that only these
+    # order is the warning tcgen05-fence-sync (``access``)
+    self.ld_wait_slot = k.slots.allocate(TC_WAITS, self)
+    self.st_wait_slot = k.slots.allocate(TC_WAITS, self)
     self.loads = self.stores = self.waited_ld = self.waited_st = 0
 
   def describe_access(self, slot, clk):
@@ -157,6 +164,19 @@ def lane_base(th, lane_field: int) -> int:
   return 32 * ((th.tid // 32) % 4) + lane_field % 32
 
 
+def _waited_only(k, bad, full):
+  """Who made the earlier access of ``bad`` (``Shadow.conflict``'s) where it is a warp's
+  tcgen05.ld / st that ``full`` (a clock) orders only through that warp's wait carried
+  by a synchronisation (no fences), else None."""
+  slot, clk = bad[1], bad[2]
+  kind = k.slots.kind(slot)
+  if kind not in (TC_LOADS, TC_STORES):
+    return None
+  w = k.slots.owner(slot).obj
+  wait_slot = w.ld_wait_slot if kind == TC_LOADS else w.st_wait_slot
+  return w.describe_access(slot, clk)[0] if full[wait_slot] >= clk else None
+
+
 def check_vc(k, th, *, pipelined=False):
   """The clock ``th``'s tcgen05 access is ordered by (module doc): its view at its last
   after-fence, its own thread slot now, its warp's waited loads and stores, and its
@@ -173,14 +193,16 @@ def check_vc(k, th, *, pipelined=False):
   return vc
 
 
-def access(k, th, tm, runs, *, write, stamp, insn, what, pipelined=False, full_clock=False):
+def access(k, th, tm, runs, *, write, stamp, insn, what, pipelined=False, full_clock=False,
+           load_rule=None):
   """Checks and records one thread's access to tensor memory ``tm``: ``runs`` (byte
   offset, bytes) in its lane-major bytes, by instruction ``insn`` (``what`` names it);
   ``stamp`` (slot, clock) it is known by afterwards.  An asynchronous access is
   ordered by ``check_vc`` (``pipelined``: an MMA after the thread's own); a
   synchronous one (``full_clock``: ``dealloc``) by the thread's whole clock.  A
   conflict that the thread's whole clock orders is a missing
-  ``tcgen05.fence::after_thread_sync`` (rule ``tcgen05-fence``); else a ``race``."""
+  ``tcgen05.fence::after_thread_sync`` (rule ``tcgen05-fence``); else a ``race``, or,
+  with ``load_rule``, a write over a ``tcgen05.ld``'s read is that rule."""
   vc = check_vc(k, th, pipelined=pipelined)
   if full_clock:
     vc = np.maximum(th.vc, vc)
@@ -193,7 +215,22 @@ def access(k, th, tm, runs, *, write, stamp, insn, what, pipelined=False, full_c
       full = np.maximum(th.vc, vc)
       mine = access_core.access_of(k, th, "tcgen05 " + ("write" if write else "read"),
                                    memory, insn)
-      if sh.conflict(full, off, n, write=write, atomic=False) is None:
+      waited = _waited_only(k, bad, full)
+      if waited is not None:
+        findings.report(k, Finding(
+            "tcgen05-fence-sync", f"CTA {th.cta} thread {th.tid}'s {what} "
+            f"{'writes' if write else 'reads'} {memory}, {bad[0]} {waited}, ordered after "
+            "it only by that warp's tcgen05.wait and a synchronisation with no "
+            "tcgen05.fence::before_thread_sync / after_thread_sync around it", access=mine,
+            missing="tcgen05.fence::before_thread_sync before the synchronisation and "
+            "tcgen05.fence::after_thread_sync after it"))
+      elif load_rule and bad[0] == "read by" and k.slots.kind(bad[1]) == TC_LOADS:
+        who, missing = k.slots.owner(bad[1]).obj.describe_access(bad[1], bad[2])
+        findings.report(k, Finding(
+            load_rule, f"CTA {th.cta} thread {th.tid}'s {what} writes {memory}, read by "
+            f"{who}, which that warp never waited for (tcgen05.wait::ld) before the "
+            "synchronisation", access=mine, missing=missing))
+      elif sh.conflict(full, off, n, write=write, atomic=False) is None:
         findings.report(k, Finding(
             "tcgen05-fence", f"CTA {th.cta} thread {th.tid}'s {what} {'writes' if write else 'reads'} "
             f"{memory}, ordered after the earlier access to it only by a thread "

@@ -90,6 +90,13 @@ class BulkOp:
       left |= {s.cta for s in self.reads}
     return left | ({self.completion.cta} if self.completion.mbarrier else set())
 
+  def only_reads_own(self, cta) -> bool:
+    """Whether all it still does in CTA ``cta`` is read its source there, issued by a
+    thread of that CTA, with no mbarrier to signal: a bulk store or reduction into
+    global memory (the exit rule's warning ``exit-async-read``)."""
+    return (self.th.cta == cta and self.data is None and self.src == ("smem", cta)
+            and not self.writes and not self.completion.mbarrier)
+
   @property
   def text(self) -> str:
     where = (f"CTA {self.dst[1]}" if self.dst[0] == "smem" else "global memory")

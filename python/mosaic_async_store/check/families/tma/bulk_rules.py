@@ -83,14 +83,18 @@ def multicast_mask(mask, cluster_size, what="cp.async.bulk"):
   return None
 
 
-def mbar_with_dst(dst_cta, mbar_cta, what="cp.async.bulk"):
-  """A copy into .shared::cluster memory (not multicast) signals the mbarrier in the
-  CTA its data lands in: dstMem and mbar in the same CTA (the executing CTA's or a
-  peer's)."""
-  if dst_cta != mbar_cta:
-    return (f"{what}: the data lands in CTA {dst_cta} but the mbarrier is CTA {mbar_cta}'s: "
-            "dstMem and mbar must be in the same CTA")
-  return None
+def mbar_with_dst(dst_cta, mbar_cta, what="cp.async.bulk", cta_group=1):
+  """A load's mbarrier is in the CTA its data lands in; with ``.cta_group::2``
+  (``cta_group`` 2) it may instead be in that CTA's peer, the CTA whose
+  ``%cluster_ctarank`` differs in the last bit (PTX ISA 9.7.16.5.1)."""
+  if dst_cta == mbar_cta or cta_group == 2 and mbar_cta == dst_cta ^ 1:
+    return None
+  if cta_group == 2:
+    return (f"{what}.cta_group::2: the data lands in CTA {dst_cta} but the mbarrier is CTA "
+            f"{mbar_cta}'s: mbar must be in the same CTA as dstMem or in its peer CTA "
+            f"{dst_cta ^ 1}")
+  return (f"{what}: the data lands in CTA {dst_cta} but the mbarrier is CTA {mbar_cta}'s: "
+          "dstMem and mbar must be in the same CTA")
 
 
 def shared_cta_is_own(cta, executing_cta, operand, what="cp.async.bulk"):
@@ -157,12 +161,16 @@ RULES = {
                        "bit position in the 16-bit ctaMask operand corresponds to the %ctaid "
                        "of the destination CTA.\" (the CTA's rank in the cluster: a bit "
                        "beyond the cluster names no CTA)"),
-    "bulk-mbar-dst": (mbar_with_dst, "(ISA, recalled) the mbarrier object mbar signalled by a "
-                      "copy into .shared::cluster memory is in the same CTA as the "
-                      "destination dstMem (CCCL names the shared::cta -> shared::cluster "
-                      "form's operand rdsmem_bar; upstream Mosaic remaps the barrier into "
-                      "the destination's CTA only in its .cta_group::2 form, where the ISA "
-                      "allows the peer's)"),
+    "bulk-mbar-dst": (mbar_with_dst, "PTX ISA 9.7.9.25.5.1, cp.async.bulk.tensor: \"When "
+                      ".cta_group::1 is specified, the mbarrier object mbar that is specified "
+                      "must be in the shared memory of the same CTA as the shared memory "
+                      "destination dstMem. When .cta_group::2 is specified, the mbarrier "
+                      "object mbar can be in shared memory of either the same CTA as the "
+                      "shared memory destination dstMem or in its peer-CTA. If .cta_group "
+                      "is not specified, then it defaults to .cta_group::1.\" (the same CTA "
+                      "for the non-tensor copies into .shared::cluster too: ISA, recalled; "
+                      "CCCL names the shared::cta -> shared::cluster form's operand "
+                      "rdsmem_bar)"),
     "bulk-shared-cta": (shared_cta_is_own, "(ISA, recalled, Addresses as Operands / shared "
                         "memory windows) an address in .shared::cta space is in the "
                         "executing CTA's window; one outside it is undefined behaviour"),

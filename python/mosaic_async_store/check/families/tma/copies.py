@@ -12,6 +12,12 @@ groups.  It runs:
     ``cp.async.bulk.shared::{cta,cluster}.global.mbarrier::...``, each with
     ``.multicast::cluster`` (the same offsets in every CTA of ``ctaMask``, each CTA's
     own mbarrier counting the bytes); ``cp.async.bulk.shared::cluster.shared::cta``;
+    a tensor load's ``.cta_group::1`` / ``::2``: its mbarrier operand is read as a
+    ``.shared::cluster`` address (jax passes ``mapa`` of the leader CTA's barrier), and
+    with ``::2`` the bytes count off that barrier even where it is the peer's
+    ("When .cta_group::2 is specified, the mbarrier object mbar can be in shared memory
+    of either the same CTA as the shared memory destination dstMem or in its
+    peer-CTA", PTX ISA 9.7.9.25.5.1; ``bulk_rules.mbar_with_dst``);
   * stores from shared memory into a bulk group: ``cp.async.bulk.tensor.Nd.global.
     shared::cta{.tile}.bulk_group`` (out-of-bounds elements dropped) and
     ``cp.async.bulk.global.shared::cta.bulk_group``;
@@ -212,12 +218,16 @@ def _copy(k, ins, form):
       _rule(k, "multicast-mask", bulk_rules.multicast_mask(mask, len(k.smem)))
       targets = [r for r in range(len(k.smem)) if mask >> r & 1]
     else:
-      _rule(k, "bulk-mbar-dst", bulk_rules.mbar_with_dst(cta, mbar_cta))
+      _rule(k, "bulk-mbar-dst", bulk_rules.mbar_with_dst(cta, mbar_cta,
+                                                         cta_group=form.cta_group or 1))
       targets = [cta]
     for r in targets:
       src = ("global", buf) if form.src == "global" else ("smem", th.cta)
+      # (a multicast signals each destination's own barrier at mbar's offset; otherwise
+      # the barrier mbar names, which .cta_group::2 lets be the peer's)
+      bar = (r if form.multicast else mbar_cta, mbar_off)
       _issue(k, th, BulkOp(th, insn, name, src, ("smem", r), moves,
-                           asyncops.MbarrierTx((r, mbar_off), n), reduction))
+                           asyncops.MbarrierTx(bar, n), reduction))
       if r != th.cta and th.remote_since is None:
         th.remote_since = int(th.vc[th.slot])
     return YIELD if k.sched.pauses(k.step) else None
@@ -266,6 +276,8 @@ OPCODES = {
     "cp": Opcode(_bulk, (
         "cp.async.bulk.tensor.2d.shared::cta.global.mbarrier::complete_tx::bytes "
         "[%r1], [%rd1, {%r2, %r3}], [%r4]",
+        "cp.async.bulk.tensor.4d.shared::cta.global.tile.mbarrier::complete_tx::bytes"
+        ".cta_group::2 [%r1], [%rd1, {%r2, %r3, %r4, %r5}], [%r6]",
         "cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes"
         ".multicast::cluster [%r5], [%rd1, {%r6}], [%r2], %h1",
         "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd1, {%r31, %r30} ], [%r29]",
@@ -289,6 +301,8 @@ OPCODES = {
         "cp.reduce.async.bulk.global.shared::cta.bulk_group.min.f16 [%rd1], [%r1], %r2",
         "cp.async.bulk.tensor.4d.shared::cta.global.im2col.mbarrier::complete_tx::bytes "
         "[%r1], [%rd1, {%r2, %r3, %r4, %r5}], [%r6], {%h1, %h2}",
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        ".multicast::cluster.cta_group::2 [%r1], [%rd1, {%r2, %r3}], [%r4], %h1",
         "cp.async.ca.shared.global [%r1], [%rd1], 16")),
     "prefetch": Opcode(_bulk, ("prefetch.tensormap [%rd1]", "prefetch.param.tensormap [%rd1]"),
                        ("prefetch.global.L2 [%rd1]",)),

@@ -25,6 +25,12 @@ EXAMPLES = (
     "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
     ".multicast::cluster.L2::cache_hint [%r1], [%rd1, {%r2, %r3, %r4, %r5, %r6}], [%r7], "
     "%h1, %rd2",
+    "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+    ".cta_group::2 [%r1], [%rd1, {%r2, %r3}], [%r4]",
+    "cp.async.bulk.tensor.4d.shared::cta.global.tile.mbarrier::complete_tx::bytes"
+    ".cta_group::2 [%r1], [%rd1, {%r2, %r3, %r4, %r5}], [%r6]",
+    "cp.async.bulk.tensor.2d.shared::cta.global.mbarrier::complete_tx::bytes.cta_group::1 "
+    "[%r1], [%rd1, {%r2, %r3}], [%r4]",
     "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd1, {%r31, %r32} ], [%r30]",
     "cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group.L2::cache_hint "
     "[%rd1, {%r1, %r2, %r3}], [%r4], %rd2",
@@ -57,8 +63,8 @@ REFUSED = (
     "[%r1], [%rd1, {%r2, %r3, %r4, %r5}], [%r6], {%h1, %h2}",
     "cp.async.bulk.tensor.2d.shared::cta.global.tile::gather4.mbarrier::complete_tx::bytes "
     "[%r1], [%rd1, {%r2, %r3, %r4, %r5, %r6}], [%r7]",
-    "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-    ".cta_group::2 [%r1], [%rd1, {%r2, %r3}], [%r4]",
+    "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+    ".multicast::cluster.cta_group::2 [%r1], [%rd1, {%r2, %r3}], [%r4], %h1",
     "cp.async.bulk.tensor.2d.global.shared::cta.tile::scatter4.bulk_group "
     "[%rd1, {%r2, %r3, %r4, %r5, %r6}], [%r1]",
     "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.im2col_no_offs.bulk_group "
@@ -84,6 +90,8 @@ NOT_IN_ISA = (
     "cp.reduce.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes.add.f32 "
     "[%r1], [%r2], %r3, [%r4]",
     "cp.async.bulk.wait_group.acquire 0",
+    "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.cta_group::2 "
+    "[%rd1, {%r1, %r2}], [%r4]",
     "cp.async.bulk.wait_group %r1",
     "prefetch.global.tensormap [%rd1]",
 )

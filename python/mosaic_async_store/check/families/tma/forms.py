@@ -41,9 +41,12 @@ The load mode is optional ("{.load_mode}"): Mosaic emits its tiled loads without
 the tile mode is the one the checker runs.  Every qualifier of those tables is either run
 (``.tile``, ``.multicast::cluster`` with its ctaMask, ``.L2::cache_hint`` with its
 cache-policy operand: a performance hint, "treated as a performance hint only" as the ISA
-says of cache hints, so it has no effect here) or refused by name with NotImplementedError
-(``.im2col*``, ``.tile::gather4`` / ``::scatter4``, ``.cta_group::*``, ``.cp_mask``,
-``.ignore_oob``: forms the checker does not model).  A qualifier, operand count or operand
+says of cache hints, so it has no effect here; ``.cta_group::1`` / ``::2``, which say
+where the mbarrier may be, ``BulkForm.cta_group``) or refused by name with
+NotImplementedError (``.im2col*``, ``.tile::gather4`` / ``::scatter4``, ``.cp_mask``,
+``.ignore_oob``: forms the checker does not model; ``.multicast::cluster`` together with
+``.cta_group::2``: which CTA's mbarrier each destination signals is not in the ISA's
+sentence the checker rests on, 9.7.9.25.5.1, which speaks of one ``dstMem``).  A qualifier, operand count or operand
 kind that the ISA grammar has not is ``NotInIsa`` (a NotImplementedError too, so the
 parser refuses the kernel naming the line; its message says the PTX is not valid).
 
@@ -80,8 +83,6 @@ _REFUSED_QUALIFIERS = {
     "im2col_no_offs": "the im2col_no_offs mode (the checker runs the tile mode only)",
     "tile::gather4": "the gather4 tile mode (rows from a coordinate list: not modelled)",
     "tile::scatter4": "the scatter4 tile mode (rows to a coordinate list: not modelled)",
-    "cta_group::1": "the CTA-pair forms of sm_100 (.cta_group) are not modelled",
-    "cta_group::2": "the CTA-pair forms of sm_100 (.cta_group) are not modelled",
     "cp_mask": "the byte-masked store (.cp_mask) is not modelled",
     "ignore_oob": "the out-of-bounds-ignoring copy (.ignore_oob) is not modelled",
 }
@@ -150,7 +151,8 @@ class BulkForm:
   (.1d...5d) or None; ``dst`` / ``src``: state spaces; ``completion``: MBAR, GROUP or
   None; ``load_mode``: "tile" for a tensor form (given or by default), else None;
   ``multicast`` (then a ``ctaMask`` operand), ``cache_hint`` (then a ``cachePolicy``
-  operand); ``red_op`` / ``red_type`` (``red_type`` None for a tensor reduction: the
+  operand); ``cta_group``: 1 or 2 where a load names ``.cta_group::N``, else None (the
+  ISA's default is ``::1``); ``red_op`` / ``red_type`` (``red_type`` None for a tensor reduction: the
   tensor map gives it), ``noftz``; ``read`` (wait_group.read); ``roles`` and ``ops``: the
   operands, named, in order."""
 
@@ -163,6 +165,7 @@ class BulkForm:
   load_mode: str | None = None
   multicast: bool = False
   cache_hint: bool = False
+  cta_group: int | None = None
   red_op: str | None = None
   red_type: str | None = None
   noftz: bool = False
@@ -322,10 +325,16 @@ def _copy(opcode, mods, ops, reduce):
     raise NotInIsa(f"opcode {opcode} (no completion mechanism: this form takes "
                    f".{completion})")
   multicast, hint = "multicast" in seen, "hint" in seen
+  group = seen.get("cta_group")
+  if group == "cta_group::2" and multicast:
+    raise NotImplementedError(f"opcode {opcode} (.multicast::cluster with .cta_group::2: "
+                              "which CTA's mbarrier each destination signals is not "
+                              "modelled)")
   optional = (("ctaMask",) if multicast else ()) + (("cachePolicy",) if hint else ())
   return _with_operands(opcode, kind, roles, ops, optional, dims=dims, dst=dst, src=src,
                         completion=completion, load_mode="tile" if tensor else None,
-                        multicast=multicast, cache_hint=hint, red_op=red_op,
+                        multicast=multicast, cache_hint=hint,
+                        cta_group=None if group is None else int(group[-1]), red_op=red_op,
                         red_type=red_type, noftz=noftz)
 
 
