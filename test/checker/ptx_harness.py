@@ -1,5 +1,6 @@
 """What the checker's jax-free tests share: a kernel builder, launching with and without
-findings, and "a rule reported in every CI schedule".
+findings, "a rule reported in every CI schedule", and the matrix instructions' operands in
+shared memory (the tcgen05 tests).
 
 Every test in test/checker runs hand-written PTX (or the checker's own parts) without
 jax (``test_no_jax.py`` fails where one imports it); these helpers are the one copy.
@@ -22,7 +23,8 @@ from mosaic_async_store.check.interp import Launched, PtxKernel
 from mosaic_async_store.check.memory import CI_SCHEDULES, SCHEDULES
 
 __all__ = ["kernel", "assemble", "launch", "outputs", "output", "finding", "findings_of",
-           "expect", "rules_in_every_schedule", "SCHEDULES", "CI_SCHEDULES"]
+           "expect", "rules_in_every_schedule", "SCHEDULES", "CI_SCHEDULES", "swizzled",
+           "place_rows", "copy_loop"]
 
 
 def kernel(body: str, nparams: int = 1, regs: str = "", target: str = "sm_90a") -> str:
@@ -110,3 +112,44 @@ def rules_in_every_schedule(report, schedules=len(CI_SCHEDULES)) -> set[str]:
   (the CI's): empty unless every one found something."""
   by = {s: {f.rule for f in report.findings if f.schedule == s} for s in range(schedules)}
   return set.intersection(*by.values()) if all(by.values()) else set()
+
+
+# -- operands of the matrix instructions (the tcgen05 tests) -------------------------
+# The 128-byte swizzled canonical layouts, placed by this harness's own arithmetic (the
+# core-matrix rows with the 16-byte chunk XOR), not the checker's.
+
+def swizzled(off):
+  """128-byte swizzle of byte offsets from a 1024-aligned base: chunk ^= row % 8."""
+  return off ^ (((off >> 7) & 7) << 4)
+
+
+def place_rows(image, base, mat):
+  """``mat`` (rows x 128 bytes of K) K-major, 128-byte swizzled from a 1024-aligned
+  ``base`` of the byte array ``image``: row r at (r // 8) 1024 + (r % 8) 128."""
+  size = mat.dtype.itemsize
+  rows = np.arange(mat.shape[0])[:, None, None]
+  byte = size * np.arange(mat.shape[1])[None, :, None] + np.arange(size)
+  off = swizzled((rows // 8) * 1024 + (rows % 8) * 128 + byte)
+  image[base + off] = np.ascontiguousarray(mat).view(np.uint8).reshape(off.shape)
+
+
+def copy_loop(pred: str) -> str:
+  """PTX (a ``str.format`` template: its ``{chunks}`` is the image's 16-byte chunks) in
+  which each of 128 threads copies every 128th chunk of the image at ``%rd1`` (global)
+  into the CTA's shared memory at ``%r3``, then fences the generic writes for the
+  asynchronous proxy; ``pred`` is a free predicate register."""
+  return f"""
+  mov.u32 %r6, %r1;
+COPY:
+  setp.ge.u32 {pred}, %r6, {{chunks}};
+  @{pred} bra COPIED;
+  mul.wide.u32 %rd5, %r6, 16;
+  add.s64 %rd6, %rd1, %rd5;
+  ld.global.v4.u32 {{{{%r7, %r8, %r9, %r10}}}}, [%rd6];
+  shl.b32 %r11, %r6, 4;
+  add.u32 %r12, %r3, %r11;
+  st.shared.v4.u32 [%r12], {{{{%r7, %r8, %r9, %r10}}}};
+  add.u32 %r6, %r6, 128;
+  bra COPY;
+COPIED:
+  fence.proxy.async.shared::cta;"""

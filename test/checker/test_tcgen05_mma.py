@@ -1,6 +1,6 @@
 """tcgen05.mma and tcgen05.commit in hand-written sm_100a PTX (check/families/tcgen05/mma.py,
 commit.py, descriptors.py): one CTA of 128 threads allocates tensor memory, writes A and B
-into shared memory in the 128-byte swizzled canonical layouts (this file's own placement:
+into shared memory in the 128-byte swizzled canonical layouts (ptx_harness.place_rows' placement:
 the core-matrix rows with the 16-byte chunk XOR, not the checker's address arithmetic),
 and thread 0 issues the MMAs with descriptors built as jax builds them (Hopper's swizzle
 code, version bits 0), then commits to an mbarrier; every thread waits on it, reads D
@@ -14,7 +14,8 @@ import pytest
 from mosaic_async_store.check import check_ptx
 from mosaic_async_store.check.interp import PtxKernel
 
-from ptx_harness import CI_SCHEDULES, kernel, rules_in_every_schedule
+from ptx_harness import (CI_SCHEDULES, copy_loop, kernel, place_rows, rules_in_every_schedule,
+                         swizzled)
 
 SCHEDULES = len(CI_SCHEDULES)
 M = 128                   # A: M x (128 bytes of K); four MMAs of 32 bytes of K each
@@ -23,18 +24,8 @@ SMEM = 32784
 SW128 = 1 << 62           # jax's 128-byte swizzle code (Hopper's 1 at bit 62: sm_100's 2 at 61)
 
 
-def _swizzled(off):
-  """128-byte swizzle of byte offsets from a 1024-aligned base: chunk ^= row % 8."""
-  return off ^ (((off >> 7) & 7) << 4)
 
 
-def _place_rows(image, base, mat):
-  """``mat`` (rows x 128 bytes of K) K-major: row r at (r // 8) 1024 + (r % 8) 128."""
-  size = mat.dtype.itemsize
-  rows = np.arange(mat.shape[0])[:, None, None]
-  byte = size * np.arange(mat.shape[1])[None, :, None] + np.arange(size)
-  off = _swizzled((rows // 8) * 1024 + (rows % 8) * 128 + byte)
-  image[base + off] = np.ascontiguousarray(mat).view(np.uint8).reshape(off.shape)
 
 
 def _place_n_major(image, base, b):
@@ -43,7 +34,7 @@ def _place_n_major(image, base, b):
   kk = np.arange(b.shape[0])[:, None]
   n = np.arange(b.shape[1])[None, :]
   sbo = (b.shape[1] // 64) * 1024
-  off = _swizzled((kk // 8) * sbo + (n // 64) * 1024 + (kk % 8) * 128 + 2 * (n % 64))
+  off = swizzled((kk // 8) * sbo + (n // 64) * 1024 + (kk % 8) * 128 + 2 * (n % 64))
   image.view(np.uint16)[(base + off) // 2] = b.view(np.uint16)
   return 1024, sbo
 
@@ -77,20 +68,7 @@ ALLOCATED:
   @%p2 bra INITED;
   mbarrier.init.shared::cta.b64 [%r5], 1;
 INITED:
-  mov.u32 %r6, %r1;
-COPY:
-  setp.ge.u32 %p3, %r6, {chunks};
-  @%p3 bra COPIED;
-  mul.wide.u32 %rd5, %r6, 16;
-  add.s64 %rd6, %rd1, %rd5;
-  ld.global.v4.u32 {{%r7, %r8, %r9, %r10}}, [%rd6];
-  shl.b32 %r11, %r6, 4;
-  add.u32 %r12, %r3, %r11;
-  st.shared.v4.u32 [%r12], {{%r7, %r8, %r9, %r10}};
-  add.u32 %r6, %r6, 128;
-  bra COPY;
-COPIED:
-  fence.proxy.async.shared::cta;
+""" + copy_loop("%p3") + """
   bar.sync 0;
   ld.shared.b32 %r13, [%r3+{slot}];
   @%p2 bra ISSUED;
@@ -149,13 +127,13 @@ def _run(*, kind="f16", n=128, n_major=True, version=0, m=128, d_lane=0, d16=Fal
   a = rng.integers(-3, 4, (M, k)).astype(etype)
   b = rng.integers(-3, 4, (k, n)).astype(etype)
   image = np.zeros(32768, np.uint8)
-  _place_rows(image, A_OFF, a)
+  place_rows(image, A_OFF, a)
   high = SW128 >> 32 | version << 14
   if n_major:
     lbo, sbo = _place_n_major(image, B_OFF, b)
     b_low = [(lbo >> 4) << 16 | j * (2 * sbo >> 4) for j in range(4)]
   else:
-    _place_rows(image, B_OFF, np.ascontiguousarray(b.T))
+    place_rows(image, B_OFF, np.ascontiguousarray(b.T))
     sbo, b_low = 1024, [2 * j for j in range(4)]   # (32 bytes of K per MMA)
   mmas = "".join(_MMA.format(kind=kind, a_low=2 * j, b_low=b_low[j], a_high=high | 1024 >> 4,
                              b_high=high | sbo >> 4, d_off=f"+{d_lane << 16}",

@@ -4,7 +4,7 @@ mma.py, commit.py, pair.py; check/families/tma/ for the TMA loads' ``.cta_group`
 The MMA kernel: a cluster of two CTAs of 128 threads.  Warp 0 of each allocates 128
 columns with ``tcgen05.alloc.cta_group::2``; every thread copies its CTA's image into
 shared memory (the CTA's 128 rows of A and its half of B's columns, both K-major with
-the 128-byte swizzle, this file's own placement), fences the proxy and meets the other
+the 128-byte swizzle, ptx_harness.place_rows' placement), fences the proxy and meets the other
 CTA at the cluster barrier.  Thread 0 of the even CTA issues four K = 16 MMAs with
 ``M = 256, N = 128`` in the idesc (the pair's, as jax writes them) and a commit
 multicast to both CTAs (ctaMask 3); every thread waits on its own CTA's barrier, fences
@@ -23,7 +23,7 @@ from mosaic_async_store.check.findings import Stop
 from mosaic_async_store.check.interp import PtxKernel
 from mosaic_async_store.errors import AsyncStoreError
 
-from ptx_harness import CI_SCHEDULES, kernel, rules_in_every_schedule
+from ptx_harness import CI_SCHEDULES, copy_loop, kernel, place_rows, rules_in_every_schedule
 
 SCHEDULES = len(CI_SCHEDULES)
 ROWS, N, K = 128, 128, 64            # per CTA: A rows; the pair's N; K of f16 (128 bytes)
@@ -32,14 +32,6 @@ IMAGE, SMEM = 24576, 24592           # the bytes each CTA copies; its shared mem
 SW128 = 1 << 62                      # jax's 128-byte swizzle code
 
 
-def _place_rows(image, base, mat):
-  """``mat`` (rows x 128 bytes of K) K-major, 128-byte swizzled from a 1024-aligned
-  base: row r at (r // 8) 1024 + (r % 8) 128, its 16-byte chunk c at c ^ (r % 8)."""
-  rows = np.arange(mat.shape[0])[:, None]
-  byte = np.arange(mat.shape[1] * mat.dtype.itemsize)[None, :]
-  chunk = (byte >> 4) ^ (rows % 8)
-  off = (rows // 8) * 1024 + (rows % 8) * 128 + (chunk << 4) + (byte & 15)
-  image[base + off] = np.ascontiguousarray(mat).view(np.uint8).reshape(off.shape)
 
 
 _MMA = """
@@ -73,20 +65,7 @@ ALLOCATED:
 INITED:
   mul.wide.u32 %rd9, %r2, {image};      // this CTA's image
   add.s64 %rd1, %rd1, %rd9;
-  mov.u32 %r6, %r1;
-COPY:
-  setp.ge.u32 %p5, %r6, {chunks};
-  @%p5 bra COPIED;
-  mul.wide.u32 %rd5, %r6, 16;
-  add.s64 %rd6, %rd1, %rd5;
-  ld.global.v4.u32 {{%r7, %r8, %r9, %r10}}, [%rd6];
-  shl.b32 %r11, %r6, 4;
-  add.u32 %r12, %r3, %r11;
-  st.shared.v4.u32 [%r12], {{%r7, %r8, %r9, %r10}};
-  add.u32 %r6, %r6, 128;
-  bra COPY;
-COPIED:
-  fence.proxy.async.shared::cta;
+""" + copy_loop("%p5") + """
   barrier.cluster.arrive.aligned;
   barrier.cluster.wait.aligned;
   ld.shared.b32 %r13, [%r3+{slot}];
@@ -141,8 +120,8 @@ def _run(*, edits=None, seed=0, schedules=SCHEDULES):
   b = rng.integers(-3, 4, (K, N)).astype(np.float16)
   images = np.zeros((2, IMAGE), np.uint8)
   for r in range(2):   # (CTA r: A rows 128 r.., B columns N/2 r..)
-    _place_rows(images[r], A_OFF, a[ROWS * r:ROWS * (r + 1)])
-    _place_rows(images[r], B_OFF, np.ascontiguousarray(b[:, N // 2 * r:N // 2 * (r + 1)].T))
+    place_rows(images[r], A_OFF, a[ROWS * r:ROWS * (r + 1)])
+    place_rows(images[r], B_OFF, np.ascontiguousarray(b[:, N // 2 * r:N // 2 * (r + 1)].T))
   high = SW128 >> 32 | 1024 >> 4   # (SBO 1024: 8-row groups; K-major swizzled: no LBO)
   mmas = "".join(_MMA.format(step=2 * j, high=high, enable=int(j > 0)) for j in range(4))
   vectors = ["{" + ", ".join(f"%v{32 * c + i}" for i in range(32)) + "}" for c in range(4)]

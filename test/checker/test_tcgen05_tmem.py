@@ -215,3 +215,21 @@ SKIP_DEALLOC:
   stored = body.replace("tcgen05.ld.sync.aligned.32x32b.x1.b32 {%r6}, [%r3];",
                         "tcgen05.st.sync.aligned.32x32b.x1.b32 [%r3], {%r1};")
   assert "race" in rules_in_every_schedule(_check(kernel(stored, target="sm_100a")))
+
+
+@pytest.mark.parametrize("wait_ld", [True, False])
+def test_tensor_memory_overwritten_before_its_load_waited_is_a_race(wait_ld):
+  """A tcgen05.st over the cells a tcgen05.ld of the same warp read, with or without
+  tcgen05.wait::ld between (9.7.16.6.4.2: ld -> st is no pipeline; the wait orders
+  them): without it, a race in every schedule; with it, the values of the load."""
+  ptx = _round_trip().replace(
+      "  tcgen05.wait::ld.sync.aligned;\n",
+      ("  tcgen05.wait::ld.sync.aligned;\n" if wait_ld else "") +
+      "  tcgen05.st.sync.aligned.32x32b.x2.b32 [%r3], {%r5, %r4};\n" +
+      ("" if wait_ld else "  tcgen05.wait::ld.sync.aligned;\n") +
+      "  tcgen05.wait::st.sync.aligned;\n", 1)
+  report = _check(ptx)
+  if wait_ld:
+    assert report.ok and not report.findings, str(report)
+  else:
+    assert "race" in rules_in_every_schedule(report), str(report)

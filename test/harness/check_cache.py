@@ -57,8 +57,9 @@ def _checker_digest() -> bytes:
   import numpy as np
   from mosaic_async_store import check
   h = hashlib.sha256(f"numpy {np.__version__} ml_dtypes {ml_dtypes.__version__}".encode())
-  for path in sorted(pathlib.Path(check.__file__).parent.glob("*.py")):
-    h.update(path.name.encode() + b"\0" + path.read_bytes())
+  root = pathlib.Path(check.__file__).parent
+  for path in sorted(root.rglob("*.py")):   # (the families' folders too)
+    h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
   return h.digest()
 
 

@@ -158,7 +158,9 @@ def test_check_runs_the_blackwell_matmul_with_the_right_product(name):
   """jax's Blackwell matmul, plain and collective (a CTA pair: tcgen05 with
   .cta_group::2, TMA loads signalling the leader's barrier), under the CI's schedules:
   no error, and D = A @ B exactly (small integers in f16: every product and sum is
-  exact in f32 and f16).  Its warnings are the ones docs/checker.md lists for it."""
+  exact in f32 and f16); its warnings are the ones docs/checker.md lists for it.  The
+  collective form of jax 0.11 and 0.12.0 has a bug 0.12.1 fixed, which the checker
+  reports."""
   import numpy as np
   case = next(c for c in upstream_ops.KERNELS if c.name == name)
   fn, zeros = _made(case)
@@ -166,6 +168,15 @@ def test_check_runs_the_blackwell_matmul_with_the_right_product(name):
   a, b = (rng.integers(-3, 4, np.shape(x)).astype(np.float16) for x in zeros)
   from mosaic_async_store.tools.check_kernel import check
   report = check(fn, a, b, schedules=3)
+  if name == "blackwell_matmul_collective" and (0, 11) <= compat.jax_version() < (0, 12, 1):
+    # Upstream's bug, of its dynamic scheduling loop (jax 0.11), fixed in 0.12.1 ("Otherwise each CTA cancels a different
+    # cluster, and the pair deadlocks on its shared barriers": dynamic_scheduling_loop
+    # gained cluster_axes): both CTAs multicast a try_cancel, so each gets two responses
+    # against one expect_tx.  Found in every schedule.
+    assert {"early-read", "hang"} & {f.rule for f in report.errors}, str(report)
+    assert all({"early-read", "hang"} & {f.rule for f in report.errors if f.schedule == s}
+               for s in range(3)), str(report)
+    return
   assert report.ok, str(report)
   assert {f.rule for f in report.warnings} <= {"tcgen05-fence-operand", "exit-async-read",
                                                "exit-relaxed"}, str(report)

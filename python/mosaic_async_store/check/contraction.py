@@ -41,7 +41,7 @@ ROUNDING = ("rn", "rz", "rm", "rp")
 # Each run's choices (its ``schedule.Schedule`` -> {(add, mul instruction): fused}).
 _CHOICES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _SIGNS = {"f32": 0x80000000, "f16": 0x8000, "bf16": 0x8000, "f16x2": 0x80008000,
-          "bf16x2": 0x80008000}
+          "bf16x2": 0x80008000, "f32x2": 0x8000000080000000}
 
 
 def unrounded_mul(k, ins, fn, put, args, vec=None):

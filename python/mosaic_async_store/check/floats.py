@@ -7,7 +7,8 @@ rounding mode the instruction names (``.rn`` by default; ``.rz``, ``.rm``,
 code generator: contraction.py).  Formats: f32, f16, bf16, and as conversion targets the 8-bit
 e4m3 / e5m2 (OCP FP8; e4m3 has no infinity, its NaN is S.1111.111).
 
-What runs (and each packed ``x2`` form of f16 / bf16, lane by lane; the low
+What runs (and each packed ``x2`` form of f16 / bf16 / f32 (sm_100a's ``.f32x2`` in a
+64-bit register), lane by lane; the low
 half is the first lane):
 
 * ``add``, ``sub``, ``mul``, ``fma`` (f32, f16, bf16; ``.ftz`` on f32 and f16
@@ -269,7 +270,7 @@ def float_op(base: str, mods: list[str], opcode: str):
   """The function (bit patterns) -> bit pattern of a floating-point ``opcode``, or
   NotImplementedError naming it when the checker does not run it exactly."""
   t = mods[-1] if mods else ""
-  lane_t, lanes = (t[:-2], 2) if t in ("f16x2", "bf16x2") else (t, 1)
+  lane_t, lanes = (t[:-2], 2) if t in ("f16x2", "bf16x2", "f32x2") else (t, 1)
   fmt = FORMATS.get(lane_t) if lane_t in ("f32", "f16", "bf16") else None
   allowed = {"ftz"} if lane_t in ("f32", "f16") else set()
   if base in ("div", "ex2") and (t != "f32" or (base == "ex2") != ("approx" in mods)):
@@ -287,7 +288,7 @@ def float_op(base: str, mods: list[str], opcode: str):
   if fmt is None or base not in FLOAT_OPS or not set(mods[:-1]) <= allowed or \
      len(rounding) > 1 or (base in ("fma", "div") and not rounding):
     raise NotImplementedError(
-        f"opcode {opcode} (the checker runs f32/f16/bf16 and f16x2/bf16x2 add, sub, mul, "
+        f"opcode {opcode} (the checker runs f32/f16/bf16 and f16x2/bf16x2/f32x2 add, sub, mul, "
         "fma with a rounding mode, neg, abs, min, max{.NaN}, with .ftz on f32/f16, and "
         "f32 div with a rounding mode and ex2.approx{.ftz})")
   return _packed(_lane_op(base, fmt, mods[:-1], opcode), lanes, fmt.bits)

@@ -15,7 +15,7 @@ __all__ = ["TYPE", "ALU", "RED", "bits_of", "sign_extend", "immediate", "split_o
 
 UNDEFINED = 0xA5C3A5C3A5C3A5C3  # what an unwritten register holds (setters mask it)
 
-TYPE = re.compile(r"^[busf](8|16|32|64)$|^(bf16|f16x2|bf16x2|pred)$")
+TYPE = re.compile(r"^[busf](8|16|32|64)$|^(bf16|f16x2|bf16x2|f32x2|pred)$")
 ALU = ("add", "sub", "and", "or", "xor", "not", "neg", "shl", "shr", "min", "max", "mul",
         "mad", "selp", "bfe", "bfi", "prmt")
 RED = ("add", "min", "max", "and", "or", "xor", "inc", "dec")
@@ -31,6 +31,10 @@ def ints_array(rows) -> np.ndarray:
 
 
 def bits_of(t):
+  """The bits of a type qualifier (a packed ``x2`` type: both halves; f32x2, sm_100a's
+  packed f32, is 64)."""
+  if t == "f32x2":
+    return 64
   return 1 if t == "pred" else 32 if t.endswith("x2") else int(t.lstrip("bfsu"))
 
 
