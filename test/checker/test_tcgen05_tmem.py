@@ -233,3 +233,12 @@ def test_tensor_memory_overwritten_before_its_load_waited_is_a_race(wait_ld):
     assert report.ok and not report.findings, str(report)
   else:
     assert "race" in rules_in_every_schedule(report), str(report)
+
+
+def test_a_tcgen05_kernel_for_an_older_target_is_refused_naming_it():
+  """The opcode families declare the oldest target that has them (Family.arch): PTX
+  for .target sm_90a with tcgen05 instructions is refused by name, before it runs."""
+  from mosaic_async_store.errors import AsyncStoreError
+  older = _round_trip().replace(".target sm_100a", ".target sm_90a")
+  with pytest.raises(AsyncStoreError, match=r"\.target sm_90a.*sm_100a or newer.*tcgen05"):
+    _check(older)

@@ -28,8 +28,9 @@ The core reads, per family:
     instruction of the prefix;
   * ``memory_spaces``: the memories it adds beyond the core's shared and global
     memory (their state lives in ``state``; the name is for reports and docs);
-  * ``arch``: the oldest target that has it (``"sm_90a"``, ``"sm_100a"``): a kernel
-    using any of its opcodes needs that target, which ``check`` compiles for;
+  * ``arch``: the oldest target that has it (``"sm_90a"``, ``"sm_100a"``): PTX whose
+    ``.target`` is older and that uses any of its opcodes is refused naming the target
+    (``report.check_ptx``; ``check`` compiles a tcgen05 kernel for sm_100a itself);
   * ``completion_groups``: the names of the completion groups it keeps (a bulk group, a
     WGMMA group, a tcgen05 commit), for reports and docs.
 """

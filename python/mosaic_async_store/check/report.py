@@ -17,10 +17,11 @@ outputs.  The checker's own failure is a
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 
-from mosaic_async_store.check import subbyte
+from mosaic_async_store.check import families, subbyte
 from mosaic_async_store.check.budget import DEFAULT, Budget, BudgetExceeded
 from mosaic_async_store.check.interp import Memref, PtxKernel
 from mosaic_async_store.check.findings import Finding
@@ -206,7 +207,30 @@ def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1,
   except NotImplementedError as e:
     raise refuse("ptx", str(e), "the opcodes docs/checker.md lists as run exactly",
                  "check that instruction's kernel another way, or report it") from None
+  _check_target(ptx, kernel)
   return _checked(kernel, args, dims, smem_bytes, schedules, budget, strict)
+
+
+_BASE = re.compile(r"\s*(?:@!?%\w+\s+)?([a-z_]\w*)")   # a statement's base opcode
+
+
+def _check_target(ptx, kernel) -> None:
+  """Refuses PTX whose ``.target`` is older than an opcode family it uses needs
+  (``family.Family.arch``: tcgen05 is sm_100a's): ptxas would refuse it, and no GPU of
+  that target runs it."""
+  found = re.search(r"^\s*\.target\s+(sm_\w+)", ptx, re.M)
+  target = found.group(1) if found else None
+  if target not in families.ARCH_ORDER:
+    return
+  bases = {base.group(1) for text in kernel.texts
+           if (base := _BASE.match(text)) is not None}
+  need = families.arch_of(bases)
+  if families.ARCH_ORDER.index(need) > families.ARCH_ORDER.index(target):
+    used = sorted(b for b in bases if families.family_of_opcode(b) is not None
+                  and families.family_of_opcode(b).arch == need)
+    raise refuse("ptx", f".target {target}", f"{need} or newer for a kernel with "
+                 f"{', '.join(used)} instructions (none of them exists on {target})",
+                 f"compile the kernel for {need} (.target {need})")
 
 
 def check_parsed(kernel: PtxKernel, args, *, smem_bytes: int, block=(128, 1, 1),
