@@ -403,4 +403,3 @@ def test_a_tensor_load_over_the_edge_lands_zeros_where_the_box_lies_outside(x, y
       if 0 <= y + r < 8 and 0 <= x + c < 16:
         want[r, c] = src[y + r, x + c]
   assert (report.outputs[1].view(np.uint32).reshape(8, 16) == want).all()
-
