@@ -27,12 +27,14 @@ The core reads, per family:
     named): a poll's state (``poll_state``) then counts every register named by any
     instruction of the prefix;
   * ``memory_spaces``: the memories it adds beyond the core's shared and global
-    memory (their state lives in ``state``; the name is for reports and docs);
+    memory (their state lives in ``state``); declared, read by no core module yet;
   * ``arch``: the oldest target that has it (``"sm_90a"``, ``"sm_100a"``): PTX whose
     ``.target`` is older and that uses any of its opcodes is refused naming the target
     (``report.check_ptx``; ``check`` compiles a tcgen05 kernel for sm_100a itself);
   * ``completion_groups``: the names of the completion groups it keeps (a bulk group, a
-    WGMMA group, a tcgen05 commit), for reports and docs.
+    WGMMA group, a tcgen05 commit); declared, read by no core module yet: each family
+    still keeps its groups its own way (one completion-group mechanism is still to
+    build).
 """
 
 from __future__ import annotations
