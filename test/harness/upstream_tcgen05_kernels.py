@@ -155,8 +155,9 @@ def _matmul(x, y, dtype=None):
 # -- TMEM: stores, loads, allocation ---------------------------------------------------
 
 
-def tmem():
-  """test_tmem[collective=False]: SMEM -> TMEM -> TMEM -> SMEM, + 1 on the way."""
+def tmem(collective=False):
+  """test_tmem[collective]: SMEM -> TMEM -> TMEM -> SMEM, + 1 on the way; collective:
+  a cluster of 2 allocating its TMEM with cta_group::2."""
   def body(x_ref, y_ref, tmem_ref, tmem_ref2, smem_ref, barrier_ref):
     plgpu.copy_gmem_to_smem(x_ref, smem_ref, barrier_ref)
     plgpu.barrier_wait(barrier_ref)
@@ -170,10 +171,12 @@ def tmem():
     plgpu.commit_smem()
     plgpu.copy_smem_to_gmem(smem_ref, y_ref)
     plgpu.wait_smem_to_gmem(0)
-  fn = _kernel(body, out_type=_sds((128, 128), jnp.float32), scratch_types=[
-      plgpu.TMEM((128, 128), jnp.float32), plgpu.TMEM((128, 128), jnp.float32),
-      plgpu.SMEM((128, 128), jnp.float32, transforms=_transforms(jnp.float32)),
-      plgpu.Barrier()])
+  f32 = jnp.float32
+  pair = dict(collective=True) if collective else {}
+  fn = _kernel(body, out_type=_sds((128, 128), f32), scratch_types=[
+      plgpu.TMEM((128, 128), f32, **pair), plgpu.TMEM((128, 128), f32, **pair),
+      plgpu.SMEM((128, 128), f32, transforms=_transforms(f32)), plgpu.Barrier()],
+      **(dict(cluster=(2,), cluster_names=("x",)) if collective else {}))
   x = _uniform(0, (128, 128))
   return fn, (x,), (x + 1,)
 
@@ -585,31 +588,6 @@ def barrier_arrive_warp_mesh():
   return fn, (), (np.ones((2,), np.int32),)
 
 
-def tmem_collective():
-  """test_tmem[collective=True]: a cluster of 2 allocating TMEM with cta_group::2."""
-  def body(x_ref, y_ref, tmem_ref, tmem_ref2, smem_ref, barrier_ref):
-    plgpu.copy_gmem_to_smem(x_ref, smem_ref, barrier_ref)
-    plgpu.barrier_wait(barrier_ref)
-    x_val = plgpu.load(smem_ref, layout=plgpu.Layout.TCGEN05)
-    plgpu.async_store_tmem(tmem_ref, x_val + 1)
-    plgpu.commit_tmem()
-    tmem_read = plgpu.async_load_tmem(tmem_ref)
-    plgpu.async_store_tmem(tmem_ref2, tmem_read)
-    plgpu.commit_tmem()
-    smem_ref[...] = plgpu.async_load_tmem(tmem_ref2)
-    plgpu.commit_smem()
-    plgpu.copy_smem_to_gmem(smem_ref, y_ref)
-    plgpu.wait_smem_to_gmem(0)
-  f32 = jnp.float32
-  fn = _kernel(body, out_type=_sds((128, 128), f32), scratch_types=[
-      plgpu.TMEM((128, 128), f32, collective=True),
-      plgpu.TMEM((128, 128), f32, collective=True),
-      plgpu.SMEM((128, 128), f32, transforms=_transforms(f32)), plgpu.Barrier()],
-      cluster=(2,), cluster_names=("x",))
-  x = _uniform(0, (128, 128))
-  return fn, (x,), (x + 1,)
-
-
 # -- tests/mosaic/gpu_test.py::TCGen05Test: mgpu.as_gpu_kernel ------------------------
 
 
@@ -876,7 +854,7 @@ KERNELS: tuple[UpstreamTc, ...] = (
            why="out_ref[warp_idx] = 1 inside warp_map is stored by all 32 lanes of the "
                "warp: the same 4 bytes written by 32 threads with no order between "
                "them (a data race under the PTX memory model, however equal the values)"),
-    _entry("tmem[collective=True]", "tmem", tmem_collective,
+    _entry("tmem[collective=True]", "tmem", lambda: tmem(collective=True),
            "ALLOC_PAIR LD ST WAIT_ST TMA_LOAD",
            "the TMEM round trip in a cluster of 2 with collective (cta_group::2) TMEM",
            finding=("race",),
