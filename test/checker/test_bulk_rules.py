@@ -18,6 +18,12 @@ CASES = {
     "bulk-mbar-dst": ((1, 0), "same CTA", (1, 1)),
     "bulk-shared-cta": ((1, 0, "srcMem"), "srcMem", (0, 0, "srcMem")),
     "tensor-dims": ((2, 3), "rank 3", (3, 3)),
+    "tensor-store-coords": (([0, -1],), "c1 = -1", ([0, 7],)),
+    "tensor-traversal-stride": ((MapFields((8, 16), (64, 4), (4, 4), 4,
+                                           element_strides=(1, 2)),), "must be 1",
+                                (MapFields((8, 16), (64, 4), (4, 4), 4,
+                                           element_strides=(2, 1)),)),
+    "bulk-s2s-peer": ((1, 1), "different CTA", (0, 1)),
 }
 
 

@@ -99,7 +99,7 @@ def test_ftz_flushes_subnormal_inputs_and_results():
   assert (_run("add.f32", tiny, tiny) == 2).all()           # kept: 2 * 2^-149
 
 
-@pytest.mark.parametrize("op", ["mul.f64", "add.sat.f32", "setp.lt.f32", "cvt.rn.f32.s32",
+@pytest.mark.parametrize("op", ["mul.f64", "add.sat.f32", "setp.lt.f16", "cvt.rn.f16.s32",
                                 "ex2.f32", "div.full.f32", "fma.f32", "min.xorsign.abs.f32",
                                 "add.ftz.bf16", "max.relu.f32", "add.rn.rz.f32",
                                 "cvt.rn.e4m3x2.f32", "cvt.rn.relu.f16x2.f32"])

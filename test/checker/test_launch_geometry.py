@@ -10,7 +10,7 @@ import pytest
 
 from mosaic_async_store.check import check_ptx
 from mosaic_async_store.errors import AsyncStoreError
-from ptx_harness import kernel
+from ptx_harness import kernel, launch
 
 REGS = [f"%{r}.{a}" for r in ("ctaid", "nctaid", "clusterid", "nclusterid", "cluster_ctaid",
                               "cluster_nctaid") for a in "xyz"] + ["%cluster_ctarank",
@@ -59,3 +59,16 @@ def test_a_launch_the_checker_cannot_run_is_refused_naming_the_parameter(cluster
   with pytest.raises(AsyncStoreError, match=rf"^{param}="):
     check_ptx(_ptx(), [np.zeros(4096, np.uint32)], smem_bytes=0, block=block,
               cluster=cluster, grid=grid)
+
+
+def test_a_cluster_given_its_first_shared_memory_still_reads_its_place_in_the_grid():
+  """``smem_init`` (each CTA's first shared-memory bytes) leaves the cluster's place in
+  the grid as ``first_cta`` says: the second cluster of a (2, 1, 1) grid of (1, 1, 1)
+  clusters is CTA (1, 0, 0), cluster (1, 0, 0)."""
+  grid = (2, 1, 1)
+  out, found = launch(_ptx(), [np.zeros(2 * len(REGS), np.uint32)], cluster=1,
+                      smem_bytes=16, block=1, smem_init=[bytes(range(16))],
+                      first_cta=(1, 0, 0), grid_ctas=grid)
+  assert not found, [f.explained for f in found]
+  got = out[0].view(np.uint32).reshape(2, len(REGS))
+  np.testing.assert_array_equal(got[1], _expected((1, 1, 1), grid)[1])

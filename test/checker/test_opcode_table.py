@@ -19,7 +19,10 @@ import pytest
 from mosaic_async_store.check.interp import PtxKernel
 from mosaic_async_store.check.opcodes import EXAMPLE_REGISTERS, OPCODES, REFUSED
 from mosaic_async_store.check.floats import FLOAT_TYPE
+from mosaic_async_store.check.floats_approx import APPROX_BASES
 from mosaic_async_store.check.ops import split_operands
+from test_float_approx import (approx_reference, cvt_f32_reference, cvt_int_to_f32_reference,
+                               setp_float_reference)
 from test_float_ops import _FMT, _round, _round_exact, _value
 
 _VALUE_HANDLERS = ("_mov", "_arith", "_alu", "_setp", "_cvt")   # values.py's handlers
@@ -105,6 +108,10 @@ def _float_lane_ref(base, fmt, mods, lanes):
   mode = next((m for m in mods if m in ("rn", "rz", "rm", "rp")), "rn")
   def flush(b):
     return b & sign if "ftz" in mods and b & (sign - 1) < 1 << man else b
+  if base == "rcp" and "approx" not in mods:   # (exact: 1.0 / a, as div)
+    return _float_lane_ref("div", fmt, mods, [0x3F800000, lanes[0]])
+  if base in APPROX_BASES:   # (the ISA bounds the error: test_float_approx's value)
+    return approx_reference(base, fmt, "ftz" in mods, lanes[0])
   lanes = [flush(b) for b in lanes]
   if base in ("neg", "abs"):
     return lanes[0] ^ sign if base == "neg" else lanes[0] & (sign - 1)
@@ -117,12 +124,6 @@ def _float_lane_ref(base, fmt, mods, lanes):
     if vals[0] == vals[1] == 0 and lanes[0] != lanes[1]:
       return None
     return lanes[0] if (vals[0] <= vals[1]) == (base == "min") else lanes[1]
-  if base == "ex2":   # (the ISA bounds the error; the checker gives 2^x to within an ulp:
-    if vals[0] is None:   # NumPy's exp2 in float64, rounded once to f32, is that value)
-      return None
-    with np.errstate(over="ignore", under="ignore"):
-      out = int(np.float32(np.exp2(np.float64(vals[0]))).view(np.uint32))
-    return 0 if "ftz" in mods and out & (sign - 1) < 1 << man else out
   if base == "div":
     if None in vals or (vals[0] == 0 and vals[1] == 0) or \
        all(v in (float("inf"), float("-inf")) for v in vals):
@@ -207,6 +208,16 @@ def _reference(stmt, regs):  # noqa: C901  (one reference per opcode)
       return {p: (val(ops[1]) >> (w * i)) & ((1 << w) - 1) for i, p in enumerate(parts)}
     return {d: val(ops[1]) & ((1 << _width(d)) - 1)}
   args = [val(o) for o in ops[1:]]
+  if base == "cvt" and mods[-2:] == ["f32", "f32"]:
+    return {d: cvt_f32_reference(mods[:-2], args[0] & 0xFFFFFFFF)}
+  if base == "cvt" and mods[-2] == "f32" and mods[-1][0] in "su":
+    return {d: cvt_int_to_f32_reference(mods[0], mods[-1], args[0])}
+  if base == "setp" and FLOAT_TYPE.match(mods[-1]):   # (p = t BoolOp c, q = !t BoolOp c)
+    boolop = next((m for m in mods if m in ("and", "or", "xor")), None)
+    t0 = setp_float_reference(mods[0], "ftz" in mods, args[0] & 0xFFFFFFFF, args[1] & 0xFFFFFFFF)
+    c = args[2] & 1 if boolop else 0
+    return {dest: int({None: v, "and": v & c, "or": v | c, "xor": v ^ c}[boolop])
+            for dest, v in zip(d.split("|"), (t0, 1 - t0))}
   if base == "cvt" and any(FLOAT_TYPE.match(m) for m in mods):
     return {d: _cvt_ref(mods, args)}
   if any(FLOAT_TYPE.match(m) for m in mods):
@@ -273,6 +284,8 @@ def _reference(stmt, regs):  # noqa: C901  (one reference per opcode)
          "or": lambda: x[0] | x[1], "xor": lambda: x[0] ^ x[1], "not": lambda: ~x[0],
          "neg": lambda: -x[0], "min": lambda: min(x[0], x[1]), "max": lambda: max(x[0], x[1]),
          "mul": lambda: x[0] * x[1], "mad": lambda: x[0] * x[1] + x[2]}[base]()
+    if "relu" in mods:   # (min/max.relu.s32: "clamps the result to 0 if negative")
+      r = max(r, type(r)(0))
   return {d: _bits_of(r, bits)}
 
 

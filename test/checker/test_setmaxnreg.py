@@ -1,16 +1,18 @@
-"""``setmaxnreg`` (warp specialisation): no memory effect, its count checked at parse, and
-``.aligned``: the lanes of a warp execute it together (a lane at another instruction is
-``aligned-divergence``, in every schedule)."""
+"""``setmaxnreg`` (warp specialisation, check/control.py): no memory effect, and
+``.sync.aligned``: the lanes of a warp execute it together (a lane at another instruction
+is ``aligned-divergence``) and so do the four warps of a warpgroup (a warp at another
+setmaxnreg is ``setmaxnreg-aligned``), in every schedule.  The rules' other cases:
+test_setmaxnreg_rules.py."""
 
 import numpy as np
 import pytest
 
 from mosaic_async_store.check import check_ptx
-from mosaic_async_store.errors import AsyncStoreError
-from ptx_harness import kernel
+from ptx_harness import kernel, rules_in_every_schedule
 
-# Warp 0 gives registers up, warp 1 takes them: a warp-uniform branch on %warpid. The
-# divergent variant splits warp 0 itself between the two instructions.
+# Warpgroup 0 gives registers up, warpgroup 1 takes them: a branch on %r1 >> {shift}
+# (7: the warpgroup, uniform; 5: the warp, which splits warpgroup 0; 4: half a warp,
+# which splits warp 0 itself).
 _BODY = """
   ld.param.u64 %rd1, [k_param_0];
   shr.u32 %r3, %r1, {shift};
@@ -27,20 +29,21 @@ DONE:
 """
 
 
-@pytest.mark.parametrize("shift, divergent", [(5, False), (4, True)])
-def test_setmaxnreg_is_aligned_per_warp(shift, divergent):
-  ptx = kernel(_BODY.format(shift=shift))
-  report = check_ptx(ptx, [np.zeros(64, np.uint32)], smem_bytes=0, block=(64, 1, 1),
-                     schedules=3)
-  if divergent:   # lanes 0..15 and 16..31 of warp 0 at two different setmaxnreg
-    assert all({f.rule for f in report.findings if f.schedule == s} == {"aligned-divergence"}
-               for s in range(3)), str(report)
-  else:
+@pytest.mark.parametrize("shift, rule", [(7, None), (5, "setmaxnreg-aligned"),
+                                         (4, "aligned-divergence")])
+def test_setmaxnreg_is_aligned_per_warpgroup(shift, rule):
+  report = check_ptx(kernel(_BODY.format(shift=shift)), [np.zeros(256, np.uint32)],
+                     smem_bytes=0, block=(256, 1, 1), schedules=3)
+  if rule is None:
     assert report.ok, str(report)
-    assert report.outputs[0].view(np.uint32).tolist() == list(range(64))
+    assert report.outputs[0].view(np.uint32).tolist() == list(range(256))
+  else:
+    assert rules_in_every_schedule(report) == {rule}, str(report)
 
 
-def test_a_register_count_outside_the_isas_range_is_refused():
-  ptx = kernel(_BODY.format(shift=5).replace("232", "236"))   # not a multiple of 8
-  with pytest.raises(AsyncStoreError, match="setmaxnreg"):
-    check_ptx(ptx, [np.zeros(64, np.uint32)], smem_bytes=0, block=(64, 1, 1))
+def test_a_register_count_outside_the_isas_range_is_reported():
+  ptx = kernel(_BODY.format(shift=7).replace("232", "236"))   # not a multiple of 8
+  report = check_ptx(ptx, [np.zeros(256, np.uint32)], smem_bytes=0, block=(256, 1, 1),
+                     schedules=3)
+  assert rules_in_every_schedule(report) == {"setmaxnreg-count"}, str(report)
+  assert "236" in str(report) and "232" in str(report)   # (the value, and the nearest)

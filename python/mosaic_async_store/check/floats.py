@@ -15,9 +15,12 @@ half is the first lane):
   flushes subnormal inputs and results to a zero of the same sign, PTX ISA
   "subnormal numbers");
 * ``neg``, ``abs`` (sign-bit operations; ``.ftz`` flushes first);
-* ``div`` (f32, with a rounding mode: the exact quotient rounded once) and
-  ``ex2.approx{.ftz}.f32`` (an approximation the ISA bounds: ``_ex2`` says which value
-  the checker gives);
+* ``div`` (f32, with a rounding mode: the exact quotient rounded once);
+* (``floats_approx``, on top of this module: the ``.approx`` functions ``rcp``,
+  ``rsqrt``, ``ex2``, ``lg2``, ``tanh``, ``sin``, ``cos``, whose error the ISA bounds,
+  and ``rcp`` with a rounding mode);
+* ``setp``'s comparisons of f32 (``float_compare``: the ISA's ordered and unordered
+  comparisons, ``num``, ``nan``);
 * ``min``, ``max`` (PTX ISA min/max: a NaN operand yields the other operand,
   two NaNs the canonical NaN; with ``.NaN`` any NaN operand yields the canonical
   NaN; ``.ftz`` as above);
@@ -31,26 +34,26 @@ Refused at run time (``NotImplementedError``): an arithmetic result that is NaN
 different signs (the ISA does not order them), an ``.ftz`` result that rounds up
 from the subnormal range to the smallest normal (whether it is flushed is not
 specified).  Refused when the kernel is parsed: every other type, qualifier or
-opcode (``.sat``, ``.relu``, ``.approx`` functions, f64, ``xorsign``, ``cvt``
-between floats and integers, ...).
+opcode (``.sat``, ``.relu``, f64, ``xorsign``, ``cvt`` between floats and integers,
+...).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import re
 from fractions import Fraction
 
 from mosaic_async_store.check import floats_f32
 
-__all__ = ["FLOAT_OPS", "FLOAT_TYPE", "FORMATS", "Format", "float_op", "reduce_add"]
+__all__ = ["FLOAT_COMPARISONS", "FLOAT_OPS", "FLOAT_TYPE", "FORMATS", "Format",
+           "float_compare", "float_op", "packed_lanes", "reduce_add"]
 
 # A floating-point type qualifier: f16, f32, f64, bf16, f16x2, bf16x2, tf32, e4m3x2, ...
 FLOAT_TYPE = re.compile(r"^(b?f\d|tf\d|e\dm\d)")
 
-FLOAT_OPS = ("add", "sub", "mul", "fma", "neg", "abs", "min", "max", "div", "ex2")
+FLOAT_OPS = ("add", "sub", "mul", "fma", "neg", "abs", "min", "max", "div")
 _ROUNDING = ("rn", "rz", "rm", "rp")
 
 
@@ -183,30 +186,6 @@ def _div(x, y):
   return sx ^ sy, Fraction(0) if vy is None else vx / vy
 
 
-def _ex2(fmt, ftz, opcode):
-  """``ex2.approx{.ftz}.f32``: the ISA gives an error bound, not a value ("ex2.approx.f32
-  implements a fast approximation to 2^a", its maximum relative error about 2^-22:
-  PTX ISA, ex2, recalled); the checker returns 2^a to within one f32 unit in the last
-  place (``math.exp2`` in float64, then rounded to nearest): a value the bound allows,
-  not necessarily a GPU's.  ``.ftz``: subnormal inputs and results are zeros."""
-  sign_bit = 1 << (fmt.bits - 1)   # (fmt: f32, the only ex2.approx float_op runs)
-
-  def run(a):
-    if ftz and _subnormal(fmt, a):
-      a &= sign_bit
-    x = floats_f32.value(a)   # (every f32 value is a double)
-    if x != x:
-      raise NotImplementedError(f"{opcode} of a NaN (its result's bit pattern is not "
-                                "modelled)")
-    try:
-      r = math.exp2(x)   # (2^-inf = 0, 2^inf = inf)
-    except OverflowError:
-      r = math.inf
-    out = floats_f32.to_bits(r)   # (rounded to nearest, as encode would)
-    return 0 if ftz and _subnormal(fmt, out) else out
-  return run
-
-
 def _lane_op(base, fmt, mods, opcode):
   """(lane bit patterns) -> lane bit pattern of one ``base`` operation."""
   ftz = "ftz" in mods
@@ -257,7 +236,7 @@ def _lane_op(base, fmt, mods, opcode):
   return run
 
 
-def _packed(fn, lanes, lane_bits):
+def packed_lanes(fn, lanes, lane_bits):
   """A lane function applied to each ``lane_bits``-wide lane of packed operands."""
   if lanes == 1:
     return lambda *args: fn(*(a & ((1 << lane_bits) - 1) for a in args))
@@ -273,13 +252,8 @@ def float_op(base: str, mods: list[str], opcode: str):
   lane_t, lanes = (t[:-2], 2) if t in ("f16x2", "bf16x2", "f32x2") else (t, 1)
   fmt = FORMATS.get(lane_t) if lane_t in ("f32", "f16", "bf16") else None
   allowed = {"ftz"} if lane_t in ("f32", "f16") else set()
-  if base in ("div", "ex2") and (t != "f32" or (base == "ex2") != ("approx" in mods)):
-    fmt = None   # (div.rn.f32 exactly; ex2 only as .approx; no f16 / bf16 forms)
-  if base == "ex2" and fmt is not None:
-    if not set(mods[:-1]) <= {"approx", "ftz"}:
-      fmt = None
-    else:
-      return _ex2(fmt, "ftz" in mods, opcode)
+  if base == "div" and t != "f32":
+    fmt = None   # (div.rn.f32 exactly; no f16 / bf16 forms)
   if base in ("add", "sub", "mul", "fma", "div"):
     allowed |= set(_ROUNDING)
   if base in ("min", "max"):
@@ -289,9 +263,47 @@ def float_op(base: str, mods: list[str], opcode: str):
      len(rounding) > 1 or (base in ("fma", "div") and not rounding):
     raise NotImplementedError(
         f"opcode {opcode} (the checker runs f32/f16/bf16 and f16x2/bf16x2/f32x2 add, sub, mul, "
-        "fma with a rounding mode, neg, abs, min, max{.NaN}, with .ftz on f32/f16, and "
-        "f32 div with a rounding mode and ex2.approx{.ftz})")
-  return _packed(_lane_op(base, fmt, mods[:-1], opcode), lanes, fmt.bits)
+        "fma with a rounding mode, neg, abs, min, max{.NaN}, with .ftz on f32/f16, "
+        "and f32 div with a rounding mode; floats_approx.float_function: rcp and the "
+        ".approx functions)")
+  return packed_lanes(_lane_op(base, fmt, mods[:-1], opcode), lanes, fmt.bits)
+
+
+# setp's float comparisons (PTX ISA, setp, Floating Point Notes): ordered ones are False
+# with a NaN operand, unordered ones (a trailing u) True; num / nan test for NaNs.
+FLOAT_COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge", "equ", "neu", "ltu", "leu", "gtu",
+                     "geu", "num", "nan")
+_ORDERED = {"eq": lambda x, y: x == y, "ne": lambda x, y: x != y, "lt": lambda x, y: x < y,
+            "le": lambda x, y: x <= y, "gt": lambda x, y: x > y, "ge": lambda x, y: x >= y}
+
+
+def float_compare(mods: list[str], opcode: str, nsrc: int):
+  """(test, BoolOp or None) of ``setp.CmpOp{.BoolOp}{.ftz}.f32`` (``mods``: its
+  qualifiers; ``nsrc``: its source operands, 3 with BoolOp's c): ``test(a, b)`` -> 0 / 1
+  compares two bit patterns; ``.ftz``: subnormal inputs are zeros of their sign
+  ("setp.ftz.dtype.f32 flushes subnormal inputs to sign-preserving zero").  Other types
+  and forms: NotImplementedError naming the opcode."""
+  cmp, quals = mods[0], mods[1:-1]
+  boolops = [m for m in quals if m in ("and", "or", "xor")]
+  if mods[-1] != "f32" or cmp not in FLOAT_COMPARISONS or len(boolops) > 1 or \
+     not set(quals) <= {"and", "or", "xor", "ftz"} or len(set(quals)) != len(quals) or \
+     nsrc != (3 if boolops else 2):
+    raise NotImplementedError(
+        f"opcode {opcode} (the checker runs setp.CmpOp{{.BoolOp}}{{.ftz}}.f32 with CmpOp one "
+        f"of {', '.join(FLOAT_COMPARISONS)}; f16 / bf16 / f64 comparisons are not run)")
+  ftz = "ftz" in quals
+  fmt, sign_bit = FORMATS["f32"], 1 << 31
+  unordered, ordered = cmp.endswith("u"), _ORDERED.get(cmp.rstrip("u"))
+
+  def compare(a, b):
+    a, b = a & 0xFFFFFFFF, b & 0xFFFFFFFF   # (the register's low 32 bits)
+    if ftz:
+      a, b = (v & sign_bit if _subnormal(fmt, v) else v for v in (a, b))
+    x, y = floats_f32.value(a), floats_f32.value(b)
+    if x != x or y != y:
+      return int(cmp == "nan" or unordered)
+    return int(cmp == "num" or (cmp != "nan" and ordered(x, y)))
+  return compare, (boolops[0] if boolops else None)
 
 
 def reduce_add(t: str, old: int, new: int, *, shared: bool) -> int:

@@ -9,15 +9,20 @@ rounding of the decoded value (``floats.decode`` / ``floats.encode``, one roundi
 the named mode); the conversions rounded to nearest between f32 and f16 / bf16 go
 through NumPy (f16) and ml_dtypes (bf16), which round them the same way
 (test_float_ops checks), and ``float_cvt_lanes`` runs those on a warp's lanes at once.
-A NaN source is refused (the result's bit pattern is not modelled); every other
-conversion (``cvt`` between floats and integers, other types or qualifiers) is refused
-when the kernel is parsed.
+Also ``cvt{.irnd}{.ftz}{.sat}.f32.f32`` (``_f32_to_f32``: rounding to an integral
+value, clamping to [0.0, 1.0]) and integer to f32 (``_int_to_f32``: one rounding).
+A NaN source is refused (the result's bit pattern is not modelled; ``.sat`` makes it
++0.0); every other conversion (float to integer, integer to f16 / bf16, other types or
+qualifiers) is refused when the kernel is parsed.
 
 Apart from ``floats`` (the formats and the arithmetic) because a conversion changes
 format rather than computing in one, and has its own fast path and warp form.
 """
 
 from __future__ import annotations
+
+import math
+from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
@@ -47,6 +52,11 @@ def float_cvt(mods: list[str], opcode: str, nsrc: int):
   float types (module docstring), or NotImplementedError naming it."""
   types = [m for m in mods if FLOAT_TYPE.match(m)]
   quals = [m for m in mods if m not in types]
+  if types == ["f32", "f32"] and nsrc == 1:
+    return _f32_to_f32(quals, opcode), 32
+  if types == ["f32"] == mods[-2:-1] and nsrc == 1 and mods[-1] in _INTEGER_SOURCES and \
+     len(quals) == 2 and quals[0] in _ROUNDING:
+    return _int_to_f32(mods[-1], quals[0]), 32
   mode = next((m for m in quals if m in _ROUNDING), None)
   satfinite = "satfinite" in quals
   if len(types) != 2 or not set(quals) <= set(_ROUNDING) | {"satfinite"} or \
@@ -118,4 +128,72 @@ def _convert(src: Format, dst: Format, mode: str, satfinite: bool, opcode: str):
       raise NotImplementedError(f"{opcode} of a NaN (the result's bit pattern is not "
                                 "modelled)")
     return encode(dst, x[0], x[1], mode, satfinite)
+  return cvt
+
+
+# cvt.f32.f32's integer rounding modifiers (PTX ISA, cvt: "A floating-point value may be
+# rounded to an integral value using the integer rounding modifiers"): mode -> rounding
+# of a Fraction to an integer (rni: ties to even).
+_INTEGER_ROUNDING = {"rni": round, "rzi": math.trunc, "rmi": math.floor, "rpi": math.ceil}
+
+
+def _f32_to_f32(quals, opcode):
+  """``cvt{.irnd}{.ftz}{.sat}.f32.f32``: the value, rounded to an integer with ``.irnd``
+  (``_INTEGER_ROUNDING``), clamped to [0.0, 1.0] with ``.sat`` ("For floating-point
+  destination types, .sat limits the result to the range [0.0, 1.0]. NaN results are
+  flushed to positive zero"), ``.ftz`` flushing a subnormal input or result to a zero
+  of its sign.  Refused: a NaN without ``.sat`` (its bit pattern is not modelled), and
+  a zero result of a negative operand under ``.irnd`` or ``.sat`` (-0.0 or +0.0: the ISA
+  says neither).  A float rounding modifier is refused ("Floating-point rounding is
+  illegal in all other instances")."""
+  irnd = [m for m in quals if m in _INTEGER_ROUNDING]
+  if not set(quals) <= {*_INTEGER_ROUNDING, "ftz", "sat"} or len(irnd) > 1 or \
+     len(set(quals)) != len(quals):
+    raise NotImplementedError(
+        f"opcode {opcode} (the checker runs cvt{{.rni,.rzi,.rmi,.rpi}}{{.ftz}}{{.sat}}.f32.f32; "
+        "a float rounding modifier is illegal on a conversion that loses no precision)")
+  fmt, sat, ftz = FORMATS["f32"], "sat" in quals, "ftz" in quals
+  to_int = _INTEGER_ROUNDING[irnd[0]] if irnd else None
+  one, sign_bit = 0x3F800000, 0x80000000
+
+  def cvt(a):
+    a &= 0xFFFFFFFF
+    if ftz and not a & 0x7F800000:
+      a &= sign_bit
+    x = decode(fmt, a)
+    if x == NAN:
+      if sat:
+        return 0   # ("NaN results are flushed to positive zero")
+      raise NotImplementedError(f"{opcode} of a NaN (the result's bit pattern is not "
+                                "modelled)")
+    sign, mag = x
+    if to_int is not None and mag is not None:
+      mag = Fraction(abs(to_int(-mag if sign else mag)))
+    if mag == 0 and sign and (sat or (to_int is not None and a & ~sign_bit)):
+      raise NotImplementedError(
+          f"{opcode} of {a:#010x}: a negative operand whose result is zero; the ISA does "
+          "not say whether that zero is -0.0 or +0.0")
+    if sat and sign:
+      return 0
+    if sat and (mag is None or mag > 1):
+      return one
+    out = encode(fmt, sign, mag)   # (exact: an f32 value, or an integer no wider)
+    return out & sign_bit if ftz and not out & 0x7F800000 else out
+  return cvt
+
+
+_INTEGER_SOURCES = {f"{k}{n}" for k in "su" for n in (8, 16, 32, 64)}
+
+
+def _int_to_f32(src, mode):
+  """``cvt.{rn,rz,rm,rp}.f32.{s,u}{8,16,32,64}``: the integer (the low bits of the
+  register the type names, sign-extended for .s types) rounded once in ``mode``
+  ("Floating-point rounding is required ... for integer-to-float conversions")."""
+  bits, signed, fmt = int(src[1:]), src[0] == "s", FORMATS["f32"]
+
+  def cvt(a):
+    v = a & ((1 << bits) - 1)
+    if signed and v >> (bits - 1):
+      v -= 1 << bits
+    return encode(fmt, int(v < 0), Fraction(abs(v)), mode)
   return cvt

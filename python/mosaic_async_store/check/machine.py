@@ -202,8 +202,8 @@ class Machine:
     first = _dims(first_cta, 0)
     self.store_trace = {} if trace_stores else None
     self.smem = [bytearray(b"\xcd" * smem_bytes) for _ in range(cluster)]  # uninitialised
-    for buf, first in zip(self.smem, smem_init or ()):
-      buf[:len(first)] = bytes(first)
+    for buf, image in zip(self.smem, smem_init or ()):
+      buf[:len(image)] = bytes(image)
     self.shadow = [Shadow(smem_bytes) for _ in range(cluster)]
     self.smem_cta = {id(b): i for i, b in enumerate(self.smem)}
     self.flags, self.remote_arrivals = {}, [{} for _ in range(cluster)]

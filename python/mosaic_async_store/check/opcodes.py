@@ -105,7 +105,7 @@ def check_qualifiers(ins: Instr, groups: dict, form: str = "") -> dict:
 
 # Opcodes refused by name although Mosaic GPU kernels may contain them (the table
 # walk checks that each is refused).
-REFUSED = ("activemask.b32 %r1", "popc.b32 %r1, %r2", "rcp.approx.f32 %f1, %f2",
+REFUSED = ("activemask.b32 %r1", "popc.b32 %r1, %r2", "sqrt.approx.f32 %f1, %f2",
            "tcgen05.shift.cta_group::1.down [%r1]")
 
 

@@ -213,6 +213,11 @@ class Program:
     self.finishers = {}       # name -> f(program), run once every instruction is compiled
     self.named = []           # per instruction, the registers it names (poll_state)
     start = text.index("{", m.end())
+    # (``.maxnreg N`` among the performance-tuning directives before the body: the
+    # per-thread register count a launch starts with, which ``setmaxnreg`` is checked
+    # against: check/control.py)
+    maxnreg = re.search(r"\.maxnreg\s+(\d+)", text[m.end():start])
+    self.maxnreg = int(maxnreg.group(1)) if maxnreg else None
     self._first_line = text.count("\n", 0, start) + 1
     self._parse(text[start:])
 

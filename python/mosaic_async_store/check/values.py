@@ -15,7 +15,8 @@ import operator
 
 from mosaic_async_store.check import addresses, contraction, float_columns, program
 from mosaic_async_store.check.findings import Stop
-from mosaic_async_store.check.floats import FLOAT_TYPE, float_op
+from mosaic_async_store.check.floats import FLOAT_TYPE, float_compare
+from mosaic_async_store.check.floats_approx import float_function
 from mosaic_async_store.check.floats_cvt import float_cvt, float_cvt_lanes
 from mosaic_async_store.check.family import Family
 from mosaic_async_store.check.opcodes import Opcode
@@ -177,10 +178,10 @@ def _param_to_generic(v):
 
 
 def _arith(k, ins):
-  """An arithmetic opcode: the float form (``floats.float_op``) when a type is a
-  float type, else the integer ALU."""
+  """An arithmetic opcode: the float form (``floats_approx.float_function``) when a
+  type is a float type, else the integer ALU."""
   if any(FLOAT_TYPE.match(m) for m in ins.mods):
-    fn = float_op(ins.base, ins.mods, ins.opcode)   # exact, or refused by name
+    fn = float_function(ins.base, ins.mods, ins.opcode)   # exact, bounded, or refused
     put, args = program.setter(k, ins.ops[0], ins.bits), ins.src[1:]
     vec = float_columns.lanes_form(ins.base, ins.mods)   # (None: lane by lane)
     if not any(m in contraction.ROUNDING for m in ins.mods):   # may be fused with an fma
@@ -207,6 +208,11 @@ def _arith(k, ins):
 def _alu(k, ins):
   base, bits, signed = ins.base, ins.bits, ins.signed
   extras = _extras(ins)
+  # min/max.relu.s32 (PTX ISA, integer min / max: ".relu clamps the result to 0 if
+  # negative"; s16x2 forms, not run here, stay refused by their type)
+  relu = base in ("min", "max") and extras == ["relu"] and ins.types == ["s32"]
+  if relu:
+    extras = []
   allowed = _ALU_QUALIFIERS.get(base, set())
   if base not in ALU or not set(extras) <= allowed or (allowed and len(extras) != 1) or not ins.types or \
      (base == "prmt" and ins.mods != ["b32"]):
@@ -223,6 +229,8 @@ def _alu(k, ins):
         "mad": lambda a, b, c: sv(a) * sv(b) + c}[base]
   if not signed and base in ("min", "max", "mul"):
     fn = {"min": min, "max": max, "mul": operator.mul}[base]
+  if relu:
+    fn = (lambda f: lambda a, b: max(f(a, b), 0))(fn)
   dbits = 2 * bits if "wide" in extras else bits
   return _fused(program.setter(k, ins.ops[0], dbits), ins.ops[0], dbits, fn, ins.ops[1:],
                 ins.src[1:])
@@ -231,10 +239,15 @@ def _alu(k, ins):
 def _setp(k, ins):
   """setp.<cmp>{.<boolop>}.<integer type> p{|q}, a, b{, {!}c} (PTX ISA, setp: "p =
   (a CmpOp b) BoolOp c", "q = (!(a CmpOp b)) BoolOp c"; without BoolOp, p = a CmpOp b
-  and q its negation); float comparisons are refused."""
+  and q its negation); ``.f32`` comparisons by ``floats.float_compare``, others refused."""
   cmp = ins.mods[0] if ins.mods else None
+  if FLOAT_TYPE.match(ins.t):   # (the f32 comparisons and their form, or refused)
+    test, boolop = float_compare(ins.mods, ins.opcode, len(ins.ops) - 1)
+    if ins.ops[0][0] not in ("reg", "pair"):
+      _refuse(ins)
+    return _predicates(k, ins, test, ins.src[1], ins.src[2], boolop)
   boolop = ins.mods[1] if len(ins.mods) == 3 else None
-  if cmp not in _CMP or len(ins.mods) not in (2, 3) or ins.t[0] == "f" or \
+  if cmp not in _CMP or len(ins.mods) not in (2, 3) or \
      boolop not in (None, "and", "or", "xor") or len(ins.ops) != (4 if boolop else 3) or \
      ins.ops[0][0] not in ("reg", "pair"):
     _refuse(ins)
@@ -251,15 +264,20 @@ def _setp(k, ins):
       return _fused(put, ins.ops[0], 1, getattr(operator, method.strip("_")), ops, srcs)
     return lambda th: put(th, getattr(sign_extend(a(th), bits), method)(
         sign_extend(b(th), bits)))
+  sv = (lambda v: sign_extend(v, bits)) if ins.signed else (lambda v: v)
+  return _predicates(k, ins, lambda x, y: int(getattr(sv(x), method)(sv(y))), a, b, boolop)
+
+
+def _predicates(k, ins, test, a, b, boolop):
+  """setp's destinations p{|q}: ``t = test(a, b)``; p = t BoolOp c, q = !t BoolOp c."""
   dests = ins.ops[0][1:] if ins.ops[0][0] == "pair" else (ins.ops[0],)
   puts = [program.setter(k, d, 1) for d in dests]
-  sv = (lambda v: sign_extend(v, bits)) if ins.signed else (lambda v: v)
   combine = {None: lambda t, c: t, "and": operator.and_, "or": operator.or_,
              "xor": operator.xor}[boolop]
   c = ins.src[3] if boolop else (lambda th: 0)
 
   def setp(th):
-    t, cv = int(getattr(sv(a(th)), method)(sv(b(th)))), c(th) & 1
+    t, cv = test(a(th), b(th)), c(th) & 1
     for put, v in zip(puts, (t, t ^ 1)):
       put(th, combine(v, cv))
   return setp
@@ -333,15 +351,32 @@ OPCODES = {
     "div": Opcode(_arith, ("div.rn.f32 %f1, %f2, %f3", "div.rz.ftz.f32 %f1, %f2, %f3"),
                   ("div.approx.f32 %f1, %f2, %f3", "div.full.f32 %f1, %f2, %f3",
                    "div.s32 %r1, %r2, %r3", "div.rn.f64 %rd1, %rd2, %rd3")),
-    "ex2": Opcode(_arith, ("ex2.approx.ftz.f32 %f1, %f2", "ex2.approx.f32 %f1, %f2"),
-                  ("ex2.approx.f16 %h1, %h2", "ex2.f32 %f1, %f2")),
+    "ex2": Opcode(_arith, ("ex2.approx.ftz.f32 %f1, %f2", "ex2.approx.f32 %f1, %f2",
+                           "ex2.approx.f16 %h1, %h2", "ex2.approx.f16x2 %r1, %r2",
+                           "ex2.approx.ftz.bf16x2 %r1, %r2"),
+                  ("ex2.approx.bf16 %h1, %h2", "ex2.f32 %f1, %f2",
+                   "ex2.approx.ftz.f16 %h1, %h2")),
+    "rcp": Opcode(_arith, ("rcp.approx.f32 %f1, %f2", "rcp.approx.ftz.f32 %f1, %f2",
+                           "rcp.rn.f32 %f1, %f2", "rcp.rz.ftz.f32 %f1, %f2"),
+                  ("rcp.f32 %f1, %f2", "rcp.approx.ftz.f64 %rd1, %rd2",
+                   "rcp.rn.f64 %rd1, %rd2")),
+    "rsqrt": Opcode(_arith, ("rsqrt.approx.f32 %f1, %f2", "rsqrt.approx.ftz.f32 %f1, %f2"),
+                    ("rsqrt.approx.f64 %rd1, %rd2", "rsqrt.rn.f32 %f1, %f2")),
+    **{b: Opcode(_arith, (f"{b}.approx.f32 %f1, %f2", f"{b}.approx.ftz.f32 %f1, %f2"),
+                 (f"{b}.approx.f16 %h1, %h2", f"{b}.f32 %f1, %f2"))
+       for b in ("lg2", "sin", "cos")},
+    "tanh": Opcode(_arith, ("tanh.approx.f32 %f1, %f2", "tanh.approx.f16 %h1, %h2",
+                            "tanh.approx.bf16x2 %r1, %r2"),
+                   ("tanh.approx.ftz.f32 %f1, %f2", "tanh.f32 %f1, %f2")),
     "neg": Opcode(_arith, ("neg.s32 %r1, %r2", "neg.f32 %f1, %f2")),
     "abs": Opcode(_arith, ("abs.f32 %f1, %f2", "abs.ftz.f32 %f1, %f2"),
                   ("abs.s32 %r1, %r2",)),
     "min": Opcode(_arith, ("min.s32 %r1, %r2, %r3", "min.u32 %r1, %r2, %r3",
+                           "min.relu.s32 %r1, %r2, %r3",
                            "min.f32 %f1, %f2, %f3", "min.NaN.bf16x2 %r1, %r2, %r3"),
-                  ("min.relu.s32 %r1, %r2, %r3", "min.xorsign.abs.f32 %f1, %f2, %f3")),
+                  ("min.relu.s16x2 %r1, %r2, %r3", "min.xorsign.abs.f32 %f1, %f2, %f3")),
     "max": Opcode(_arith, ("max.s32 %r1, %r2, %r3", "max.u64 %rd1, %rd2, %rd3",
+                           "max.relu.s32 %r1, %r2, %r3",
                            "max.ftz.NaN.f32 %f1, %f2, %f3", "max.f16 %h1, %h2, %h3"),
                   ("max.relu.f32 %f1, %f2, %f3",)),
     "and": Opcode(_alu, ("and.b32 %r1, %r2, %r3", "and.pred %p1, %p2, %p3",
@@ -366,16 +401,23 @@ OPCODES = {
                            "setp.eq.and.s32 %p1, %r2, %r3, !%p2",
                            "setp.lt.or.u32 %p1|%p3, %r2, 5, %p2",
                            "setp.ne.xor.s64 %p1, %rd2, %rd3, %p2",
-                           "setp.eq.s32 %p1|%p2, %r2, %r3"),
-                   ("setp.lt.f32 %p1, %f2, %f3", "setp.eq.nand.s32 %p1, %r2, %r3, %p2",
-                    "setp.eq.s32 %p1, %r2, %r3, %p2")),
+                           "setp.eq.s32 %p1|%p2, %r2, %r3", "setp.ge.f32 %p1, %f2, %f3",
+                           "setp.ltu.ftz.f32 %p1, %f2, %f3", "setp.nan.f32 %p1, %f2, %f3",
+                           "setp.neu.or.f32 %p1|%p2, %f2, %f3, %p3"),
+                   ("setp.lt.f64 %p1, %rd2, %rd3", "setp.eq.nand.s32 %p1, %r2, %r3, %p2",
+                    "setp.eq.s32 %p1, %r2, %r3, %p2", "setp.lo.f32 %p1, %f2, %f3",
+                    "setp.lt.f16 %p1, %h2, %h3")),
     "cvt": Opcode(_cvt, ("cvt.u32.u64 %r1, %rd2", "cvt.s64.s32 %rd1, %r2",
                          "cvt.u64.u32 %rd1, %r2", "cvt.u16.u32 %h1, %r2",
                          "cvt.rn.bf16x2.f32 %r1, %f2, %f3", "cvt.rz.f16.f32 %h1, %f2",
-                         "cvt.f32.bf16 %f1, %h2", "cvt.rn.satfinite.e4m3x2.f32 %h1, %f2, %f3"),
-                  ("cvt.sat.s8.s32 %r1, %r2", "cvt.rn.f32.s32 %f1, %r2",
+                         "cvt.f32.bf16 %f1, %h2", "cvt.rn.satfinite.e4m3x2.f32 %h1, %f2, %f3",
+                         "cvt.sat.f32.f32 %f1, %f2", "cvt.ftz.sat.f32.f32 %f1, %f2",
+                         "cvt.rni.f32.f32 %f1, %f2", "cvt.rmi.ftz.sat.f32.f32 %f1, %f2",
+                         "cvt.rn.f32.s32 %f1, %r2", "cvt.rz.f32.u64 %f1, %rd2"),
+                  ("cvt.sat.s8.s32 %r1, %r2", "cvt.rn.f16.s32 %h1, %r2",
                    "cvt.rzi.s32.f32 %r1, %f2", "cvt.rn.e4m3x2.f32 %h1, %f2, %f3",
-                   "cvt.rn.f32.f64 %f1, %rd2")),
+                   "cvt.rn.f32.f64 %f1, %rd2", "cvt.rn.f32.f32 %f1, %f2",
+                   "cvt.sat.f16.f16 %h1, %h2")),
 }
 
 FAMILY = Family("values", OPCODES)

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 __all__ = ["RULES", "size_multiple_of_16", "bulk_aligned", "tensor_smem_aligned",
            "tensor_map_aligned", "tensor_map_space", "multicast_mask", "mbar_with_dst",
-           "shared_cta_is_own", "dims_match", "tensor_map_rules", "BULK_ALIGN",
+           "shared_cta_is_own", "dims_match", "store_coords_non_negative",
+           "traversal_stride_inner", "copy_to_peer", "tensor_map_rules", "BULK_ALIGN",
            "TENSOR_SMEM_ALIGN", "TENSOR_MAP_ALIGN"]
 
 BULK_ALIGN, TENSOR_SMEM_ALIGN, TENSOR_MAP_ALIGN = 16, 128, 64
@@ -113,6 +114,43 @@ def dims_match(form_dims, tmap_rank, what="cp.async.bulk.tensor"):
   return None
 
 
+def store_coords_non_negative(coords, what="cp.async.bulk.tensor"):
+  """A tensor copy in the ``.global.shared::cta`` direction (a store or a reduction into
+  global memory) starts its box at non-negative coordinates (``coords``: PTX order,
+  c0 innermost).  Coordinates past the tensor's end are not restricted: the elements
+  out of bounds are not written."""
+  negative = [f"c{i} = {c}" for i, c in enumerate(coords) if c < 0]
+  if negative:
+    return (f"{what} into global memory at tensorCoords {list(coords)}: {', '.join(negative)} "
+            "is negative; a store's or reduction's box must start at non-negative "
+            "coordinates (only a load may start before the tensor: its out-of-bounds "
+            "elements are filled); start the box at 0 and shrink it, or store the edge "
+            "through a tensor map whose box fits")
+  return None
+
+
+def traversal_stride_inner(tmap, what="cp.async.bulk.tensor"):
+  """A non-interleaved tensor map's traversal stride (element stride) in dimension 0,
+  the innermost, is 1."""
+  strides = getattr(tmap, "element_strides", None)
+  if strides and not getattr(tmap, "interleave", 0) and int(strides[-1]) != 1:
+    return (f"{what} with a tensor map whose innermost traversal stride (element_strides"
+            f"[-1], the driver's elementStrides[0]) is {int(strides[-1])}: a non-interleaved "
+            "map's must be 1; pass element_strides with a last entry of 1")
+  return None
+
+
+def copy_to_peer(dst_cta, executing_cta, what="cp.async.bulk.shared::cluster.shared::cta"):
+  """A bulk copy from .shared::cta to .shared::cluster writes another CTA's shared
+  memory, not the executing CTA's own."""
+  if dst_cta == executing_cta:
+    return (f"{what}: dstMem is in the executing CTA {executing_cta}'s own shared memory; "
+            "this direction copies into a different CTA of the cluster (mapa the address "
+            "to a peer's rank), and a copy within one CTA's shared memory is not one of the "
+            "bulk copies")
+  return None
+
+
 def tensor_map_rules(tmap, global_address=None):
   """The tensor map's own requirements (cuTensorMapEncodeTiled's), for a map the kernel
   built or altered itself: a list of messages (empty: it keeps them).  ``tmap`` as in
@@ -176,6 +214,19 @@ RULES = {
                         "executing CTA's window; one outside it is undefined behaviour"),
     "tensor-dims": (dims_match, "(ISA, recalled, cp.async.bulk.tensor) \"The dimension of the "
                     "tensor data is specified by the .dim modifier\", the tensor map's rank"),
+    "tensor-store-coords": (store_coords_non_negative, "PTX ISA 9.7.9.25.5.1, Restriction "
+                            "on Tensor Copy instructions: \"Following are the restrictions "
+                            "on the .global.shared::cta direction: Starting co-ordinates for "
+                            "Bounding Box (tensorCoords) must be non-negative\" (the "
+                            "exception, .tile::scatter4 on sm_107f, is a mode the checker "
+                            "refuses)"),
+    "tensor-traversal-stride": (traversal_stride_inner, "PTX ISA 5.5.3.2, Traversal-Stride: "
+                                "\"For non-interleaved layout, the traversal stride in "
+                                "dimension 0 must always be 1.\""),
+    "bulk-s2s-peer": (copy_to_peer, "PTX ISA, cp.async.bulk: \"When the source of the copy "
+                      "is .shared::cta and the destination is .shared::cluster, the "
+                      "destination has to be in the shared memory of a different CTA "
+                      "within the cluster.\""),
     "tensor-map": (tensor_map_rules, "CUDA driver API, cuTensorMapEncodeTiled: globalDim "
                    "\"must be non-zero and less than or equal to 2^32\"; globalStrides \"must "
                    "be a multiple of 16 and less than 2^40\"; boxDim \"must be non-zero and "

@@ -19,7 +19,9 @@ groups.  It runs:
     of either the same CTA as the shared memory destination dstMem or in its
     peer-CTA", PTX ISA 9.7.9.25.5.1; ``bulk_rules.mbar_with_dst``);
   * stores from shared memory into a bulk group: ``cp.async.bulk.tensor.Nd.global.
-    shared::cta{.tile}.bulk_group`` (out-of-bounds elements dropped) and
+    shared::cta{.tile}.bulk_group`` (elements past the tensor's end not written; a box
+    starting at a negative coordinate is ``tensor-store-coords``: PTX ISA 9.7.9.25.5.1,
+    "Starting co-ordinates for Bounding Box (tensorCoords) must be non-negative") and
     ``cp.async.bulk.global.shared::cta.bulk_group``;
   * ``cp.async.bulk.commit_group`` and ``cp.async.bulk.wait_group{.read} N``;
   * ``cp.reduce.async.bulk{.tensor}`` into global memory (a bulk group) or a peer's
@@ -93,17 +95,21 @@ def _signed32(v):
   return v - (1 << 32) if v >> 31 else v
 
 
-def _tensor(k, th, form, getter, smem_off):
-  """(map, global buffer, tensor base offset, layout runs) of a tensor operand."""
+def _tensor(k, th, form, getter, smem_off, into_global):
+  """(map, global buffer, tensor base offset, layout runs) of a tensor operand; a copy
+  ``into_global`` (a store or a reduction) must start at non-negative coordinates."""
   map_op, coord_ops = form.operand("tensorMap"), form.operand("tensorCoords")
   addr = getter(map_op)(th)
   _rule(k, "tensor-map-align", bulk_rules.tensor_map_aligned(addr))
   tmap = addresses.tensor_map(k, th, addr)
   _rule(k, "tensor-dims", bulk_rules.dims_match(form.dims, len(tmap.dims)))
+  _rule(k, "tensor-traversal-stride", bulk_rules.traversal_stride_inner(tmap))
   moff = addresses.param_offset(addr)
   base_addr = int.from_bytes(k.param_buf[moff + 8:moff + 16], "little")
   buf, base = addresses.mem(k, th, "global", base_addr, 1)
   coords = [_signed32(getter(c)(th)) for c in coord_ops]
+  if into_global:
+    _rule(k, "tensor-store-coords", bulk_rules.store_coords_non_negative(coords))
   runs = tma_geometry.runs(tma_geometry.box_layout(tmap, coords, smem_off))
   return tmap, buf, base, runs
 
@@ -174,7 +180,7 @@ def _copy(k, ins, form):
       smem_addr = (dst_get if into_smem else src_get)(th)
       _rule(k, "tensor-smem-align", bulk_rules.tensor_smem_aligned(smem_addr))
       cta, smem_off = _smem(k, th, smem_addr, form.dst if into_smem else form.src, 1)
-      tmap, buf, base, runs = _tensor(k, th, form, getter, smem_off)
+      tmap, buf, base, runs = _tensor(k, th, form, getter, smem_off, not into_smem)
       n = tma_geometry.box_bytes(tmap)
       _smem(k, th, smem_addr, form.dst if into_smem else form.src, n)
       moves = _moves_of(runs, base, smem_off, into_smem)
@@ -201,6 +207,8 @@ def _copy(k, ins, form):
         src_cta, src_off = _smem(k, th, s, form.src, n)
         _rule(k, "bulk-shared-cta", bulk_rules.shared_cta_is_own(src_cta, th.cta, "srcMem"))
         cta, smem_off = _smem(k, th, d, form.dst, n)
+        if form.red_op is None:   # (the ISA says so of cp.async.bulk, not of the reduction)
+          _rule(k, "bulk-s2s-peer", bulk_rules.copy_to_peer(cta, th.cta, name))
         moves = Moves([smem_off], [src_off], [n])
     if not into_smem:
       _rule(k, "bulk-shared-cta", bulk_rules.shared_cta_is_own(cta, th.cta, "srcMem"))
@@ -241,9 +249,10 @@ def _prefetch(k, ins, form):
     src, size = k.program.getter(form.operand("srcMem")), k.program.getter(form.operand("size"))
 
     def bulk_prefetch(th):
-      n = size(th) & 0xFFFFFFFF
-      _rule(k, "bulk-size", bulk_rules.size_multiple_of_16(n))
-      _global(k, th, src(th), n)
+      n, addr = size(th) & 0xFFFFFFFF, src(th)
+      _rule(k, "bulk-size", bulk_rules.size_multiple_of_16(n, "cp.async.bulk.prefetch"))
+      _rule(k, "bulk-align", bulk_rules.bulk_aligned(addr, "srcMem", "cp.async.bulk.prefetch"))
+      _global(k, th, addr, n)
     return bulk_prefetch
   get = k.program.getter(form.operand("a" if form.kind == "prefetch_tensormap" else
                                       "tensorMap"))

@@ -32,7 +32,10 @@ innermost as in the tensor map; the CUDA driver API, cuTensorMapEncodeTiled, ord
 * Out of bounds.  Coordinates are signed; an element whose coordinate in any dimension
   is negative or at least that dimension's size is out of bounds.  A load fills it
   (zeros, or NaN per the tensor map's oobFill) and still counts its bytes: the
-  complete_tx count of a load is the whole box, ``box_bytes``.  A store drops it.
+  complete_tx count of a load is the whole box, ``box_bytes``.  A store does not
+  write it (PTX ISA 5.5.3.3: the tensor operation "can detect and handle the case when
+  the Bounding Box crosses the tensor boundary"); a store's box must not start at a
+  negative coordinate (``bulk_rules.store_coords_non_negative``).
 * ``runs(layout)``: maximal stretches of consecutive box elements that are contiguous in
   shared memory and in global memory (out-of-bounds elements: contiguous in shared
   memory), as arrays ``smem_off``, ``global_off`` (-1 for out-of-bounds runs),

@@ -3,7 +3,9 @@
 warp's operations still have in flight (``wgmma-registers``; ``wgmma_layout.RULES``
 quotes the ISA's sentence), and recorded as accessed since the warp's last
 ``wgmma.fence`` (for ``wgmma-fence``); ``aligned``: the rule ``wgmma-aligned`` on the
-order of a warpgroup's wgmma instructions.  The family itself: ``wgmma``.
+order of a warpgroup's wgmma instructions; ``uniform`` and ``operands_differ``: the rule
+``wgmma-operands`` on the operands of one ``wgmma.mma_async`` across the warpgroup.  The
+family itself: ``wgmma``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import re
 from mosaic_async_store.check import findings
 from mosaic_async_store.check.findings import Finding, Stop
 
-__all__ = ["RegisterGuard", "aligned", "failure"]
+__all__ = ["RegisterGuard", "aligned", "failure", "uniform", "operands_differ"]
 
 
 def failure(rule, wg, w, text):
@@ -46,6 +48,43 @@ def aligned(k, wg, w, pc):
   if passed >= 64:
     del wg.order[:passed]
     wg.order_base += passed
+
+
+# The register and predicate operands of wgmma.mma_async that must be one value for the
+# whole warpgroup (``Entry.operands``' first three; the rest are immediates of the one
+# instruction, equal wherever the instruction is).
+_SHARED_OPERANDS = ("a-desc", "b-desc", "scale-d")
+
+
+def uniform(wg, w, operand, values):
+  """The one value every lane of warp ``w`` gives for ``operand`` (a descriptor,
+  scale-d); lanes that give different ones are ``wgmma-operands`` (undefined: the
+  "contents of a matrix descriptor must be same across all the warps in the
+  warpgroup", and the instruction is one operation of the whole warpgroup)."""
+  distinct = sorted(set(int(v) for v in values))
+  if len(distinct) != 1:
+    raise Stop(failure("wgmma-operands", wg, w, (
+        f"wgmma.mma_async's {operand} differs between the lanes of the warp "
+        f"({_values(operand, distinct)}): every thread of the warpgroup must give the "
+        f"same {operand}; compute it from warpgroup-uniform values")))
+  return values[0]
+
+
+def operands_differ(wg, w, j, first, mine, earlier):
+  """The ``wgmma-operands`` finding of warp ``w``, whose operation ``j`` (the same
+  instruction, in the same group) has operands ``mine`` where the warps ``earlier``,
+  which issued it before, had ``first``."""
+  name = next(n for n, a, b in zip(_SHARED_OPERANDS, first, mine) if a != b)
+  i = _SHARED_OPERANDS.index(name)
+  return failure("wgmma-operands", wg, w, (
+      f"its wgmma.mma_async number {j + 1} has {name} {_values(name, [mine[i]])}, warps "
+      f"{earlier} of the warpgroup gave {_values(name, [first[i]])}: every warp of the "
+      f"warpgroup must give the same {name}; compute it from warpgroup-uniform values"))
+
+
+def _values(operand, values):
+  return ", ".join(f"{v:#x}" if operand.endswith("desc") else str(v) for v in values[:4]) \
+      + (", ..." if len(values) > 4 else "")
 
 
 class RegisterGuard:

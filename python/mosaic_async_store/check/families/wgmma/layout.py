@@ -88,6 +88,12 @@ RULES = {
                      "warps' n-th wgmma instruction of any of the four kinds must be one "
                      "instruction; their n-th wgmma.mma_async's descriptors and group "
                      "must agree)",
+    "wgmma-operands": "(ISA, wgmma.mma_async) \"The contents of a matrix descriptor must be "
+                      "same across all the warps in the warpgroup\"; \"The mandatory "
+                      ".aligned qualifier indicates that all threads in the warpgroup must "
+                      "execute the same wgmma.mma_async instruction\" (one operation of the "
+                      "warpgroup: a-desc, b-desc or the scale-d predicate that differs "
+                      "between its threads leaves the operation undefined)",
 }
 
 

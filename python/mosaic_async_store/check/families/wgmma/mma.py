@@ -11,8 +11,11 @@ there, ``wgmma_layout.RULES``):
     ``wait_group`` instruction (PTX ISA, each of the four), so the n-th wgmma
     instruction of each warp must be the same instruction (``wgmma_guard.aligned``:
     ``wgmma-aligned``); the n-th ``wgmma.mma_async`` of each warp is the warpgroup's
-    n-th operation (``Entry``), with the same descriptors and scale operands, in the
-    same group (``wgmma-aligned``);
+    n-th operation (``Entry``), in the same group (``wgmma-aligned``; a warpgroup
+    missing warps, in a block that is not a multiple of 128 threads, is too), with the
+    same a-desc, b-desc and scale-d in every thread (``wgmma-operands``: the ISA's
+    "The contents of a matrix descriptor must be same across all the warps in the
+    warpgroup"; an undefined operation, so the run stops there);
   * an operation executes once its fourth warp has issued it (``wgmma_exec.execute``):
     A (from shared memory through its descriptor, or from the four warps' registers) and
     B are read through the asynchronous proxy with the clock of all 128 issuing threads
@@ -50,7 +53,9 @@ from mosaic_async_store.check.ops import ints_array
 from mosaic_async_store.check.outcomes import BLOCK, FALLBACK, YIELD
 from mosaic_async_store.check.registers import read, write
 from mosaic_async_store.check.waits import Wait
-from mosaic_async_store.check.families.wgmma.guard import RegisterGuard, aligned, failure as _fail
+from mosaic_async_store.check.families.wgmma.guard import (RegisterGuard, aligned,
+                                                           failure as _fail,
+                                                           operands_differ, uniform)
 
 __all__ = ["OPCODES", "Warpgroup", "Entry", "WgmmaWait"]
 
@@ -137,9 +142,12 @@ def _state(k, th):
   key = (th.cta, th.tid // 128)
   wg = k.wgmma.get(key)
   if wg is None:
-    if k.block % 128:
-      raise NotImplementedError(f"wgmma in a block of {k.block} threads (the checker runs "
-                                "blocks of whole warpgroups)")
+    if k.block < 128 * (key[1] + 1):   # (a warpgroup missing warps cannot execute it all)
+      raise Stop(Finding("wgmma-aligned", (
+          f"CTA {th.cta} warpgroup {key[1]} warp {th.tid // 32 % 4} executes a wgmma "
+          f"instruction in a warpgroup of {(k.block - 128 * key[1] + 31) // 32} warps (a "
+          f"block of {k.block} threads): all threads of a warpgroup, four whole warps, must "
+          "execute it; launch a multiple of 128 threads or keep wgmma to whole warpgroups")))
     wg = k.wgmma[key] = Warpgroup(*key)
   return wg, th.tid // 32 % 4
 
@@ -210,10 +218,10 @@ def _mma(k, ins):
     wg, w = _state(k, lanes[0])
     aligned(k, wg, w, pc)
     ws = wg.warps[w]
-    operands = (_uniform(desc_a_lanes(lanes)) if desc_a else None,
-                _uniform(desc_b_lanes(lanes)),
-                _uniform([int(v) & 1 for v in scale_d_lanes(lanes)]), scale_a, scale_b,
-                trans_a, trans_b)
+    operands = (uniform(wg, w, "a-desc", desc_a_lanes(lanes)) if desc_a else None,
+                uniform(wg, w, "b-desc", desc_b_lanes(lanes)),
+                uniform(wg, w, "scale-d", [int(v) & 1 for v in scale_d_lanes(lanes)]),
+                scale_a, scale_b, trans_a, trans_b)
     if ws.touched is None:
       findings.report(k, _fail("wgmma-fence", wg, w, "wgmma.mma_async with no wgmma.fence "
                                "before it (the warpgroup's first one needs one)"))
@@ -228,9 +236,8 @@ def _mma(k, ins):
     entry = wg.entries[j]
     if entry.pc != pc or entry.group != group or entry.operands != operands:
       if entry.pc == pc and entry.group == group:
-        raise NotImplementedError("(wgmma.mma_async whose descriptors or scale-d differ "
-                                  "between the warps of the warpgroup: the checker runs "
-                                  "warpgroup-uniform ones)")
+        raise Stop(operands_differ(wg, w, j, entry.operands, operands,
+                                   [x for x, held in enumerate(entry.inputs) if held]))
       what = "instruction" if entry.pc != pc else "group"
       raise Stop(_fail("wgmma-aligned", wg, w, f"its wgmma.mma_async number {j + 1} "
                        f"differs from another warp's in its {what}: all threads of the "
@@ -270,14 +277,6 @@ def _registers(lanes, columns):
   ``ops.UNDEFINED``'s low bits)."""
   values = ints_array([read(col, lanes) for col in columns])   # [registers, lanes]
   return (values.T & 0xFFFFFFFF).astype(np.uint32, order="C")
-
-
-def _uniform(values):
-  """The one value every lane of a warp gives (descriptors, scale-d)."""
-  if len(set(values)) != 1:
-    raise NotImplementedError("(wgmma.mma_async whose descriptors or scale-d differ between "
-                              "the lanes of a warp: the checker runs warpgroup-uniform ones)")
-  return values[0]
 
 
 def _check_registers(k, wg, w, ws, d_names, sources, a_names):
