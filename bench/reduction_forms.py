@@ -208,7 +208,7 @@ def kernel_forms(arch: str) -> dict[str, int]:
   plain, n = _RED_ASYNC_HALF.subn(r"red.relaxed.cluster.shared::cluster.xor.b32 \1, \2;",
                                   emitted)
   assert n == 64, n
-  plain = plain.replace("mbarrier.arrive.expect_tx.shared::cluster.b64",
+  plain = plain.replace("mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64",
                         "mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64")
   counts = {}
   for name, ptx in (("red.async .b32 halves (emitted)", emitted),

@@ -96,16 +96,23 @@ def emit_red_plain(addr: ir.Value, imm: int, value: ir.Value, opcode: str) -> No
                   has_side_effects=True)
 
 
-def emit_arrive_expect_tx(barrier: ir.Value, tx: ir.Value, *, release_cluster: bool) -> None:
-  """``mbarrier.arrive.expect_tx{.release.cluster}.shared::cluster.b64 _, [$0], $1;``
+def emit_arrive_expect_tx(barrier: ir.Value, tx: ir.Value, *, release_cluster: bool,
+                          peer: bool = False) -> None:
+  """``mbarrier.arrive.expect_tx{.release.cluster|.relaxed.cluster}.shared::cluster.b64 _,
+  [$0], $1;``
 
   One arrival that also announces ``tx`` bytes.  ``release_cluster`` orders
   this thread's earlier plain stores and reductions (which no tx count tracks)
   before the arrival, at cluster scope; plans made only of st.async/red.async
-  omit it, since each of those completes with its own release (and the
-  cluster-scope fence costs a MEMBAR).
+  need no release (each of those completes on the barrier's tx count, which makes
+  its bytes visible to the waiters; the cluster-scope release costs a MEMBAR).  On a
+  ``peer`` plan's barrier such an arrival is ``.relaxed.cluster`` (PTX ISA 8.6,
+  sm_90): it only counts.  Not the default ``.release.cta``, whose release would
+  claim an ordering that the ISA gives no thread of another CTA (the checker's
+  warning ``peer-arrive-cta``); on the executing CTA's own barrier the default
+  ``.release.cta`` orders its plain stores for its own waiters.
   """
-  sem = ".release.cluster" if release_cluster else ""
+  sem = ".release.cluster" if release_cluster else ".relaxed.cluster" if peer else ""
   asm = f"mbarrier.arrive.expect_tx{sem}.shared::cluster.b64 _, [$0], $1;"
   llvm.inline_asm(_void(), [barrier, tx], asm, "r,r", has_side_effects=True)
 

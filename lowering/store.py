@@ -249,7 +249,7 @@ def _emit_elected_arrive(plan, bar, tid, arrival):
   elected = scf.IfOp(arith.cmpi(arith.CmpIPredicate.eq, tid, arith.constant(i32, 0)))
   with ir.InsertionPoint(elected.then_block):
     ptx.emit_arrive_expect_tx(bar, arith.constant(i32, tx),
-                              release_cluster=plan.needs_release_arrive)
+                              release_cluster=plan.needs_release_arrive, peer=plan.peer)
     scf.yield_([])
 
 
@@ -272,7 +272,8 @@ def _emit_form(plan, builder, base, bar, tid, expect_tx, arrival="thread"):
     tx = arith.constant(i32, nbytes)
     if writer is not None:
       tx = arith.select(writer, tx, arith.constant(i32, 0))
-    ptx.emit_arrive_expect_tx(bar, tx, release_cluster=plan.needs_release_arrive)
+    ptx.emit_arrive_expect_tx(bar, tx, release_cluster=plan.needs_release_arrive,
+                              peer=plan.peer)
 
 
 def _builder(plan, registers, tid):

@@ -7,6 +7,7 @@ jax (``test_no_jax.py`` fails where one imports it); these helpers are the one c
 
     ptx = kernel('''  st.global.u32 [%rd1], %r1;''')
     out = outputs(ptx, [np.zeros(4, np.uint32)], cluster=1, smem_bytes=16, block=4)
+    out = outputs(ptx, buffers, ..., warnings=CLUSTER_BARRIER_WARNINGS)   # exactly these
     f = finding(ptx, buffers, ...)          # the first finding; fails where none
     assert "race" in rules_in_every_schedule(check_ptx(ptx, ...))
 """
@@ -20,11 +21,19 @@ import pytest
 
 from mosaic_async_store.check.findings import Finding
 from mosaic_async_store.check.interp import Launched, PtxKernel
-from mosaic_async_store.check.memory import CI_SCHEDULES, SCHEDULES
+from mosaic_async_store.check.memory import CI_SCHEDULES, SCHEDULES, WARNINGS
 
 __all__ = ["kernel", "assemble", "launch", "outputs", "output", "finding", "findings_of",
            "expect", "rules_in_every_schedule", "SCHEDULES", "CI_SCHEDULES", "swizzled",
-           "place_rows", "copy_loop"]
+           "place_rows", "copy_loop", "CLUSTER_BARRIER_WARNINGS"]
+
+
+# The warnings (docs/checker.md, "Warnings") that upstream's ClusterBarrier carries: its
+# arrive (Mosaic's, behind plgpu.ClusterBarrier's barrier_arrive) is
+# ``mbarrier.arrive.shared::cluster.b64 _, [mapped_addr]`` on each peer's barrier, at the
+# default .release.cta (``peer-arrive-cta``).  Upstream's store arrives at cluster scope
+# and this project's at .relaxed.cluster or .release.cluster: neither carries one.
+CLUSTER_BARRIER_WARNINGS = frozenset({"peer-arrive-cta"})
 
 
 def kernel(body: str, nparams: int = 1, regs: str = "", target: str = "sm_90a") -> str:
@@ -67,15 +76,23 @@ def launch(ptx: str | PtxKernel, buffers, **kwargs) -> Launched:
   return k.launch(buffers, **kwargs)
 
 
-def outputs(ptx: str | PtxKernel, buffers, **kwargs) -> list[np.ndarray]:
-  """``launch``'s outputs (uint8 arrays); fails the test on any finding."""
+def outputs(ptx: str | PtxKernel, buffers, *, warnings=(), **kwargs) -> list[np.ndarray]:
+  """``launch``'s outputs (uint8 arrays); fails the test on any error, and unless the
+  rules of its warnings are exactly ``warnings`` (rules of ``memory.WARNINGS``; none
+  by default): a kernel that must be clean has no finding at all."""
   out, found = launch(ptx, buffers, **kwargs)
-  assert not found, "\n".join(f.explained for f in found)
+  unknown = set(warnings) - set(WARNINGS)   # (complete once the families loaded)
+  assert not unknown, f"warnings={sorted(unknown)} are not rules of memory.WARNINGS"
+  assert all(f.severity == "warning" for f in found) and \
+      {f.rule for f in found} == set(warnings), \
+      f"expected the warnings {sorted(warnings)} and no error, found:\n" + \
+      "\n".join(f.explained for f in found)
   return out
 
 
 def output(ptx: str | PtxKernel, buffers, dtype=np.uint32, **kwargs) -> np.ndarray:
-  """The first buffer's contents as ``dtype`` (``outputs``: fails on any finding)."""
+  """The first buffer's contents as ``dtype`` (``outputs``: fails on any error, and on
+  warnings other than ``warnings=``)."""
   return outputs(ptx, buffers, **kwargs)[0].view(dtype)
 
 

@@ -36,7 +36,7 @@ import upstream_kernels as upstream
 from mosaic_async_store.check.interp import Memref
 from mosaic_async_store.check.memory import SCHEDULES
 from demo_kernels import full_kernel_args, launch_options
-from ptx_harness import launch, outputs
+from ptx_harness import CLUSTER_BARRIER_WARNINGS, launch, outputs
 from test_ptx_execution import run_ptx
 
 schedules = pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: f"sched{s}")
@@ -74,12 +74,15 @@ def replace(ptx, pattern, repl, count=1):
 
 
 def verdict(found):
-  """What a run with the findings ``found`` ends with: "pass" (none), "deadlock" (its
-  first finding a barrier that can never complete: a hang, "deadlock ..."), or its
-  first finding's rule; and the message."""
-  if not found:
+  """What a run with the findings ``found`` ends with: "pass" (no error), "deadlock"
+  (its first error a barrier that can never complete: a hang, "deadlock ..."), or its
+  first error's rule; and the message.  A warning decides no verdict (upstream's
+  ClusterBarrier arrive, ``CLUSTER_BARRIER_WARNINGS``, comes before the race in
+  red_async; ``test_red_async_with_one_fix_only_still_races`` asserts it exactly)."""
+  errors = [f for f in found if f.severity == "error"]
+  if not errors:
     return "pass", ""
-  first = found[0]
+  first = errors[0]
   if first.message.startswith("deadlock"):
     return "deadlock", first.explained
   return first.rule, first.explained
@@ -117,7 +120,9 @@ def test_ref_write_lands_upstream_expected_bytes(schedule):
 @pytest.mark.parametrize("op,signed", upstream.REDUCTIONS, ids=RED_IDS)
 def test_red_async_as_upstream_builds_it_is_racy(op, signed, schedule):
   kernel = upstream.cluster_red_async(op, signed)
-  expect_verdict({"race", "early-read"}, upstream_findings(kernel, schedule=schedule))
+  found = upstream_findings(kernel, schedule=schedule)
+  expect_verdict({"race", "early-read"}, found)
+  assert {f.rule for f in found if f.severity == "warning"} == CLUSTER_BARRIER_WARNINGS
 
 
 def with_cluster_sync_fixed(ptx, *, cta_barrier=True, cluster_scope=True):
@@ -149,10 +154,17 @@ def test_red_async_with_cluster_sync_fixed_lands_upstream_expected_bytes(op, sig
                                  dict(cta_barrier=False, cluster_scope=True)],
                          ids=["cta_barrier_only", "cluster_scope_only"])
 def test_red_async_with_one_fix_only_still_races(fix, schedule):
-  """Each cause alone is a race: the verdict on upstream's kernel needs both."""
+  """Each cause alone is reported: without the CTA barrier the fill races; with it, the
+  ClusterBarrier's arrives at .release.cta on the peer are the warning peer-arrive-cta
+  (by the letter not morally strong with the peer's waits; an error with strict)."""
   kernel = upstream.cluster_red_async("add", True)
   ptx = with_cluster_sync_fixed(kernel.ptx, **fix)
-  expect_verdict({"race", "early-read"}, upstream_findings(kernel, ptx, schedule=schedule))
+  found = upstream_findings(kernel, ptx, schedule=schedule)
+  if fix["cluster_scope"]:
+    expect_verdict({"race", "early-read"}, found)
+  else:
+    assert all(f.severity == "warning" for f in found) and \
+        {f.rule for f in found} == CLUSTER_BARRIER_WARNINGS, [f.explained for f in found]
 
 
 # -- mutations of test_cluster_ref_write -------------------------------------------

@@ -105,12 +105,14 @@ def _compare(got, want, rtol):
 def test_checked_with_expected_values(entry):
   """Each entry through ``check`` in every CI schedule: upstream's expected values, or,
   for a test kernel that breaks a rule (``entry.finding``), that rule reported in every
-  schedule and no other (grids and clusters of two and three dimensions among them)."""
+  schedule and no other (grids and clusters of two and three dimensions among them);
+  either way its warnings exactly ``entry.warnings``."""
   fn, args, expected = made(entry.name)
   report = check(fn, *args, schedules=len(SCHEDULES))
+  assert {f.rule for f in report.warnings} == set(entry.warnings), str(report)
   if entry.finding and JAX[:2] >= entry.finding_since:
-    assert {f.schedule for f in report.findings} == set(range(len(SCHEDULES))), str(report)
-    assert {f.rule for f in report.findings} <= set(entry.finding), str(report)
+    assert {f.schedule for f in report.errors} == set(range(len(SCHEDULES))), str(report)
+    assert {f.rule for f in report.errors} <= set(entry.finding), str(report)
     return
   assert report.ok, str(report)
   assert report.outputs is not None and len(report.outputs) == len(expected)

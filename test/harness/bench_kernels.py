@@ -147,7 +147,7 @@ def _bulk_iteration(cfg, value, smem_ref, stage_ref, bar, peer, tile_bytes):
   elected = utils.single_thread_predicate(utils.ThreadSubset.WARPGROUP)
   if_op = scf.IfOp(elected)
   with ir.InsertionPoint(if_op.then_block):
-    ptx.emit_arrive_expect_tx(peer_bar, _i32(tile_bytes), release_cluster=False)
+    ptx.emit_arrive_expect_tx(peer_bar, _i32(tile_bytes), release_cluster=False, peer=True)
     emit_cp_async_bulk_to_cluster(dst, smem_address(utils.memref_ptr(stage_ref)),
                                       tile_bytes, peer_bar)
     scf.yield_([])

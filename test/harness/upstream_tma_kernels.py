@@ -66,6 +66,8 @@ class UpstreamTma:
       ``why``; empty: the checker passes it with the test's expected values.
     finding_since: the first jax whose lowering of it breaks the rule.
     why: what the kernel does wrong, in words (docs/checker.md shows it).
+    warnings: the warnings its run carries (docs/checker.md, "Warnings": the ISA's
+      letter broken where widely used code relies on it), exactly; empty: none.
   """
 
   name: str
@@ -80,6 +82,7 @@ class UpstreamTma:
   finding: tuple[str, ...] = ()
   finding_since: tuple[int, int] = (0, 10)
   why: str = ""
+  warnings: tuple[str, ...] = ()
 
 
 # What an entry exercises: regular expressions over its PTX, one per instruction form.
@@ -907,7 +910,7 @@ KERNELS: tuple[UpstreamTma, ...] = tuple(_entry(*row) for row in (
     ("add_one_grid_pipelined_sequential_invariant_output", "PallasCallTest",
      "test_add_one_grid_pipelined_sequential_invariant_output",
      add_one_grid_pipelined_sequential_invariant_output,
-     "TMA_LOAD TMA_STORE COMMIT WAIT EXPECT_TX PROXY_FENCE", dict(grid=(2, 1, 1))),
+     "TMA_LOAD TMA_STORE COMMIT WAIT EXPECT_TX PROXY_FENCE", dict(warnings=("proxy-fence-read",), grid=(2, 1, 1))),
     ("gmem_to_smem_with_multiple_smem_indexers", "PallasCallTest",
      "test_gmem_to_smem_with_multiple_smem_indexers",
      gmem_to_smem_with_multiple_smem_indexers,
@@ -949,10 +952,12 @@ KERNELS: tuple[UpstreamTma, ...] = tuple(_entry(*row) for row in (
      "BULK_LOAD EXPECT_TX"),
     ("copy_gmem_to_smem_dynamic_slice", "PallasCallTest",
      "test_copy_gmem_to_smem_dynamic_slice", copy_gmem_to_smem_dynamic_slice,
-     "BULK_LOAD EXPECT_TX"),
+     "BULK_LOAD EXPECT_TX",
+     dict(warnings=("proxy-fence-read",))),
     ("copy_gmem_to_smem_squeeze", "PallasCallTest", "test_copy_gmem_to_smem_squeeze",
      copy_gmem_to_smem_squeeze,
-     "BULK_LOAD EXPECT_TX"),
+     "BULK_LOAD EXPECT_TX",
+     dict(warnings=("proxy-fence-read",))),
     ("copy_gmem_to_smem_predicate", "PallasCallTest", "test_copy_gmem_to_smem_predicate",
      copy_gmem_to_smem_predicate,
      "TMA_LOAD BULK_STORE COMMIT WAIT EXPECT_TX PROXY_FENCE",
@@ -1013,10 +1018,11 @@ KERNELS: tuple[UpstreamTma, ...] = tuple(_entry(*row) for row in (
      "TMA_LOAD TMA_STORE COMMIT WAIT WAIT_READ EXPECT_TX PROXY_FENCE"),
     ("emit_with_grid_invariant_output", "PipelineTest",
      "test_emit_with_grid_invariant_output", emit_with_grid_invariant_output,
-     "TMA_LOAD TMA_STORE COMMIT WAIT EXPECT_TX PROXY_FENCE"),
+     "TMA_LOAD TMA_STORE COMMIT WAIT EXPECT_TX PROXY_FENCE",
+     dict(warnings=("proxy-fence-read",))),
     ("emit_with_no_output", "PipelineTest", "test_emit_with_no_output",
      emit_with_no_output,
-     "TMA_LOAD EXPECT_TX", dict(rtol=1e-06)),
+     "TMA_LOAD EXPECT_TX", dict(warnings=("proxy-fence-read",), rtol=1e-06)),
     ("emit_with_parallel_grid", "PipelineTest", "test_emit_with_parallel_grid",
      emit_with_parallel_grid,
      "TMA_LOAD TMA_STORE COMMIT WAIT WAIT_READ EXPECT_TX PROXY_FENCE",
@@ -1037,7 +1043,7 @@ KERNELS: tuple[UpstreamTma, ...] = tuple(_entry(*row) for row in (
     ("pipelined_copy[512x512,repeats=1,steps=2]", "WarpSpecializedPipelineTest",
      "test_pipelined_copy", pipelined_copy,
      "TMA_LOAD TMA_STORE BULK_STORE COMMIT WAIT WAIT_READ EXPECT_TX PROXY_FENCE SETMAXNREG",
-     dict(threads=256)),
+     dict(warnings=("proxy-fence-read",), threads=256)),
     ("elementwise_add[64x64,static]", "WarpSpecializedPipelineTest",
      "test_elementwise_add", elementwise_add,
      "TMA_LOAD BULK_STORE COMMIT WAIT WAIT_READ EXPECT_TX PROXY_FENCE SETMAXNREG",
@@ -1045,7 +1051,7 @@ KERNELS: tuple[UpstreamTma, ...] = tuple(_entry(*row) for row in (
     ("carry_accumulate", "WarpSpecializedPipelineTest", "test_carry_accumulate",
      carry_accumulate,
      "TMA_LOAD BULK_STORE COMMIT WAIT EXPECT_TX PROXY_FENCE SETMAXNREG",
-     dict(finding=("race", "proxy-fence"), why="both compute warpgroups store the same values into one SMEM buffer unsynchronised (the test says so), and each stores the other's bytes by TMA with no fence between", threads=384, rtol=1e-06)),
+     dict(finding=("race", "proxy-fence"), why="both compute warpgroups store the same values into one SMEM buffer unsynchronised (the test says so), and each stores the other's bytes by TMA with no fence between", warnings=("proxy-fence-read",), threads=384, rtol=1e-06)),
     ("delay_release[small,static,manual_consumed,steps=2]", "WarpSpecializedPipelineTest",
      "test_delay_release", delay_release,
      "TMA_LOAD BULK_STORE COMMIT WAIT WAIT_READ EXPECT_TX PROXY_FENCE SETMAXNREG",
@@ -1057,11 +1063,11 @@ KERNELS: tuple[UpstreamTma, ...] = tuple(_entry(*row) for row in (
     ("collective", "WarpSpecializedPipelineTest", "test_collective",
      collective,
      "TMA_LOAD TMA_STORE MULTICAST COMMIT WAIT WAIT_READ EXPECT_TX PROXY_FENCE SETMAXNREG",
-     dict(finding=("race",), why="the consumer in CTA 1 releases its slot to the producer in CTA 0 through a .cta-scoped release and acquire across CTAs (not morally strong), so the next multicast load races with its reads", grid=(2, 1, 1), cluster=(2, 1, 1), threads=256)),
+     dict(warnings=("peer-arrive-cta", "proxy-fence-read"), grid=(2, 1, 1), cluster=(2, 1, 1), threads=256)),
     ("ws_emit_with_squeezed_dim[None]", "WarpSpecializedPipelineTest",
      "test_emit_with_squeezed_dim", ws_emit_with_squeezed_dim,
      "TMA_LOAD BULK_STORE COMMIT WAIT WAIT_READ EXPECT_TX PROXY_FENCE SETMAXNREG",
-     dict(threads=256)),
+     dict(warnings=("proxy-fence-read",), threads=256)),
 ))
 
 BY_NAME = {k.name: k for k in KERNELS}

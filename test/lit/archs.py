@@ -26,7 +26,7 @@ ARCH = sys.argv[1]
 # SM103-NEXT: .target sm_103a
 # PTX-COUNT-2: mapa.shared::cluster.u32
 # PTX-COUNT-32: st.async.shared::cluster.mbarrier::complete_tx::bytes.b32
-# PTX: mbarrier.arrive.expect_tx.shared::cluster.b64
+# PTX: mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64
 print("TEST: demo_store")
 print(kernel_text(StoreConfig(), "ptx", arch=ARCH))
 
@@ -35,13 +35,13 @@ print(kernel_text(StoreConfig(), "ptx", arch=ARCH))
 # TC: tcgen05.fence::before_thread_sync;
 # TC: bar.sync %r{{[0-9]+}}, 128;
 # TC: @%p{{[0-9]+}} bra
-# TC: mbarrier.arrive.expect_tx.shared::cluster.b64 _, [%r{{[0-9]+}}], %r{{[0-9]+}};
+# TC: mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [%r{{[0-9]+}}], %r{{[0-9]+}};
 # TC-NOT: mbarrier.arrive
 # TC: tcgen05.fence::after_thread_sync;
 # TC-LABEL: TEST: tensor_core_warpgroup_upstream_int8
 # TC: tcgen05.fence::before_thread_sync;
 # TC: bar.sync %r{{[0-9]+}}, 128;
-# TC: mbarrier.arrive.expect_tx.shared::cluster.b64
+# TC: mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64
 # TC-NOT: mbarrier.arrive
 if ARCH == "sm_100a":  # tcgen05 is Blackwell's
   from mosaic_async_store import pallas as mas_pallas

@@ -97,7 +97,7 @@ show_wait("debug_wait", debug=True)
 # CHECK-LABEL: TEST: tx_error
 # CHECK: llvm.inline_asm "mapa.shared::cluster.u32 $0, $1, $2;", "=r,r,r" %{{[0-9]+}}, %[[RANK:[0-9]+]] :
 # CHECK-NEXT: %[[BAR:[0-9]+]] = llvm.inline_asm "mapa.shared::cluster.u32 $0, $1, $2;", "=r,r,r" %{{[0-9]+}}, %[[RANK]] :
-# CHECK: "mbarrier.arrive.expect_tx.shared::cluster.b64 _, [$0], $1;", "r,r" %[[BAR]], %c128_i32{{[_0-9]*}} :
+# CHECK: "mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [$0], $1;", "r,r" %[[BAR]], %c128_i32{{[_0-9]*}} :
 # CHECK: %[[XBAR:[0-9]+]] = llvm.inline_asm "mapa.shared::cluster.u32 $0, $1, $2;", "=r,r,r" %{{[0-9]+}}, %{{[0-9]+}} :
 # CHECK-NEXT: nvvm.elect.sync
 # CHECK: scf.if
@@ -107,7 +107,7 @@ show_wait("debug_wait", debug=True)
 # PTX-LABEL: TEST: tx_error
 # PTX: mapa.shared::cluster.u32 %r{{[0-9]+}}, %r{{[0-9]+}}, %r[[RANK:[0-9]+]];
 # PTX: mapa.shared::cluster.u32 %r[[BAR:[0-9]+]], %r{{[0-9]+}}, %r[[RANK]];
-# PTX: mbarrier.arrive.expect_tx.shared::cluster.b64 _, [%r[[BAR]]], %r{{[0-9]+}};
+# PTX: mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [%r[[BAR]]], %r{{[0-9]+}};
 # PTX: elect.sync
 # PTX: mov.b32 %r[[EXTRA:[0-9]+]], 16;
 # PTX: mbarrier.expect_tx.relaxed.cluster.shared::cluster.b64 [%r[[BAR]]], %r[[EXTRA]];
@@ -125,7 +125,7 @@ show("tx_error", lambda: demo_kernel.kernel_parts(
 # CHECK: %[[BAR:[0-9]+]] = llvm.inline_asm "mapa.shared::cluster.u32 $0, $1, $2;", "=r,r,r" %{{[0-9]+}}, %[[RANK]] :
 # CHECK-NEXT: nvvm.elect.sync
 # CHECK: scf.if
-# CHECK: "mbarrier.arrive.expect_tx.shared::cluster.b64 _, [$0], $1;", "r,r" %[[BAR]], %c16384_i32{{[_0-9]*}} :
+# CHECK: "mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [$0], $1;", "r,r" %[[BAR]], %c16384_i32{{[_0-9]*}} :
 # CHECK: "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [$0], [$1], 16384, [$2];", "r,r,r" %[[DST]], %{{[0-9]+}}, %[[BAR]] :
 # CHECK: mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 %done, [$0], $1, $2;
 # PTX-LABEL: TEST: bulk
@@ -135,7 +135,7 @@ show("tx_error", lambda: demo_kernel.kernel_parts(
 # PTX: mapa.shared::cluster.u32 %r[[BAR:[0-9]+]], %r[[OWN:[0-9]+]], %r[[RANK]];
 # PTX: elect.sync
 # PTX: mov.b32 %r[[TX:[0-9]+]], 16384;
-# PTX: mbarrier.arrive.expect_tx.shared::cluster.b64 _, [%r[[BAR]]], %r[[TX]];
+# PTX: mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [%r[[BAR]]], %r[[TX]];
 # PTX: cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%r[[DST]]], [%r{{[0-9]+}}], 16384, [%r[[BAR]]];
 # PTX: mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 %done, [%r[[OWN]]], %r{{[0-9]+}}, %r{{[0-9]+}};
 show("bulk", lambda: bench_kernel_parts(StoreConfig(), "bulk", ctas=2, iters=1))

@@ -27,13 +27,13 @@ emit("wgmma_i8", dtype="int8")
 # CHECK: "shfl.sync.bfly.b32 $0, $1, 2, 31, -1;"
 # CHECK-COUNT-16: st.async.shared::cluster.mbarrier::complete_tx::bytes.b32
 # CHECK-NOT: st.shared::cluster
-# CHECK: "mbarrier.arrive.expect_tx.shared::cluster.b64 _, [$0], $1;", "r,r"
+# CHECK: "mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [$0], $1;", "r,r"
 emit("wgmma_i4", dtype="int4", shape=(64, 256))
 
 # CHECK-LABEL: TEST: bf16_column_major
 # CHECK: "shfl.sync.bfly.b32 $0, $1, 4, 31, -1;"
 # CHECK-COUNT-32: st.async.shared::cluster.mbarrier::complete_tx::bytes.b32
-# CHECK: "mbarrier.arrive.expect_tx.shared::cluster.b64 _, [$0], $1;", "r,r"
+# CHECK: "mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [$0], $1;", "r,r"
 emit("bf16_column_major", transposed=True)
 
 
@@ -69,7 +69,7 @@ emit("wgmma_transposed_i4", dtype="int4", layout="WGMMA_TRANSPOSED", shape=(64, 
 # CHECK-LABEL: TEST: wgmma_u4_column_major
 # CHECK: "shfl.sync.bfly.b32 $0, $1, 4, 31, -1;"
 # CHECK: st.async.shared::cluster.mbarrier::complete_tx::bytes.b32
-# CHECK: "mbarrier.arrive.expect_tx.shared::cluster.b64 _, [$0], $1;", "r,r"
+# CHECK: "mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [$0], $1;", "r,r"
 # PTX-LABEL: TEST: wgmma_u4_column_major
 # PTX: shfl.sync.bfly.b32 %r{{[0-9]+}}, %r{{[0-9]+}}, 4, 31, -1;
 # PTX: st.async.shared::cluster.mbarrier::complete_tx::bytes.b32

@@ -78,7 +78,7 @@ def show_dialect(name, **kwargs):
 # PTX-LABEL: TEST: f64_inferred
 # PTX: st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%r{{[0-9]+}}{{(\+[0-9]+)?}}], {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, [%r{{[0-9]+}}];
 # PTX-NOT: st.async.shared::cluster.mbarrier::complete_tx::bytes.b32
-# PTX: mbarrier.arrive.expect_tx.shared::cluster.b64
+# PTX: mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64
 with compat.enable_x64():
   show_dialect("f64_inferred", dtype="float64", shape=(128, 128))
 
@@ -88,7 +88,7 @@ with compat.enable_x64():
 # CHECK-SAME: #mosaic_gpu.tile<[8, 64]>, #mosaic_gpu.swizzle<128 : i32>
 # PTX-LABEL: TEST: bf16_tmem_native_cast
 # PTX: st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32
-# PTX: mbarrier.arrive.expect_tx.shared::cluster.b64
+# PTX: mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64
 show_dialect("bf16_tmem_native_cast", dtype="bfloat16", shape=(128, 128),
              layout="TCGEN05_TMEM_NATIVE")
 
@@ -112,7 +112,7 @@ show_dialect("f32_upcast_4x_cast", dtype="float32", shape=(128, 128), layout="WG
 # PTX-LABEL: TEST: i32_min
 # PTX: red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.min.s32 [%r{{[0-9]+}}], %r{{[0-9]+}}, [%r{{[0-9]+}}];
 # PTX-NOT: min.u32
-# PTX: mbarrier.arrive.expect_tx.shared::cluster.b64
+# PTX: mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64
 show_dialect("i32_min", dtype="int32", atomic="min")
 
 # CHECK-LABEL: TEST: u32_inc
@@ -147,7 +147,7 @@ show_dialect("i8_plain", dtype="int8")
 # CHECK-NEXT: %[[BAR:[0-9]+]] = llvm.inline_asm "mapa.shared::cluster.u32 $0, $1, $2;", "=r,r,r" %{{[0-9]+}}, %[[RANK]] :
 # CHECK: %[[ADDR:[0-9]+]] = arith.addi %[[BUF]], %{{[0-9]+}} : i32
 # CHECK: "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [$0], $1, [$2];", "r,r,r" %[[ADDR]], %{{[0-9]+}}, %[[BAR]] :
-# CHECK: "mbarrier.arrive.expect_tx.shared::cluster.b64 _, [$0], $1;", "r,r" %[[BAR]], %{{[a-z0-9_]+}} :
+# CHECK: "mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [$0], $1;", "r,r" %[[BAR]], %{{[a-z0-9_]+}} :
 # PTX-LABEL: TEST: lane_i8
 # PTX: cvt.u32.u64 %r[[SMEM:[0-9]+]], %rd{{[0-9]+}};
 # PTX: add.s32 %r[[OWN:[0-9]+]], %r[[SMEM]], {{[0-9]+}};
@@ -157,7 +157,7 @@ show_dialect("i8_plain", dtype="int8")
 # PTX: mapa.shared::cluster.u32 %r[[BAR:[0-9]+]], %r[[OWN]], %r[[RANK]];
 # PTX: add.s32 %r[[ADDR:[0-9]+]], %r[[BUF]], %r{{[0-9]+}};
 # PTX: st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%r[[ADDR]]], %r{{[0-9]+}}, [%r[[BAR]]];
-# PTX: mbarrier.arrive.expect_tx.shared::cluster.b64 _, [%r[[BAR]]], %r{{[0-9]+}};
+# PTX: mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [%r[[BAR]]], %r{{[0-9]+}};
 show("lane_i8", dtype="int8", semantics="lane")
 
 # Warpgroup semantics: every thread arrives once with its own 128 bytes (Pallas
@@ -169,7 +169,7 @@ show("lane_i8", dtype="int8", semantics="lane")
 # CHECK: %[[ADDR:[0-9]+]] = arith.addi %[[BUF]], %{{[0-9]+}} : i32
 # CHECK: "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [$0], $1, [$2];", "r,r,r" %[[ADDR]], %{{[0-9]+}}, %[[BAR]] :
 # CHECK-NOT: nvvm.elect.sync
-# CHECK: "mbarrier.arrive.expect_tx.shared::cluster.b64 _, [$0], $1;", "r,r" %[[BAR]], %c128_i32 :
+# CHECK: "mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [$0], $1;", "r,r" %[[BAR]], %c128_i32 :
 # CHECK: nvvm.mbarrier.try_wait.parity %[[OWNP]],
 # PTX-LABEL: TEST: warpgroup_bf16
 # PTX: cvt.u32.u64 %r[[SMEM:[0-9]+]], %rd{{[0-9]+}};
@@ -181,7 +181,7 @@ show("lane_i8", dtype="int8", semantics="lane")
 # PTX: add.s32 %r[[ADDR:[0-9]+]], %r[[BUF]], %r{{[0-9]+}};
 # PTX: st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%r[[ADDR]]], {{%r[0-9]+}}, [%r[[BAR]]];
 # PTX-NOT: elect.sync
-# PTX: mbarrier.arrive.expect_tx.shared::cluster.b64 _, [%r[[BAR]]], %r[[TX]];
+# PTX: mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [%r[[BAR]]], %r[[TX]];
 # PTX-NOT: 16384
 show("warpgroup_bf16", dtype="bfloat16", semantics="warpgroup")
 
@@ -192,7 +192,7 @@ show("warpgroup_bf16", dtype="bfloat16", semantics="warpgroup")
 # CHECK: %[[ADDR:[0-9]+]] = arith.addi %[[BUF]], %{{[0-9]+}} : i32
 # CHECK: "red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.min.s32 [$0], $1, [$2];", "r,r,r" %[[ADDR]], %{{[0-9]+}}, %[[BAR]] :
 # CHECK-NOT: min.u32
-# CHECK: "mbarrier.arrive.expect_tx.shared::cluster.b64 _, [$0], $1;", "r,r" %[[BAR]], %c256_i32{{[_0-9]*}} :
+# CHECK: "mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [$0], $1;", "r,r" %[[BAR]], %c256_i32{{[_0-9]*}} :
 # CHECK-NOT: min.u32
 # PTX-LABEL: TEST: warpgroup_i32_min
 # PTX: mapa.shared::cluster.u32 %r[[BUF:[0-9]+]], %r{{[0-9]+}}, %r[[RANK:[0-9]+]];
@@ -200,7 +200,7 @@ show("warpgroup_bf16", dtype="bfloat16", semantics="warpgroup")
 # PTX: add.s32 %r[[ADDR:[0-9]+]], %r[[BUF]], %r{{[0-9]+}};
 # PTX: red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.min.s32 [%r[[ADDR]]], %r{{[0-9]+}}, [%r[[BAR]]];
 # PTX-NOT: min.u32
-# PTX: mbarrier.arrive.expect_tx.shared::cluster.b64 _, [%r[[BAR]]], %r{{[0-9]+}};
+# PTX: mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [%r[[BAR]]], %r{{[0-9]+}};
 # PTX-NOT: min.u32
 show("warpgroup_i32_min", dtype="int32", atomic="min", semantics="warpgroup")
 
@@ -265,7 +265,7 @@ show("installed_upstream_api", dtype="bfloat16", semantics="warpgroup", api="ups
 mas_pallas.uninstall()
 
 # CHECK-LABEL: TEST: uninstalled_again
-# CHECK: "mbarrier.arrive.expect_tx.shared::cluster.b64 _, [$0], $1;"
+# CHECK: "mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [$0], $1;"
 # CHECK: nvvm.mbarrier.try_wait.parity %{{[0-9]+}}, %{{[0-9]+}}, %c10000000_i32
 # CHECK-NOT: acquire.cluster
 # PTX-LABEL: TEST: uninstalled_again

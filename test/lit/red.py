@@ -11,7 +11,7 @@ from kernel_text import emit
 
 # CHECK-LABEL: TEST: i32_min_signed
 # CHECK-COUNT-64: "red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.min.s32 [$0{{(\+[0-9]+)?}}], $1, [$2];", "r,r,r"
-# CHECK: "mbarrier.arrive.expect_tx.shared::cluster.b64 _, [$0], $1;"
+# CHECK: "mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [$0], $1;"
 # PTX-LABEL: TEST: i32_min_signed
 # PTX: red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.min.s32 [%r{{[0-9]+}}{{(\+[0-9]+)?}}], %r{{[0-9]+}}, [%r{{[0-9]+}}];
 emit("i32_min_signed", dtype="int32", atomic="min")
@@ -23,17 +23,17 @@ emit("u32_max_unsigned", dtype="uint32", atomic="max")
 
 # CHECK-LABEL: TEST: u32_inc
 # CHECK: red.async{{.*}}bytes.inc.u32 [$0
-# CHECK: "mbarrier.arrive.expect_tx.shared::cluster.b64 _, [$0], $1;", "r,r"
+# CHECK: "mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [$0], $1;", "r,r"
 emit("u32_inc", dtype="uint32", atomic="inc")
 
 # CHECK-LABEL: TEST: i32_xor_bits
 # CHECK: red.async{{.*}}bytes.xor.b32 [$0
-# CHECK: "mbarrier.arrive.expect_tx.shared::cluster.b64 _, [$0], $1;", "r,r"
+# CHECK: "mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [$0], $1;", "r,r"
 emit("i32_xor_bits", dtype="int32", atomic="xor")
 
 # CHECK-LABEL: TEST: i64_add
 # CHECK: red.async{{.*}}bytes.add.u64 [$0{{(\+[0-9]+)?}}], $1, [$2];", "r,l,r"
-# CHECK: "mbarrier.arrive.expect_tx.shared::cluster.b64 _, [$0], $1;", "r,r"
+# CHECK: "mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [$0], $1;", "r,r"
 emit("i64_add", dtype="int64", atomic="add", layout="STRIDED", swizzle=None, shape=(32, 64))
 
 # CHECK-LABEL: TEST: bf16_add_pairs
@@ -86,14 +86,14 @@ emit("local_f32_add", dtype="float32", atomic="add", target="local")
 # CHECK: "mapa.shared::cluster.u32
 # CHECK: "red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.xor.b32 [$0], $1, [$2];", "r,r,r"
 # CHECK: "red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.xor.b32 [$0+4], $1, [$2];", "r,r,r"
-# CHECK: "mbarrier.arrive.expect_tx.shared::cluster.b64 _, [$0], $1;"
+# CHECK: "mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [$0], $1;"
 # CHECK-NOT: xor.b64
 # PTX-LABEL: TEST: cta0_i64_xor_halves
 # PTX-NOT: xor.b64
 # PTX: mov.u32 %r{{[0-9]+}}, %cluster_ctarank;
 # PTX-COUNT-32: red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.xor.b32
 # PTX-NOT: red.async
-# PTX: mbarrier.arrive.expect_tx.shared::cluster.b64
+# PTX: mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64
 # PTX-COUNT-32: red.relaxed.cluster.shared::cta.xor.b32
 # PTX-NOT: red.relaxed
 # PTX: mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64
@@ -111,6 +111,6 @@ emit("cta0_i64_xor_halves", dtype="int64", atomic="xor", target="cta0", layout="
 # PTX: red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.and.b32 {{\[}}[[ADDR:%r[0-9]+]]{{\]}}, %r{{[0-9]+}}, {{\[}}[[BAR:%r[0-9]+]]{{\]}};
 # PTX: red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.and.b32 {{\[}}[[ADDR]]+4{{\]}}, %r{{[0-9]+}}, {{\[}}[[BAR]]{{\]}};
 # PTX-NOT: and.b64
-# PTX: mbarrier.arrive.expect_tx.shared::cluster.b64 _, {{\[}}[[BAR]]{{\]}}
+# PTX: mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, {{\[}}[[BAR]]{{\]}}
 emit("peer_i64_and_halves", dtype="int64", atomic="and", layout="STRIDED", swizzle=None,
      shape=(32, 64), optimized=False)

@@ -13,7 +13,7 @@ from kernel_text import emit
 # CHECK: "mapa.shared::cluster.u32 $0, $1, $2;", "=r,r,r"
 # CHECK-COUNT-32: "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [$0{{(\+[0-9]+)?}}], $1, [$2];", "r,r,r"
 # CHECK-NOT: st.async
-# CHECK: "mbarrier.arrive.expect_tx.shared::cluster.b64 _, [$0], $1;", "r,r"
+# CHECK: "mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [$0], $1;", "r,r"
 # PTX-LABEL: TEST: wgmma_bf16_b32
 # PTX: mapa.shared::cluster.u32 %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}};
 # PTX: st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%r{{[0-9]+}}], %r{{[0-9]+}}, [%r{{[0-9]+}}];
@@ -22,14 +22,14 @@ emit("wgmma_bf16_b32")
 
 # CHECK-LABEL: TEST: wgmma_f32_v2
 # CHECK-COUNT-32: "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [$0{{(\+[0-9]+)?}}], {$1, $2}, [$3];", "r,r,r,r"
-# CHECK: "mbarrier.arrive.expect_tx.shared::cluster.b64 _, [$0], $1;", "r,r"
+# CHECK: "mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [$0], $1;", "r,r"
 # PTX-LABEL: TEST: wgmma_f32_v2
 # PTX: st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%r{{[0-9]+}}{{(\+[0-9]+)?}}], {%r{{[0-9]+}}, %r{{[0-9]+}}}, [%r{{[0-9]+}}];
 emit("wgmma_f32_v2", dtype="float32", optimized=False)
 
 # CHECK-LABEL: TEST: tmem_native_f32_v4
 # CHECK-COUNT-32: "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [$0{{(\+[0-9]+)?}}], {$1, $2, $3, $4}, [$5];", "r,r,r,r,r,r"
-# CHECK: "mbarrier.arrive.expect_tx.shared::cluster.b64 _, [$0], $1;", "r,r"
+# CHECK: "mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [$0], $1;", "r,r"
 # PTX-LABEL: TEST: tmem_native_f32_v4
 # PTX: st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%r{{[0-9]+}}{{(\+[0-9]+)?}}], {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, [%r{{[0-9]+}}];
 emit("tmem_native_f32_v4", dtype="float32", layout="TMEM_NATIVE_V4", shape=(128, 128))
@@ -42,14 +42,14 @@ emit("tmem_native_f32_v4", dtype="float32", layout="TMEM_NATIVE_V4", shape=(128,
 # CHECK: scf.if %[[W:[0-9]+]] {
 # CHECK: st.async.shared::cluster.mbarrier::complete_tx::bytes.b32
 # CHECK: %[[TX:[0-9]+]] = arith.select %[[W]], %c4_i32{{[_0-9]*}}, %c0_i32{{[_0-9]*}} : i32
-# CHECK: "mbarrier.arrive.expect_tx.shared::cluster.b64 _, [$0], $1;", "r,r" %{{[0-9]+}}, %[[TX]]
+# CHECK: "mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [$0], $1;", "r,r" %{{[0-9]+}}, %[[TX]]
 # PTX-LABEL: TEST: replicated_row_bf16
 # PTX: mapa.shared::cluster.u32
 # PTX: mapa.shared::cluster.u32 [[BAR:%r[0-9]+]],
 # PTX: mov.b32 [[TX:%r[0-9]+]], 0;
 # PTX: st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%r{{[0-9]+}}], %r{{[0-9]+}}, {{\[}}[[BAR]]{{\]}};
 # PTX: mov.b32 [[TX]], 4;
-# PTX: mbarrier.arrive.expect_tx.shared::cluster.b64 _, {{\[}}[[BAR]]{{\]}}, [[TX]];
+# PTX: mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, {{\[}}[[BAR]]{{\]}}, [[TX]];
 emit("replicated_row_bf16", layout="WGMMA_ROW", shape=(64,), swizzle=None)
 
 # 8-bit replicated rows: a writer holds too few bytes for a word and its
@@ -64,7 +64,7 @@ emit("replicated_row_bf16", layout="WGMMA_ROW", shape=(64,), swizzle=None)
 # CHECK: "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [$0], $1, [$2];"
 # CHECK-NOT: st.shared::cluster
 # CHECK: arith.select %[[W]], %c4_i32{{[_0-9]*}}, %c0_i32{{[_0-9]*}} : i32
-# CHECK: "mbarrier.arrive.expect_tx.shared::cluster.b64 _, [$0], $1;"
+# CHECK: "mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [$0], $1;"
 # PTX-LABEL: TEST: replicated_row_i8
 # PTX-COUNT-2: shfl.sync.bfly.b32 %r{{[0-9]+}}, %r{{[0-9]+}}, 8, 31, -1;
 # PTX: shfl.sync.bfly.b32 %r{{[0-9]+}}, %r{{[0-9]+}}, 4, 31, -1;
@@ -74,5 +74,5 @@ emit("replicated_row_bf16", layout="WGMMA_ROW", shape=(64,), swizzle=None)
 # PTX: st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%r{{[0-9]+}}], %r{{[0-9]+}}, {{\[}}[[BAR]]{{\]}};
 # PTX-NOT: st.shared::cluster
 # PTX: mov.b32 [[TX]], 4;
-# PTX: mbarrier.arrive.expect_tx.shared::cluster.b64 _, {{\[}}[[BAR]]{{\]}}, [[TX]];
+# PTX: mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, {{\[}}[[BAR]]{{\]}}, [[TX]];
 emit("replicated_row_i8", dtype="int8", layout="WGMMA_ROW", shape=(64,), swizzle=None)

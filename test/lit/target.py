@@ -23,7 +23,7 @@ from kernel_text import emit
 # CHECK: %[[BAR:[0-9]+]] = llvm.inline_asm "mapa.shared::cluster.u32 $0, $1, $2;", "=r,r,r" %{{[0-9]+}}, %[[RANK]] :
 # CHECK: %[[ADDR:[0-9]+]] = arith.addi %[[BUF]], %{{[0-9]+}} : i32
 # CHECK: st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [$0], $1, [$2];", "r,r,r" %[[ADDR]], %{{[0-9]+}}, %[[BAR]] :
-# CHECK: "mbarrier.arrive.expect_tx.shared::cluster.b64 _, [$0], $1;", "r,r" %[[BAR]], %c128_i32{{[_0-9]*}} :
+# CHECK: "mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [$0], $1;", "r,r" %[[BAR]], %c128_i32{{[_0-9]*}} :
 # CHECK-NOT: mbarrier.arrive
 # PTX-LABEL: TEST: peer_bf16
 # PTX: mov.b32 [[TX:%r[0-9]+]], 128;
@@ -31,7 +31,7 @@ from kernel_text import emit
 # PTX: mapa.shared::cluster.u32 %r{{[0-9]+}}, %r{{[0-9]+}}, [[RANK:%r[0-9]+]];
 # PTX: mapa.shared::cluster.u32 [[BAR:%r[0-9]+]], [[OWN]], [[RANK]];
 # PTX: st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%r{{[0-9]+}}], %r{{[0-9]+}}, {{\[}}[[BAR]]{{\]}};
-# PTX: mbarrier.arrive.expect_tx.shared::cluster.b64 _, {{\[}}[[BAR]]{{\]}}, [[TX]];
+# PTX: mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, {{\[}}[[BAR]]{{\]}}, [[TX]];
 # PTX-NOT: mbarrier.arrive
 emit("peer_bf16")
 
@@ -72,7 +72,7 @@ emit("local_bf16", target="local")
 # CHECK-NOT: red.relaxed
 # CHECK-COUNT-64: "red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.add.s32 [$0{{(\+[0-9]+)?}}], $1, [$2];", "r,r,r" %{{[0-9]+}}, %{{[0-9]+}}, %[[PBAR]] :
 # CHECK-NOT: red.relaxed
-# CHECK: "mbarrier.arrive.expect_tx.shared::cluster.b64 _, [$0], $1;", "r,r" %[[PBAR]], %c256_i32{{[_0-9]*}} :
+# CHECK: "mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [$0], $1;", "r,r" %[[PBAR]], %c256_i32{{[_0-9]*}} :
 # CHECK-NEXT: }
 # CHECK-NOT: mbarrier.arrive
 # PTX-LABEL: TEST: cta0_i32_add
@@ -86,7 +86,7 @@ emit("local_bf16", target="local")
 # PTX-NOT: red.relaxed
 # PTX: red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.add.s32 [%r{{[0-9]+}}{{(\+[0-9]+)?}}], %r{{[0-9]+}}, {{\[}}[[PBAR]]{{\]}};
 # PTX-NOT: red.relaxed
-# PTX: mbarrier.arrive.expect_tx.shared::cluster.b64 _, {{\[}}[[PBAR]]{{\]}}, %r{{[0-9]+}};
+# PTX: mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, {{\[}}[[PBAR]]{{\]}}, %r{{[0-9]+}};
 # PTX: [[LOCAL]]:
 # PTX-NOT: red.async
 # PTX: red.relaxed.cluster.shared::cta.add.s32 [%r{{[0-9]+}}{{(\+[0-9]+)?}}], %r{{[0-9]+}};

@@ -109,7 +109,7 @@ def test_constant_index_branches_on_the_rank():
   # peer arm: mapa of buffer and barrier, red.async, 256 tx bytes per thread
   assert orelse.count("mapa.shared::cluster.u32") == 2
   assert orelse.count(RED_ASYNC) == 64 and RED_LOCAL not in orelse
-  assert ARRIVE.format("") in orelse and "%c256_i32" in orelse
+  assert ARRIVE.format(".relaxed.cluster") in orelse and "%c256_i32" in orelse
   assert "mapa" not in head
 
 

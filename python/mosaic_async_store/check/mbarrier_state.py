@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from mosaic_async_store.check import lineinfo
+from mosaic_async_store.check import findings, lineinfo
 from mosaic_async_store.check.findings import Finding, Stop
-from mosaic_async_store.check.memory import CLOCK, TX_LIMIT, Releases, shown_source
+from mosaic_async_store.check.memory import CLOCK, SCOPES, TX_LIMIT, Releases, shown_source
 
-__all__ = ["Mbarrier", "add_tx", "advance_phase"]
+__all__ = ["Mbarrier", "add_tx", "advance_phase", "release_origin"]
+
+RELEASING = ("release", "acq_rel", "sc")   # (the .sem of an arrive that releases)
 
 
 class Mbarrier:
@@ -68,6 +70,27 @@ def _note_remote(k, th, bar, pc):
   instruction (a later one has a later clock and phase)."""
   if bar.key[0] != th.cta:
     k.remote_arrivals[bar.key[0]][(th.slot, bar.slot)] = (int(th.vc[th.slot]), bar.phase, pc)
+
+
+def release_origin(k, cta, tid, bar, sem, scope) -> int:
+  """The CTA an arrive by thread ``tid`` of ``cta`` on ``bar`` publishes its release as
+  (``Releases.add``): its own, except for an arrive that releases at ``.cta`` scope (the
+  default ``.sem`` and ``.scope``) on another CTA's mbarrier.  By the letter that release
+  orders nothing for the barrier's CTA, whose threads its scope does not include (PTX
+  ISA, mbarrier.arrive: the ``.scope`` is "the set of threads that directly observe the
+  memory synchronizing effect"); CUTLASS, Triton and Pallas rely on it, so it is the
+  warning ``peer-arrive-cta`` and the release is taken as the barrier's CTA's own (the
+  waits there, at any scope, acquire it).  A relaxed arrive releases nothing itself."""
+  if bar.key[0] == cta or scope != SCOPES["cta"] or sem not in RELEASING:
+    return cta
+  findings.report(k, Finding(
+      "peer-arrive-cta", f"CTA {cta} thread {tid} arrives with .release at .cta scope "
+      f"(the default .sem and .scope) on {bar.describe()}, another CTA's: the release "
+      "orders nothing for that CTA's threads by the letter, and is taken as ordering "
+      "them (as CUTLASS, Triton and Pallas assume); fix: "
+      "mbarrier.arrive.release.cluster, and a wait at .cluster scope there",
+      cta=cta, thread=tid))
+  return bar.key[0]
 
 
 def add_tx(k, bar, delta):

@@ -133,6 +133,18 @@ WARNINGS = {
                     "mbarrier.arrive into its peer, then barrier.cluster.arrive.relaxed and "
                     "barrier.cluster.wait; CUTLASS's kernels end with cute::cluster_arrive_"
                     "relaxed() + cluster_wait() to keep the peers alive, the same pattern",
+    "peer-arrive-cta": "CUTLASS's ClusterBarrier::arrive(cta_id, pred) (mapa, then "
+                       "mbarrier.arrive.shared::cluster.b64 with the default .release.cta: "
+                       "the consumer release of every multicast TMA pipeline), Triton's "
+                       "remote arrive_barrier and upstream Pallas' ClusterBarrier arrive "
+                       "(jax's collective Blackwell matmul) all arrive at .cta scope on a "
+                       "peer CTA's mbarrier; the ISA's own mbarrier.arrive example does "
+                       "(mbarrier.arrive.release.cta.shared::cluster.b64 _, [remoteAddr32])",
+    "proxy-fence-read": "CUTLASS's and Mosaic's pipelines refill a stage with a TMA load "
+                        "after the threads' generic reads of it, ordered by the mbarrier "
+                        "handshake alone (no fence.proxy.async); jax's interpret mode "
+                        "reports this as a race, and DeepEP saw data corrupted without the "
+                        "fence (docs/checker.md, \"Warnings\")",
 }
 RULES.update({
     "exit-relaxed": "CUDA Programming Guide, distributed shared memory (as the exit rule); "
@@ -142,6 +154,20 @@ RULES.update({
                     "to barrier.cluster.arrive\": a peer's operation ordered before the exit "
                     "only by a relaxed cluster barrier (execution order) is not ordered by "
                     "the letter",
+    "peer-arrive-cta": "PTX ISA, mbarrier.arrive: \"The optional .scope qualifier indicates "
+                       "the set of threads that directly observe the memory synchronizing "
+                       "effect of this operation ... If the .scope qualifier is not specified "
+                       "then it defaults to .cta\"; Memory Consistency Model, Scope: .cta is "
+                       "\"The set of all threads executing in the same CTA as the current "
+                       "thread\": a release arrive at .cta scope on another CTA's mbarrier "
+                       "orders nothing for that CTA's threads (taken as ordered, with the "
+                       "warning: .release.cluster, waited at .cluster scope, is clean)",
+    "proxy-fence-read": "PTX ISA, memory consistency model, Proxies: \"A proxy fence is "
+                        "required to synchronize memory operations across different "
+                        "proxies\": a thread's generic read of shared memory, then a bulk or "
+                        "tensor copy (asynchronous proxy) that writes those bytes, with no "
+                        "fence.proxy.async between the read and the copy's issue "
+                        "(check/proxy.py)",
     "exit-async-read": "the checker's exit rule (no sentence of the PTX ISA): an asynchronous "
                        "operation of the CTA itself (a bulk copy of its bulk group) still "
                        "reading the CTA's shared memory when the CTA exits, with no "

@@ -21,8 +21,11 @@ fence to be read by another copy.  Global memory written by threads and read by 
 copy needs the same with a fence over global memory (``fence.proxy.async.global`` or
 all spaces: ``check_global_source``).  A copy that *writes* shared memory
 (a TMA load) over bytes a thread last wrote needs the same fence (two writes through
-different proxies); over bytes threads only read, the mbarrier handshake that frees a
-pipeline slot orders it (no fence: CUTLASS's and Mosaic's pipelines have none there).
+different proxies).  Over bytes a thread read (since their last write), the ISA asks for
+the fence too ("A proxy fence is required to synchronize memory operations across
+different proxies"), yet CUTLASS's and Mosaic's pipelines refill a stage after the
+mbarrier handshake alone: the warning ``proxy-fence-read`` (``check_reads``), a read
+the fence covers as it covers writes.
 
 The uni-directional pair ``fence.proxy.async::generic.release.sync_restrict::shared::cta
 .cluster`` / ``fence.proxy.async::generic.acquire.sync_restrict::shared::cluster.cluster``
@@ -43,10 +46,11 @@ import numpy as np
 
 from mosaic_async_store.check import findings
 from mosaic_async_store.check.findings import Finding
+from mosaic_async_store.check.shadow import distinct
 from mosaic_async_store.check.slots import THREAD
 
 __all__ = ["fence", "fence_lanes", "fenced", "release_to_async", "acquire_to_async",
-           "check_source", "check_source_runs", "global_sources_fenced",
+           "check_source", "check_reads", "check_source_runs", "global_sources_fenced",
            "check_global_source", "SPACES"]
 
 # What each .space of fence.proxy.async orders (none: all spaces).
@@ -168,8 +172,12 @@ def check_source(k, op, sh, cta, off, n, verb="reads"):
   """Reports ``proxy-fence`` where a byte in [off, off + n) of CTA ``cta``'s shared
   memory (shadow ``sh``), which ``op`` reads (``verb``: or "writes") through the
   asynchronous proxy, was last written by a thread with no proxy fence between
-  (``op.fenced``)."""
+  (``op.fenced``); where ``op`` writes, the warning ``proxy-fence-read`` for a thread's
+  read of them that happens before its issue with no proxy fence between
+  (``check_reads``)."""
   end, fenced_vc = off + n, op.fenced
+  if verb == "writes":
+    check_reads(k, op, sh, cta, off, end)
   if _unfenced(k, sh.last_writes(((off, end),)), fenced_vc) is None:   # (few writers)
     return
   for b in range(off, end):   # the first unfenced byte, for the message
@@ -178,6 +186,35 @@ def check_source(k, op, sh, cta, off, n, verb="reads"):
       _report(k, op, verb, f"CTA {cta} SMEM byte {b}", hit[0], int(sh.w_insn[b]),
               "fence.proxy.async (.shared::cta, .shared::cluster or all spaces)")
       return
+
+
+def check_reads(k, op, sh, cta, off, end):
+  """The warning ``proxy-fence-read``: a thread read byte b of [off, end) of CTA
+  ``cta``'s shared memory (a reader since its last write, ``sh.readers``) that ``op``,
+  a copy issued after the read (``op.vc``), writes through the asynchronous proxy, and
+  no ``fence.proxy.async`` covering the read happens before the issue (``op.fenced``).
+  The ISA asks for the fence between accesses through different proxies, a read and a
+  write alike; pipelines that refill a stage after the mbarrier handshake alone rely on
+  the copy not overtaking the read (docs/checker.md, "Warnings").  A read the issue is
+  not ordered after is the ``race`` the write meets (``access_core.check_shared``)."""
+  vc, fenced_vc = op.vc, op.fenced
+  hit = next(((r, clk, insn) for accesses in distinct(sh.readers[off:end])
+              for r, (clk, insn, _) in accesses.items()
+              if vc[r] >= clk and (fenced_vc is None or fenced_vc[r] < clk)
+              and k.slots.kind(r) == THREAD), None)
+  if hit is None:
+    return
+  r, clk, insn = hit
+  b = next(b for b in range(off, end) if (sh.readers[b] or {}).get(r, (None,))[0] == clk)
+  by, known = k.slots.owner(r).obj, insn is not None and insn >= 0
+  findings.report(k, Finding(
+      "proxy-fence-read", f"{op.text} writes CTA {cta} SMEM byte {b} through the "
+      f"asynchronous proxy, read by CTA {by.cta} thread {by.tid} through the generic "
+      f"proxy (PTX line {k.program.lines[insn] if known else '?'}) with no "
+      "fence.proxy.async (.shared::cta, .shared::cluster or all spaces) between the read "
+      "and the copy's issue; fix: the reading threads fence after their last read, "
+      "before the synchronisation that hands the buffer to the issuing thread",
+      other_source=k.program.sources[insn] if known else None))
 
 
 def check_source_runs(k, op, sh, cta, ranges, writes):

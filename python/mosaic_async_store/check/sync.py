@@ -17,7 +17,7 @@ from __future__ import annotations
 from mosaic_async_store.check import (access_core, addresses, collectives, mbarrier_forms,
                                       program, warp, warp_mbarrier)
 from mosaic_async_store.check.mbarrier_state import (Mbarrier, _note_remote, _observe, add_tx,
-                                                     advance_phase)
+                                                     advance_phase, release_origin)
 from mosaic_async_store.check.findings import Finding, Stop
 from mosaic_async_store.check.memory import TX_LIMIT, Releases, sem_scope
 from mosaic_async_store.check.family import Family
@@ -120,7 +120,8 @@ def _arrive(k, mods, ops, src, space):
                             f"{bar.describe()}"))
     _note_remote(k, th, bar, pc)   # (before the release moves th's clock on)
     bar.arrivals[th.slot] = int(th.vc[th.slot])
-    _release(k, th, sem, scope, bar.releases)
+    _release(k, th, sem, scope, bar.releases,
+             release_origin(k, th.cta, th.tid, bar, sem, scope))
     add_tx(k, bar, tx(th))
     before = bar.pending
     bar.pending -= n
@@ -266,11 +267,13 @@ def _object_write(k, th, key, pc):
 # -- release / acquire helpers ----------------------------------------------
 
 
-def _release(k, th, sem, scope, into: Releases):
+def _release(k, th, sem, scope, into: Releases, origin=None):
   """Publishes ``th``'s clock into ``into`` if the operation releases: by its
-  own semantics, or as a relaxed operation after a fence (the fence's scope)."""
+  own semantics (as ``origin``'s, a CTA: ``th``'s unless given,
+  ``mbarrier_state.release_origin``), or as a relaxed operation after a fence (the
+  fence's scope)."""
   if sem in ("release", "acq_rel", "sc"):
-    into.add(th.cta, scope, th.vc)
+    into.add(th.cta if origin is None else origin, scope, th.vc)
   elif th.fence_rel is not None:
     vc, fscope = th.fence_rel
     into.add(th.cta, min(fscope, scope), vc)

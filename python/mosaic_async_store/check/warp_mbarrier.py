@@ -15,11 +15,11 @@ have not reached yet, an uninitialised one, an initialisation not visible to a
 lane), an arrival overflow, a tx-count out of range, a ``.noComplete`` arrival that
 completes the phase, lanes on different barriers, a wait whose state or parity may name
 a phase long past (``mbarrier_forms.overrun_suspect``: the finding ``phase-overrun``).
-A relaxed arrival (which publishes the clock of the lane's last fence, if any:
-``sync._release``) and ``mbarrier.arrive_drop`` (which changes the expected count) have
-no warp form.  Each lane's state register gets the state lane by lane would give it
-(``mbarrier_forms.encode_state``: with .noComplete, the pending count before its own
-arrive-on).
+A relaxed arrival publishes the clock of the lane's last fence, if any
+(``sync._release``): it has the warp form where no lane has one (it publishes nothing);
+``mbarrier.arrive_drop`` (which changes the expected count) has none.  Each lane's
+state register gets the state lane by lane would give it (``mbarrier_forms.encode_state``:
+with .noComplete, the pending count before its own arrive-on).
 """
 
 from __future__ import annotations
@@ -61,11 +61,15 @@ def _one_barrier(k, lanes, addrs_of, space):
 def arrive(k, space, addr, tx, count, sem, scope, no_complete, put, pc):
   """The warp form of ``mbarrier.arrive`` (``sync._arrive`` compiles its operands:
   getters ``addr``, ``tx``, ``count``; the state register's setter ``put``; ``pc``,
-  the instruction's index); None for a relaxed arrive (lane by lane)."""
-  if sem not in RELEASING:
+  the instruction's index); a relaxed arrive's only where no lane has a fence to
+  publish (``th.fence_rel``), else lane by lane."""
+  releases = sem in RELEASING
+  if not releases and sem != "relaxed":
     return None
   addrs_of, tx_of, count_of = lanes_getter(addr), lanes_getter(tx), lanes_getter(count)
   def lanes_form(lanes):
+    if not releases and any(th.fence_rel is not None for th in lanes):
+      return FALLBACK
     found = _one_barrier(k, lanes, addrs_of, space)
     if found is None:
       return FALLBACK
@@ -83,8 +87,11 @@ def arrive(k, space, addr, tx, count, sem, scope, no_complete, put, pc):
       k.remote_arrivals[bar.key[0]].update(   # (mbarrier_state._note_remote, lane by lane)
           ((int(s), bar.slot), (int(c), bar.phase, pc)) for s, c in zip(slots, clocks))
     bar.arrivals.update(zip(slots, clocks))
-    # every lane's clock joined: as one release after another
-    bar.releases.add(lanes[0].cta, scope, vcs.max(axis=0))
+    # every lane's clock joined: as one release after another (a .cta-scoped one on
+    # another CTA's barrier: the warning peer-arrive-cta, mbarrier_state.release_origin)
+    if releases:
+      origin = mbarrier_state.release_origin(k, lanes[0].cta, lanes[0].tid, bar, sem, scope)
+      bar.releases.add(origin, scope, vcs.max(axis=0))
     k.tick(rows)
     k.epoch += len(lanes)   # (mbarrier_state.add_tx, once per lane)
     befores = accumulate(counts, sub, initial=bar.pending)   # each lane's pending before
