@@ -7,7 +7,7 @@ uniform, which docs/errors.md and the tests rely on.
 
 from __future__ import annotations
 
-__all__ = ["AsyncStoreError", "refuse", "refuse_type"]
+__all__ = ["AsyncStoreError", "CheckerLimit", "refuse", "refuse_limit", "refuse_type"]
 
 
 class AsyncStoreError(ValueError):
@@ -24,6 +24,13 @@ class AsyncStoreError(ValueError):
     self.value = value
 
 
+class CheckerLimit(AsyncStoreError):
+  """A kernel the PTX checker cannot check: an instruction, run-time case, launch shape
+  or element type it does not run exactly (docs/checker.md).  A limit of the checker,
+  not a fault of the kernel: the CLI's ``check`` exits 5 on it, a refusal of the
+  kernel's own inputs exits 2."""
+
+
 def _message(param: str, value: object, allowed: str, fix: str) -> str:
   shown = value if isinstance(value, str) else repr(value)
   return f"{param}={shown} is not supported: allowed {allowed}. Fix: {fix}"
@@ -34,6 +41,11 @@ def refuse(param: str, value: object, allowed: str, fix: str) -> AsyncStoreError
   return AsyncStoreError(
       _message(param, value, allowed, fix), param=param, value=str(value)
   )
+
+
+def refuse_limit(param: str, value: object, allowed: str, fix: str) -> CheckerLimit:
+  """Builds (does not raise) a ``CheckerLimit`` in the project's format."""
+  return CheckerLimit(_message(param, value, allowed, fix), param=param, value=str(value))
 
 
 def _brief(value: object) -> str:

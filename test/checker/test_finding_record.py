@@ -20,8 +20,10 @@ NOT_FINDINGS = {
     "NotImplementedError", "NotInIsa",                  # what the checker does not run
     "CheckerError", "RuntimeError", "AttributeError",   # the checker's own failures
     "budget_mod.BudgetExceeded", "FindingLimit",        # its limits
+    "refuse_limit",                                     # (errors.CheckerLimit)
     "refuse", "refuse_type", "refused", "_mismatch",    # the arguments refused
     "ValueError", "KeyError",                           # internal preconditions
+    "worker_raised",                # a run's exception re-raised from its worker (parallel.py)
 }
 
 
@@ -52,8 +54,9 @@ def test_every_finding_raised_is_a_finding_record():
     for node in ast.walk(ast.parse(path.read_text())):
       if (isinstance(node, ast.Call) and ast.unparse(node.func) == "Stop"
           and isinstance(node.args[0], ast.Call)):
+        # (wgmma's operands_differ returns guard.failure's Finding)
         assert ast.unparse(node.args[0].func) in ("Finding", "_fail", "failure", "_bad",
-                                                  "findings.locate"), \
+                                                  "findings.locate", "operands_differ"), \
             f"{path.name} line {node.lineno}: Stop({ast.unparse(node.args[0])[:60]})"
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from mosaic_async_store.check import check_ptx
 from mosaic_async_store.check.interp import PtxKernel
+from mosaic_async_store.errors import CheckerLimit
 from ptx_harness import SCHEDULES, finding, kernel, output, outputs
 
 _SETUP = """
@@ -132,6 +133,15 @@ def test_what_is_not_modelled_is_refused_by_name(op):
   with pytest.raises(NotImplementedError, match=op.split(".")[0].split(" ")[0]):
     PtxKernel(kernel("  mov.b64 %rd2, __dynamic_shmem__0;\n  cvt.u32.u64 %r3, %rd2;\n  "
                      + op))
+
+
+def test_check_ptx_refuses_what_is_not_modelled_as_a_limit_of_the_checker():
+  """``check_ptx`` refuses such PTX with ``errors.CheckerLimit`` (the CLI's exit 5), an
+  AsyncStoreError naming the instruction, before anything runs."""
+  ptx = kernel("  mov.b64 %rd2, __dynamic_shmem__0;\n  cvt.u32.u64 %r3, %rd2;\n"
+               "  activemask.b32 %r9;")
+  with pytest.raises(CheckerLimit, match=r"^ptx=.*activemask.*lists as run exactly"):
+    check_ptx(ptx, [np.zeros(32, np.int32)], smem_bytes=16, block=(32, 1, 1))
 
 
 _INVAL = """

@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 
 __all__ = ["Case", "KERNELS", "MESH_KERNELS", "NOT_APPLICABLE", "PACKAGE", "module_of",
-           "ops_modules"]
+           "ops_modules", "RAGGED", "ragged_problem", "ragged_reference"]
 
 PACKAGE = "jax.experimental.pallas.ops.gpu"
 HOPPER, BLACKWELL = ("sm_90a",), ("sm_100a",)
@@ -94,9 +94,9 @@ def _group_sizes(groups: int, total: int):
   return np.full((groups,), total // groups, np.int32)
 
 
-def _ragged(transpose_rhs: bool):
+def _ragged(transpose_rhs: bool, k: int = 128):
   def build(mod):
-    m, k, n, g = 256, 128, 128, 2
+    m, n, g = 256, 128, 2
     lhs, = _f16((m, k))
     rhs, = _f16((g, n, k) if transpose_rhs else (g, k, n))
     fn = lambda x, y, s: mod.ragged_dot(x, y, group_sizes=s, block_m=64, block_n=64,
@@ -106,8 +106,8 @@ def _ragged(transpose_rhs: bool):
   return build
 
 
-def _transposed_ragged(mod):
-  k, m, n, g = 256, 128, 128, 2
+def _transposed_ragged(mod, k: int = 256):
+  m, n, g = 128, 128, 2
   lhs, rhs = _f16((k, m), (k, n))
   fn = lambda x, y, s: mod.transposed_ragged_dot(x, y, group_sizes=s, block_m=64,
                                                  block_n=64, block_k=64,
@@ -216,3 +216,62 @@ NOT_APPLICABLE: dict[str, str] = {
     "rms_norm": _TRITON,
     "softmax": _TRITON,
 }
+
+
+# --- the ragged dots on values, for ``check`` (test_upstream_ops.py) ------------------
+
+RAGGED = ("ragged_dot", "ragged_dot_transpose_rhs", "transposed_ragged_dot")
+
+
+def ragged_problem(name: str, group_sizes, k: int | None = None, wgmma_wait: bool = False):
+  """``(fn, arrays)`` for ``check``: the ``RAGGED`` case ``name`` with ``group_sizes``
+  (int32) and small integers in the operands (every product and sum exact in f32, the
+  result exact in f16).  ``k``: the contracting size (the case's where None; the
+  transposed dot's groups split k, the others' split m).  ``wgmma_wait``: every
+  ``plgpu.wgmma`` of the kernel followed by ``plgpu.wgmma_wait(1)``, while ``fn`` is
+  traced: the wait upstream's ragged dots lack (hopper_matmul_mgpu has it, as
+  ``plgpu.wgmma_wait(delay_release)``), without which a pipeline of more k steps than
+  slots refills a slot that the previous step's WGMMA may still read."""
+  from jax.experimental.pallas import mosaic_gpu as plgpu
+  mod = module_of("transposed_ragged_dot_mgpu" if name == "transposed_ragged_dot"
+                  else "ragged_dot_mgpu")
+  if name == "transposed_ragged_dot":
+    fn, zeros = _transposed_ragged(mod, **({} if k is None else {"k": k}))
+  else:
+    fn, zeros = _ragged(name == "ragged_dot_transpose_rhs", **({} if k is None else
+                                                               {"k": k}))(mod)
+  rng = np.random.default_rng(0)
+  lhs, rhs = (rng.integers(-2, 3, z.shape).astype(np.float16) for z in zeros[:2])
+  sizes = np.asarray(group_sizes, np.int32)
+  if not wgmma_wait:
+    return fn, (lhs, rhs, sizes)
+  wgmma = plgpu.wgmma
+
+  def waited(acc, a, b):
+    wgmma(acc, a, b)
+    plgpu.wgmma_wait(1)
+
+  def fixed(x, y, s):
+    plgpu.wgmma = waited
+    try:
+      return fn(x, y, s)
+    finally:
+      plgpu.wgmma = wgmma
+  return fixed, (lhs, rhs, sizes)
+
+
+def ragged_reference(name: str, lhs, rhs, group_sizes) -> np.ndarray:
+  """NumPy's group-wise matmul of the ``RAGGED`` case ``name``, in float32: rows
+  ``[start, end)`` of the group's span of ``lhs`` times the group's ``rhs``
+  (``ragged_dot``, ``rhs[g]`` transposed for ``ragged_dot_transpose_rhs``), or for the
+  transposed dot, per group ``lhs[start:end].T @ rhs[start:end]`` (spans of k)."""
+  lhs, rhs = np.asarray(lhs, np.float32), np.asarray(rhs, np.float32)
+  ends = np.cumsum(group_sizes)
+  spans = list(zip(np.concatenate([[0], ends[:-1]]), ends))
+  if name == "transposed_ragged_dot":
+    return np.stack([lhs[s:e].T @ rhs[s:e] for s, e in spans])
+  out = np.zeros((lhs.shape[0], rhs.shape[1 if name.endswith("transpose_rhs") else 2]),
+                 np.float32)
+  for g, (s, e) in enumerate(spans):
+    out[s:e] = lhs[s:e] @ (rhs[g].T if name.endswith("transpose_rhs") else rhs[g])
+  return out

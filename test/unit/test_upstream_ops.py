@@ -1,18 +1,21 @@
 """Every Pallas MGPU kernel of jax's ``experimental/pallas/ops/gpu/`` compiles deviceless
 for the GPU it is written for (test/harness/upstream_ops.py: WGMMA kernels for sm_90a,
 tcgen05 kernels for sm_100a), with the device queries answered for that GPU; the
-refusals around them say whose the cause is.
+refusals around them say whose the cause is.  ``check`` runs the Blackwell matmuls and
+the ragged dots (NumPy's products; the ragged dots' missing ``wgmma_wait`` found).
 
 Cost: one compile per kernel and arch (about 1-2 s each, small problems), shared with
-the CLI test through the session's tool cache.
+the CLI test through the session's tool cache; each ragged dot's check about 10-40 s.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import upstream_ops
 from mosaic_async_store import compat
+from mosaic_async_store.check.memory import CI_SCHEDULES
 from mosaic_async_store.errors import AsyncStoreError
 from mosaic_async_store.tools import cli, user_kernel
 from mosaic_async_store.tools.device_target import DEFAULTS, device_target
@@ -142,6 +145,7 @@ def test_cli_compiles_the_blackwell_matmul_with_its_counts(tmp_path, capsys):
   assert int(rows["tcgen05"]) > 0 and int(rows["TMA load"]) > 0 and int(rows["TMA store"]) > 0
 
 
+@pytest.mark.long
 def test_check_runs_the_blackwell_matmul_from_the_cli(tmp_path, capsys):
   """``check FILE.py:FUNCTION`` takes the kernel's own arch (tcgen05: sm_100a) and runs
   it: exit 0, its two warnings printed (neither fails without --strict; with it, 1)."""
@@ -153,6 +157,29 @@ def test_check_runs_the_blackwell_matmul_from_the_cli(tmp_path, capsys):
   assert cli.main(["check", target, "--schedules", "1", "--strict"]) == 1
 
 
+@pytest.mark.long
+def test_check_runs_the_blackwell_ragged_dot_with_the_right_product():
+  """jax's Blackwell ragged dot (a CTA pair, tcgen05 .cta_group::2, its group bounds
+  clamped with min.relu.s32) over two uneven groups: no error and NumPy's group-wise
+  product exactly (small integers in f16); its warnings are those docs/checker.md lists
+  for the Blackwell matmul it shares its pipeline with.  One schedule: about 13 s each
+  (the rules themselves are held in every CI schedule by the matmul above)."""
+  import numpy as np
+  case = next(c for c in upstream_ops.KERNELS if c.name == "blackwell_ragged_dot")
+  fn, (a, b, _) = _made(case)
+  rng = np.random.default_rng(0)
+  a, b = (rng.integers(-3, 4, np.shape(x)).astype(np.float16) for x in (a, b))
+  sizes = np.array([192, a.shape[0] - 192], np.int32)
+  from mosaic_async_store.tools.check_kernel import check
+  report = check(fn, a, b, sizes, schedules=1)
+  assert report.ok, str(report)
+  assert {f.rule for f in report.warnings} <= {"tcgen05-fence-operand", "exit-relaxed"}, \
+      str(report)
+  expected = upstream_ops.ragged_reference("ragged_dot", a, b, sizes)
+  np.testing.assert_array_equal(np.asarray(report.outputs[-1], np.float32), expected)
+
+
+@pytest.mark.long
 @pytest.mark.parametrize("name", ["blackwell_matmul", "blackwell_matmul_collective"])
 def test_check_runs_the_blackwell_matmul_with_the_right_product(name):
   """jax's Blackwell matmul, plain and collective (a CTA pair: tcgen05 with
@@ -178,10 +205,65 @@ def test_check_runs_the_blackwell_matmul_with_the_right_product(name):
                for s in range(3)), str(report)
     return
   assert report.ok, str(report)
-  assert {f.rule for f in report.warnings} <= {"tcgen05-fence-operand", "exit-async-read",
-                                               "exit-relaxed"}, str(report)
+  allowed = {"tcgen05-fence-operand", "exit-async-read", "exit-relaxed"}
+  if name == "blackwell_matmul_collective":
+    # its store_done_barrier (a ClusterBarrier) arrives on the peer's at .release.cta
+    assert "peer-arrive-cta" in {f.rule for f in report.warnings}, str(report)
+    allowed.add("peer-arrive-cta")
+  assert {f.rule for f in report.warnings} <= allowed, str(report)
   np.testing.assert_array_equal(np.asarray(report.outputs[0], np.float32),
                                 a.astype(np.float32) @ b.astype(np.float32))
+
+
+# Uneven groups: the first ends inside a 64-row block (the kernels' ragged edges).
+_GROUPS = (40, 216)
+
+
+def _ragged_check(name, k=None, wgmma_wait=False):
+  from mosaic_async_store.tools.check_kernel import check
+  fn, (lhs, rhs, sizes) = _ragged_made(name, k, wgmma_wait)
+  report = check(fn, lhs, rhs, sizes, schedules=len(CI_SCHEDULES))
+  return report, upstream_ops.ragged_reference(name, lhs, rhs, sizes)
+
+
+def _ragged_made(name, k, wgmma_wait):
+  try:
+    return upstream_ops.ragged_problem(name, _GROUPS, k=k, wgmma_wait=wgmma_wait)
+  except ImportError as e:
+    pytest.skip(f"jax {'.'.join(map(str, compat.jax_version()))} has no {name}: {e}")
+
+
+@pytest.mark.parametrize("name", ["ragged_dot", "ragged_dot_transpose_rhs"])
+def test_check_runs_the_ragged_dot_with_the_right_product(name):
+  """Upstream's ``ragged_dot`` launches ``kernel(group_sizes, lhs, rhs)``: the kernel's
+  operands in another order than ``fn``'s, an 8-byte array among them.  Before, ``check``
+  built the right-hand side's TMA descriptor over ``group_sizes`` and refused it ("a
+  tensor inside the array's 8 bytes").  K = 128 is two k steps, one per pipeline slot:
+  no slot is refilled (the race below needs more).  No error under the CI's schedules,
+  and the product is NumPy's, group by group (small integers: exact)."""
+  report, want = _ragged_check(name)
+  assert report.ok, str(report)
+  np.testing.assert_array_equal(report.outputs[0], want.astype(np.float16))
+
+
+@pytest.mark.parametrize("name, k", [("transposed_ragged_dot", None), ("ragged_dot", 256)])
+def test_check_finds_the_ragged_dots_refilling_a_slot_a_wgmma_reads(name, k):
+  """Upstream's ragged dots pipeline k with ``delay_release=1`` over two slots and never
+  ``wgmma_wait``: step i's TMA load refills the slot step i-1's WGMMA group may still
+  read (no ``wgmma.wait_group`` in the loop; hopper_matmul_mgpu waits with
+  ``plgpu.wgmma_wait(delay_release)``).  A ``race`` in every CI schedule wherever a group
+  spans more k steps than slots (the transposed dot's second group: 216 of k = 256; the
+  ragged dot with k = 256); with ``wgmma_wait(1)`` after each ``wgmma`` (the neighbour)
+  no error and NumPy's product.  The transposed dot computes four of its seven operands
+  (group starts, ends, ...) from ``group_sizes``: they come from ``fn`` run on the CPU."""
+  report, _ = _ragged_check(name, k)
+  by_schedule = [{f.rule for f in report.errors if f.schedule == s}
+                 for s in CI_SCHEDULES]
+  assert all("race" in rules for rules in by_schedule), str(report)
+  assert any("wgmma.mma_async" in f.message for f in report.errors), str(report)
+  fixed, want = _ragged_check(name, k, wgmma_wait=True)
+  assert fixed.ok, str(fixed)
+  np.testing.assert_array_equal(fixed.outputs[0], want.astype(np.float16))
 
 
 _MIXED_FILE = """

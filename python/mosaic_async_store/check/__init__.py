@@ -14,7 +14,8 @@ memory accesses), ``memory`` (the model: rules, scopes, the per-byte shadow, sch
 parameters: arrays, ``Memref``s and ``TensorMap``s, laid out as the PTX declares
 them), ``lineinfo`` (the PTX's ``.file`` / ``.loc``: each instruction's source line),
 ``findings`` (``Finding``: one broken rule, as data), ``report`` (``check_ptx``,
-``Report``).
+``Report``), ``parallel`` (a check's runs, a cluster under a schedule each, in worker
+processes: ``jobs``).
 ``check`` (a Pallas or Mosaic kernel lowered, compiled and bound) is
 ``tools/check_kernel.py``'s: it needs the deviceless toolchain.  ``checking`` (a mode:
 every Pallas MGPU kernel called on the CPU meanwhile is checked) is ``tools/checking.py``'s.
@@ -35,12 +36,15 @@ __all__ = ["check", "checking", "check_ptx", "Report", "Finding", "Unfinished", 
 
 
 def check(fn, *args, schedules: int = 3, budget: Budget | None = None,
-          arch: str | None = None, strict: bool = False) -> Report:
+          arch: str | None = None, strict: bool = False, jobs: int | None = None) -> Report:
   """See :func:`mosaic_async_store.tools.check_kernel.check` (loads jax on first use).
   ``arch``: "sm_90a", "sm_100a" or "sm_103a"; None: the kernel's own (sm_100a where it
-  uses tcgen05, else sm_90a).  ``strict``: warnings fail the check too."""
+  uses tcgen05, else sm_90a).  ``strict``: warnings fail the check too.  ``jobs``: runs
+  at a time, each in a worker process (``parallel``; None: the machine's cores, or
+  ``MAS_CHECK_JOBS``); the report is the same for every ``jobs``."""
   from mosaic_async_store.tools.check_kernel import check as _check
-  return _check(fn, *args, schedules=schedules, budget=budget, arch=arch, strict=strict)
+  return _check(fn, *args, schedules=schedules, budget=budget, arch=arch, strict=strict,
+                jobs=jobs)
 
 
 def checking(schedules: int = 3, budget: Budget | None = None, raise_findings: bool = True,

@@ -27,10 +27,12 @@ each its schedule.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from mosaic_async_store.check.memory import RULES, WARNINGS, Access, shown_source
 
-__all__ = ["MAX_FINDINGS", "Finding", "Stop", "FindingLimit", "fault", "report", "locate",
+__all__ = ["MAX_FINDINGS", "MAX_LISTED", "Finding", "elided", "detailed", "Stop",
+           "FindingLimit", "fault", "report", "locate",
            "place", "place_landing", "stop", "flush"]
 
 MAX_FINDINGS = 16   # distinct findings a schedule collects before it stops
@@ -59,6 +61,10 @@ class Finding:
       source): this one and the earlier one it conflicts with; None for other rules.
     missing: what would have ordered them (a race, an early read), or None.
     instruction: the text of the instruction at ``ptx_line``, or None.
+    ctaid: the block of the grid whose thread broke it, (x, y, z) as ``%ctaid`` (None
+      where ``cta`` is None); ``cta`` is its rank in its cluster (``%cluster_ctarank``).
+    clusterid: the cluster of the grid it broke it in, (x, y, z) as ``%clusterid``
+      (None in a finding no run kept).
   """
 
   rule: str
@@ -73,6 +79,8 @@ class Finding:
   other: Access | None = None
   missing: str | None = None
   instruction: str | None = None
+  ctaid: tuple[int, int, int] | None = None
+  clusterid: tuple[int, int, int] | None = None
 
   def __post_init__(self):
     if self.rule not in RULES:
@@ -90,14 +98,115 @@ class Finding:
     return f"{self.message} [{self.rule}: {RULES[self.rule]}]"
 
   def __str__(self) -> str:
+    """One line: rule, thread (and its block outside the grid's first cluster), PTX and
+    Python line, schedule, message (long operand lists elided: ``elided``); the text
+    report's form is ``detailed``."""
     where = "" if self.cta is None else f"CTA {self.cta} thread {self.thread}, "
+    if where and self.ctaid is not None and any(self.clusterid or ()):
+      where = f"CTA {self.cta} thread {self.thread} of block {_dim3(self.ctaid)}, "
     at = [] if self.ptx_line is None else [f"PTX line {self.ptx_line}"]
     if self.source is not None:   # the user's line, next to the PTX line
       at.append(f"({shown_source(self.source)})" if at else shown_source(self.source))
     line = f"{' '.join(at)}, " if at else ""
     seed = "" if self.schedule is None else f"schedule {self.schedule}: "
     label = f"warning: {self.rule}" if self.rule in WARNINGS else self.rule
-    return f"[{label}] {where}{line}{seed}{self.message}"
+    return f"[{label}] {where}{line}{seed}{elided(self.message)}"
+
+
+MAX_LISTED = 8   # operands of a brace list shown in full ({%f1, ..., %f64} is cut)
+_BRACES = re.compile(r"\{([^{}]*)\}")
+
+
+def elided(text: str) -> str:
+  """``text`` with each brace list of more than ``MAX_LISTED`` operands (a WGMMA's 64
+  accumulator registers) cut to its first three, the count and its last one."""
+  def cut(m: re.Match) -> str:
+    items = [item.strip() for item in m.group(1).split(",")]
+    if len(items) <= MAX_LISTED:
+      return m.group(0)
+    return f"{{{', '.join(items[:3])}, ... {len(items) - 4} more ..., {items[-1]}}}"
+  return _BRACES.sub(cut, text)
+
+
+def _dim3(values) -> str:
+  return f"({', '.join(map(str, values))})"
+
+
+def _blocks(ctaids, clusters) -> str:
+  """The blocks (and clusters) a finding was found in: "block (3, 0, 0) in cluster (1, 0,
+  0)", or "in 16 blocks: (0, 0, 0), (1, 0, 0), ..., (15, 0, 0) of 8 cluster(s)"."""
+  shown = [_dim3(c) for c in ctaids]
+  if len(shown) == 1:
+    return f"block {shown[0]}" + (f" in cluster {_dim3(clusters[0])}" if clusters else "")
+  listed = shown if len(shown) <= 4 else [*shown[:2], "...", shown[-1]]
+  return f"in {len(shown)} blocks: {', '.join(listed)} of {len(clusters)} cluster(s)"
+
+
+def _place(source: str | None, ptx_line: int | None) -> str | None:
+  """"file.py:42 (PTX line 80)", "file.py:42", "PTX line 80" or None."""
+  at = shown_source(source) if source is not None else None
+  if ptx_line is not None:
+    return f"{at} (PTX line {ptx_line})" if at else f"PTX line {ptx_line}"
+  return at
+
+
+def detailed(f: Finding, ctaids=(), clusterids=()) -> list[str]:
+  """``f`` as the text report shows it: a short first line (rule, the user's line, the
+  PTX line, the thread, the blocks, the schedule), then indented lines: what happened,
+  the instruction, the other access (its Python and PTX line), each brace list of many
+  operands elided (``elided``).  ``ctaids`` / ``clusterids``: the blocks and clusters
+  of the identical findings it stands for (empty: ``f``'s own, shown only outside
+  cluster 0)."""
+  label = f"warning: {f.rule}" if f.rule in WARNINGS else f.rule
+  at = _place(f.source, f.ptx_line)
+  who = [] if f.cta is None else [f"CTA {f.cta} thread {f.thread}"]
+  clusters = sorted(set(clusterids)) or ([f.clusterid] if f.clusterid else [])
+  ctaids = list(ctaids) or ([f.ctaid] if f.ctaid else [])
+  if ctaids and (len(ctaids) > 1 or any(any(c) for c in clusters)):
+    who.append(_blocks(ctaids, clusters))
+  elif len(clusters) > 1:   # (a finding of no one CTA: a hang)
+    who.append(f"in {len(clusters)} clusters")
+  seed = [] if f.schedule is None else [f"schedule {f.schedule}"]
+  first = f"[{label}] " + ", ".join([*([at] if at else []), *who, *seed])
+  message, insn_line = f.message, None
+  if f.instruction is not None:
+    insn = f"`{f.instruction}`"
+    prefix = f"at {insn} (PTX line {f.ptx_line}): "
+    issued = f" (issued at PTX line {f.ptx_line}: {insn})"
+    if message.endswith(issued):
+      message, insn_line = message[:-len(issued)], f"issued by: {insn}"
+    else:
+      message, insn_line = message.removeprefix(prefix), f"at: {insn}"
+  lines = [first, f"    {elided(message)}"]
+  if insn_line is not None:
+    lines.append(f"    {elided(insn_line)}")
+  other = f.other
+  other_source = f.other_source or (other.source if other is not None else None)
+  if other is not None or other_source is not None:
+    place = _place(other_source, other.ptx_line if other is not None else None)
+    text = ", ".join(p for p in (other and f"{other.who}, {other.kind}",
+                                 place and f"at {place}") if p)
+    if other is not None and other.instruction:
+      text += f": `{other.instruction}`"
+    lines.append(f"    other access: {elided(text)}")
+  hint = _pallas_hint(f)
+  if hint is not None:
+    lines.append(f"    hint: {hint}")
+  return lines
+
+
+def _pallas_hint(f: Finding) -> str | None:
+  """What a Pallas kernel changes for ``f``, where its pattern is a Pallas pipeline's:
+  a TMA copy into shared memory that a WGMMA still in flight reads (a pipeline slot
+  refilled while the step's WGMMA, left in flight by ``wgmma_wait(1)``, reads it)."""
+  other = f.other
+  if (f.rule == "race" and other is not None and "wgmma.mma_async" in (other.who or "")
+      and "cp.async.bulk" in (f.instruction or "")):
+    return ("in a Pallas pipeline (emit_pipeline, a pallas_call grid) this is an operand "
+            "slot refilled while a WGMMA still reads it: give the operand's BlockSpec "
+            "delay_release=1 (release the slot a step later), or plgpu.wgmma_wait(0) "
+            "before the step ends")
+  return None
 
 
 class Stop(Exception):
@@ -184,7 +293,20 @@ def _take(k) -> list:
   return taken
 
 
+def _in_grid(k, e: Finding) -> Finding:
+  """``e`` with its block's ``%ctaid`` and its cluster's ``%clusterid``, read off the
+  preset registers of the CTA it names (its cluster's first CTA for a hang)."""
+  columns, row = k.registers.columns, (e.cta or 0) * k.block
+
+  def dim(register):
+    values = [columns.get(f"%{register}.{axis}") or () for axis in "xyz"]
+    return tuple(int(v[row]) for v in values) if all(len(v) > row for v in values) else None
+  return dataclasses.replace(e, ctaid=None if e.cta is None else dim("ctaid"),
+                             clusterid=dim("clusterid"))
+
+
 def _keep(k, e, *, limit=True) -> None:
+  e = _in_grid(k, e)
   other = e.other
   keys = {(e.rule, "at", e.source or e.ptx_line)}
   if other is not None:

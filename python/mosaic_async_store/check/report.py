@@ -21,13 +21,13 @@ import re
 
 import numpy as np
 
-from mosaic_async_store.check import families, subbyte
+from mosaic_async_store.check import families, parallel, subbyte
 from mosaic_async_store.check.budget import DEFAULT, Budget, BudgetExceeded
 from mosaic_async_store.check.interp import Memref, PtxKernel
-from mosaic_async_store.check.findings import Finding
+from mosaic_async_store.check.findings import Finding, detailed
 from mosaic_async_store.check.params import array_of, buffer_slots
 from mosaic_async_store.check.tensor_map import TensorMap
-from mosaic_async_store.errors import refuse, refuse_type
+from mosaic_async_store.errors import refuse, refuse_limit, refuse_type
 
 __all__ = ["Finding", "Report", "Unfinished", "check_ptx", "MAX_BLOCK", "MAX_CLUSTER",
            "MAX_SMEM_BYTES"]
@@ -102,8 +102,27 @@ class Report:
     else:
       head = (f"no rule broken, but {len(self.unfinished)} schedule(s) of {seeds} "
               f"unfinished (a larger budget=Budget(...) lets them finish){warned or ':'}")
-    return "\n".join([head, *(f"  {f}" for f in (*self.errors, *self.warnings,
-                                                    *self.unfinished))])
+    errors = _identical(self.errors)
+    if len(errors) < len(self.errors):
+      head = head.replace(" in schedules ", f" ({len(errors)} distinct: one found in "
+                          "several blocks is shown once) in schedules ", 1)
+    lines = [head]
+    for f, ctaids, clusterids in errors + _identical(self.warnings):
+      lines += [f"  {line}" for line in detailed(f, ctaids, clusterids)]
+    return "\n".join(lines + [f"  {u}" for u in self.unfinished])
+
+
+def _identical(findings) -> list[tuple[Finding, list, list]]:
+  """``findings`` grouped where they differ only in their block and cluster (a grid's
+  blocks that break a rule alike): (the first, the blocks' ``ctaid``s, their
+  ``clusterid``s), in order of first appearance (``Report.__str__``)."""
+  groups: dict = {}
+  for f in findings:
+    key = dataclasses.replace(f, ctaid=None, clusterid=None)
+    _, ctaids, clusterids = groups.setdefault(key, (f, [], []))
+    ctaids += [f.ctaid] if f.ctaid is not None else []
+    clusterids += [f.clusterid] if f.clusterid is not None else []
+  return [(f, sorted(set(c)), sorted(set(k))) for f, c, k in groups.values()]
 
 
 def _dim3(param: str, value, limit: int, x_only=False) -> tuple[int, int, int]:
@@ -163,7 +182,7 @@ def _check_args(args, smem_bytes, block, cluster, grid, schedules):
 
 def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1, 1, 1),
               grid=None, schedules: int = 3, budget: Budget | None = None,
-              strict: bool = False) -> Report:
+              strict: bool = False, jobs: int | None = None) -> Report:
   """Runs ``ptx`` (one ``.entry``) over every thread of one cluster under schedules
   ``0 .. schedules - 1`` (docs/checker.md: 0 runs each thread until it blocks, 1 lands
   asynchronous stores as late as possible, others interleave at random).
@@ -192,6 +211,9 @@ def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1,
     budget: what each schedule's run may spend (``budget.Budget``: thread-instructions
       and memory; None: ``budget.DEFAULT``, which a laptop holds).  A schedule that
       reaches it stops and is reported in ``Report.unfinished``, never a crash.
+    jobs: runs (a cluster under a schedule) at a time, each in a worker process
+      (``parallel``: Linux only); None: ``MAS_CHECK_JOBS`` where set, else the machine's
+      cores.  The report is the same for every ``jobs``; 1 runs them in this process.
 
   Raises:
     AsyncStoreError / TypeError: an argument the checker cannot take, or PTX with an
@@ -205,10 +227,10 @@ def check_ptx(ptx: str, args, *, smem_bytes: int, block=(128, 1, 1), cluster=(1,
   try:
     kernel = PtxKernel(ptx)
   except NotImplementedError as e:
-    raise refuse("ptx", str(e), "the opcodes docs/checker.md lists as run exactly",
+    raise refuse_limit("ptx", str(e), "the opcodes docs/checker.md lists as run exactly",
                  "check that instruction's kernel another way, or report it") from None
   _check_target(ptx, kernel)
-  return _checked(kernel, args, dims, smem_bytes, schedules, budget, strict)
+  return _checked(kernel, args, dims, smem_bytes, schedules, budget, strict, jobs)
 
 
 _BASE = re.compile(r"\s*(?:@!?%\w+\s+)?([a-z_]\w*)")   # a statement's base opcode
@@ -235,18 +257,22 @@ def _check_target(ptx, kernel) -> None:
 
 def check_parsed(kernel: PtxKernel, args, *, smem_bytes: int, block=(128, 1, 1),
                  cluster=(1, 1, 1), grid=None, schedules: int = 3,
-                 budget: Budget | None = None, strict: bool = False) -> Report:
+                 budget: Budget | None = None, strict: bool = False,
+                 jobs: int | None = None) -> Report:
   """``check_ptx`` of a kernel already parsed (``PtxKernel(ptx)``, by a caller that
   words a refusal of its PTX in its own terms: ``tools.check_kernel``), with the same
   arguments and checks."""
   return _checked(kernel, args, _check_args(args, smem_bytes, block, cluster, grid,
-                                            schedules), smem_bytes, schedules, budget, strict)
+                                            schedules), smem_bytes, schedules, budget, strict,
+                  jobs)
 
 
-def _checked(kernel, args, dims, smem_bytes, schedules, budget, strict=False) -> Report:
+def _checked(kernel, args, dims, smem_bytes, schedules, budget, strict=False,
+             jobs=1) -> Report:
   """The runs of ``check_ptx`` on a parsed kernel whose arguments ``_check_args`` took
-  (``dims``: its block, cluster and grid)."""
+  (``dims``: its block, cluster and grid), ``jobs`` at a time (``parallel.grid_runs``)."""
   bx, cs, gs = dims
+  jobs = parallel.resolve_jobs(jobs)
   try:
     kernel.machine.pack_params(list(args))
   except ValueError as e:
@@ -257,34 +283,54 @@ def _checked(kernel, args, dims, smem_bytes, schedules, budget, strict=False) ->
   elif not isinstance(budget, Budget):
     raise refuse_type("budget", budget, "a mosaic_async_store.check.Budget, or None",
                       "pass budget=Budget(max_steps=..., max_memory_mb=...)")
-  findings, unfinished, current, complete = [], [], list(args), True
-  for first in _clusters(cs, gs):   # cluster by cluster; its writes carry into the next
-    outputs = None
-    base = first[0] + gs[0] * (first[1] + gs[1] * first[2])   # its first CTA's index
-    for seed in range(int(schedules)):
-      try:
-        out, _ = kernel.launch(current, cluster=cs, smem_bytes=int(smem_bytes), block=bx,
-                               schedule=seed, first_cta=first, grid_ctas=gs, budget=budget)
-      except BudgetExceeded as e:
-        unfinished.append(Unfinished(seed, e.reason, e.executed, e.detail, base))
-        continue
-      except NotImplementedError as e:   # the checker's limit, not the kernel's fault
-        raise refuse("ptx", " ".join(str(e).split()), "instructions and run-time cases "
-                     "docs/checker.md lists as run exactly", "check that kernel another "
-                     "way, or report the case") from None
-      if kernel.findings:
-        findings.extend(_finding(kernel, e, seed) for e in kernel.findings)
-        if any(f.severity == "error" for f in kernel.findings):   # (a warning's run
-          continue                                                # completed right)
-      if outputs is None:   # one array per buffer: arguments that alias still do
-        outputs = _per_argument(out, args)
-    if outputs is None:
-      complete = False
-    else:
-      current = [_rewrapped(a, o) for o, a in zip(outputs, args)]
+  firsts = _clusters(cs, gs)   # cluster by cluster; its writes carry into the next
+
+  def launch(current, first, seed):   # one run: Launched, or Unfinished at its budget
+    try:
+      return kernel.launch(current, cluster=cs, smem_bytes=int(smem_bytes), block=bx,
+                           schedule=seed, first_cta=first, grid_ctas=gs, budget=budget)
+    except BudgetExceeded as e:
+      return Unfinished(seed, e.reason, e.executed, e.detail, _base(first, gs))
+
+  def carried(current, outcomes):   # one array per buffer: arguments that alias still do
+    done = _first_completed(outcomes)
+    if done is None or done < 0:
+      return None if done is None else current
+    return [_rewrapped(a, o) for o, a in zip(_per_argument(outcomes[done].outputs, args),
+                                             args)]
+  try:
+    grid, current = parallel.grid_runs(launch, firsts, int(schedules), list(args), carried,
+                                       jobs)
+  except NotImplementedError as e:   # the checker's limit, not the kernel's fault
+    raise refuse_limit("ptx", " ".join(str(e).split()), "instructions and run-time cases "
+                 "docs/checker.md lists as run exactly", "check that kernel another "
+                 "way, or report the case") from None
+  findings = [_finding(kernel, f, seed) for outcomes in grid
+              for seed, o in enumerate(outcomes) if not isinstance(o, Unfinished)
+              for f in o.findings]
+  unfinished = [o for outcomes in grid for o in outcomes if isinstance(o, Unfinished)]
+  complete = all(_first_completed(outcomes) >= 0 for outcomes in grid)
   result = [np.asarray(array_of(a)) for a in current]
   return Report(tuple(findings), result if complete else None, tuple(range(int(schedules))),
                 tuple(unfinished), bool(strict))
+
+
+def _first_completed(outcomes):
+  """The seed of the first run in ``outcomes`` (seed order) that completed (no
+  budget stop, no finding of an error rule: a warning's run completed right); -1 when
+  none did; None while a run before it has not ended (None in ``outcomes``)."""
+  for seed, outcome in enumerate(outcomes):
+    if outcome is None:
+      return None
+    if not isinstance(outcome, Unfinished) and not any(
+        f.severity == "error" for f in outcome.findings):
+      return seed
+  return -1
+
+
+def _base(first, gs) -> int:
+  """The index of a cluster's first CTA ``first`` (x, y, z) in the grid ``gs``."""
+  return first[0] + gs[0] * (first[1] + gs[1] * first[2])
 
 
 def _clusters(cs, gs):

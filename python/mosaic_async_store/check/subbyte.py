@@ -32,7 +32,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from mosaic_async_store.errors import AsyncStoreError, refuse
+from mosaic_async_store.errors import AsyncStoreError, refuse, refuse_limit
 
 __all__ = ["PACKED_BITS", "element_bits", "is_packed", "refusal", "nbytes", "pack",
            "unpack"]
@@ -69,7 +69,7 @@ def refusal(param: str, dtype, what: str = "an array") -> AsyncStoreError | None
   why = ("1-bit elements: Mosaic GPU lowers them and bool alike to i1, and jax keeps bool "
          "one per byte" if bits == 1 else f"{bits}-bit elements: no whole number fits a "
          "byte, and Mosaic GPU takes power-of-2 widths only")
-  return refuse(param, f"{what} of dtype {np.dtype(dtype).name}", "arrays of "
+  return refuse_limit(param, f"{what} of dtype {np.dtype(dtype).name}", "arrays of "
                 "byte-sized elements, or of 2- or 4-bit ones (int2, uint2, int4, uint4, "
                 f"float4_e2m1fn), which the checker packs as the kernel reads them ({why})",
                 "pack the elements into a uint8 array the way your kernel reads them and "

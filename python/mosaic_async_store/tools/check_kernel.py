@@ -10,11 +10,16 @@ into the kernel, whose parameters are the values that body uses from outside it,
 the order of their first use there: memrefs, each a memref descriptor (``Memref``; in
 the module a cast tagged ``mosaic_gpu.from_kernel_arg_idx = i``, i: the kernel's
 inputs, then its outputs), and the block of TMA descriptors the host code encodes
-(``TensorMap``s, rebuilt from that code by ``host_tma``).  Outputs start as 0xA5 bytes, so that bytes the kernel never writes show.
+(``TensorMap``s, rebuilt from that code by ``host_tma``).  The kernel's inputs are
+``fn``'s arrays in the order the kernel takes them, which need not be ``fn``'s
+(``kernel_binding``: upstream's ragged_dot launches ``kernel(group_sizes, lhs, rhs)``);
+where ``fn`` computes operands or outputs around its kernel, ``fn`` runs on the CPU
+around the kernel's run.  Outputs start as 0xA5 bytes, so that bytes the kernel never writes show.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import re
 
@@ -24,9 +29,10 @@ from mosaic_async_store.check import subbyte
 from mosaic_async_store.check.interp import Memref
 from mosaic_async_store.check.report import Report, check_parsed
 from mosaic_async_store.check.tensor_map import TensorMap
-from mosaic_async_store.errors import refuse
+from mosaic_async_store.errors import refuse, refuse_limit
 
-__all__ = ["check", "launch_shape", "kernel_parameters", "load_target", "report_json"]
+__all__ = ["check", "launch_shape", "kernel_parameters", "load_target", "report_json",
+           "forget_lowerings"]
 
 _CAST = re.compile(r"(%[\w#]+) = builtin\.unrealized_conversion_cast %[\w#]+ : [^\n]* to "
                    r"memref<[^\n]*mosaic_gpu\.from_kernel_arg_idx = (\d+)")
@@ -116,11 +122,41 @@ def _lower(fn, specs, arch: str = "sm_90a"):
                  compile_fix(said, arch)) from None
 
 
+# The lowerings ``check`` made last (``_lowered``): the same kernel checked again in this
+# process (a test suite calling ``check`` once per test) is not lowered and compiled again.
+_LOWERINGS: collections.OrderedDict = collections.OrderedDict()
+_LOWERINGS_KEPT = 32
+
+
+def forget_lowerings() -> None:
+  """Empties ``check``'s cache of lowerings: the next ``check`` of every kernel lowers and
+  compiles it again (after patching what a kernel calls, which its key does not see)."""
+  _LOWERINGS.clear()
+
+
 def _lowered(fn, args, arch, sm_count, cuda_version):
   """(specs, outs, mlir, ptx, arch): the kernel's parameter specs and outputs, its MLIR
   and PTX (``_lower``) for ``arch``; None: the kernel's own, sm_90a, or sm_100a where the
   kernel lowered for an H100 holds tcgen05 (it is then lowered again, with a B200's
-  device answers: Mosaic chooses instructions by the device it is told of)."""
+  device answers: Mosaic chooses instructions by the device it is told of).  Kept for
+  the next call with the same key (``kernel_cache.lowering_key``: the function, its
+  closure's and partial's values, the arrays' shapes and dtypes, arch, sm_count and
+  cuda_version; the last ``_LOWERINGS_KEPT``); a refusal is not kept."""
+  from mosaic_async_store.tools.kernel_cache import lowering_key
+  key = lowering_key(fn, args, arch, sm_count, cuda_version)
+  if key is not None and key in _LOWERINGS:
+    _LOWERINGS.move_to_end(key)
+    return _LOWERINGS[key]
+  lowered = _lowered_afresh(fn, args, arch, sm_count, cuda_version)
+  if key is not None:
+    _LOWERINGS[key] = lowered
+    while len(_LOWERINGS) > _LOWERINGS_KEPT:
+      _LOWERINGS.popitem(last=False)
+  return lowered
+
+
+def _lowered_afresh(fn, args, arch, sm_count, cuda_version):
+  """``_lowered``, without its cache."""
   from mosaic_async_store import compat
   from mosaic_async_store.tools.device_target import device_target
   from mosaic_async_store.tools.user_kernel import kernel_specs
@@ -144,15 +180,19 @@ def _lowered(fn, args, arch, sm_count, cuda_version):
 
 def check(fn, *args, schedules: int = 3, budget=None, sm_count: int | None = None,
           cuda_version: int | None = None, arch: str | None = None,
-          strict: bool = False) -> Report:
+          strict: bool = False, jobs: int | None = None) -> Report:
   """Checks the kernel ``fn`` on the NumPy arrays ``args`` (its inputs, in order).
+  The kernel ``fn`` launches gets them in its own operand order; what ``fn`` computes
+  around it (operands from ``args``, outputs from its results) runs on the CPU
+  (``kernel_binding``).
 
   ``fn`` is a Pallas MGPU kernel (``plgpu.kernel``, ``pl.pallas_call`` with the Mosaic GPU
   backend) or a Mosaic GPU kernel (``mgpu.as_gpu_kernel``).  It is lowered and compiled
   on the CPU for ``arch`` ("sm_90a", "sm_100a" or "sm_103a"; None: the kernel's own,
   sm_90a unless the kernel uses tcgen05, then sm_100a); every cluster of its grid runs, one after another, each under
   ``schedules`` schedules (races between clusters are not looked for).  ``outputs`` are
-  the kernel's outputs (NumPy arrays) after the grid ran (``check.check_ptx``), or None.
+  ``fn``'s outputs (NumPy arrays) from the kernel's after the grid ran
+  (``check.check_ptx``), or None.
   Arrays of 2- and 4-bit elements (ml_dtypes ``int4``, ``uint4``, ``float4_e2m1fn``,
   ``int2``, ``uint2``) reach the kernel packed as it reads them and come back unpacked
   (``check.subbyte``); 1- and 6-bit types are refused.
@@ -164,6 +204,11 @@ def check(fn, *args, schedules: int = 3, budget=None, sm_count: int | None = Non
   device queries are answered for the arch's GPU (``device_target``: an H100 for sm_90a,
   a B200 for sm_100a), with ``sm_count`` and ``cuda_version`` (1000 * major + 10 *
   minor) replacing its values where given.
+  ``jobs``: the runs (a cluster under a schedule) at a time, each in a worker process
+  (``check.parallel``; None: ``MAS_CHECK_JOBS`` where set, else the machine's cores);
+  the report is the same for every ``jobs``.  The same kernel checked again in this
+  process (same function, closure values, shapes, dtypes and target) reuses its
+  lowering (``forget_lowerings``).
 
   On jax 0.11 and newer, ``pl.pallas_call`` has no Mosaic GPU lowering of its own; a
   ``pl.pallas_call`` that ``fn`` builds while it is traced goes through upstream's
@@ -182,23 +227,56 @@ def check(fn, *args, schedules: int = 3, budget=None, sm_count: int | None = Non
   specs, outs, mlir, ptx, arch = _lowered(fn, args, arch, sm_count, cuda_version)
   # the parameters (TMA descriptors rebuilt from the host code), then the first opcode
   # the checker cannot run, both before the launch
-  buffers = [np.array(a) for a in args] + [_poisoned(o) for o in outs]
+  around = _Around(fn, [np.array(a) for a in args], outs, mlir, arch, sm_count, cuda_version)
+  inputs, results = around.inputs, around.results
+  buffers = inputs + [_poisoned(o) for o in results]   # (the kernel's, in its order)
   params = [p if isinstance(p, TensorMap) else Memref(buffers[p])
             for p in kernel_parameters(mlir, buffers)]
   kernel = _parsed(ptx)
   shape = launch_shape(mlir)
   if shape["block"][1:] != (1, 1):
-    raise refuse("fn", f"block {shape['block']}", "one-dimensional blocks (x only; grids and "
+    raise refuse_limit("fn", f"block {shape['block']}", "one-dimensional blocks (x only; grids and "
                  "clusters may have three)", "flatten the block into x")
   report = check_parsed(kernel, params, smem_bytes=shape["smem_bytes"],
                         block=shape["block"], cluster=shape["cluster"], grid=shape["grid"],
-                        schedules=schedules, budget=budget, strict=strict)
+                        schedules=schedules, budget=budget, strict=strict, jobs=jobs)
   if report.outputs is None:
     return report
   final = {next(i for i, b in enumerate(buffers) if b is p.array): out
            for p, out in zip(params, report.outputs)}   # (each buffer by its object)
-  results = [final.get(len(args) + j, buffers[len(args) + j]) for j in range(len(outs))]
-  return dataclasses.replace(report, outputs=results)
+  kernel_outs = [final.get(len(inputs) + r, buffers[len(inputs) + r])
+                 for r in range(len(results))]
+  return dataclasses.replace(report, outputs=around.outputs(kernel_outs))
+
+
+class _Around:
+  """The kernel's ``inputs`` (``fn``'s ``arrays`` in the kernel's operand order) and
+  output specs (``results``, in its result order), and ``outputs``: ``fn``'s outputs
+  from the kernel's.  Where ``fn`` passes its arrays to the kernel and returns its
+  results (``kernel_binding.binding``; a module without that record: in order), they
+  are picked; where it computes around the kernel, ``fn`` runs on the CPU around it
+  (``kernel_binding.around_on_cpu``)."""
+
+  def __init__(self, fn, arrays, outs, mlir, arch, sm_count, cuda_version):
+    from mosaic_async_store.tools import kernel_binding
+    bound = kernel_binding.binding(mlir)
+    self._cpu = None
+    if bound is None:
+      self.inputs, self.results, self._order = arrays, outs, list(range(len(outs)))
+    elif bound.direct:
+      self.inputs, self._order = [arrays[i] for i in bound.inputs], list(bound.outputs)
+      self.results = [outs[bound.outputs.index(r)] for r in range(bound.results)]
+    else:
+      from mosaic_async_store.tools.device_target import device_target
+      self._cpu = (fn, arrays, device_target(arch, sm_count=sm_count,
+                                             cuda_version=cuda_version))
+      self.inputs, self.results, _ = kernel_binding.around_on_cpu(*self._cpu)
+
+  def outputs(self, kernel_outputs: list) -> list:
+    if self._cpu is None:
+      return [kernel_outputs[r] for r in self._order]
+    from mosaic_async_store.tools import kernel_binding
+    return kernel_binding.around_on_cpu(*self._cpu, kernel_outputs)[2]
 
 
 def _parsed(ptx: str):
@@ -208,7 +286,7 @@ def _parsed(ptx: str):
   try:
     return PtxKernel(ptx)
   except NotImplementedError as e:
-    raise refuse("fn", "a kernel whose PTX has " + " ".join(str(e).split()),
+    raise refuse_limit("fn", "a kernel whose PTX has " + " ".join(str(e).split()),
                  "the opcodes docs/checker.md lists as run exactly",
                  "check the rest of the protocol in a kernel without it, or report "
                  "the opcode") from None

@@ -7,10 +7,12 @@
 
 Exit status: 0 on success; 1 when ``demo``'s GPU run receives wrong data or ``check``
 finds a broken rule; 2 on misuse, on a configuration the hardware (or the chosen
-implementation) cannot do, and on a kernel of yours that cannot be loaded, compiled or
-checked, always with exactly one line on stderr; 3 when a tool of the deviceless
+implementation) cannot do, and on a kernel of yours that cannot be loaded or compiled,
+always with exactly one line on stderr; 3 when a tool of the deviceless
 toolchain is missing; 4 when ``check`` finds no broken rule but some schedule stopped at
-its budget (``--max-steps``, ``--max-memory-mb``) before the kernel ended; 70 when the
+its budget (``--max-steps``, ``--max-memory-mb``) before the kernel ended; 5 when
+``check`` cannot check the kernel (a construct or run-time case the checker does not
+model: one line naming it, its PTX line and your Python line); 70 when the
 checker itself fails (an internal error, one line on stderr naming the PTX line: please
 report it).  Anything else is a bug and raises with its traceback.
 
@@ -39,6 +41,7 @@ from mosaic_async_store.tools.cli_config import (EXIT_MISUSE, Refusal, add_arch_
 from mosaic_async_store.tools.cli_kernel import (CONFIG_ONLY, check_command,
                                                  compile_kernel_text)
 from mosaic_async_store.tools.cli_terms import in_cli_terms
+from mosaic_async_store.tools.ptx_stats import with_launch
 
 __all__ = ["main", "build_parser"]
 
@@ -46,6 +49,15 @@ PROG = "mosaic-async-store"
 EMIT_KINDS = ("mlir", "ptx", "sass", "stats", "plan")
 EXIT_TOOLCHAIN = 3
 EXIT_INTERNAL = 70   # (sysexits' EX_SOFTWARE)
+CHECK_EXIT_CODES = """exit status:
+  0   no rule broken (warnings are printed; --strict fails on them)
+  1   findings: a rule broken (with --strict, a warning too)
+  2   a usage error, or a kernel that cannot be loaded, traced or compiled (one line)
+  3   a tool of the deviceless toolchain (mlir-opt, ptxas) is missing
+  4   no rule broken, but a schedule stopped at its budget (--max-steps, --max-memory-mb)
+  5   the checker cannot check the kernel: a construct or run-time case it does not
+      model (one line: the case, its PTX line and your Python line)
+  70  the checker's own internal error (one line: please report it)"""
 
 
 def _budget_default(name: str) -> int:
@@ -106,9 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
   chk = sub.add_parser("check", help="run your kernel in the PTX protocol checker",
                        description="Runs FUNCTION() of FILE.py, which returns (kernel, "
                        "arrays), in the PTX checker: every thread of every cluster under "
-                       "several schedules. Exit 0: no rule broken (warnings are printed; "
-                       "--strict fails on them); 1: findings; 4: no finding, but a "
-                       "schedule stopped at its budget.")
+                       "several schedules.", epilog=CHECK_EXIT_CODES,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
   chk.add_argument("target", metavar="FILE.py:FUNCTION",
                    help="a Python file and a function in it returning (kernel, (arrays...))")
   chk.add_argument("--schedules", type=int, default=3, metavar="N",
@@ -119,6 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
   chk.add_argument("--max-memory-mb", type=int, default=None, metavar="MB",
                    help="MiB the process may grow by during a schedule's run before it "
                    "stops as unfinished (default %d)" % _budget_default("max_memory_mb"))
+  chk.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="runs (a cluster under a schedule) at a time, each in a worker "
+                   "process; the report is the same for every N (default: the cores, "
+                   "or $MAS_CHECK_JOBS)")
   chk.add_argument("--json", action="store_true", help="the report as JSON")
   chk.add_argument("--strict", action="store_true",
                    help="warnings (the ISA's letter broken where widely used code relies "
@@ -161,7 +176,10 @@ def _build(cfg: StoreConfig, *, bare: bool, compile_it: bool, arch: str):
       raise Refusal(f"upstream store_tiled_async refused {cfg.describe()}: "
                      f"{type(e).__name__}: {_one_line(e)}") from None
     asm = module.operation.get_asm(enable_debug_info=False)
-    return asm, toolchain.compile_module(module, arch) if compile_it else None
+    if not compile_it:
+      return asm, None
+    compiled = toolchain.compile_module(module, arch)
+    return asm, dataclasses.replace(compiled, stats=with_launch(compiled.stats, asm))
 
 
 # --- presentation -------------------------------------------------------------
@@ -189,12 +207,21 @@ def stats_dict(cfg: StoreConfig, stats, *, bare: bool, arch: str) -> dict:
   return out
 
 
+def _dynamic_smem_row(stats) -> list[tuple[str, int]]:
+  """The dynamic shared memory row, where known: a Mosaic kernel's scratch and SMEM refs
+  live there, its static shared memory is a byte or so."""
+  if stats.dynamic_shared_memory is None:
+    return []
+  return [("dynamic shared memory (bytes)", stats.dynamic_shared_memory)]
+
+
 def stats_table(stats) -> str:
   """A readable table of a kernel's static costs."""
   rows = [("registers", stats.registers),
           ("spill stores (bytes)", stats.spill_stores),
           ("spill loads (bytes)", stats.spill_loads),
           ("static shared memory (bytes)", stats.shared_memory),
+          *_dynamic_smem_row(stats),
           ("PTX instructions", stats.ptx_instructions),
           ("SASS instructions", stats.sass_instructions),
           ("SASS store span", stats.sass_store_span),
@@ -255,7 +282,8 @@ def _demo(args: argparse.Namespace, out) -> int:
   print(store_lines(compiled.ptx, stats.stores), file=out)
   print(f"\n== ptxas ({arch}) ==\nregisters {stats.registers}, spill stores "
         f"{stats.spill_stores} bytes, spill loads {stats.spill_loads} bytes, "
-        f"static shared memory {stats.shared_memory} bytes", file=out)
+        f"static shared memory {stats.shared_memory} bytes, dynamic shared memory "
+        f"{stats.dynamic_shared_memory} bytes", file=out)
   sass = ", ".join(f"{op} x{n}" for op, n in _sass_stores(stats).items()) or "none"
   print(f"\n== SASS ==\nstores: {sass}\nstore span {stats.sass_store_span} of "
         f"{stats.sass_instructions} instructions", file=out)

@@ -5,8 +5,10 @@ FILE.py:FUNCTION`` (FUNCTION() returns ``(fn, arrays)``).
     $ mosaic-async-store check my_kernel.py:make [--schedules 3] [--json]
 
 Every refusal (a bad FILE or FUNCTION, an exception in the user's code, a kernel the
-toolchain or the checker cannot take) reaches ``cli.main`` as a ``Refusal`` or an
-``AsyncStoreError``: one ``error:`` line and exit status 2.
+toolchain cannot take) reaches ``cli.main`` as a ``Refusal`` or an ``AsyncStoreError``:
+one ``error:`` line and exit status 2.  A kernel the checker cannot check (a construct
+or run-time case it does not model, ``errors.CheckerLimit``) is exit status 5, its line naming
+the user's Python line of the instruction where the PTX has one.
 """
 
 from __future__ import annotations
@@ -14,13 +16,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 
+from mosaic_async_store.errors import AsyncStoreError, CheckerLimit
 from mosaic_async_store.tools.cli_config import Refusal
 
-__all__ = ["CONFIG_ONLY", "EXIT_UNFINISHED", "compile_kernel_text", "check_command",
-           "stats_rows"]
+__all__ = ["CONFIG_ONLY", "EXIT_UNFINISHED", "EXIT_CHECKER_LIMIT",
+           "compile_kernel_text", "check_command", "stats_rows"]
 
 EXIT_UNFINISHED = 4   # check: no rule broken, but a schedule stopped at its budget
+EXIT_CHECKER_LIMIT = 5   # check: the checker cannot check this kernel (its limit)
+_PTX_LINE = re.compile(r"PTX line (\d+)")
 _BUDGET_TERMS = (("budget=Budget(...)", "--max-steps / --max-memory-mb"),
                  ("max_steps=", "--max-steps "), ("max_memory_mb=", "--max-memory-mb "))
 
@@ -90,6 +96,8 @@ def stats_rows(stats) -> list[tuple[str, int]]:
           ("spill stores (bytes)", stats.spill_stores),
           ("spill loads (bytes)", stats.spill_loads),
           ("static shared memory (bytes)", stats.shared_memory),
+          *([("dynamic shared memory (bytes)", stats.dynamic_shared_memory)]
+            if stats.dynamic_shared_memory is not None else []),
           ("PTX instructions", stats.ptx_instructions),
           ("SASS instructions", stats.sass_instructions)]
   rows += list(stats.asynchronous.items())
@@ -124,9 +132,35 @@ def compile_kernel_text(args: argparse.Namespace) -> str:
   return f"# {args.kernel} ({args.arch})\n{table}\n"
 
 
+def _at_python_line(message: str, fn, arrays, args, target) -> str:
+  """A checker's refusal naming a PTX line, with the user's Python line of it added
+  (the kernel is lowered again for its PTX's line info; the refusal is unchanged where
+  the PTX line has no source line)."""
+  found = _PTX_LINE.search(message)
+  if found is None:
+    return message
+  from mosaic_async_store.check import lineinfo
+  from mosaic_async_store.check.memory import shown_source
+  from mosaic_async_store.tools import check_kernel
+  try:
+    ptx = check_kernel._lowered(fn, arrays, args.arch, target.get("sm_count"),
+                                target.get("cuda_version"))[3]
+  except AsyncStoreError:   # (it lowered once: kept as it was, should it not again)
+    return message
+  files, source = lineinfo.file_table(ptx), None
+  for text in ptx.splitlines()[:int(found.group(1))]:
+    loc = lineinfo.DIRECTIVE.search(text)
+    if loc is not None and loc.group(1):
+      source = lineinfo.source(files, loc.group(1), loc.group(2))
+  if source is None:
+    return message
+  return message.replace(found.group(0), f"{found.group(0)}, {shown_source(source)}", 1)
+
+
 def check_command(args: argparse.Namespace, out) -> int:
   """``check FILE.py:FUNCTION``: 0 when no rule broke, 1 on findings, 4 when none broke
-  but a schedule stopped at its budget."""
+  but a schedule stopped at its budget; a ``Refusal`` of status 5 where the checker
+  cannot check the kernel."""
   from mosaic_async_store.check.budget import DEFAULT, Budget
   from mosaic_async_store.tools import check_kernel
   if args.schedules < 1:
@@ -140,9 +174,13 @@ def check_command(args: argparse.Namespace, out) -> int:
       limits[name] = value
   target = _target_kwargs(args)
   fn, arrays = _load(args.target, args.arch or "sm_90a", target)
-  report = _library_call(check_kernel.check, fn, *arrays, schedules=args.schedules,
-                         budget=Budget(**limits), arch=args.arch, strict=args.strict,
-                         **target)
+  try:
+    report = _library_call(check_kernel.check, fn, *arrays, schedules=args.schedules,
+                           budget=Budget(**limits), arch=args.arch, strict=args.strict,
+                           jobs=args.jobs, **target)
+  except CheckerLimit as e:   # (errors.CheckerLimit: the checker's limit, not the kernel's)
+    said = _at_python_line(str(e), fn, arrays, args, target)
+    raise Refusal(f"cannot check {args.target}: {said}", EXIT_CHECKER_LIMIT) from None
   if args.json:
     out.write(json.dumps(check_kernel.report_json(report), indent=2) + "\n")
   else:

@@ -111,7 +111,11 @@ CLI_TERMS = (
 
 
 def in_cli_terms(message: str) -> str:
-  """``message`` with the library's parameter spellings replaced by the CLI's flags."""
-  for pattern, replacement in CLI_TERMS:
-    message = pattern.sub(replacement, message)
-  return message
+  """``message`` with the library's parameter spellings replaced by the CLI's flags,
+  outside backquotes: a quoted source line (`` `plgpu.load(..., optimized=False)` ``)
+  stays as written."""
+  pieces = message.split("`")
+  for i in range(0, len(pieces), 2):   # (the even pieces lie outside backquotes)
+    for pattern, replacement in CLI_TERMS:
+      pieces[i] = pattern.sub(replacement, pieces[i])
+  return "`".join(pieces)

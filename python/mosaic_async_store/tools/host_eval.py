@@ -29,7 +29,7 @@ import math
 import re
 
 from mosaic_async_store.check.tensor_map import TENSOR_MAP_BYTES, TensorMap
-from mosaic_async_store.errors import refuse
+from mosaic_async_store.errors import AsyncStoreError, refuse
 
 __all__: list[str] = []   # (host_tma's machinery: nothing here is public)
 
@@ -362,9 +362,15 @@ def _call(ev, rest):
   if not 0 <= buffer < len(ev.arrays) or base >= _STACK:
     raise _fail("a TMA descriptor over memory that is not a kernel buffer",
                 "descriptors over the kernel's inputs and outputs")
-  tmap = TensorMap(ev.arrays[buffer], offset, dtype, read(sizes),
-                   tuple(s * elem for s in read(strides)), read(window),
-                   swizzle=0 if swizzle == 16 else swizzle)
+  array = ev.arrays[buffer]
+  try:
+    tmap = TensorMap(array, offset, dtype, read(sizes), tuple(s * elem for s in read(strides)),
+                     read(window), swizzle=0 if swizzle == 16 else swizzle)
+  except AsyncStoreError as e:   # (which buffer: a wrong binding shows as a wrong array)
+    held = "" if array is None else f", a {array.dtype} array of shape {array.shape}"
+    raise AsyncStoreError(f"the TMA descriptor over buffer {buffer} of the kernel (its "
+                          f"inputs, then its outputs, in its order{held}): {e}",
+                          param=e.param, value=e.value) from None
   if tmap.elem_bytes != elem:
     raise _fail(f"a {dtype} descriptor", "element types NumPy sizes as the runtime does")
   ev.memory[desc] = tmap

@@ -13,10 +13,13 @@ Where the exception came from decides what is said:
   its ``TilingTransform``): a refusal of ``fn``, whatever its type, since the kernel's
   declaration is wrong whatever the arrays are, with jax's words and the user's line
   that called jax, else the definition of the kernel's body;
-* one raised by jax while tracing, of a kind a wrong argument gives (``TypeError``,
-  ``ValueError``): a refusal of ``args`` with jax's words and the user's line (else the
-  definition of the kernel's body: e.g. an array too many, which jax passes on to the
-  body as a ref the body does not take);
+* one raised by jax inside a statement of the kernel's body (a user's frame other than
+  the kernel function's own is on its traceback: ``bar.at[0]`` on a single barrier):
+  that statement's error, with jax's words and the line, whatever its type;
+* one raised by jax while tracing, outside the body, of a kind a wrong argument gives
+  (``TypeError``, ``ValueError``): a refusal of ``args`` with jax's words and the user's
+  line (else the definition of the kernel's body: e.g. an array too many, which jax
+  passes on to the body as a ref the body does not take);
 * any other one from jax's code (an ``AssertionError`` of upstream's, say, about the
   kernel's tiling): its type, its message or the failing statement, and the user's line.
 
@@ -216,13 +219,23 @@ def _at_user_line(error: BaseException):
   return error.with_traceback(None)
 
 
+def _in_kernel_body(error: BaseException, fn) -> bool:
+  """Whether jax raised ``error`` inside a statement of the kernel's body (a user's frame
+  other than ``fn``'s own is on its traceback: e.g. ``bar.at[0]`` on a single barrier),
+  where the statement, not the arrays, is what jax refused."""
+  own = getattr(fn, "__code__", None)
+  return any(_is_user(f.filename) and not (own is not None and f.name == own.co_name
+                                           and f.filename == own.co_filename)
+             for f in traceback.extract_tb(error.__traceback__))
+
+
 def from_tracing(error: BaseException, fn, args):
   """What ``check`` and ``compile`` raise for ``error``, raised while jax traced ``fn``
   with specs of ``args`` (the NumPy arrays)."""
   if _is_refusal(error):
     return _at_user_line(error)
   if (raised_by_user(error) or building_declared_refs(error)
-      or not isinstance(error, (TypeError, ValueError))):
+      or not isinstance(error, (TypeError, ValueError)) or _in_kernel_body(error, fn)):
     return kernel_error("fn", error, fn)
   frame = user_frame(error)
   source = None if frame else _body_source(fn)

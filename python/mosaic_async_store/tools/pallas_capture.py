@@ -16,6 +16,7 @@ import re
 from typing import Any, Callable
 
 from mosaic_async_store import compat
+from mosaic_async_store.tools import kernel_binding
 from mosaic_async_store.tools.executables import CompileError
 
 __all__ = ["lower_pallas_to_mosaic_modules", "lower_warpgroup_dialect"]
@@ -44,16 +45,21 @@ def lower_pallas_to_mosaic_modules(fn: Callable[..., Any], *args: Any) -> list:
     One ``jaxlib.mlir.ir.Module`` per kernel, in lowering order, as Pallas or
     ``as_gpu_kernel`` built them: Mosaic GPU dialect ops already lowered (both run
     layout inference and ``lower_mgpu_dialect`` themselves); Warpgroup-semantics
-    modules still need ``lower_warpgroup_dialect`` before ``compile_module``.
+    modules still need ``lower_warpgroup_dialect`` before ``compile_module``.  A lone
+    kernel's module carries which of ``args`` each of its operands is
+    (``kernel_binding.annotate``).
 
   Raises:
     CompileError: when ``fn`` lowers no Mosaic GPU kernel.
   """
   import jax
   captured: list = []
+  lowered: list = []
 
   def lower() -> None:
-    jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
+    # (keep_unused: @main then takes every argument, so that its numbering is fn's)
+    lowered[:] = [jax.jit(fn, keep_unused=True).trace(*args).lower(
+        lowering_platforms=("cuda",))]
 
   with compat.mosaic_gpu_lowering_observed(lambda module: captured.append(_clone(module))):
     lower()
@@ -67,6 +73,9 @@ def lower_pallas_to_mosaic_modules(fn: Callable[..., Any], *args: Any) -> list:
         "no Mosaic GPU kernel was lowered: fn must call a Pallas MGPU kernel"
         " (plgpu.kernel or pallas_call with plgpu.CompilerParams) or be a Mosaic GPU"
         " kernel (mgpu.as_gpu_kernel)")
+  if len(captured) == 1:   # which of fn's arrays each operand is (kernel_binding)
+    kernel_binding.annotate(captured[0], lowered[0].compiler_ir("stablehlo"),
+                            len(jax.tree_util.tree_leaves(args)))
   return captured
 
 

@@ -14,7 +14,7 @@ import re
 
 __all__ = [
     "Stats", "STORE_PREFIXES", "ASYNC_KINDS", "async_kind", "ptx_opcodes", "parse_ptxas_report",
-    "sass_instructions",
+    "sass_instructions", "with_launch",
 ]
 
 # Opcode prefixes that write memory or take part in an asynchronous store's
@@ -166,7 +166,7 @@ class Stats:
     spill_stores: bytes spilled to local memory (ptxas).
     spill_loads: bytes reloaded from local memory (ptxas).
     shared_memory: static shared memory in bytes (ptxas; Mosaic's dynamic
-      shared memory is not part of it).
+      shared memory is not part of it: a Mosaic kernel's is a byte or so).
     stores: full PTX opcode -> count, for every opcode in STORE_PREFIXES.
     ptx_instructions: PTX instructions (no directives, labels or braces).
     sass_instructions: SASS instructions up to the last EXIT.
@@ -176,6 +176,10 @@ class Stats:
     async_opcodes: full PTX opcode -> count, for every opcode of an ``ASYNC_KINDS``
       kind (TMA, bulk copies and groups, WGMMA, st.async/red.async, mbarriers,
       barriers, setmaxnreg).
+    dynamic_shared_memory: the dynamic shared memory per CTA the kernel is launched
+      with, in bytes (its ``gpu.launch``'s ``dynamic_shared_memory_size``: where a
+      Mosaic kernel's scratch, barriers and SMEM refs live), or None where not known
+      (``with_launch`` fills it in from the kernel's MLIR).
   """
 
   registers: int
@@ -188,6 +192,7 @@ class Stats:
   sass_store_span: int
   sass_opcodes: dict[str, int]
   async_opcodes: dict[str, int] = dataclasses.field(default_factory=dict)
+  dynamic_shared_memory: int | None = None
 
   @classmethod
   def from_outputs(cls, ptx: str, ptxas_report: str, sass: str) -> Stats:
@@ -228,3 +233,16 @@ class Stats:
   def red_async(self) -> int:
     """Number of red.async instructions, any operation and type."""
     return sum(n for op, n in self.stores.items() if op.startswith("red.async"))
+
+
+def with_launch(stats: Stats, mlir: str) -> Stats:
+  """``stats`` with the dynamic shared memory of the kernel whose Lane-level MLIR (its
+  ``gpu.launch`` in the pretty form) is ``mlir``; unchanged where it has no launch of
+  constant shape."""
+  from mosaic_async_store.errors import AsyncStoreError
+  from mosaic_async_store.tools.check_kernel import launch_shape
+  try:
+    smem = launch_shape(mlir)["smem_bytes"]
+  except AsyncStoreError:
+    return stats
+  return dataclasses.replace(stats, dynamic_shared_memory=smem)

@@ -160,7 +160,8 @@ def compile_kernel(fn, *args, arch: str = "sm_90a", sm_count: int | None = None,
   """Compiles the kernel ``fn`` (a Pallas MGPU or Mosaic GPU kernel) for ``arch`` on
   the CPU, traced with the NumPy arrays ``args``: its MLIR, PTX, cubin, SASS and static
   counts (``toolchain.Compiled``; ``stats.asynchronous`` counts TMA, bulk groups, WGMMA,
-  tcgen05, st.async/red.async, barriers and setmaxnreg).
+  tcgen05, st.async/red.async, barriers and setmaxnreg; ``stats.dynamic_shared_memory``
+  is the shared memory per CTA the kernel is launched with).
 
   The kernel's device queries (its SM count, the compute capability Mosaic builds for,
   the CUDA version) are answered for ``arch``'s default GPU (an H100 for sm_90a, a B200
@@ -175,14 +176,17 @@ def compile_kernel(fn, *args, arch: str = "sm_90a", sm_count: int | None = None,
       of this project's toolchain) says to report it.
     ToolchainError: a tool of the deviceless toolchain is missing.
   """
+  import dataclasses
   from mosaic_async_store.tools import toolchain
+  from mosaic_async_store.tools.ptx_stats import with_launch
   module = _lowered_for(fn, args, arch, sm_count, cuda_version)
   try:
-    return toolchain.compile_module(module, arch, keep_dir=keep_dir)
+    compiled = toolchain.compile_module(module, arch, keep_dir=keep_dir)
   except toolchain.CompileError as e:
     said = first_error(str(e))
     raise refuse("fn", _brief(fn), f"a kernel the deviceless toolchain compiles for {arch}"
                  f" ({said})", compile_fix(said, arch)) from None
+  return dataclasses.replace(compiled, stats=with_launch(compiled.stats, str(module)))
 
 
 def _lowered_for(fn, args, arch, sm_count, cuda_version):
