@@ -2,7 +2,7 @@
 
 Test folders import each other's helpers plainly (``from configs import ...``,
 ``from demo_kernels import ...``): pyproject's ``[tool.pytest.ini_options] pythonpath``
-puts test/checker, test/emu, test/gpu, test/unit and test/harness on ``sys.path``
+puts test/checker, test/planner, test/emu, test/gpu, test/unit and test/harness on ``sys.path``
 (test/checker/ptx_harness.py: what the checker's tests share); nothing here imports
 bench/ (the benchmark scripts reach test/harness through bench/harness_path.py). The lit
 suites (test/lit) get their environment from test/lit/lit.cfg.py.
@@ -10,8 +10,11 @@ suites (test/lit) get their environment from test/lit/lit.cfg.py.
 
 import importlib.metadata
 import os
+import sys
 
 import pytest
+
+import jax_free   # (test/harness, on pyproject's pythonpath)
 
 
 def _has_cuda_plugin() -> bool:
@@ -29,6 +32,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # keeps its default so that test/gpu sees the GPU (test/gpu/conftest.py skips without one).
 if not _has_cuda_plugin():
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# The checker runs one check's schedules and clusters one after another here: the suite
+# runs its own pytest-xdist workers, and worker processes per check would multiply them
+# (check/parallel.py; test/checker/test_parallel_runs.py passes jobs itself).
+os.environ.setdefault("MAS_CHECK_JOBS", "1")
 
 
 # One cache of mlir-opt / ptxas / cuobjdump results per test session, shared by the
@@ -38,8 +45,9 @@ if not _has_cuda_plugin():
 _made_cache = None
 
 
-# Where the jax-free tests live (test/checker/test_no_jax.py keeps jax out of them).
-JAX_FREE_FOLDERS = ("test/checker/",)
+# Where the jax-free tests live (test/harness/jax_free.py; test/checker/test_no_jax.py
+# keeps jax out of them).
+JAX_FREE_FOLDERS = jax_free.FOLDERS
 
 
 def pytest_addoption(parser):
@@ -62,6 +70,10 @@ def _versioned(item, root: str) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+  # Tests marked ``long`` (tens of seconds each) first: pytest-xdist hands them out before
+  # the short ones, so no worker is left running one alone at the end of the session
+  # while the others wait (the order is otherwise the collection's: a stable sort).
+  items.sort(key=lambda item: item.get_closest_marker("long") is None)
   if not config.getoption("--jax-versioned"):
     return
   root = str(config.rootpath).replace("\\", "/").rstrip("/") + "/"
@@ -75,6 +87,12 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_configure(config):
   global _made_cache
+  # pytest-xdist's work-stealing scheduler where -n gave its default (load): an idle
+  # worker takes half of another's remaining tests, so the workers end together (the
+  # ``long`` tests go first: pytest_collection_modifyitems).  An explicit --dist stays.
+  if getattr(config.option, "dist", "no") == "load" and not any(
+      str(a).startswith(("--dist", "-d")) for a in config.invocation_params.args):
+    config.option.dist = "worksteal"
   # .ci/run's stages share one cache of the checker's runs (test/harness/check_cache.py):
   # the first records, the later ones check only PTX that their jax lowered differently.
   if os.environ.get("MAS_TEST_CHECK_CACHE"):
@@ -108,6 +126,23 @@ def _patched_tests_bypass_the_check_cache(request):
   import check_cache
   with check_cache.bypassed():
     yield
+
+
+@pytest.fixture(autouse=True)
+def _patched_tests_lower_afresh(request):
+  """A test that patches (asks for ``monkeypatch``) may patch what a kernel calls, which
+  the key of ``check``'s kept lowerings does not see (tools/kernel_cache.py): it starts
+  and ends with none kept."""
+  name = "mosaic_async_store.tools.check_kernel"   # (not imported here: it imports jax)
+  if "monkeypatch" not in request.fixturenames:
+    yield
+    return
+  def forget():
+    if name in sys.modules:
+      sys.modules[name].forget_lowerings()
+  forget()
+  yield
+  forget()
 
 
 def pytest_unconfigure(config):

@@ -51,6 +51,7 @@ def test_lit_file_requires_its_tools(name):
   assert _requires(name) == TOOLS, name
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", LIT_FILES)
 def test_lit_file(name):
   proc = _run_lit(name)

@@ -1,13 +1,15 @@
-"""Nothing in test/checker imports jax: .ci/run runs these tests once, on its first jax
-version, and leaves them out of the others (``--jax-versioned``, test/conftest.py), which
-is right only while they cannot differ between jax versions.
+"""Nothing in the jax-free test folders (test/harness/jax_free.py: test/checker,
+test/planner) imports jax: .ci/run runs these tests once, on its first jax version, and
+leaves them out of the others (``--jax-versioned``, test/conftest.py), which is right only
+while they cannot differ between jax versions.
 
-Every module any file of the folder imports (at the top or inside a function, read with
+Every module any file of those folders imports (at the top or inside a function, read with
 ``ast``), and every file itself, is imported in a fresh interpreter in which importing
 jax or jaxlib fails: one that reaches jax, directly or through what it imports, fails
 the test with its name.  What this cannot see: a function of the package that imports
-jax lazily when a test calls it; so every module of the checker's package is imported
-the same way too, and none may reach jax.
+jax lazily when a test calls it; so every module of the packages those tests exercise
+(``jax_free.PACKAGES``: the checker, the planner) is imported the same way too, and none
+may reach jax.
 """
 
 import ast
@@ -15,15 +17,20 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
+import jax_free
+
 HERE = pathlib.Path(__file__).parent
-CHECK = HERE.parents[1] / "python" / "mosaic_async_store" / "check"
+ROOT = HERE.parents[1]
+PACKAGE = ROOT / "python" / "mosaic_async_store"
 
 _BLOCK_JAX = """
 import importlib.abc, sys
 class _NoJax(importlib.abc.MetaPathFinder):
   def find_spec(self, name, path, target=None):
     if name == "jax" or name.startswith(("jax.", "jaxlib")):
-      raise ImportError(f"test/checker must not import jax ({{name}})")
+      raise ImportError(f"a jax-free test folder must not import jax ({{name}})")
 sys.meta_path.insert(0, _NoJax())
 sys.path[:0] = {paths!r}
 import importlib
@@ -48,13 +55,27 @@ def _reaches_jax(names, paths) -> subprocess.CompletedProcess:
   return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
 
 
-def test_no_module_of_the_folder_reaches_jax():
-  files = sorted(HERE.glob("*.py"))
+def _modules_of(package: str) -> set[str]:
+  """Every module of ``mosaic_async_store.<package>`` by its dotted name."""
+  root = PACKAGE / package
+  return {f"mosaic_async_store.{package}." + ".".join(
+      p.relative_to(root).with_suffix("").parts[:-1 if p.stem == "__init__" else None])
+      for p in root.rglob("*.py") if p.parent != root or p.stem != "__init__"}
+
+
+@pytest.mark.parametrize("folder", jax_free.FOLDERS)
+def test_no_module_of_the_folder_reaches_jax(folder):
+  here = ROOT / folder
+  files = sorted(here.glob("*.py"))
+  assert files, f"{folder} holds no test"
   names = set().union(*(imported_modules(f) for f in files)) | {f.stem for f in files}
-  names |= {"mosaic_async_store.check." + ".".join(
-      p.relative_to(CHECK).with_suffix("").parts[:-1 if p.stem == "__init__" else None])
-      for p in CHECK.rglob("*.py") if p.parent != CHECK or p.stem != "__init__"}
-  result = _reaches_jax(names, [HERE, HERE.parent / "harness"])
+  result = _reaches_jax(names, [here, ROOT / "test" / "harness"])
+  assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("package", jax_free.PACKAGES)
+def test_no_module_of_the_package_reaches_jax(package):
+  result = _reaches_jax(_modules_of(package), [])
   assert result.returncode == 0, result.stderr[-3000:]
 
 

@@ -23,6 +23,7 @@ def test_a_correct_kernel_is_ok_with_its_outputs():
   assert "ok" in str(report)
 
 
+@pytest.mark.long
 def test_a_broken_kernel_has_a_finding_per_schedule_with_where():
   cfg = S(dtype="float32", atomic="add")
   ptx = _ptx(cfg).replace("mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64",

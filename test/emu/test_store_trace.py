@@ -48,6 +48,7 @@ def test_a_warp_with_mixed_widths_is_refused():
     traced_wavefronts(trace)
 
 
+@pytest.mark.long
 def test_comparison_counts_each_column():
   import cost_measure as cost
   import static_cost_report as static
@@ -100,6 +101,7 @@ def test_moves_and_selects_are_counted_from_the_sass_opcodes():
   assert cost.sass_core({"sass": 40, "sass_moves": 6, "sass_selects": 4}) == 30
 
 
+@pytest.mark.long
 def test_the_staggered_reductions_selects_are_counted():
   """TMEM_NATIVE_V4 int32 add: the conflict-free order (lane bits 3 and 4) chooses
   each red.async's word with 2 SELs (a two-level butterfly after LLVM merges the
@@ -110,6 +112,7 @@ def test_the_staggered_reductions_selects_are_counted():
   assert row["upstream"]["sass_selects"] == 0
 
 
+@pytest.mark.long
 def test_the_staggered_reduction_is_no_dearer_than_upstreams():
   """TMEM_NATIVE_V4 int32 add into a peer, 128x128, swizzle 128: the conflict-free
   order makes 32 xor-formed address bases (REDAS takes no immediate, so each is a

@@ -22,6 +22,7 @@ from mosaic_async_store.tools import check_kernel
 from ptx_harness import rules_in_every_schedule
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", tma_kernels.WGMMA)
 def test_wgmma_kernels_leave_numpys_values(name):
   fn, args = tma_kernels.ALL[name]()

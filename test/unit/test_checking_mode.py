@@ -69,6 +69,7 @@ def test_gpu_suite_runs_unchanged_under_mgpu_check(tmp_path):
   assert "[proxy-fence]" in summary, summary
 
 
+@pytest.mark.long
 def test_without_the_mode_the_kernels_do_not_run_on_a_cpu(tmp_path):
   """The suite needs the mode: on a CPU jax refuses the kernels (so the passes above are
   the checker's outputs, not jax's)."""

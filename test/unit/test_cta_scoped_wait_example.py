@@ -10,6 +10,7 @@ import io
 import pathlib
 
 import numpy as np
+import pytest
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "docs" / "examples"
 EXAMPLE = EXAMPLES / "cta_scoped_wait.py"
@@ -62,6 +63,7 @@ def _run(source):
   return out.getvalue(), scope
 
 
+@pytest.mark.long
 def test_the_cta_wait_is_found_and_mas_wait_fixes_it():
   source = EXAMPLE.read_text()
   out, scope = _run(source)

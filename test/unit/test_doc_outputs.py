@@ -5,6 +5,8 @@ by verdict on the others), so the page cannot drift from the checker again."""
 import importlib.util
 import pathlib
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -15,6 +17,7 @@ def _doc_outputs():
   return module
 
 
+@pytest.mark.long
 def test_check_your_kernel_page_shows_what_the_checker_prints():
   import jax
   tool = _doc_outputs()

@@ -132,11 +132,12 @@ def test_the_module_tables_match_the_tree():
 
 
 @pytest.mark.parametrize("folder, allowed", [("test/emu", []),
-                                             ("test/checker", ["ptx_harness.py"])])
-def test_the_checker_test_folders_hold_only_tests(folder, allowed):
-  """test/emu and test/checker hold the checker's tests; test/checker's one helper
-  module is ptx_harness.py (what its jax-free tests share), the rest live in
-  test/harness."""
+                                             ("test/checker", ["ptx_harness.py"]),
+                                             ("test/planner", [])])
+def test_the_checker_and_planner_test_folders_hold_only_tests(folder, allowed):
+  """test/emu and test/checker hold the checker's tests, test/planner the planner's;
+  test/checker's one helper module is ptx_harness.py (what its jax-free tests share),
+  the rest live in test/harness."""
   others = sorted(p.name for p in (ROOT / folder).glob("*.py")
                   if not p.name.startswith("test_") and p.name != "conftest.py")
   assert others == allowed, f"helpers in {folder} (move them to test/harness): {others}"
@@ -144,8 +145,8 @@ def test_the_checker_test_folders_hold_only_tests(folder, allowed):
 
 # -- test code and benchmarks: bench/ -> test/harness, never back ---------------------------
 
-TEST_DIRS = ("test", "test/unit", "test/emu", "test/checker", "test/gpu", "test/lit",
-             "test/harness")
+TEST_DIRS = ("test", "test/unit", "test/emu", "test/checker", "test/planner", "test/gpu",
+             "test/lit", "test/harness")
 
 
 def _stems(folder: str) -> set[str]:
@@ -160,7 +161,7 @@ def _top_imports(path: pathlib.Path) -> list[tuple[int, str]]:
 BENCH = _stems("bench")
 HARNESS = _stems("test/harness")
 TESTS_ONLY = (_stems("test/unit") | _stems("test/emu") | _stems("test/checker")
-              | _stems("test/gpu")) - HARNESS
+              | _stems("test/planner") | _stems("test/gpu")) - HARNESS
 
 
 @pytest.mark.parametrize("path", sorted(

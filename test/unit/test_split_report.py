@@ -2,12 +2,15 @@
 project's cost kernel with its xor-formed address bases split and plain, compiled by
 the deviceless toolchain (CPU only)."""
 
+import pytest
+
 from mosaic_async_store.demo.config import StoreConfig
 
 S = StoreConfig
 TMEM_ADD = dict(dtype="int32", atomic="add", shape=(128, 128), layout="TMEM_NATIVE_V4")
 
 
+@pytest.mark.long
 def test_splitting_pays_into_a_peer_and_not_into_the_own_cta():
   """The TMEM_NATIVE_V4 int32 add split is cheaper in SASS less moves and selects into a
   peer, where the planner splits it, and dearer into the executing CTA, where ptxas

@@ -51,6 +51,7 @@ def test_kernel_compiles_to_sass(name, arch):
     assert kinds["TMA load multicast"] == 1
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", [n for n in tma_kernels.ALL if n not in tma_kernels.WGMMA])
 def test_check_runs_the_tma_kernels(name):
   """Every kernel without WGMMA runs in the checker (TMA loads and stores, bulk groups,

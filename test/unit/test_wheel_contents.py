@@ -41,7 +41,7 @@ PRODUCT = {
                                  "pallas_capture", "check_kernel", "user_kernel", "cli",
                                  "cli_config", "cli_kernel", "cli_terms",
                                  "device_target", "host_tma", "host_eval", "kernel_errors", "checking",
-                                 "pytest_plugin"),
+                                 "kernel_binding", "kernel_cache", "pytest_plugin"),
     "mosaic_async_store/check": ("__init__", "interp", "opcodes", "values", "run", "sync",
                                  "barriers", "access", "strong", "memory", "global_memory",
                                  "ops", "floats", "lineinfo", "report", "warp", "collectives", "machine",
@@ -52,7 +52,7 @@ PRODUCT = {
                                  "mbarrier_state", "waits", "findings", "exit_rule", "slots", "params",
                                  "tensor_map", "undefined", "proxy", "access_core",
                                  "floats_f32", "floats_cvt", "float_columns", "barrier_warps", "subbyte",
-                                 "family"),
+                                 "family", "floats_approx", "parallel"),
     # the opcode families' registry and the families that are folders
     "mosaic_async_store/check/families": ("__init__",),
     "mosaic_async_store/check/families/tma": ("__init__", "copies", "forms", "examples",

@@ -5,7 +5,7 @@ array's own registers through the plan's register steps and instructions, as
 the emitter runs them) and the result is compared with where the ref geometry
 puts every bit of the array (``landing.element_bit_positions``).  Neither side
 uses the planner's code or its derived register map, so a planner bug shows up
-here.  Each check in ``CHECKS`` can fail, and test/unit/test_verify_mutations.py
+here.  Each check in ``CHECKS`` can fail, and test/planner/test_verify_mutations.py
 shows each one failing on a corrupted real plan.
 
 The bank-wavefront model lives here too: the verifier reports a plan's
