@@ -136,7 +136,7 @@ def _dim3(param: str, value, limit: int, x_only=False) -> tuple[int, int, int]:
                       if param == "block" else f"pass {param}=(2, 1, 1)")
   x, y, z = (int(v) for v in value)
   if x_only and (y, z) != (1, 1):
-    raise refuse(param, value, f"(x, 1, 1) (the checker runs one-dimensional {param}s)",
+    raise refuse_limit(param, value, f"(x, 1, 1) (the checker runs one-dimensional {param}s)",
                  f"flatten the {param} into x, e.g. {param}=({x * y * z}, 1, 1)")
   if min(x, y, z) < 1 or x * y * z > limit:
     raise refuse(param, value, f"(x, y, z), each >= 1, with x * y * z <= {limit}",
