@@ -82,6 +82,7 @@ def test_the_documented_examples_say_what_the_page_shows(name, rules):
     assert {f.rule for f in report.findings} <= rules
 
 
+@pytest.mark.long
 def test_the_documented_cta_wait_example_is_a_race(capsys):
   _example("cta_scoped_wait.py")   # runs on import, as `python docs/examples/...` does
   out = capsys.readouterr().out

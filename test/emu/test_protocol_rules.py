@@ -153,6 +153,7 @@ _RELAXED_ARRIVE = "mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64
 _RELAXED_WAIT = "mbarrier.try_wait.parity.relaxed.cluster.shared::cta.b64"
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_relaxed_wait_needs_an_acquire_fence(schedule):
   """A relaxed wait observes the phase but acquires nothing; a cluster-scope

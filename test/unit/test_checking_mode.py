@@ -53,6 +53,7 @@ def _line(marker: str) -> int:
               if marker in line)
 
 
+@pytest.mark.long
 def test_gpu_suite_runs_unchanged_under_mgpu_check(tmp_path):
   pytest.importorskip("jax")
   result = _pytest(tmp_path, "--mgpu-check")

@@ -246,6 +246,7 @@ def test_check_runs_the_ragged_dot_with_the_right_product(name):
   np.testing.assert_array_equal(report.outputs[0], want.astype(np.float16))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name, k", [("transposed_ragged_dot", None), ("ragged_dot", 256)])
 def test_check_finds_the_ragged_dots_refilling_a_slot_a_wgmma_reads(name, k):
   """Upstream's ragged dots pipeline k with ``delay_release=1`` over two slots and never
