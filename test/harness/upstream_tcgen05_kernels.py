@@ -98,6 +98,8 @@ ALLOC_PAIR = r"tcgen05\.alloc\.cta_group::2"
 DEALLOC = r"tcgen05\.dealloc\.cta_group::1"
 LD = r"tcgen05\.ld\.sync\.aligned\.(32x32b|16x64b|16x128b|16x256b)"
 ST = r"tcgen05\.st\.sync\.aligned\.(32x32b|16x64b|16x128b|16x256b)"
+PACK = r"tcgen05\.ld\.sync\.aligned\.\w+\.x\d+\.pack::16b"
+UNPACK = r"tcgen05\.st\.sync\.aligned\.\w+\.x\d+\.unpack::16b"
 WAIT_ST = r"tcgen05\.wait::st"
 WAIT_LD = r"tcgen05\.wait::ld"
 MMA_F16 = r"tcgen05\.mma\.cta_group::1\.kind::f16"
@@ -108,8 +110,8 @@ CP = r"tcgen05\.cp\.cta_group::1"
 AFTER_SYNC = r"tcgen05\.fence::after_thread_sync"
 TMA_LOAD = r"cp\.async\.bulk\.tensor\.\dd\.shared::cta\.global"
 FORMS = {name: globals()[name] for name in (
-    "ALLOC", "ALLOC_PAIR", "DEALLOC", "LD", "ST", "WAIT_ST", "WAIT_LD", "MMA_F16", "MMA_F8",
-    "MMA_I8", "COMMIT", "CP", "AFTER_SYNC", "TMA_LOAD")}
+    "ALLOC", "ALLOC_PAIR", "DEALLOC", "LD", "ST", "PACK", "UNPACK", "WAIT_ST", "WAIT_LD",
+    "MMA_F16", "MMA_F8", "MMA_I8", "COMMIT", "CP", "AFTER_SYNC", "TMA_LOAD")}
 
 
 # -- building kernels as the tests do ------------------------------------------------
@@ -725,7 +727,11 @@ _DEALLOC = dict(
         "tcgen05-dealloc-load (the ISA's letter asks for the wait; every warp has used "
         "the loaded registers by then), and it passes with the test's values")
 
-_CP = dict(refused="tcgen05.cp", why="tcgen05.cp (SMEM -> TMEM) is not run by the checker")
+_CP = dict(
+    finding=(), fenced=True,
+    why="tcgen05.cp from SMEM the TMA barrier orders (the warning tcgen05-fence-operand: "
+        "no tcgen05.fence::after_thread_sync between the wait and the copy), committed and "
+        "read back; the epilogue as the others (tcgen05-dealloc-load)")
 
 
 def _entry(name, test, make, forms, checks, cls=_T, path=PALLAS, **options):
@@ -747,11 +753,11 @@ KERNELS: tuple[UpstreamTc, ...] = (
            "a RefUnion of TMEM refs over the same columns, wait_load_tmem between reuses",
            fenced=True),
     _entry("tmem_ref_union_multi_allocation", "tmem_ref_union_multi_allocation",
-           tmem_ref_union_multi_allocation, "ALLOC DEALLOC LD ST WAIT_ST",
+           tmem_ref_union_multi_allocation, "ALLOC DEALLOC LD ST PACK UNPACK WAIT_ST",
            "an unpacked f16 TMEM ref and a RefUnion one, x + 1 and x + 2",
-           adapted=_STORE,
-           refused="unpack::16b",
-           why="the unpacked f16 TMEM refs are stored with tcgen05.st .unpack::16b"),
+           adapted=_STORE, fenced=True,
+           why="the unpacked f16 TMEM refs are stored with tcgen05.st .unpack::16b and read "
+               "with tcgen05.ld .pack::16b"),
     _entry("tmem_load_layout[TCGEN05]", "tmem_load_layout", _tmem_load_layout(False),
            "ALLOC DEALLOC LD ST WAIT_ST TMA_LOAD",
            "TMEM store and load in the TCGEN05 register layout",

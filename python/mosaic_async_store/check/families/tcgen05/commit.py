@@ -28,8 +28,9 @@ knows the MMAs' reads and writes), and, since the commit implies
 ``tcgen05.fence::before_thread_sync`` (9.7.16.6.4.2: "No explicit
 tcgen05.fence::before_thread_sync is needed as this is implicitly performed by
 tcgen05.commit"), its warp's waited ``tcgen05.ld`` / ``st`` first published into the
-thread's clock as that fence does (``state``'s doc).  Only MMAs are tracked (the
-checker runs no ``tcgen05.cp`` / ``shift``).
+thread's clock as that fence does (``state``'s doc).  The MMAs and copies
+(``tcgen05.cp``) are tracked, both counted in the thread's slot of tcgen05 operations
+(the checker runs no ``tcgen05.shift``).
 
 ``.cta_group::2``: "the instruction tcgen05.commit.cta_group::2 tracks for the
 completion of all prior asynchronous tcgen05 operations with .cta_group::2 issued by the
@@ -127,7 +128,7 @@ def commit(k, ins):
     tc = state.thread_tc(k, th)
     released = th.vc.copy()
     ops = None
-    if tc.ops_slot is not None:   # (the MMAs so far: all of them complete, module doc)
+    if tc.ops_slot is not None:   # (the MMAs and copies so far: all complete, module doc)
       released[tc.ops_slot] = max(int(released[tc.ops_slot]), tc.ops)
       ops = np.zeros_like(released)
       ops[tc.ops_slot] = released[tc.ops_slot]

@@ -160,11 +160,14 @@ def decode_idesc(value: int, kind: str, where: str, cta_group: int = 1) -> Idesc
                neg_b, bool(field(3, 1)))
 
 
-def decode_smem(d: int, *, transposed: bool, kind: str, where: str, which: str):
-  """The sm_100 shared-memory descriptor ``d`` of operand ``which`` ("A" or "B") as a
-  ``wgmma.layout.Descriptor`` (module doc); ``transposed``: the operand is M- or
-  N-major.  A malformed one is ``tcgen05-mma``; the layouts not modelled are refused by
-  name."""
+def decode_smem(d: int, *, transposed: bool, kind: str, where: str, which: str,
+                opcode: str = ""):
+  """The sm_100 shared-memory descriptor ``d`` of operand ``which`` ("A" or "B"; "the
+  source" of ``tcgen05.cp``) as a ``wgmma.layout.Descriptor`` (module doc);
+  ``transposed``: the operand is M- or N-major.  A malformed one is ``tcgen05-mma``
+  (the rule of Table 40 for every instruction that takes it); the layouts not modelled
+  are refused by name, naming ``opcode`` (default ``tcgen05.mma.kind::{kind}``)."""
+  opcode = opcode or f"tcgen05.mma.kind::{kind}"
   d &= (1 << 64) - 1
   name = f"{which}'s shared memory descriptor {d:#018x}"
   if (d >> 46) & 7 not in (0, 1):
@@ -179,13 +182,13 @@ def decode_smem(d: int, *, transposed: bool, kind: str, where: str, which: str):
     if transposed and kind != "tf32":
       raise Stop(_bad(where, f"{name}: a transposed .kind::{kind} operand may not use 128-byte "
                         "swizzling with 32-byte atomicity (mode 1)"))
-    raise NotImplementedError(f"opcode tcgen05.mma.kind::{kind} ({name}: 128-byte swizzle "
+    raise NotImplementedError(f"opcode {opcode} ({name}: 128-byte swizzle "
                               "with 32-byte atomicity is not modelled by the checker)")
   if kind == "tf32" and transposed:
     raise Stop(_bad(where, f"{name}: a transposed .kind::tf32 operand must use 128-byte "
                       "swizzling with 32-byte atomicity (mode 1)"))
   if (d >> 52) & 1:
-    raise NotImplementedError(f"opcode tcgen05.mma.kind::{kind} ({name}: the absolute "
+    raise NotImplementedError(f"opcode {opcode} ({name}: the absolute "
                               "leading-dimension address mode (bit 52, sm_103a) is not run)")
   return wgmma_layout.Descriptor((d & 0x3FFF) << 4, ((d >> 16) & 0x3FFF) << 4,
                                  ((d >> 32) & 0x3FFF) << 4, (d >> 49) & 7, _SWIZZLE[code])

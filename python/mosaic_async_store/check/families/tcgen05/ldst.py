@@ -15,8 +15,23 @@ registers an ``ld`` writes may be read before ``wait::ld`` (9.7.16.6.4.5: "an
 intra-thread ordering through true register dependency will be respected").
 
 Run: ``.32x32b``, ``.16x64b``, ``.16x128b``, ``.16x256b`` with ``.x1`` .. ``.x128`` (as the
-ISA bounds the register count), ``.b32``.  Refused by name: ``.16x32bx2``, ``.pack::16b`` /
-``.unpack::16b``, ``tcgen05.ld.red``.
+ISA bounds the register count), ``.b32``, and ``tcgen05.ld``'s ``.pack::16b`` /
+``tcgen05.st``'s ``.unpack::16b`` (9.7.16.8.2: "two 16-bit chunks can be packed into a
+single 32-bit chunk in the register in tcgen05.ld"; "a single 32-bit chunk in the
+register can be unpacked into two 16-bit chunks in tcgen05.st"; 9.7.16.8.3: ".pack::16b
+can be used to pack two 16-bit elements from adjacent columns into a single 32-bit
+element").  Packed, a register's cell ``(lane, c)`` of the fragment is the two columns
+``2 c`` and ``2 c + 1`` (the register count stays Table 49's, so the columns reached
+double): the register's low 16 bits are column ``2 c``'s, the high ones column
+``2 c + 1``'s, each the low 16 bits of its 32-bit cell (as 9.7.16.10.4.1 places a 16-bit
+D: "a Tensor Memory word would contain a single 16-bit element in its lower 16 bits").
+The ISA draws this in a figure (193); the columns doubling is what jax's hardware-tested
+unpacked 16-bit TMEM refs rely on (their ``.16x128b`` / ``.32x32b`` accesses step 8 / 2
+columns per ``.num`` packed, 4 / 1 not).  What an unpacking store leaves in a cell's high
+16 bits no sentence says: the checker writes half the poison pattern there (``0xCDCD``),
+so a kernel that reads it as data sees it.  Refused by name: ``.16x32bx2``,
+``tcgen05.ld.red``, ``.unpack::16b`` on a load and ``.pack::16b`` on a store (not forms
+of the ISA).
 """
 
 from __future__ import annotations
@@ -80,16 +95,27 @@ def cells(shape: str, num: int, t: int):
   return [frag(t, k, i) for k in range(num) for i in range(per)]
 
 
+# The 16-bit packing qualifier each verb takes (9.7.16.8.3 / .4).
+_PACKING = {"ld": "pack::16b", "st": "unpack::16b"}
+_HIGH_POISON = state.POISON & 0xFFFF0000   # (an unpacked cell's high half: module doc)
+
+
 def _form(ins, verb):
-  """(shape, num) of ``tcgen05.{ld,st}.sync.aligned.shape.num.b32``; anything else is
-  refused by name."""
+  """(shape, num, packed) of ``tcgen05.{ld,st}.sync.aligned.shape.num{.pack}.b32``;
+  anything else is refused by name."""
   mods = ins.mods[1:]
   if mods[:1] == ["red"]:
     raise NotImplementedError(f"opcode {ins.opcode} (tcgen05.ld.red: not run by the checker)")
+  packed = len(mods) == 6 and mods[4] == _PACKING[verb]
+  if packed:
+    mods = mods[:4] + mods[5:]
   if len(mods) != 5 or mods[:2] != ["sync", "aligned"] or mods[4] != "b32":
-    what = ".pack::16b / .unpack::16b" if any("pack" in m for m in mods) else "the form"
+    what = "the form"
+    if any("pack" in m for m in mods):
+      what = f"tcgen05.{verb} takes .{_PACKING[verb]}, not {[m for m in mods if 'pack' in m]}"
     raise NotImplementedError(f"opcode {ins.opcode} ({what}: the checker runs tcgen05.{verb}"
-                              ".sync.aligned.{32x32b,16x64b,16x128b,16x256b}.xN.b32)")
+                              ".sync.aligned.{32x32b,16x64b,16x128b,16x256b}.xN"
+                              f"{{.{_PACKING[verb]}}}.b32)")
   shape, num = mods[2], mods[3]
   if shape not in FRAGMENTS or not num.startswith("x") or not num[1:].isdigit():
     raise NotImplementedError(f"opcode {ins.opcode} (shape .{shape}: the checker runs "
@@ -98,7 +124,15 @@ def _form(ins, verb):
   if n & (n - 1) or not 1 <= n <= 128 or n * FRAGMENTS[shape][1] > _MAX_REGS:
     raise NotImplementedError(f"opcode {ins.opcode} (.{num}: not a count the ISA gives "
                               f".{shape})")
-  return shape, n
+  return shape, n, packed
+
+
+def _columns(frag, packed):
+  """The cells a fragment reaches: ``frag`` itself, or, ``packed``, each cell's two
+  columns ``2 c`` and ``2 c + 1`` (module doc), in register order."""
+  if not packed:
+    return frag
+  return [(dl, 2 * dc + h) for dl, dc in frag for h in (0, 1)]
 
 
 def _base(k, lanes, taddr, what, pc):
@@ -148,8 +182,8 @@ def _runs(base_lane, base_col, frag):
 
 
 def load(k, ins):
-  """``tcgen05.ld.sync.aligned.shape.num.b32 {r...}, [taddr]``."""
-  shape, num = _form(ins, "ld")
+  """``tcgen05.ld.sync.aligned.shape.num{.pack::16b}.b32 {r...}, [taddr]``."""
+  shape, num, packed = _form(ins, "ld")
   if len(ins.ops) != 2 or ins.ops[0][0] != "vec" or ins.ops[1][0] != "addr":
     raise NotImplementedError(f"opcode {ins.opcode} (operands {{r...}}, [taddr])")
   names = [op[1] for op in ins.ops[0][1]]
@@ -165,19 +199,22 @@ def load(k, ins):
     w.loads += 1
     values = []
     for th in lanes:
-      frag = cells(shape, num, th.tid % 32)
+      frag = _columns(cells(shape, num, th.tid % 32), packed)
       _check_cells(th, tm, lane0, col0, frag, "tcgen05.ld")
       state.access(k, th, tm, _runs(lane0, col0, frag), write=False,
                    stamp=(w.ld_slot, w.loads), insn=pc, what="tcgen05.ld")
-      values.append([int(tm.cells[lane0 + dl, col0 + dc]) for dl, dc in frag])
+      got = [int(tm.cells[lane0 + dl, col0 + dc]) for dl, dc in frag]
+      if packed:   # (the low halves of two adjacent columns, the first in the low half)
+        got = [lo & 0xFFFF | (hi & 0xFFFF) << 16 for lo, hi in zip(got[::2], got[1::2])]
+      values.append(got)
     for j, col in enumerate(cols):
       write(k.registers, col, lanes, [v[j] for v in values])
   return warp.aligned_collective(k, resolve)
 
 
 def store(k, ins):
-  """``tcgen05.st.sync.aligned.shape.num.b32 [taddr], {r...}``."""
-  shape, num = _form(ins, "st")
+  """``tcgen05.st.sync.aligned.shape.num{.unpack::16b}.b32 [taddr], {r...}``."""
+  shape, num, packed = _form(ins, "st")
   if len(ins.ops) != 2 or ins.ops[0][0] != "addr" or ins.ops[1][0] != "vec":
     raise NotImplementedError(f"opcode {ins.opcode} (operands [taddr], {{r...}})")
   if len(ins.ops[1][1]) != num * FRAGMENTS[shape][1]:
@@ -192,12 +229,15 @@ def store(k, ins):
     w.stores += 1
     values = [g(lanes) for g in getters]
     for t, th in enumerate(lanes):
-      frag = cells(shape, num, th.tid % 32)
+      frag = _columns(cells(shape, num, th.tid % 32), packed)
       _check_cells(th, tm, lane0, col0, frag, "tcgen05.st")
       state.access(k, th, tm, _runs(lane0, col0, frag), write=True,
                    stamp=(w.st_slot, w.stores), insn=pc, what="tcgen05.st")
-      for (dl, dc), v in zip(frag, (vals[t] for vals in values)):
-        tm.cells[lane0 + dl, col0 + dc] = int(v) & 0xFFFFFFFF
+      words = [int(vals[t]) & 0xFFFFFFFF for vals in values]
+      if packed:   # (each register's halves into two columns' low halves)
+        words = [_HIGH_POISON | v >> 16 * h & 0xFFFF for v in words for h in (0, 1)]
+      for (dl, dc), v in zip(frag, words):
+        tm.cells[lane0 + dl, col0 + dc] = v
     k.epoch += 1
   return warp.aligned_collective(k, resolve)
 

@@ -49,7 +49,9 @@ Every access is stamped with the issuing thread's slot of tcgen05 operations
 (``state.ThreadTc.ops_slot``, made at its first MMA) at the operation's number
 (``ThreadTc.ops``); a ``tcgen05.commit`` publishes them (``commit``).  MMA -> MMA of
 one thread is a pipeline (9.7.16.6.2, "same N and accumulator and shape"; the checker
-orders any two MMAs of a thread, as it runs them in issue order).
+orders any two MMAs of a thread, as it runs them in issue order), and so is cp -> MMA
+("tcgen05.copy.cta_group::N -> tcgen05.mma.cta_group::N": a thread's ``tcgen05.cp``
+counts in the same slot, ``cp``).
 
 Refused by name: ``.cta_group::2`` with M = 128 (layout B: its placement is a figure
 the checker was not written from) or issued from the odd CTA (``pair.ctas``), ``.sp``,
@@ -71,7 +73,7 @@ from mosaic_async_store.check.families.wgmma import layout as wgmma_layout
 from mosaic_async_store.check.findings import Finding, Stop, fault
 from mosaic_async_store.check.shadow_runs import read_at_once
 
-__all__ = ["mma", "RULES", "EXAMPLES", "REFUSED"]
+__all__ = ["mma", "read_smem", "RULES", "EXAMPLES", "REFUSED"]
 
 RULES = {**descriptors.RULES, **pair.RULES}   # (the descriptors' and shapes', the pair's)
 
@@ -188,10 +190,19 @@ def _d_lanes(m, lane, where):
 
 def _operand(k, cta, op, vc, stamp, desc, rows, form, atype, mn_major):
   """A ``rows`` x K operand read through ``desc`` from CTA ``cta``'s shared memory as
-  exact values; its bytes checked and recorded as read by the operation (``op``, whose
-  thread issued it) through the asynchronous proxy."""
+  exact values (``read_smem``)."""
+  raw = read_smem(k, cta, op, vc, stamp, desc, rows, form.k, form.elem_bytes, mn_major)
+  return wgmma_layout.elements(raw, atype)
+
+
+def read_smem(k, cta, op, vc, stamp, desc, rows, cols, size, mn_major):
+  """The bytes (uint8 [rows, cols, size]) of a ``rows`` x ``cols`` matrix of
+  ``size``-byte elements read through ``desc`` (a ``wgmma.layout.Descriptor``) from CTA
+  ``cta``'s shared memory, checked and recorded as read by the operation ``op`` (whose
+  thread issued it) through the asynchronous proxy: ordered by ``vc`` (``_ordering``),
+  stamped ``stamp``.  ``tcgen05.mma``'s operands and ``tcgen05.cp``'s source."""
   addrs, ranges, index = wgmma_exec._operand_bytes(
-      descriptors.hopper_bits(desc), rows, form.k, form.elem_bytes, bool(mn_major))
+      descriptors.hopper_bits(desc), rows, cols, size, bool(mn_major))
   smem = k.smem[cta]
   if ranges[0][0] < 0 or ranges[-1][1] > len(smem):
     raise fault(f"{op.text}: a descriptor at {desc.start:#x} reads outside CTA {cta}'s "
@@ -205,8 +216,7 @@ def _operand(k, cta, op, vc, stamp, desc, rows, form, atype, mn_major):
     # (the proxy is checked above, over every range at once)
     access_core.check_and_record_runs(k, op, vc, cta, [(lo, hi - lo) for lo, hi in ranges],
                                       write=False, stamp=stamp)
-  raw = np.frombuffer(smem, np.uint8)[addrs]
-  return wgmma_layout.elements(raw, atype)
+  return np.frombuffer(smem, np.uint8)[addrs]
 
 
 def _ordering(k, th, op, vc, writes):
@@ -225,9 +235,9 @@ def _ordering(k, th, op, vc, writes):
   findings.report(k, Finding(
       "tcgen05-fence-operand", f"{op.text} reads its shared-memory operand, written by {who}, "
       "ordered after that write only by a thread synchronisation since its last "
-      "tcgen05.fence::after_thread_sync (or with none yet): the asynchronous tcgen05.mma "
+      f"tcgen05.fence::after_thread_sync (or with none yet): the asynchronous {op.opcode} "
       "may run before it", missing="tcgen05.fence::after_thread_sync between the "
-      "synchronisation and the tcgen05.mma"))
+      f"synchronisation and the {op.opcode}"))
   return full
 
 

@@ -16,10 +16,11 @@ slot of its own kind, so that only what the ISA says orders it does:
     its ``tcgen05.wait::ld`` / ``::st``, and published in a thread's clock (so that a
     later synchronisation carries them) by its ``tcgen05.fence::before_thread_sync``
     after that wait;
-  * a thread's ``tcgen05.mma`` (its shared-memory operands and its tensor-memory
-    accumulator): one slot per issuing thread (``ThreadTc``), known to the issuer for
-    its later MMAs (the MMA -> MMA pipeline) and to others through the arrive of a
-    ``tcgen05.commit`` that covers it (which implies the before-fence);
+  * a thread's ``tcgen05.mma`` and ``tcgen05.cp`` (their shared-memory operands and the
+    tensor memory they write): one slot per issuing thread (``ThreadTc``), known to the
+    issuer for its later MMAs (the MMA -> MMA and cp -> MMA pipelines) and to others
+    through the arrive of a ``tcgen05.commit`` that covers it (which implies the
+    before-fence);
   * the other side: a thread's tcgen05 access is checked with the clock it had at its
     last ``tcgen05.fence::after_thread_sync`` (``ThreadTc.view``; none yet: what it knew
     at launch), plus its own warp's waited accesses.  An access that a
@@ -127,7 +128,8 @@ class ThreadTc:
 
   def describe_access(self, slot, clk):
     th = self.th
-    return (f"the tcgen05 operations 1..{clk} of CTA {th.cta} thread {th.tid} (tcgen05.mma)",
+    return (f"the tcgen05 operations 1..{clk} of CTA {th.cta} thread {th.tid} (tcgen05.mma, "
+            "tcgen05.cp)",
             "a tcgen05.commit by that thread whose mbarrier phase this thread observed, "
             "then tcgen05.fence::after_thread_sync")
 
