@@ -59,7 +59,7 @@ PRODUCT = {
                                               "geometry", "bulk_rules", "bulk_op", "bulk_groups"),
     "mosaic_async_store/check/families/wgmma": ("__init__", "mma", "execute", "guard", "layout"),
     "mosaic_async_store/check/families/tcgen05": ("__init__", "state", "alloc", "ldst", "table",
-                                                  "mma", "commit", "descriptors", "pair"),
+                                                  "mma", "commit", "descriptors", "pair", "cp"),
     "mosaic_async_store/check/families/clc": ("__init__", "rules", "cancel"),
 }
 # The test and benchmark code (test/harness: kernels, runners, reports, lit helpers;
