@@ -497,6 +497,22 @@ def frames_not_user(*folders: str):
     info.is_user_filename.cache_clear()
 
 
+@contextlib.contextmanager
+def equation_locations(wrap):
+  """While active, the location jax gives each equation it lowers is made by
+  ``wrap(original)(ctx, primitive, name_stack, traceback)``.  jax 0.10 to 0.12 make it
+  in the private ``mlir.source_info_to_location``, which Pallas' Mosaic GPU lowering
+  calls through the module, per equation, inside the location of the equation whose
+  rule lowers the body (``with source_info_util.user_context(...), loc:``)."""
+  from jax._src.interpreters import mlir as jax_mlir   # private: jax 0.10 .. 0.12
+  original = jax_mlir.source_info_to_location
+  jax_mlir.source_info_to_location = wrap(original)
+  try:
+    yield
+  finally:
+    jax_mlir.source_info_to_location = original
+
+
 class _TargetDevice:
   """The CPU device, answering the GPU queries of ``tools.device_target.ANSWERED`` for
   a ``DeviceTarget``; any other attribute is the CPU device's."""

@@ -16,7 +16,7 @@ import re
 from typing import Any, Callable
 
 from mosaic_async_store import compat
-from mosaic_async_store.tools import kernel_binding
+from mosaic_async_store.tools import kernel_binding, mlir_locations
 from mosaic_async_store.tools.executables import CompileError
 
 __all__ = ["lower_pallas_to_mosaic_modules", "lower_warpgroup_dialect"]
@@ -43,11 +43,12 @@ def lower_pallas_to_mosaic_modules(fn: Callable[..., Any], *args: Any) -> list:
 
   Returns:
     One ``jaxlib.mlir.ir.Module`` per kernel, in lowering order, as Pallas or
-    ``as_gpu_kernel`` built them: Mosaic GPU dialect ops already lowered (both run
-    layout inference and ``lower_mgpu_dialect`` themselves); Warpgroup-semantics
-    modules still need ``lower_warpgroup_dialect`` before ``compile_module``.  A lone
-    kernel's module carries which of ``args`` each of its operands is
-    (``kernel_binding.annotate``).
+    ``as_gpu_kernel`` built them (an op of no user line has its enclosing equation's:
+    ``mlir_locations.enclosing_when_unknown``): Mosaic GPU dialect ops already
+    lowered (both run layout inference and ``lower_mgpu_dialect`` themselves);
+    Warpgroup-semantics modules still need ``lower_warpgroup_dialect`` before
+    ``compile_module``.  A lone kernel's module carries which of ``args`` each of
+    its operands is (``kernel_binding.annotate``).
 
   Raises:
     CompileError: when ``fn`` lowers no Mosaic GPU kernel.
@@ -61,7 +62,10 @@ def lower_pallas_to_mosaic_modules(fn: Callable[..., Any], *args: Any) -> list:
     lowered[:] = [jax.jit(fn, keep_unused=True).trace(*args).lower(
         lowering_platforms=("cuda",))]
 
-  with compat.mosaic_gpu_lowering_observed(lambda module: captured.append(_clone(module))):
+  # (an equation jax finds no user frame for, such as emit_pipeline's copies, takes
+  # the line of the kernel's equation enclosing it: mlir_locations)
+  with (compat.mosaic_gpu_lowering_observed(lambda module: captured.append(_clone(module))),
+        compat.equation_locations(mlir_locations.enclosing_when_unknown)):
     lower()
     if not captured:
       # jit caches lowerings: a function lowered before never reaches the
