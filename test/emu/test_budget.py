@@ -173,7 +173,7 @@ def _without_warp_form(launch):
 def test_an_exception_in_the_scheduler_is_an_internal_error(monkeypatch):
   def broken(k, ops):
     raise IndexError("injected")
-  monkeypatch.setattr(run.asyncops, "land_many", broken)
+  monkeypatch.setattr(run.landing_orders, "land_all", broken)   # (the loop lands through it)
   with pytest.raises(CheckerError, match="internal error of the checker's scheduler: "
                      "IndexError: injected"):
     _one_cta(_ENDS, schedules=1)

@@ -52,7 +52,8 @@ PRODUCT = {
                                  "mbarrier_state", "waits", "findings", "exit_rule", "slots", "params",
                                  "tensor_map", "undefined", "proxy", "access_core",
                                  "floats_f32", "floats_cvt", "float_columns", "barrier_warps", "subbyte",
-                                 "family", "floats_approx", "parallel"),
+                                 "family", "floats_approx", "parallel", "arrival_orders",
+                                 "landing_orders"),
     # the opcode families' registry and the families that are folders
     "mosaic_async_store/check/families": ("__init__",),
     "mosaic_async_store/check/families/tma": ("__init__", "copies", "forms", "examples",

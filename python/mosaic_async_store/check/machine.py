@@ -32,7 +32,10 @@ scheduler in ``run``.  Its state, by what it models (each attribute is set by
     ``cluster_relaxed`` / ``executed_before`` (its relaxed arrives' clocks, and per CTA
     what its waits ordered by execution alone: the exit rule's ``exit-relaxed``),
     ``pair_plan`` / ``pair_seen`` / ``pair_users`` / ``held`` (the pairings of warps
-    into named-barrier instances a launch explores, ``pairings.explore``);
+    into named-barrier instances a launch explores, ``pairings.explore``),
+    ``arrive_plan`` / ``arrive_seen`` / ``arrive_last`` / ``arrive_held`` (the orders of
+    mbarrier arrivals, ``arrival_orders``), ``land_plan`` / ``land_seen`` (the orders of
+    landing, ``landing_orders``), ``late`` / ``late_ready`` (late observers, ``run``);
   * asynchronous operations: ``inflight`` (``asyncops.AsyncOp`` and ``StoreGroup``
     issued, not landed);
   * what each opcode family keeps per launch (``family.Family.state``: attribute ->
@@ -173,6 +176,8 @@ class Machine:
     self.cluster_waiting = 0
     self.cluster_relaxed, self.executed_before = [], {}
     self.pair_plan, self.pair_seen, self.pair_users, self.held = None, [], {}, {}
+    self.arrive_plan, self.arrive_seen, self.arrive_last, self.arrive_held = None, [], {}, []
+    self.land_plan, self.land_seen, self.late, self.late_ready = None, 0, {}, 0
     self.inflight, self.step = [], 0
     self.slots, self.clocks, self.seen = None, None, None
     self.sched, self.runnable, self.blocked, self.parked = None, [], {}, []

@@ -113,9 +113,9 @@ def advance_phase(k, bar):
     k.dirty = True   # waiters may wake
 
 
-def _observe(k, th, bar, sem, scope):
-  """``th`` saw the phase before the current one complete."""
-  q = bar.phase - 1
+def _observe(k, th, bar, sem, scope, q=None):
+  """``th`` saw phase ``q`` complete (default: the one before the current one)."""
+  q = bar.phase - 1 if q is None else q
   if q < 0:
     return
   th.seen[bar.slot] = max(th.seen[bar.slot], q + 1)   # it has landed (the exit rule)

@@ -26,6 +26,28 @@ repeats a state: when every runnable thread has polled twice since the last chan
 spins), asynchronous operations in flight land (``_land_for_spinners``), as they do on
 hardware in finite time, so a correct poll ends with its phase, not its count.
 
+Late observers.  A thread that polled (yielded after a poll, or parked) is *late* until it
+runs a step that is not a poll: ``k.late`` maps its slot to its class, 2 where its poll was
+an mbarrier wait for a phase it did not arrive in (an observer, ``_late_class``), else 1;
+a thread that is not late has class 0. The schedule picks among the runnable threads of
+the lowest class (``Schedule.pick_thread``), and a blocked wait that ``observes_late``
+(``sync.MbarrierWait``: its ``key`` and ``phase``) whose phase completed stays blocked
+while a runnable thread has a lower class than its own (``k.late_ready``: the lowest class
+held; ``_resolve`` completes it once none has). A thread may always be slower than the
+others (the ISA promises no thread a speed), so each such run is an execution the hardware
+may make, and in it an observer sees a completed phase as late as it can while the threads
+whose arrivals make the next phases run first: where the next phase can complete before
+the observer polls, it does, in every schedule, and the observer's parity names a phase
+two behind (``phase-overrun``) or its missing data is a race.
+
+Arrival orders.  Where another order of thread arrivals would complete an mbarrier phase
+with other arrivals, the launch runs the kernel again with the completing thread held back
+(``arrival_orders``, bounded).
+
+Landing orders.  Where another landing order of the operations in flight would complete an
+mbarrier phase with other data, the launch runs the kernel again with that order
+(``landing_orders``: bounded, as ``pairings`` does for named barriers).
+
 Budget.  ``launch`` stops a run past its ``budget.Budget`` (thread-instructions, the
 memory it grew by; a MemoryError too) with ``BudgetExceeded``: unfinished, neither a
 finding nor a crash.
@@ -37,7 +59,8 @@ import gc
 
 import numpy as np
 
-from mosaic_async_store.check import asyncops, barriers, findings, lockstep, pairings, poll_state
+from mosaic_async_store.check import (arrival_orders, barriers, findings, landing_orders,
+                                      lockstep, pairings, poll_state)
 from mosaic_async_store.check import waits
 from mosaic_async_store.check import budget as budget_mod
 from mosaic_async_store.check.machine import ParamMismatch
@@ -77,10 +100,13 @@ def launch(k, buffers, *, cluster, smem_bytes, block=128, max_timeouts=64, sched
   enabled = gc.isenabled()
   gc.disable()
   try:
-    # (runs again where warps may pair otherwise on a named barrier: pairings.py)
-    return pairings.explore(k, lambda: _run_once(
-        k, buffers, cluster, smem_bytes, block, max_timeouts, schedule, barrier_slots,
-        trace_stores, smem_init, first_cta, grid_ctas, budget))
+    # (runs again where warps may pair otherwise on a named barrier: pairings.py; where
+    # another order of arrivals or landings completes an mbarrier phase: arrival_orders.py,
+    # landing_orders.py)
+    return landing_orders.explore(k, lambda: arrival_orders.explore(
+        k, lambda: pairings.explore(k, lambda: _run_once(
+            k, buffers, cluster, smem_bytes, block, max_timeouts, schedule, barrier_slots,
+            trace_stores, smem_init, first_cta, grid_ctas, budget))))
   except MemoryError:
     k.drop_state()   # (the run's state is what filled memory: let it go first)
     raise budget_mod.BudgetExceeded("memory", "the process ran out of memory",
@@ -116,6 +142,8 @@ def _launch(k, buffers, cluster, smem_bytes, block, max_timeouts, schedule,
   k.reset(buffers, cluster=cluster, smem_bytes=smem_bytes, block=block, schedule=schedule,
           barrier_slots=barrier_slots, trace_stores=trace_stores, smem_init=smem_init,
           first_cta=first_cta, grid_ctas=grid_ctas)
+  k.late, k.late_ready, k.land_seen = {}, 0, 0   # (module doc)
+  arrival_orders.reset(k)
   memory_at_start, until_memory_check = budget_mod.resident_mb(), 0
   while True:
     if k.executed > budget.max_steps:
@@ -132,21 +160,31 @@ def _launch(k, buffers, cluster, smem_bytes, block, max_timeouts, schedule,
             f"{budget.max_memory_mb}", k.executed)
     if k.parked:
       _unpark(k)
+    if k.late_ready and (not _runs_before(k, k.late_ready) or _all_spinning(k)):
+      _resolve(k, hold=False)   # held phase waiters' turn: no one else can (or will) run
     if k.inflight and k.runnable and _all_spinning(k):
       _land_for_spinners(k)
       continue
+    if k.arrive_held and k.runnable and _all_spinning(k):   # (every one spins)
+      arrival_orders.release(k)
+      continue
     if k.runnable:
-      lanes = lockstep.piece(k, k.runnable[k.sched.pick_index(len(k.runnable))])
+      late = k.late
+      lanes = lockstep.piece(k, k.runnable[k.sched.pick_thread(k.runnable, late)])
       if len(lanes) == len(k.runnable):
         k.runnable = []
       else:   # (the others keep their order)
         k.dequeue(lanes)
+      if late:   # (late until a step that is not a poll)
+        for th in lanes:
+          late.pop(th.slot, None)
       for th in lockstep.run_piece(k, lanes):   # the lanes that yielded: to the back of the
         if th.polled:                   # queue, so that a spin lets others run
+          late[th.slot] = _late_class(k, th)
           _polled(k, th)
         if th.state == "run":
           k.runnable.append(th)
-      asyncops.land_many(k, k.sched.landing_now(k.inflight))
+      landing_orders.land_all(k, k.sched.landing_now(k.inflight))
       if k.dirty:
         _resolve(k)
       continue
@@ -154,8 +192,10 @@ def _launch(k, buffers, cluster, smem_bytes, block, max_timeouts, schedule,
       continue
     if k.held and barriers.release_held(k):   # no thread can run: held warps arrive
       continue
+    if k.arrive_held and arrival_orders.release(k):   # ... and held arrivals
+      continue
     if k.inflight:   # nothing else can happen: something lands
-      asyncops.land(k, k.sched.landing_when_stuck(k.inflight))
+      landing_orders.land(k, k.sched.landing_when_stuck(k.inflight))
       continue
     if not k.alive_total:
       return [np.frombuffer(bytes(b), np.uint8) for b in k.gbufs]
@@ -239,7 +279,7 @@ def _land_for_spinners(k):
     op = k.sched.landing_when_stuck(k.inflight)
     bar = k.mbar.get(getattr(op.completion, "key", None))
     phase = None if bar is None else bar.phase
-    asyncops.land(k, op)
+    landing_orders.land(k, op)   # (op, or another on its barrier: the same phase)
     if bar is None or bar.phase != phase:
       return
 
@@ -255,18 +295,58 @@ def _unpark(k):
   k.parked = still
 
 
-def _resolve(k):
+def _runs_before(k, cls) -> bool:
+  """Whether a runnable thread's class (module doc: late observers) is below ``cls``."""
+  late = k.late
+  return any(late.get(th.slot, 0) < cls for th in k.runnable)
+
+
+def _late_class(k, th) -> int:
+  """The class of ``th``, which polled (module doc): 2 where its poll was an mbarrier
+  wait (``th.tried_wait``: (pc, barrier, parity, the barrier's phase) of the wait that
+  returned false to it) for a phase it did not arrive in, else 1."""
+  tried = th.tried_wait
+  if tried is None or tried[0] != th.poll_pc:
+    return 1
+  _, key, parity, phase = tried
+  return _observer_class(k, th, key, phase - 1 if phase & 1 != parity else phase)
+
+
+def _observer_class(k, th, key, phase) -> int:
+  """2 where ``th`` waits for phase ``phase`` of the mbarrier ``key`` without having
+  arrived in it (``Mbarrier.arrivals`` / ``arrival_records``), else 1."""
+  bar = k.mbar.get(key)
+  if bar is None or phase < 0 or phase > bar.phase:
+    return 1
+  if phase == bar.phase:
+    return 1 if th.slot in bar.arrivals else 2
+  return 1 if (bar.arrival_records[phase][0] == th.slot).any() else 2
+
+
+def _resolve(k, hold=True):
   """Releases every thread whose wait can complete now (``waits.Wait``: each kind's
-  ``ready`` / ``complete``, or its class's ``resolve_group``)."""
-  woke, groups, k.dirty = False, {}, False
+  ``ready`` / ``complete``, or its class's ``resolve_group``); a wait that
+  ``observes_late`` only where no runnable thread has a lower class than its own (or
+  not ``hold``), else it stays blocked and ``k.late_ready`` keeps the lowest such class
+  (module doc)."""
+  woke, groups, k.dirty, k.late_ready, lowest = False, {}, False, 0, None
   for th in [k.blocked[s] for s in sorted(k.blocked)]:   # in thread order
     wait = th.wait
     if wait.grouped:
       groups.setdefault(type(wait), []).append(th)
     elif wait.ready(k, th):
+      if wait.observes_late and hold:
+        if lowest is None:   # (the lowest class of a runnable thread)
+          late = k.late
+          lowest = min((late.get(t.slot, 0) for t in k.runnable), default=3)
+        cls = _observer_class(k, th, wait.key, wait.phase)
+        if lowest < cls:
+          k.late_ready = min(k.late_ready or cls, cls)
+          continue
       wait.complete(k, th)
       waits.resume(k, th)
       woke = True
   for kind, threads in groups.items():
     woke = kind.resolve_group(k, threads) or woke
   return woke
+

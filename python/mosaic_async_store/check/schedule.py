@@ -8,6 +8,27 @@ at once, in issue order; 1: threads interleave at random and operations land as
 late as possible, newest first; others: random interleaving, operations landing
 at random moments in random order.  ``memory.CI_SCHEDULES`` / ``SLOW_SCHEDULES``
 are the seeds the tests run.
+
+Systematic in every schedule (the choices a protocol's verdict must not rest on, taken
+the adversarial way instead of left to a seed; ``run``'s doc says how):
+
+* a poller runs late: a thread whose last step was a poll (a wait that returned false,
+  a spin: ``Thread.polled``) runs only when no other thread can, and one whose poll
+  waits for an mbarrier phase it did not arrive in (an observer) after those
+  (``pick_thread``); a blocked ``mbarrier.try_wait`` whose phase completed resumes only
+  then (``waits.Wait.observes_late``), so an observer sees a phase as late as any
+  execution does and the arrivals of the next phases come as early as they can (a
+  waiter that two phases can pass is ``phase-overrun``);
+* an asynchronous operation whose landing would complete an mbarrier phase stays in
+  flight while the thread that issued it can still run (it may issue more on that
+  barrier), and where another one in flight could complete that phase instead, a launch
+  also runs the kernel with that one first (``landing_orders``);
+* where another thread's arrival could complete an mbarrier phase instead of the one
+  that did, a launch also runs the kernel with the completing thread held back
+  (``arrival_orders``).
+
+Seed 0's "at once" therefore holds for an operation that completes a phase once its
+issuer stopped running.
 """
 
 from __future__ import annotations
@@ -41,6 +62,18 @@ class Schedule:
       self._step = step
       self._pause = self.yield_p > 0 and self.rng.random() < self.yield_p
     return self._pause
+
+  def pick_thread(self, runnable: list, late: dict) -> int:
+    """The index in ``runnable`` (threads) of the one that runs next: ``pick_index``'s
+    choice among those of the lowest class (``late``: slot -> class of the threads whose
+    last step was a poll, ``run``'s doc; 0 for the others)."""
+    if late:
+      classes = [late.get(th.slot, 0) for th in runnable]
+      lowest = min(classes)
+      first = [i for i, c in enumerate(classes) if c == lowest]
+      if len(first) < len(runnable):
+        return first[self.pick_index(len(first))]
+    return self.pick_index(len(runnable))
 
   def pick_leader(self, n: int) -> int:
     """Which of ``n`` lanes (in lane order) ``elect.sync`` elects: the ISA leaves it

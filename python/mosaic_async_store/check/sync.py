@@ -14,8 +14,8 @@ the rules ``barrier-peer`` and ``phase-overrun`` are ``mbarrier_forms``'.
 
 from __future__ import annotations
 
-from mosaic_async_store.check import (access_core, addresses, collectives, mbarrier_forms,
-                                      program, warp, warp_mbarrier)
+from mosaic_async_store.check import (access_core, addresses, arrival_orders, collectives,
+                                      mbarrier_forms, program, warp, warp_mbarrier)
 from mosaic_async_store.check.mbarrier_state import (Mbarrier, _note_remote, _observe, add_tx,
                                                      advance_phase, release_origin)
 from mosaic_async_store.check.findings import Finding, Stop
@@ -112,6 +112,8 @@ def _arrive(k, mods, ops, src, space):
   def arrive(th):  # the expect-tx operation first, then the arrive-on operation
     bar = mbarrier_of(k, th, th.vc, space, addr(th), pc=pc, form=mods[0], remote=remote)
     n = count(th)
+    if arrival_orders.holds(k, th, bar, n, tx(th)):   # (held back: a slower thread)
+      return BLOCK
     if drop:
       bar.count -= n
       if bar.count < 0:
@@ -175,7 +177,7 @@ def _wait(k, mods, ops, src, space):
         th.polled = True   # (a poll: the run parks it if nothing changes)
         return YIELD
       return None
-    th.wait = MbarrierWait(bar.key, par, pred, sem, scope)
+    th.wait = MbarrierWait(bar.key, par, pred, sem, scope, bar.phase)
     return BLOCK
   wait.lanes = warp_mbarrier.wait(k, space, addr, parity, pred, sem, scope, blocking, pc,
                                   by_state)
@@ -183,22 +185,26 @@ def _wait(k, mods, ops, src, space):
 
 
 class MbarrierWait(Wait):
-  """A blocking ``mbarrier.try_wait`` on the phase of parity ``parity`` of the mbarrier
-  ``key``: it completes when that phase has (observing it with ``sem`` / ``scope`` and
-  setting the predicate ``pred``), or times out (``pred`` false) when nothing else can
-  change (PTX ISA: try_wait returns when the phase completes or a time limit expires)."""
+  """A blocking ``mbarrier.try_wait`` on the phase ``phase`` (of parity ``parity``: the
+  barrier's current phase when it blocked) of the mbarrier ``key``: it completes when
+  that phase has (observing that phase with ``sem`` / ``scope``, even where later ones
+  completed too while it slept, and setting the predicate ``pred``), or times out
+  (``pred`` false) when nothing else can change (PTX ISA, mbarrier.test_wait / try_wait:
+  "Suspended thread resumes execution when the specified phase completes OR before the
+  phase completes following a system-dependent time limit")."""
 
-  __slots__ = ("key", "parity", "pred", "sem", "scope")
-  can_time_out = True
+  __slots__ = ("key", "parity", "pred", "sem", "scope", "phase")
+  can_time_out = observes_late = True   # (observes_late: as late as it can, run's doc)
 
-  def __init__(self, key, parity, pred, sem, scope):
+  def __init__(self, key, parity, pred, sem, scope, phase):
     self.key, self.parity, self.pred, self.sem, self.scope = key, parity, pred, sem, scope
+    self.phase = phase
 
   def ready(self, k, th) -> bool:
-    return k.mbar[self.key].phase & 1 != self.parity
+    return k.mbar[self.key].phase > self.phase
 
   def complete(self, k, th) -> None:
-    _observe(k, th, k.mbar[self.key], self.sem, self.scope)
+    _observe(k, th, k.mbar[self.key], self.sem, self.scope, self.phase)
     k.registers.put(self.pred, th, 1)
 
   def time_out(self, k, th) -> None:

@@ -6,7 +6,9 @@ A thread whose instruction returns ``outcomes.BLOCK`` has set ``Thread.wait`` to
   * ``on_block(k, th)`` when the thread starts waiting (bookkeeping; it marks the run
     ``dirty`` if the wait may already complete);
   * ``ready(k, th)`` in ``run._resolve``: whether it completes now; then
-    ``complete(k, th)`` (its effects: an acquire, a predicate set) and ``resume``;
+    ``complete(k, th)`` (its effects: an acquire, a predicate set) and ``resume``
+    (for a kind that ``observes_late``, only once no runnable thread is of a lower
+    class: ``run``'s doc, "Late observers");
   * for a ``grouped`` kind, ``resolve_group(k, threads)`` instead, once per resolve with
     every thread waiting on a wait of that class (in thread order): a warp collective
     completes for its lanes together, the cluster barrier's readiness is one count;
@@ -35,6 +37,10 @@ class Wait:
   __slots__ = ()
   grouped = False        # resolved together with the other waits of its class
   can_time_out = False   # a poll that returns false when nothing else can change
+  # completes only when no runnable thread is of a lower class (an mbarrier phase wait,
+  # with ``key`` and ``phase``: it observes a completed phase as late as it can, run's
+  # doc), else as soon as it is ready
+  observes_late = False
   advance = 1            # how far the program counter moves on resume
 
   def on_block(self, k, th) -> None:

@@ -29,7 +29,7 @@ from operator import sub
 
 import numpy as np
 
-from mosaic_async_store.check import mbarrier_forms, mbarrier_state
+from mosaic_async_store.check import arrival_orders, mbarrier_forms, mbarrier_state
 from mosaic_async_store.check.addresses import plain_shared_lanes
 from mosaic_async_store.check.memory import TX_LIMIT, morally_strong
 from mosaic_async_store.check.outcomes import FALLBACK, YIELD
@@ -78,9 +78,10 @@ def arrive(k, space, addr, tx, count, sem, scope, no_complete, put, pc):
     pending = bar.pending - sum(counts)
     tx_after = list(accumulate(txs, initial=bar.tx))
     if min(counts) < 1 or pending < 0 or max(map(abs, tx_after)) > TX_LIMIT or \
-       (no_complete and pending == tx_after[-1] == 0):
+       pending == tx_after[-1] == 0:   # (the completing lane: arrival_orders.holds)
       return FALLBACK   # (pending reaches 0, if at all, with the last lane: counts >= 1)
     rows, (slots, clocks) = k.lane_rows(lanes), k.lane_stamps(lanes)
+    arrival_orders.note(k, bar, slots, vcs, k.seen[rows, bar.slot])
     # sync.mbarrier_of's users, the arrivals (and the exit rule's remote ones), the release
     bar.users.update(zip(slots, zip(clocks, repeat(pc))))
     if bar.key[0] != lanes[0].cta:
